@@ -1,0 +1,7 @@
+//! RockRaft: a RocketMQ-5-style message broker whose CommitLog is a Raft log.
+//!
+//! - `store`: segment files, log index, ConsumeQueue, recovery.
+//! - `raft`: the openraft type configuration and the log storage over `store`.
+
+pub mod raft;
+pub mod store;

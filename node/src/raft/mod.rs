@@ -1,0 +1,41 @@
+//! Raft, as openraft 0.10 runs it over RockRaft's storage.
+//!
+//! - [`TypeConfig`]: the openraft type configuration of a RockRaft group.
+//! - [`LogStore`]: `RaftLogStorage` over the CommitLog (`store/`): every Raft entry is one
+//!   CommitLog record, so the Raft log *is* the message log.
+//!
+//! openraft is alpha software; its types stay behind this module so API changes land here only.
+
+mod entry_codec;
+mod log_store;
+#[cfg(test)]
+mod log_store_suite_test;
+
+use std::fmt;
+
+use bytes::Bytes;
+
+pub use log_store::{LogStore, LogStoreReader};
+
+/// The payload of a normal entry: a broker command, encoded by `broker/`. The log stores these
+/// bytes as they are and hands them back zero-copy.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Command(pub Bytes);
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "command({} bytes)", self.0.len())
+    }
+}
+
+openraft::declare_raft_types!(
+    /// The openraft type configuration of a RockRaft group.
+    pub TypeConfig:
+        D = Command,
+        R = (),
+);
+
+pub type NodeId = u64;
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;

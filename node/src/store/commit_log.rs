@@ -1,0 +1,558 @@
+//! The CommitLog: a chain of segment files plus the log index, with one writer and any number
+//! of concurrent readers.
+//!
+//! Segments are named by their global byte offset and say in their file header which Raft index
+//! their first record must carry. Segment `k` holds the records `first_index(k) ..
+//! first_index(k + 1)`; anything it stores past that was truncated away. Truncation therefore
+//! never rewrites bytes a reader may hold: it starts a new segment whose `first_index` supersedes
+//! the tail of the old one.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use crate::store::flush::{FlushCallback, FlushJob, Flusher};
+use crate::store::index::{IndexSlot, LogIndex};
+use crate::store::record::{self, HEADER_LEN, RecordMeta, Slot};
+use crate::store::segment::{self, FILE_HEADER_LEN, Segment};
+use crate::store::{Durability, LogConfig, StoreError};
+
+/// A record read back from the log. `payload` points into the segment mapping (no copy) and
+/// stays valid for as long as it is held, even after the record is purged or truncated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub meta: RecordMeta,
+    pub payload: Bytes,
+}
+
+/// The readable extent of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogBounds {
+    /// The lowest index that can be read; everything below was purged.
+    pub first_index: u64,
+    /// The last record, or `None` when nothing past the purge point is stored.
+    pub last: Option<RecordMeta>,
+}
+
+impl LogBounds {
+    /// The index the next append must carry.
+    pub fn next_index(&self) -> u64 {
+        self.last.map_or(self.first_index, |l| l.index + 1)
+    }
+}
+
+struct Shared {
+    segments: RwLock<Vec<Arc<Segment>>>,
+    index: LogIndex,
+    bounds: RwLock<LogBounds>,
+}
+
+/// Where the next record goes.
+struct Tail {
+    segment: Arc<Segment>,
+    position: u64,
+    next_index: u64,
+}
+
+pub struct CommitLog {
+    config: LogConfig,
+    segments_dir: PathBuf,
+    shared: Arc<Shared>,
+    tail: Option<Tail>,
+    next_base_offset: u64,
+    // Declared last so that it is dropped (and syncs) after everything else is released.
+    flusher: Flusher,
+}
+
+/// A cheap, cloneable read handle. Readers see every append once `append` returns.
+#[derive(Clone)]
+pub struct LogReader {
+    shared: Arc<Shared>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
+}
+
+/// Reads and checks the record at `position` of `segment`, which must carry `index`.
+fn read_record(segment: &Segment, position: u64, index: u64) -> Result<StoredRecord, String> {
+    let header_bytes = segment.slice(position, HEADER_LEN as u64).ok_or("header past end of segment")?;
+    let header = match record::decode_header(header_bytes) {
+        Ok(Slot::Record(h)) => h,
+        Ok(Slot::End) => return Err("no record at this position".into()),
+        Err(reason) => return Err(reason.into()),
+    };
+    if header.meta.index != index {
+        return Err(format!("record carries index {}", header.meta.index));
+    }
+    let payload =
+        segment.slice(position + HEADER_LEN as u64, header.length as u64).ok_or("payload past end of segment")?;
+    if !record::crc_matches(header_bytes, payload) {
+        return Err("checksum mismatch".into());
+    }
+    let payload =
+        segment.bytes(position + HEADER_LEN as u64, header.length as u64).ok_or("payload past end of segment")?;
+    Ok(StoredRecord { meta: header.meta, payload })
+}
+
+/// Walks the records of `segment` from its start while they are whole, carry consecutive indexes
+/// from `first_index(segment)` below `limit`, and never go back in term. Returns each record's
+/// position and slot, and the position after the last good one.
+fn scan(segment: &Segment, limit: u64, mut prev_term: u64) -> (Vec<(RecordMeta, IndexSlot)>, u64) {
+    let mut found = Vec::new();
+    let mut position = FILE_HEADER_LEN;
+    let mut expect = segment.first_index;
+    while expect < limit {
+        let Some(header_bytes) = segment.slice(position, HEADER_LEN as u64) else { break };
+        let header = match record::decode_header(header_bytes) {
+            Ok(Slot::Record(h)) => h,
+            Ok(Slot::End) | Err(_) => break,
+        };
+        if header.meta.index != expect || header.meta.term < prev_term {
+            break;
+        }
+        let Some(payload) = segment.slice(position + HEADER_LEN as u64, header.length as u64) else { break };
+        if !record::crc_matches(header_bytes, payload) {
+            break;
+        }
+        let slot = IndexSlot {
+            segment: segment.base_offset,
+            position: position as u32,
+            length: header.length,
+            term: header.meta.term,
+        };
+        found.push((header.meta, slot));
+        position += HEADER_LEN as u64 + header.length as u64;
+        prev_term = header.meta.term;
+        expect += 1;
+    }
+    (found, position)
+}
+
+impl CommitLog {
+    /// Opens (or creates) the log in `config.dir`, recovering from whatever a crash left:
+    /// the log is cut at the first record that is torn, corrupt or out of sequence, and index
+    /// slots are rebuilt from the segments where they disagree. `last_purged` is the highest
+    /// index the owner has durably recorded as purged.
+    pub fn open(config: LogConfig, last_purged: Option<u64>) -> Result<CommitLog, StoreError> {
+        config.validate()?;
+        let segments_dir = config.dir.join("segments");
+        fs::create_dir_all(&segments_dir).map_err(io_err(&segments_dir))?;
+        let index = LogIndex::open(&config.dir.join("index"), config.index_slots_per_file)?;
+
+        let mut found: Vec<(u64, PathBuf)> = Vec::new();
+        for entry in fs::read_dir(&segments_dir).map_err(io_err(&segments_dir))? {
+            let entry = entry.map_err(io_err(&segments_dir))?;
+            if let Some(base) = entry.file_name().to_str().and_then(segment::parse_file_name) {
+                found.push((base, entry.path()));
+            }
+        }
+        found.sort();
+
+        // The chain: a segment supersedes every earlier one whose first index is not below its own.
+        let mut chain: Vec<Arc<Segment>> = Vec::new();
+        let mut next_base_offset = 0;
+        let mut dropped: Vec<PathBuf> = Vec::new();
+        let count = found.len();
+        for (i, (_, path)) in found.into_iter().enumerate() {
+            let seg = match Segment::open(&path) {
+                Ok(s) => s,
+                Err(e @ StoreError::CorruptSegment { .. }) if i + 1 == count => {
+                    // Creating the newest segment was cut short: it holds nothing yet.
+                    tracing::warn!(error = %e, "discarding a half-created segment");
+                    dropped.push(path);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            next_base_offset = seg.base_offset + seg.size;
+            while chain.last().is_some_and(|prev| prev.first_index >= seg.first_index) {
+                dropped.push(chain.pop().expect("non-empty").path().to_path_buf());
+            }
+            chain.push(Arc::new(seg));
+        }
+
+        let purged_below = last_purged.map_or(0, |p| p + 1);
+        // Segments whose every index is purged go, except the last: its base offset carries on.
+        while chain.len() > 1 && chain[1].first_index <= purged_below {
+            dropped.push(chain.remove(0).path().to_path_buf());
+        }
+
+        // Check each sealed segment's range against the index; rescan where they disagree. A
+        // sealed segment that ends early breaks the chain: the log ends there.
+        let mut last: Option<RecordMeta> = None;
+        let mut tail: Option<Tail> = None;
+        let mut k = 0;
+        while k < chain.len() {
+            let seg = Arc::clone(&chain[k]);
+            let sealed = k + 1 < chain.len();
+            let limit = if sealed { chain[k + 1].first_index } else { u64::MAX };
+            let prev_term = last.map_or(0, |l| l.term);
+            let check_from = seg.first_index.max(purged_below);
+            if sealed
+                && check_from < limit
+                && let Some(tail_meta) = checked_range_end(&index, &seg, check_from, limit - 1)
+            {
+                last = Some(tail_meta);
+                k += 1;
+                continue;
+            }
+            let (records, end) = scan(&seg, limit, prev_term);
+            if !records.is_empty() {
+                let slots: Vec<IndexSlot> = records.iter().map(|(_, s)| *s).collect();
+                index.put(records[0].0.index, &slots)?;
+                last = Some(records.last().expect("non-empty").0);
+            }
+            let reached = records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
+            if sealed && reached < limit && limit > purged_below {
+                tracing::warn!(
+                    segment = %seg.path().display(), expected_up_to = limit - 1, found_up_to = reached,
+                    "segment ends early; the log is cut there"
+                );
+                for s in chain.drain(k + 1..) {
+                    dropped.push(s.path().to_path_buf());
+                }
+            }
+            if k + 1 == chain.len() {
+                // Clear whatever a torn write left right after the last good record, so that a
+                // later scan cannot mistake it for the start of a record.
+                if let Some(room) = seg.slice(end, HEADER_LEN as u64)
+                    && room.iter().any(|&b| b != 0)
+                {
+                    seg_write_zero_header(&seg, end)?;
+                }
+                tail = Some(Tail { segment: Arc::clone(&seg), position: end, next_index: reached });
+            }
+            k += 1;
+        }
+
+        for path in &dropped {
+            fs::remove_file(path).map_err(io_err(path))?;
+        }
+        if !dropped.is_empty() {
+            segment::sync_dir(&segments_dir)?;
+        }
+
+        let first_index = purged_below.max(chain.first().map_or(0, |s| s.first_index));
+        if last.is_some_and(|l| l.index < first_index) {
+            last = None;
+        }
+        let bounds = LogBounds { first_index, last };
+        let flusher = Flusher::start(config.durability, config.flush_interval)
+            .map_err(|source| StoreError::Io { path: config.dir.clone(), source })?;
+        Ok(CommitLog {
+            config,
+            segments_dir,
+            shared: Arc::new(Shared { segments: RwLock::new(chain), index, bounds: RwLock::new(bounds) }),
+            tail,
+            next_base_offset,
+            flusher,
+        })
+    }
+
+    pub fn reader(&self) -> LogReader {
+        LogReader { shared: Arc::clone(&self.shared) }
+    }
+
+    pub fn bounds(&self) -> LogBounds {
+        *self.shared.bounds.read().expect("bounds lock")
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Seals the current tail segment (durably) and starts a new one whose first record will
+    /// carry `first_index`.
+    fn roll(&mut self, first_index: u64) -> Result<(), StoreError> {
+        if let Some(tail) = self.tail.take() {
+            if tail.position + HEADER_LEN as u64 <= tail.segment.size {
+                tail.segment.write_at(tail.position, &[&record::pad_header()])?;
+            }
+            tail.segment.sync()?;
+            self.shared.index.sync()?;
+        }
+        let seg = Arc::new(Segment::create(
+            &self.segments_dir,
+            self.next_base_offset,
+            first_index,
+            self.config.segment_size,
+        )?);
+        self.next_base_offset += self.config.segment_size;
+        self.shared.segments.write().expect("segments lock").push(Arc::clone(&seg));
+        self.tail = Some(Tail { segment: seg, position: FILE_HEADER_LEN, next_index: first_index });
+        Ok(())
+    }
+
+    /// Appends records, which must continue the log without a gap. They are readable when this
+    /// returns; `done` is called once they are durable (`sync`) or at once (`async`).
+    pub fn append<I>(&mut self, records: I, done: FlushCallback) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = (RecordMeta, Bytes)>,
+    {
+        let bounds = self.bounds();
+        let mut expect = bounds.next_index();
+        let mut last = None;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut buf_start = 0u64;
+        let mut slots: Vec<IndexSlot> = Vec::new();
+        let mut first_slot_index = expect;
+        let max_record = self.config.segment_size - FILE_HEADER_LEN;
+        for (meta, payload) in records {
+            // An empty log may start anywhere past the purge point; after that, no gaps.
+            if last.is_none() && bounds.last.is_none() && meta.index > expect {
+                expect = meta.index;
+            }
+            if meta.index != expect {
+                return Err(StoreError::OutOfOrder { expected: expect, got: meta.index });
+            }
+            let len = HEADER_LEN as u64 + payload.len() as u64;
+            if len > max_record {
+                return Err(StoreError::RecordTooLarge { len, max: max_record });
+            }
+            let header = record::encode_header(&meta, &payload)?;
+            let needs_roll = match &self.tail {
+                None => true,
+                Some(t) => t.next_index != meta.index || t.position + len > t.segment.size,
+            };
+            if needs_roll {
+                self.write_buffered(&mut buf, buf_start, &mut slots, first_slot_index)?;
+                self.roll(meta.index)?;
+                first_slot_index = meta.index;
+            }
+            let tail = self.tail.as_mut().expect("rolled");
+            if buf.is_empty() {
+                buf_start = tail.position;
+            }
+            slots.push(IndexSlot {
+                segment: tail.segment.base_offset,
+                position: tail.position as u32,
+                length: payload.len() as u32,
+                term: meta.term,
+            });
+            buf.extend_from_slice(&header);
+            buf.extend_from_slice(&payload);
+            tail.position += len;
+            tail.next_index += 1;
+            expect += 1;
+            last = Some(meta);
+        }
+        self.write_buffered(&mut buf, buf_start, &mut slots, first_slot_index)?;
+        if let Some(last) = last {
+            let mut b = self.shared.bounds.write().expect("bounds lock");
+            if b.last.is_none() {
+                b.first_index = b.first_index.max(first_slot_index.min(last.index));
+            }
+            b.last = Some(last);
+        }
+        match (self.config.durability, &self.tail) {
+            (Durability::Sync, Some(t)) => {
+                self.flusher.submit(FlushJob::Sync { segment: Arc::clone(&t.segment), done });
+            }
+            (Durability::Async, Some(t)) => {
+                self.flusher.submit(FlushJob::Dirty(Arc::clone(&t.segment)));
+                done(Ok(()));
+            }
+            (_, None) => done(Ok(())),
+        }
+        Ok(())
+    }
+
+    fn write_buffered(
+        &self,
+        buf: &mut Vec<u8>,
+        start: u64,
+        slots: &mut Vec<IndexSlot>,
+        first_index: u64,
+    ) -> Result<(), StoreError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let tail = self.tail.as_ref().expect("buffered records have a segment");
+        tail.segment.write_at(start, &[buf])?;
+        self.shared.index.put(first_index, slots)?;
+        buf.clear();
+        slots.clear();
+        Ok(())
+    }
+
+    /// Removes every record after `keep` (all of them for `None`). Durable when it returns.
+    pub fn truncate_after(&mut self, keep: Option<u64>) -> Result<(), StoreError> {
+        let bounds = self.bounds();
+        let Some(last) = bounds.last else { return Ok(()) };
+        if keep.is_some_and(|k| k >= last.index) {
+            return Ok(());
+        }
+        let new_first = keep.map_or(bounds.first_index, |k| (k + 1).max(bounds.first_index));
+        let kept_last = match keep {
+            Some(k) if k >= bounds.first_index => Some(self.reader().read(k)?.ok_or(StoreError::Missing(k))?.meta),
+            _ => None,
+        };
+        // The new segment supersedes the old tail on disk before anything is deleted, so a crash
+        // in between still recovers a log without the truncated records.
+        self.tail.take().map(|t| t.segment.sync()).transpose()?;
+        self.roll(new_first)?;
+        let mut doomed = Vec::new();
+        {
+            let mut segments = self.shared.segments.write().expect("segments lock");
+            let n = segments.len();
+            let mut kept = Vec::with_capacity(n);
+            for (i, s) in segments.drain(..).enumerate() {
+                if i + 1 < n && s.first_index >= new_first {
+                    doomed.push(s);
+                } else {
+                    kept.push(s);
+                }
+            }
+            *segments = kept;
+        }
+        for s in doomed.iter().rev() {
+            fs::remove_file(s.path()).map_err(io_err(s.path()))?;
+        }
+        segment::sync_dir(&self.segments_dir)?;
+        self.shared.bounds.write().expect("bounds lock").last = kept_last;
+        Ok(())
+    }
+
+    /// Forgets every record up to and including `upto`; whole segments below it are deleted.
+    /// The caller records `upto` durably first (see `open`).
+    pub fn purge(&mut self, upto: u64) -> Result<(), StoreError> {
+        {
+            let mut b = self.shared.bounds.write().expect("bounds lock");
+            b.first_index = b.first_index.max(upto + 1);
+            if b.last.is_some_and(|l| l.index <= upto) {
+                b.last = None;
+            }
+        }
+        let mut doomed = Vec::new();
+        {
+            let mut segments = self.shared.segments.write().expect("segments lock");
+            while segments.len() > 1 && segments[1].first_index <= upto + 1 {
+                doomed.push(segments.remove(0));
+            }
+        }
+        for s in &doomed {
+            fs::remove_file(s.path()).map_err(io_err(s.path()))?;
+        }
+        let first = self.bounds().first_index;
+        self.shared.index.remove_below(first)?;
+        Ok(())
+    }
+
+    /// Syncs everything written so far, whatever the durability mode.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        if let Some(t) = &self.tail {
+            t.segment.sync()?;
+        }
+        Ok(())
+    }
+}
+
+fn seg_write_zero_header(seg: &Segment, position: u64) -> Result<(), StoreError> {
+    seg.write_at(position, &[&[0u8; HEADER_LEN]])?;
+    seg.sync()
+}
+
+/// When the index slots for `first` and `last` point into `seg` at records that check out, the
+/// record at `last`.
+fn checked_range_end(index: &LogIndex, seg: &Segment, first: u64, last: u64) -> Option<RecordMeta> {
+    let check = |i: u64| {
+        let slot = index.get(i).filter(|s| s.segment == seg.base_offset)?;
+        read_record(seg, slot.position as u64, i).ok().filter(|r| r.meta.term == slot.term)
+    };
+    check(first)?;
+    check(last).map(|r| r.meta)
+}
+
+impl LogReader {
+    pub fn bounds(&self) -> LogBounds {
+        *self.shared.bounds.read().expect("bounds lock")
+    }
+
+    /// The segment that holds `index`: the last one whose first index is not above it.
+    fn segment_of(&self, index: u64) -> Option<Arc<Segment>> {
+        let segments = self.shared.segments.read().expect("segments lock");
+        let at = segments.partition_point(|s| s.first_index <= index);
+        at.checked_sub(1).map(|i| Arc::clone(&segments[i]))
+    }
+
+    /// Where `index` is stored: its segment and the position of its header.
+    fn locate(&self, index: u64) -> Result<(Arc<Segment>, u64), StoreError> {
+        let seg = self.segment_of(index).ok_or(StoreError::Missing(index))?;
+        if let Some(slot) = self.shared.index.get(index)
+            && slot.segment == seg.base_offset
+            && read_record(&seg, slot.position as u64, index).is_ok_and(|r| r.meta.term == slot.term)
+        {
+            return Ok((seg, slot.position as u64));
+        }
+        // The index slot is missing or stale: find the record by walking the segment.
+        let (records, _) = scan(&seg, index + 1, 0);
+        match records.last() {
+            Some((meta, slot)) if meta.index == index => {
+                self.shared.index.put(index, &[*slot])?;
+                Ok((seg, slot.position as u64))
+            }
+            _ => Err(StoreError::CorruptRecord { index, reason: "not found in its segment".into() }),
+        }
+    }
+
+    /// The record at `index`, or `None` when it is purged or not yet written. A record that fails
+    /// its checks is an error, never returned.
+    pub fn read(&self, index: u64) -> Result<Option<StoredRecord>, StoreError> {
+        let bounds = self.bounds();
+        if index < bounds.first_index || bounds.last.is_none_or(|l| index > l.index) {
+            return Ok(None);
+        }
+        let (seg, position) = self.locate(index)?;
+        read_record(&seg, position, index).map(Some).map_err(|reason| StoreError::CorruptRecord { index, reason })
+    }
+
+    /// Records `start..end` that are present, stopping once `max_bytes` of payload are gathered
+    /// (at least one record is returned if any is present).
+    pub fn read_range(&self, start: u64, end: u64, max_bytes: u64) -> Result<Vec<StoredRecord>, StoreError> {
+        let bounds = self.bounds();
+        let start = start.max(bounds.first_index);
+        let end = end.min(bounds.next_index());
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        for i in start..end {
+            if bytes >= max_bytes && !out.is_empty() {
+                break;
+            }
+            match self.read(i)? {
+                Some(r) => {
+                    bytes += r.payload.len() as u64;
+                    out.push(r);
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The global CommitLog offset of the payload of `index`: what ConsumeQueue records point at.
+    pub fn payload_offset(&self, index: u64) -> Result<Option<u64>, StoreError> {
+        if self.read(index)?.is_none() {
+            return Ok(None);
+        }
+        let (seg, position) = self.locate(index)?;
+        Ok(Some(seg.base_offset + position + HEADER_LEN as u64))
+    }
+
+    /// `len` bytes at global CommitLog offset `offset`, zero-copy; `None` if no live segment
+    /// holds them.
+    pub fn read_at(&self, offset: u64, len: u64) -> Option<Bytes> {
+        let seg = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let at = segments.partition_point(|s| s.base_offset <= offset);
+            Arc::clone(segments.get(at.checked_sub(1)?)?)
+        };
+        let position = offset - seg.base_offset;
+        if position < FILE_HEADER_LEN {
+            return None;
+        }
+        seg.bytes(position, len)
+    }
+}

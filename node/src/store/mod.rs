@@ -1,0 +1,117 @@
+//! The node's storage engine.
+//!
+//! - [`CommitLog`]: one append-only log of fixed-size, preallocated segment files, mapped with
+//!   memmap2. It is the Raft log (see `raft/`) and the message store at once: every Raft entry is
+//!   one record, and messages are read back zero-copy from the mapping.
+//! - [`LogIndex`](index::LogIndex): `index → (segment, position, length, term)` in 32-byte slots.
+//! - [`ConsumeQueue`]: per (topic, queue) files of 20-byte records pointing into the CommitLog.
+//! - [`MetaStore`]: small durable values (vote, committed, last purged) in sled.
+//!
+//! Durability is chosen by [`Durability`]; see `docs/durability.md` for what each mode can lose.
+
+mod commit_log;
+mod consume_queue;
+mod flush;
+pub mod index;
+mod meta;
+pub mod record;
+mod segment;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use commit_log::{CommitLog, LogBounds, LogReader, StoredRecord};
+pub use consume_queue::{CQ_RECORD_LEN, ConsumeQueue, CqRecord, tag_hash};
+pub use flush::FlushCallback;
+pub use meta::MetaStore;
+pub use record::RecordMeta;
+
+/// When an append counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Done once fsync'd; one fsync covers every append pending at that moment (group commit).
+    Sync,
+    /// Done once in the page cache; a background thread fsyncs every `flush_interval`.
+    Async,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Directory holding `segments/` and `index/`.
+    pub dir: PathBuf,
+    /// Bytes per segment file (1 GiB default; tests use 1 MiB).
+    pub segment_size: u64,
+    /// Log index slots per index file (32 bytes each).
+    pub index_slots_per_file: u64,
+    pub durability: Durability,
+    /// How often `async` mode syncs.
+    pub flush_interval: Duration,
+}
+
+pub const DEFAULT_SEGMENT_SIZE: u64 = 1 << 30;
+pub const MIN_SEGMENT_SIZE: u64 = 1 << 20;
+
+impl LogConfig {
+    pub fn new(dir: impl AsRef<Path>) -> LogConfig {
+        LogConfig {
+            dir: dir.as_ref().to_path_buf(),
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            index_slots_per_file: 1 << 20,
+            durability: Durability::Sync,
+            flush_interval: Duration::from_millis(10),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), StoreError> {
+        // Positions inside a segment are stored as u32.
+        if !(MIN_SEGMENT_SIZE..=u32::MAX as u64).contains(&self.segment_size) {
+            return Err(StoreError::Config(format!(
+                "segment_size must be between {MIN_SEGMENT_SIZE} and {} bytes, got {}",
+                u32::MAX,
+                self.segment_size
+            )));
+        }
+        if self.index_slots_per_file == 0 {
+            return Err(StoreError::Config("index_slots_per_file must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("segment {path} is unusable: {reason}")]
+    CorruptSegment { path: PathBuf, reason: String },
+    #[error("log record {index} is corrupt: {reason}")]
+    CorruptRecord { index: u64, reason: String },
+    #[error("log record {0} is missing")]
+    Missing(u64),
+    #[error("append out of order: expected index {expected}, got {got}")]
+    OutOfOrder { expected: u64, got: u64 },
+    #[error("record of {len} bytes exceeds the {max} bytes a segment can hold")]
+    RecordTooLarge { len: u64, max: u64 },
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+    #[error("metadata store: {0}")]
+    Meta(#[from] sled::Error),
+}
+
+impl From<StoreError> for std::io::Error {
+    fn from(e: StoreError) -> std::io::Error {
+        use std::io::ErrorKind;
+        let kind = match &e {
+            StoreError::Io { source, .. } => source.kind(),
+            StoreError::CorruptSegment { .. } | StoreError::CorruptRecord { .. } | StoreError::Missing(_) => {
+                ErrorKind::InvalidData
+            }
+            StoreError::OutOfOrder { .. } | StoreError::RecordTooLarge { .. } | StoreError::Config(_) => {
+                ErrorKind::InvalidInput
+            }
+            StoreError::Meta(_) => ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e)
+    }
+}

@@ -299,6 +299,7 @@ impl CommitLog {
         let mut buf_start = 0u64;
         let mut slots: Vec<IndexSlot> = Vec::new();
         let mut first_slot_index = expect;
+        let mut batch_first = None;
         let max_record = self.config.segment_size - FILE_HEADER_LEN;
         for (meta, payload) in records {
             // An empty log may start anywhere past the purge point; after that, no gaps.
@@ -320,11 +321,11 @@ impl CommitLog {
             if needs_roll {
                 self.write_buffered(&mut buf, buf_start, &mut slots, first_slot_index)?;
                 self.roll(meta.index)?;
-                first_slot_index = meta.index;
             }
             let tail = self.tail.as_mut().expect("rolled");
             if buf.is_empty() {
                 buf_start = tail.position;
+                first_slot_index = meta.index;
             }
             slots.push(IndexSlot {
                 segment: tail.segment.base_offset,
@@ -337,13 +338,14 @@ impl CommitLog {
             tail.position += len;
             tail.next_index += 1;
             expect += 1;
+            batch_first.get_or_insert(meta.index);
             last = Some(meta);
         }
         self.write_buffered(&mut buf, buf_start, &mut slots, first_slot_index)?;
         if let Some(last) = last {
             let mut b = self.shared.bounds.write().expect("bounds lock");
             if b.last.is_none() {
-                b.first_index = b.first_index.max(first_slot_index.min(last.index));
+                b.first_index = b.first_index.max(batch_first.unwrap_or(last.index));
             }
             b.last = Some(last);
         }

@@ -10,6 +10,8 @@
 //! Durability is chosen by [`Durability`]; see `docs/durability.md` for what each mode can lose.
 
 mod commit_log;
+#[cfg(test)]
+mod commit_log_test;
 mod consume_queue;
 mod flush;
 pub mod index;

@@ -63,6 +63,11 @@ impl LogStore {
     pub fn commit_log(&self) -> LogReader {
         self.log.reader()
     }
+
+    /// Syncs everything appended so far, whatever the durability mode (shutdown, benchmarks).
+    pub fn commit_log_flush(&self) -> Result<(), StoreError> {
+        self.log.flush()
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStoreReader {

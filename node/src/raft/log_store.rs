@@ -112,7 +112,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
         let last_purged: Option<LogId> = load(&self.reader.meta, KEY_LAST_PURGED)?;
         let last = self.log.bounds().last.map(|m| entry_codec::log_id(&m));
-        Ok(LogState { last_log_id: last.or_else(|| last_purged.clone()), last_purged_log_id: last_purged })
+        Ok(LogState { last_log_id: last.or(last_purged), last_purged_log_id: last_purged })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {

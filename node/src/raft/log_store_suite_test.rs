@@ -19,20 +19,21 @@ use crate::store::{Durability, LogConfig};
 type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
+type StoredSnapshot = (SnapshotMeta, Vec<u8>);
 
 #[derive(Default, Clone)]
 struct FixtureStateMachine {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     /// Shared with the snapshot builders this machine hands out, which record what they build.
-    snapshot: Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>,
+    snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for FixtureStateMachine {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let meta = SnapshotMeta { last_log_id: self.last_applied.clone(), last_membership: self.membership.clone() };
+        let meta = SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone() };
         let data = serde_json::to_vec(&(&self.last_applied, &self.membership)).map_err(io::Error::other)?;
         *self.snapshot.lock().unwrap() = Some((meta.clone(), data.clone()));
         Ok(Snapshot { meta, snapshot: data })
@@ -44,7 +45,7 @@ impl RaftStateMachine<TypeConfig> for FixtureStateMachine {
     type SnapshotBuilder = Self;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
-        Ok((self.last_applied.clone(), self.membership.clone()))
+        Ok((self.last_applied, self.membership.clone()))
     }
 
     async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
@@ -54,9 +55,9 @@ impl RaftStateMachine<TypeConfig> for FixtureStateMachine {
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             if let EntryPayload::Membership(m) = &entry.payload {
-                self.membership = StoredMembership::new(Some(entry.log_id.clone()), m.clone());
+                self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
             }
-            self.last_applied = Some(entry.log_id.clone());
+            self.last_applied = Some(entry.log_id);
             if let Some(r) = responder {
                 r.send(());
             }
@@ -69,7 +70,7 @@ impl RaftStateMachine<TypeConfig> for FixtureStateMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> io::Result<()> {
-        self.last_applied = meta.last_log_id.clone();
+        self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         *self.snapshot.lock().unwrap() = Some((meta.clone(), snapshot));
         Ok(())

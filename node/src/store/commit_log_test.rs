@@ -172,8 +172,7 @@ fn flip_byte_of(dir: &Path, log: &CommitLog, index: u64) {
             let base: u64 = p.file_stem().unwrap().to_str().unwrap().parse().unwrap();
             (p, base)
         })
-        .filter(|(_, base)| *base <= offset)
-        .next_back()
+        .rfind(|(_, base)| *base <= offset)
         .unwrap();
     let file = OpenOptions::new().read(true).write(true).open(path).unwrap();
     let mut b = [0u8; 1];

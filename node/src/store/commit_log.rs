@@ -480,35 +480,40 @@ impl LogReader {
         at.checked_sub(1).map(|i| Arc::clone(&segments[i]))
     }
 
-    /// Where `index` is stored: its segment and the position of its header.
-    fn locate(&self, index: u64) -> Result<(Arc<Segment>, u64), StoreError> {
+    /// Reads `index`, checked, with the segment and position it was found at. The index slot is
+    /// tried first; a missing or stale slot is repaired by walking the segment.
+    fn read_checked(&self, index: u64) -> Result<(Arc<Segment>, u64, StoredRecord), StoreError> {
         let seg = self.segment_of(index).ok_or(StoreError::Missing(index))?;
-        if let Some(slot) = self.shared.index.get(index)
-            && slot.segment == seg.base_offset
-            && read_record(&seg, slot.position as u64, index).is_ok_and(|r| r.meta.term == slot.term)
+        if let Some(slot) = self.shared.index.get(index).filter(|s| s.segment == seg.base_offset)
+            && let Ok(record) = read_record(&seg, slot.position as u64, index)
+            && record.meta.term == slot.term
         {
-            return Ok((seg, slot.position as u64));
+            return Ok((seg, slot.position as u64, record));
         }
-        // The index slot is missing or stale: find the record by walking the segment.
         let (records, _) = scan(&seg, index + 1, 0);
         match records.last() {
             Some((meta, slot)) if meta.index == index => {
                 self.shared.index.put(index, &[*slot])?;
-                Ok((seg, slot.position as u64))
+                let record = read_record(&seg, slot.position as u64, index)
+                    .map_err(|reason| StoreError::CorruptRecord { index, reason })?;
+                Ok((seg, slot.position as u64, record))
             }
-            _ => Err(StoreError::CorruptRecord { index, reason: "not found in its segment".into() }),
+            _ => Err(StoreError::CorruptRecord { index, reason: "missing or damaged in its segment".into() }),
         }
+    }
+
+    fn in_bounds(&self, index: u64) -> bool {
+        let bounds = self.bounds();
+        index >= bounds.first_index && bounds.last.is_some_and(|l| index <= l.index)
     }
 
     /// The record at `index`, or `None` when it is purged or not yet written. A record that fails
     /// its checks is an error, never returned.
     pub fn read(&self, index: u64) -> Result<Option<StoredRecord>, StoreError> {
-        let bounds = self.bounds();
-        if index < bounds.first_index || bounds.last.is_none_or(|l| index > l.index) {
+        if !self.in_bounds(index) {
             return Ok(None);
         }
-        let (seg, position) = self.locate(index)?;
-        read_record(&seg, position, index).map(Some).map_err(|reason| StoreError::CorruptRecord { index, reason })
+        self.read_checked(index).map(|(_, _, record)| Some(record))
     }
 
     /// Records `start..end` that are present, stopping once `max_bytes` of payload are gathered
@@ -536,10 +541,10 @@ impl LogReader {
 
     /// The global CommitLog offset of the payload of `index`: what ConsumeQueue records point at.
     pub fn payload_offset(&self, index: u64) -> Result<Option<u64>, StoreError> {
-        if self.read(index)?.is_none() {
+        if !self.in_bounds(index) {
             return Ok(None);
         }
-        let (seg, position) = self.locate(index)?;
+        let (seg, position, _) = self.read_checked(index)?;
         Ok(Some(seg.base_offset + position + HEADER_LEN as u64))
     }
 

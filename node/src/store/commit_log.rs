@@ -8,7 +8,7 @@
 //! the tail of the old one.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use crate::store::flush::{FlushCallback, FlushJob, Flusher};
 use crate::store::index::{IndexSlot, LogIndex};
 use crate::store::record::{self, HEADER_LEN, RecordMeta, Slot};
 use crate::store::segment::{self, FILE_HEADER_LEN, Segment};
-use crate::store::{Durability, LogConfig, StoreError};
+use crate::store::{Durability, LogConfig, StoreError, io_err};
 
 /// A record read back from the log. `payload` points into the segment mapping (no copy) and
 /// stays valid for as long as it is held, even after the record is purged or truncated.
@@ -70,10 +70,6 @@ pub struct CommitLog {
 #[derive(Clone)]
 pub struct LogReader {
     shared: Arc<Shared>,
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
 /// Reads and checks the record at `position` of `segment`, which must carry `index`.

@@ -10,18 +10,13 @@
 //! by the first offset it covers, so writing the same record twice (a replayed apply) changes
 //! nothing. Records are only ever built from committed entries, so they are never truncated.
 
-use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-
-use memmap2::Mmap;
 
 use crate::store::StoreError;
+use crate::store::slot_files::{Misaligned, SlotFiles};
 
-pub const CQ_RECORD_LEN: u64 = 20;
+pub const CQ_RECORD_LEN: usize = 20;
 const SUFFIX: &str = ".cq";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +27,8 @@ pub struct CqRecord {
 }
 
 impl CqRecord {
-    pub fn encode(&self) -> [u8; CQ_RECORD_LEN as usize] {
-        let mut b = [0u8; CQ_RECORD_LEN as usize];
+    pub fn encode(&self) -> [u8; CQ_RECORD_LEN] {
+        let mut b = [0u8; CQ_RECORD_LEN];
         b[0..8].copy_from_slice(&self.position.to_le_bytes());
         b[8..12].copy_from_slice(&self.size.to_le_bytes());
         b[12..20].copy_from_slice(&self.tag_hash.to_le_bytes());
@@ -59,106 +54,20 @@ pub fn tag_hash(tag: &str) -> u64 {
     tag.encode_utf16().fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32)) as i64 as u64
 }
 
-struct CqFile {
-    file: File,
-    map: Mmap,
-    path: PathBuf,
-}
-
 pub struct ConsumeQueue {
-    dir: PathBuf,
-    records_per_file: u64,
-    files: RwLock<BTreeMap<u64, Arc<CqFile>>>,
+    records: SlotFiles<CQ_RECORD_LEN>,
     /// One past the highest offset written.
     end: AtomicU64,
     /// The lowest offset that may still be read.
     start: AtomicU64,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
-}
-
 impl ConsumeQueue {
     /// Opens the queue in `dir`, finding its extent from the files present.
     pub fn open(dir: &Path, records_per_file: u64) -> Result<ConsumeQueue, StoreError> {
-        if records_per_file == 0 {
-            return Err(StoreError::Config("consume queue records_per_file must be positive".into()));
-        }
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
-        let cq = ConsumeQueue {
-            dir: dir.to_path_buf(),
-            records_per_file,
-            files: RwLock::new(BTreeMap::new()),
-            end: AtomicU64::new(0),
-            start: AtomicU64::new(0),
-        };
-        let mut files = BTreeMap::new();
-        for entry in fs::read_dir(dir).map_err(io_err(dir))? {
-            let entry = entry.map_err(io_err(dir))?;
-            let name = entry.file_name();
-            let Some(first) = name.to_str().and_then(|n| n.strip_suffix(SUFFIX)).and_then(|d| d.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            if first % records_per_file != 0 {
-                return Err(StoreError::CorruptSegment {
-                    path: entry.path(),
-                    reason: format!("not aligned to {records_per_file} records per file"),
-                });
-            }
-            files.insert(first, Arc::new(cq.open_file(first)?));
-        }
-        if let Some((&first, f)) = files.last_key_value() {
-            let used = (0..records_per_file).rev().find(|&i| {
-                CqRecord::decode(&f.map[(i * CQ_RECORD_LEN) as usize..][..CQ_RECORD_LEN as usize]).is_some()
-            });
-            cq.end.store(used.map_or(first, |i| first + i + 1), Ordering::Release);
-        }
-        if let Some((&first, f)) = files.first_key_value() {
-            let used = (0..records_per_file).find(|&i| {
-                CqRecord::decode(&f.map[(i * CQ_RECORD_LEN) as usize..][..CQ_RECORD_LEN as usize]).is_some()
-            });
-            cq.start.store(used.map_or(first, |i| first + i), Ordering::Release);
-        }
-        *cq.files.write().expect("cq lock") = files;
-        Ok(cq)
-    }
-
-    fn open_file(&self, first: u64) -> Result<CqFile, StoreError> {
-        let path = self.dir.join(format!("{first:020}{SUFFIX}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_err(&path))?;
-        let want = self.records_per_file * CQ_RECORD_LEN;
-        if file.metadata().map_err(io_err(&path))?.len() != want {
-            file.set_len(want).map_err(io_err(&path))?;
-        }
-        // SAFETY: consume queue files belong to this store and keep a fixed length while mapped;
-        // records are copied out, never borrowed beyond a call.
-        let map = unsafe { Mmap::map(&file) }.map_err(io_err(&path))?;
-        Ok(CqFile { file, map, path })
-    }
-
-    fn file_for(&self, offset: u64, create: bool) -> Result<Option<Arc<CqFile>>, StoreError> {
-        let first = offset - offset % self.records_per_file;
-        if let Some(f) = self.files.read().expect("cq lock").get(&first) {
-            return Ok(Some(Arc::clone(f)));
-        }
-        if !create {
-            return Ok(None);
-        }
-        let mut files = self.files.write().expect("cq lock");
-        if let Some(f) = files.get(&first) {
-            return Ok(Some(Arc::clone(f)));
-        }
-        let f = Arc::new(self.open_file(first)?);
-        files.insert(first, Arc::clone(&f));
-        Ok(Some(f))
+        let records = SlotFiles::open(dir, SUFFIX, records_per_file, Misaligned::Refuse)?;
+        let (start, end) = records.extent(|r| CqRecord::decode(r).is_some()).unwrap_or((0, 0));
+        Ok(ConsumeQueue { records, end: AtomicU64::new(end), start: AtomicU64::new(start) })
     }
 
     /// Writes the record of queue offset `offset`. Idempotent.
@@ -166,10 +75,7 @@ impl ConsumeQueue {
         if record.size == 0 {
             return Err(StoreError::Config("a consume queue record needs a non-zero size".into()));
         }
-        let f = self.file_for(offset, true)?.expect("created");
-        f.file
-            .write_all_at(&record.encode(), (offset % self.records_per_file) * CQ_RECORD_LEN)
-            .map_err(io_err(&f.path))?;
+        self.records.put(offset, &[record.encode()])?;
         self.end.fetch_max(offset + 1, Ordering::AcqRel);
         Ok(())
     }
@@ -178,9 +84,7 @@ impl ConsumeQueue {
         if offset < self.start() || offset >= self.end() {
             return None;
         }
-        let f = self.file_for(offset, false).ok()??;
-        let at = ((offset % self.records_per_file) * CQ_RECORD_LEN) as usize;
-        CqRecord::decode(&f.map[at..at + CQ_RECORD_LEN as usize])
+        CqRecord::decode(&self.records.get(offset)?)
     }
 
     /// Up to `max` records from `from` on, with their offsets.
@@ -201,26 +105,18 @@ impl ConsumeQueue {
     /// Forgets offsets below `offset`, deleting files that hold nothing else.
     pub fn purge_below(&self, offset: u64) -> Result<(), StoreError> {
         self.start.fetch_max(offset, Ordering::AcqRel);
-        let mut files = self.files.write().expect("cq lock");
-        let doomed: Vec<u64> = files.keys().copied().filter(|&f| f + self.records_per_file <= offset).collect();
-        for first in doomed {
-            if let Some(f) = files.remove(&first) {
-                fs::remove_file(&f.path).map_err(io_err(&f.path))?;
-            }
-        }
-        Ok(())
+        self.records.remove_below(offset)
     }
 
     pub fn sync(&self) -> Result<(), StoreError> {
-        for f in self.files.read().expect("cq lock").values() {
-            f.file.sync_data().map_err(io_err(&f.path))?;
-        }
-        Ok(())
+        self.records.sync()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn rec(i: u64) -> CqRecord {

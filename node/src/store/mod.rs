@@ -18,6 +18,7 @@ pub mod index;
 mod meta;
 pub mod record;
 mod segment;
+mod slot_files;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -99,6 +100,11 @@ pub enum StoreError {
     Config(String),
     #[error("metadata store: {0}")]
     Meta(#[from] sled::Error),
+}
+
+/// Attaches the path to an I/O error, for `map_err`.
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
 impl From<StoreError> for std::io::Error {

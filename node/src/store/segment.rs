@@ -24,7 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memmap2::Mmap;
 
-use crate::store::StoreError;
+use crate::store::{StoreError, io_err};
 
 pub const FILE_HEADER_LEN: u64 = 64;
 const FILE_MAGIC: &[u8; 8] = b"RRSEG001";
@@ -83,10 +83,6 @@ fn encode_file_header(base_offset: u64, first_index: u64, size: u64) -> [u8; 64]
     let crc = crc32c::crc32c(&h[0..60]);
     h[60..64].copy_from_slice(&crc.to_le_bytes());
     h
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
 /// Reserves the file's blocks up front so appends never wait on block allocation.

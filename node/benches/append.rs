@@ -21,7 +21,7 @@ use bytes::Bytes;
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::TypeConfigExt;
-use rockraft::raft::{Command, Entry, LogId, LogStore, TypeConfig};
+use rockraft::raft::{CommandBytes, Entry, LogId, LogStore, TypeConfig};
 use rockraft::store::{Durability, LogConfig};
 
 const MESSAGE: usize = 1024;
@@ -62,7 +62,7 @@ fn raw(dir: &Path, total: u64, name: &'static str) -> Run {
 
 fn entry(index: u64, body: &Bytes) -> Entry {
     let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
-    Entry::new_normal(LogId::new(leader, index), Command(body.clone()))
+    Entry::new_normal(LogId::new(leader, index), CommandBytes(body.clone()))
 }
 
 async fn log_store(dir: &Path, total: u64, durability: Durability, window: usize, name: &'static str) -> Run {

@@ -3,5 +3,6 @@
 //! - `store`: segment files, log index, ConsumeQueue, recovery.
 //! - `raft`: the openraft type configuration and the log storage over `store`.
 
+pub mod broker;
 pub mod raft;
 pub mod store;

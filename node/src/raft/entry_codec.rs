@@ -7,7 +7,7 @@ use bytes::Bytes;
 use openraft::EntryPayload;
 use openraft::entry::RaftEntry;
 
-use crate::raft::{Command, Entry, LogId};
+use crate::raft::{CommandBytes, Entry, LogId};
 use crate::store::{RecordMeta, StoredRecord};
 
 const KIND_BLANK: u8 = 1;
@@ -21,7 +21,7 @@ pub fn log_id(meta: &RecordMeta) -> LogId {
 pub fn encode(entry: &Entry) -> io::Result<(RecordMeta, Bytes)> {
     let (kind, payload) = match &entry.payload {
         EntryPayload::Blank => (KIND_BLANK, Bytes::new()),
-        EntryPayload::Normal(Command(bytes)) => (KIND_NORMAL, bytes.clone()),
+        EntryPayload::Normal(CommandBytes(bytes)) => (KIND_NORMAL, bytes.clone()),
         EntryPayload::Membership(m) => (KIND_MEMBERSHIP, Bytes::from(serde_json::to_vec(m).map_err(io::Error::other)?)),
     };
     let id = entry.log_id();
@@ -32,7 +32,7 @@ pub fn encode(entry: &Entry) -> io::Result<(RecordMeta, Bytes)> {
 pub fn decode(record: StoredRecord) -> io::Result<Entry> {
     let payload = match record.meta.kind {
         KIND_BLANK => EntryPayload::Blank,
-        KIND_NORMAL => EntryPayload::Normal(Command(record.payload)),
+        KIND_NORMAL => EntryPayload::Normal(CommandBytes(record.payload)),
         KIND_MEMBERSHIP => EntryPayload::Membership(
             serde_json::from_slice(&record.payload).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
         ),

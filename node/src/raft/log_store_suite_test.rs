@@ -59,7 +59,7 @@ impl RaftStateMachine<TypeConfig> for FixtureStateMachine {
             }
             self.last_applied = Some(entry.log_id);
             if let Some(r) = responder {
-                r.send(());
+                r.send(Default::default());
             }
         }
         Ok(())

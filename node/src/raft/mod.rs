@@ -20,22 +20,42 @@ pub use log_store::{LogStore, LogStoreReader};
 /// The payload of a normal entry: a broker command, encoded by `broker/`. The log stores these
 /// bytes as they are and hands them back zero-copy.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Command(pub Bytes);
+pub struct CommandBytes(pub Bytes);
 
-impl fmt::Display for Command {
+impl fmt::Display for CommandBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "command({} bytes)", self.0.len())
+    }
+}
+
+/// Where a member of the group can be reached.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeInfo {
+    /// Node-to-node gRPC (Raft replication, admin, forwarded writes).
+    pub raft_addr: String,
+    /// The RocketMQ proxy endpoint clients use.
+    pub client_addr: String,
+}
+
+impl fmt::Display for NodeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "raft={} client={}", self.raft_addr, self.client_addr)
     }
 }
 
 openraft::declare_raft_types!(
     /// The openraft type configuration of a RockRaft group.
     pub TypeConfig:
-        D = Command,
-        R = (),
+        D = CommandBytes,
+        R = crate::broker::Reply,
+        Node = NodeInfo,
 );
 
 pub type NodeId = u64;
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+pub type Raft = openraft::Raft<TypeConfig, crate::broker::StateMachine>;
+pub type Membership = openraft::Membership<NodeId, NodeInfo>;
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;

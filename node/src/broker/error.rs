@@ -1,0 +1,28 @@
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("topic {0} does not exist")]
+    TopicNotFound(String),
+    #[error("illegal topic name {0:?}")]
+    IllegalTopic(String),
+    #[error("topic {0} already exists with another configuration")]
+    TopicExists(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("log entry is not a broker command: {0}")]
+    CorruptEntry(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("metadata: {0}")]
+    Meta(#[from] sled::Error),
+}
+
+impl From<BrokerError> for std::io::Error {
+    fn from(e: BrokerError) -> std::io::Error {
+        match e {
+            BrokerError::Store(s) => s.into(),
+            other => std::io::Error::other(other),
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Broker state: topics, queue offsets, the dedupe window and the ConsumeQueues, with the
+//! deterministic apply step and the reads the proxy and admin API serve.
+//!
+//! The in-memory [`Metadata`] is authoritative while running. Changes are collected as dirty
+//! keys and written to sled in one atomic batch together with `last_applied`, after the
+//! ConsumeQueues they describe are synced (a checkpoint). A crash loses at most the changes since
+//! the last checkpoint, and those are re-derived by re-applying the log from `last_applied`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message;
+use rockraft_proto::rockraft::{SendBatch, StoredMessage};
+use serde::{Deserialize, Serialize};
+
+use crate::broker::command::{AdminCommand, Command};
+use crate::broker::queues::Queues;
+use crate::broker::topic::TopicConfig;
+use crate::broker::{BrokerError, MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position, split_position};
+use crate::raft::{LogId, StoredMembership};
+use crate::store::{CqRecord, LogReader, tag_hash};
+
+pub struct BrokerOptions {
+    /// Holds `meta/` (sled) and `queues/` (ConsumeQueues).
+    pub dir: PathBuf,
+    pub cq_records_per_file: u64,
+    /// A message id already stored in a topic within this window is not stored again.
+    pub dedupe_window: Duration,
+    /// How often applied state is made durable.
+    pub checkpoint_interval: Duration,
+}
+
+/// One (topic, queue)'s readable offsets: `start..next`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueRange {
+    pub start: u64,
+    pub next: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Seen {
+    queue_id: u32,
+    offset: u64,
+    store_timestamp_ms: i64,
+    index: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStatus {
+    pub topic: String,
+    pub queue_id: u32,
+    pub start: u64,
+    pub next: u64,
+}
+
+/// A message as stored, with where it sits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    pub topic: String,
+    pub queue_id: u32,
+    pub offset: u64,
+    pub store_timestamp_ms: i64,
+    /// Bytes of the encoded message (what the ConsumeQueue's size counts).
+    pub size: u32,
+    pub message: StoredMessage,
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Metadata {
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+    pub topics: BTreeMap<String, TopicConfig>,
+    pub queues: BTreeMap<(String, u32), QueueRange>,
+    dedupe: HashMap<(String, String), Seen>,
+    dedupe_order: VecDeque<(i64, String, String)>,
+}
+
+/// [`Metadata`] as a snapshot carries it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SnapshotData {
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+    topics: Vec<TopicConfig>,
+    queues: Vec<(String, u32, QueueRange)>,
+    dedupe: Vec<(String, String, Seen)>,
+}
+
+impl From<Metadata> for SnapshotData {
+    fn from(m: Metadata) -> SnapshotData {
+        SnapshotData {
+            last_applied: m.last_applied,
+            membership: m.membership,
+            topics: m.topics.into_values().collect(),
+            queues: m.queues.into_iter().map(|((t, q), r)| (t, q, r)).collect(),
+            dedupe: m.dedupe.into_iter().map(|((t, id), s)| (t, id, s)).collect(),
+        }
+    }
+}
+
+impl From<SnapshotData> for Metadata {
+    fn from(s: SnapshotData) -> Metadata {
+        let mut m = Metadata {
+            last_applied: s.last_applied,
+            membership: s.membership,
+            topics: s.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            queues: s.queues.into_iter().map(|(t, q, r)| ((t, q), r)).collect(),
+            dedupe: s.dedupe.into_iter().map(|(t, id, s)| ((t, id), s)).collect(),
+            dedupe_order: VecDeque::new(),
+        };
+        m.rebuild_dedupe_order();
+        m
+    }
+}
+
+/// Keys changed since the last checkpoint.
+#[derive(Default)]
+struct Dirty {
+    topics: BTreeSet<String>,
+    queues: BTreeSet<(String, u32)>,
+    dedupe: BTreeSet<(String, String)>,
+}
+
+struct Inner {
+    tree: sled::Tree,
+    db: sled::Db,
+    queues: Queues,
+    log: LogReader,
+    meta: RwLock<Metadata>,
+    dirty: Mutex<Dirty>,
+    last_checkpoint: Mutex<Instant>,
+    options: BrokerOptions,
+}
+
+/// A cheap, cloneable handle on the broker state, shared by the state machine (writes) and the
+/// proxy and admin API (reads).
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+const KEY_APPLIED: &str = "applied";
+const KEY_MEMBERSHIP: &str = "membership";
+
+fn topic_key(t: &str) -> String {
+    format!("t/{t}")
+}
+fn queue_key(t: &str, q: u32) -> String {
+    format!("q/{t}/{q}")
+}
+fn dedupe_key(t: &str, id: &str) -> String {
+    format!("d/{t}/{id}")
+}
+
+fn json<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("metadata serializes")
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(key: &[u8], v: &[u8]) -> Result<T, BrokerError> {
+    serde_json::from_slice(v)
+        .map_err(|e| BrokerError::CorruptEntry(format!("metadata key {}: {e}", String::from_utf8_lossy(key))))
+}
+
+impl Broker {
+    pub fn open(options: BrokerOptions, log: LogReader) -> Result<Broker, BrokerError> {
+        let db = sled::Config::new().path(options.dir.join("meta")).flush_every_ms(None).open()?;
+        let tree = db.open_tree("broker")?;
+        let mut meta = Metadata::default();
+        for item in tree.iter() {
+            let (k, v) = item?;
+            let key = std::str::from_utf8(&k).unwrap_or_default();
+            if key == KEY_APPLIED {
+                meta.last_applied = parse(&k, &v)?;
+            } else if key == KEY_MEMBERSHIP {
+                meta.membership = parse(&k, &v)?;
+            } else if key.starts_with("t/") {
+                let t: TopicConfig = parse(&k, &v)?;
+                meta.topics.insert(t.name.clone(), t);
+            } else if let Some(rest) = key.strip_prefix("q/") {
+                let (t, q) = rest.rsplit_once('/').unwrap_or_default();
+                let q: u32 = q.parse().map_err(|_| BrokerError::CorruptEntry(format!("metadata key {key}")))?;
+                meta.queues.insert((t.to_string(), q), parse(&k, &v)?);
+            } else if let Some(rest) = key.strip_prefix("d/") {
+                let (t, id) = rest.split_once('/').unwrap_or_default();
+                meta.dedupe.insert((t.to_string(), id.to_string()), parse(&k, &v)?);
+            }
+        }
+        meta.rebuild_dedupe_order();
+        let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
+        let inner = Inner {
+            tree,
+            db,
+            queues,
+            log,
+            meta: RwLock::new(meta),
+            dirty: Mutex::new(Dirty::default()),
+            last_checkpoint: Mutex::new(Instant::now()),
+            options,
+        };
+        Ok(Broker { inner: Arc::new(inner) })
+    }
+
+    pub(crate) fn meta(&self) -> std::sync::RwLockReadGuard<'_, Metadata> {
+        self.inner.meta.read().expect("metadata lock")
+    }
+
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.meta().last_applied
+    }
+
+    pub fn membership(&self) -> StoredMembership {
+        self.meta().membership.clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicConfig> {
+        self.meta().topics.get(name).cloned()
+    }
+
+    pub fn topics(&self) -> Vec<TopicConfig> {
+        self.meta().topics.values().cloned().collect()
+    }
+
+    pub fn queue_status(&self, topic: &str) -> Vec<QueueStatus> {
+        let meta = self.meta();
+        let Some(t) = meta.topics.get(topic) else { return Vec::new() };
+        (0..t.queues)
+            .map(|q| {
+                let r = meta.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
+                QueueStatus { topic: topic.to_string(), queue_id: q, start: r.start, next: r.next }
+            })
+            .collect()
+    }
+
+    /// Applies one committed entry's command. `Err` only for failures that must stop the node
+    /// (disk errors): bad commands are answered, not raised, so every replica answers the same.
+    pub fn apply(&self, index: u64, command: Bytes) -> Result<Reply, BrokerError> {
+        let command = match Command::decode(command) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(index, error = %e, "skipping an entry that is not a broker command");
+                return Ok(Reply::Rejected(e.to_string()));
+            }
+        };
+        let mut meta = self.inner.meta.write().expect("metadata lock");
+        let mut dirty = self.inner.dirty.lock().expect("dirty lock");
+        match command {
+            Command::Send(batch) => self.apply_send(&mut meta, &mut dirty, index, batch),
+            Command::Admin(AdminCommand::CreateTopic(t)) => {
+                if let Err(e) = t.validate() {
+                    return Ok(Reply::Rejected(e.to_string()));
+                }
+                match meta.topics.get(&t.name) {
+                    Some(existing) if *existing == t => Ok(Reply::Applied),
+                    Some(_) => Ok(Reply::TopicExists(t.name)),
+                    None => {
+                        dirty.topics.insert(t.name.clone());
+                        meta.topics.insert(t.name.clone(), t);
+                        Ok(Reply::Applied)
+                    }
+                }
+            }
+            Command::Admin(AdminCommand::DeleteTopic { name }) => {
+                if meta.topics.remove(&name).is_none() {
+                    return Ok(Reply::TopicNotFound(name));
+                }
+                dirty.topics.insert(name.clone());
+                let gone: Vec<(String, u32)> = meta.queues.keys().filter(|(t, _)| *t == name).cloned().collect();
+                for key in gone {
+                    meta.queues.remove(&key);
+                    dirty.queues.insert(key);
+                }
+                self.inner.queues.remove_topic(&name)?;
+                Ok(Reply::Applied)
+            }
+        }
+    }
+
+    fn apply_send(
+        &self,
+        meta: &mut Metadata,
+        dirty: &mut Dirty,
+        index: u64,
+        batch: SendBatch,
+    ) -> Result<Reply, BrokerError> {
+        let Some(topic) = meta.topics.get(&batch.topic) else { return Ok(Reply::TopicNotFound(batch.topic)) };
+        if batch.queue_id >= topic.queues {
+            return Ok(Reply::Rejected(format!("topic {} has no queue {}", batch.topic, batch.queue_id)));
+        }
+        if batch.messages.len() > MAX_MESSAGES_PER_ENTRY {
+            return Ok(Reply::Rejected(format!("more than {MAX_MESSAGES_PER_ENTRY} messages in one send")));
+        }
+        let mut decoded = Vec::with_capacity(batch.messages.len());
+        for raw in &batch.messages {
+            match StoredMessage::decode(raw.clone()) {
+                Ok(m) => decoded.push(m),
+                Err(e) => return Ok(Reply::Rejected(format!("undecodable message: {e}"))),
+            }
+        }
+        let now = batch.store_timestamp_ms;
+        meta.expire_dedupe(now - self.inner.options.dedupe_window.as_millis() as i64, dirty);
+        let queue = self.inner.queues.get(&batch.topic, batch.queue_id)?;
+        let key = (batch.topic.clone(), batch.queue_id);
+        let mut range = meta.queues.get(&key).copied().unwrap_or_default();
+        let mut outcomes = Vec::with_capacity(decoded.len());
+        for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
+            let dedupe_key = (batch.topic.clone(), msg.message_id.clone());
+            if !msg.message_id.is_empty()
+                && let Some(seen) = meta.dedupe.get(&dedupe_key)
+            {
+                outcomes.push(SendOutcome {
+                    message_id: msg.message_id.clone(),
+                    queue_id: seen.queue_id,
+                    offset: seen.offset,
+                    duplicate: true,
+                });
+                continue;
+            }
+            let offset = range.next;
+            let record = CqRecord {
+                position: queue_position(index, ordinal),
+                size: raw.len() as u32,
+                tag_hash: tag_hash(&msg.tag),
+            };
+            queue.put(offset, &record)?;
+            range.next += 1;
+            if !msg.message_id.is_empty() {
+                let seen = Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index };
+                meta.dedupe.insert(dedupe_key.clone(), seen);
+                meta.dedupe_order.push_back((now, dedupe_key.0.clone(), dedupe_key.1.clone()));
+                dirty.dedupe.insert(dedupe_key);
+            }
+            outcomes.push(SendOutcome {
+                message_id: msg.message_id.clone(),
+                queue_id: batch.queue_id,
+                offset,
+                duplicate: false,
+            });
+        }
+        meta.queues.insert(key.clone(), range);
+        dirty.queues.insert(key);
+        Ok(Reply::Sent(outcomes))
+    }
+
+    /// Records what an entry without a command changes (blank, membership).
+    pub fn set_applied(&self, log_id: LogId, membership: Option<StoredMembership>) {
+        let mut meta = self.inner.meta.write().expect("metadata lock");
+        meta.last_applied = Some(log_id);
+        if let Some(m) = membership {
+            meta.membership = m;
+        }
+    }
+
+    /// Makes the applied state durable when the checkpoint interval has passed (or `force`).
+    pub fn checkpoint(&self, force: bool) -> Result<(), BrokerError> {
+        let mut last = self.inner.last_checkpoint.lock().expect("checkpoint lock");
+        if !force && last.elapsed() < self.inner.options.checkpoint_interval {
+            return Ok(());
+        }
+        // Queue records first: metadata must never claim more than the queues hold on disk.
+        self.inner.queues.sync()?;
+        let batch = {
+            let meta = self.meta();
+            let mut dirty = self.inner.dirty.lock().expect("dirty lock");
+            let mut batch = sled::Batch::default();
+            for t in std::mem::take(&mut dirty.topics) {
+                match meta.topics.get(&t) {
+                    Some(cfg) => batch.insert(topic_key(&t).as_bytes(), json(cfg)),
+                    None => batch.remove(topic_key(&t).as_bytes()),
+                }
+            }
+            for (t, q) in std::mem::take(&mut dirty.queues) {
+                match meta.queues.get(&(t.clone(), q)) {
+                    Some(r) => batch.insert(queue_key(&t, q).as_bytes(), json(r)),
+                    None => batch.remove(queue_key(&t, q).as_bytes()),
+                }
+            }
+            for (t, id) in std::mem::take(&mut dirty.dedupe) {
+                match meta.dedupe.get(&(t.clone(), id.clone())) {
+                    Some(s) => batch.insert(dedupe_key(&t, &id).as_bytes(), json(s)),
+                    None => batch.remove(dedupe_key(&t, &id).as_bytes()),
+                }
+            }
+            batch.insert(KEY_APPLIED, json(&meta.last_applied));
+            batch.insert(KEY_MEMBERSHIP, json(&meta.membership));
+            batch
+        };
+        self.inner.tree.apply_batch(batch)?;
+        self.inner.db.flush()?;
+        *last = Instant::now();
+        Ok(())
+    }
+
+    /// The message at `offset` of (`topic`, `queue_id`), read from the log without copying the body.
+    pub fn read(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<StoredEntry>, BrokerError> {
+        let range = self.meta().queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default();
+        if offset < range.start || offset >= range.next {
+            return Ok(None);
+        }
+        let Some(record) = self.inner.queues.get(topic, queue_id)?.get(offset) else { return Ok(None) };
+        let (index, ordinal) = split_position(record.position);
+        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
+        let batch = match Command::decode(entry.payload) {
+            Ok(Command::Send(b)) => b,
+            _ => return Err(BrokerError::CorruptEntry(format!("queue record points at entry {index}"))),
+        };
+        let raw = batch
+            .messages
+            .get(ordinal)
+            .ok_or_else(|| BrokerError::CorruptEntry(format!("entry {index} has no message {ordinal}")))?;
+        let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
+        Ok(Some(StoredEntry {
+            topic: topic.to_string(),
+            queue_id,
+            offset,
+            store_timestamp_ms: batch.store_timestamp_ms,
+            size: raw.len() as u32,
+            message,
+        }))
+    }
+
+    /// Finds a message by id: the dedupe window first, then a scan of every queue.
+    pub fn find(&self, message_id: &str) -> Result<Option<StoredEntry>, BrokerError> {
+        let hit = self.meta().dedupe.iter().find(|((_, id), _)| id == message_id).map(|((t, _), s)| (t.clone(), *s));
+        if let Some((topic, seen)) = hit
+            && let Some(e) = self.read(&topic, seen.queue_id, seen.offset)?
+        {
+            return Ok(Some(e));
+        }
+        let queues: Vec<((String, u32), QueueRange)> =
+            self.meta().queues.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for ((topic, q), range) in queues {
+            for offset in range.start..range.next {
+                if let Some(e) = self.read(&topic, q, offset)?
+                    && e.message.message_id == message_id
+                {
+                    return Ok(Some(e));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Metadata as of now, for a snapshot.
+    pub(crate) fn snapshot_data(&self) -> SnapshotData {
+        self.meta().clone().into()
+    }
+
+    /// Replaces all state with a snapshot's. Queue records below each queue's `next` that this
+    /// node lacks are out of reach from now on (their entries are not in its log).
+    pub(crate) fn install(&self, snapshot: SnapshotData) -> Result<(), BrokerError> {
+        let mut snapshot = Metadata::from(snapshot);
+        {
+            let mut meta = self.inner.meta.write().expect("metadata lock");
+            let mut dirty = self.inner.dirty.lock().expect("dirty lock");
+            for t in meta.topics.keys().chain(snapshot.topics.keys()) {
+                dirty.topics.insert(t.clone());
+            }
+            for t in meta.topics.keys().filter(|t| !snapshot.topics.contains_key(*t)) {
+                self.inner.queues.remove_topic(t)?;
+            }
+            for (key, range) in snapshot.queues.iter_mut() {
+                let queue = self.inner.queues.get(&key.0, key.1)?;
+                let have = meta.queues.get(key).copied().unwrap_or_default();
+                if have.next < range.next {
+                    // This node never applied those records: only what follows the snapshot exists here.
+                    range.start = range.next;
+                    queue.purge_below(range.next)?;
+                }
+            }
+            for key in meta.queues.keys().chain(snapshot.queues.keys()) {
+                dirty.queues.insert(key.clone());
+            }
+            for key in meta.dedupe.keys().chain(snapshot.dedupe.keys()) {
+                dirty.dedupe.insert(key.clone());
+            }
+            *meta = snapshot;
+        }
+        self.checkpoint(true)
+    }
+}
+
+impl Metadata {
+    fn rebuild_dedupe_order(&mut self) {
+        let mut order: Vec<(i64, String, String)> =
+            self.dedupe.iter().map(|((t, id), s)| (s.store_timestamp_ms, t.clone(), id.clone())).collect();
+        order.sort();
+        self.dedupe_order = order.into();
+    }
+
+    fn expire_dedupe(&mut self, before_ms: i64, dirty: &mut Dirty) {
+        while self.dedupe_order.front().is_some_and(|(ts, _, _)| *ts < before_ms) {
+            let (_, t, id) = self.dedupe_order.pop_front().expect("non-empty");
+            let key = (t, id);
+            if self.dedupe.get(&key).is_some_and(|s| s.store_timestamp_ms < before_ms) {
+                self.dedupe.remove(&key);
+                dirty.dedupe.insert(key);
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Apply determinism, dedupe, rejection and restart of the broker state.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use rockraft_proto::rockraft::{SendBatch, StoredMessage};
+
+use crate::broker::{AdminCommand, Broker, BrokerOptions, Command, Reply, TopicConfig, TopicKind};
+use crate::store::{CommitLog, LogConfig, RecordMeta};
+
+struct Node {
+    log: CommitLog,
+    broker: Broker,
+    next_index: u64,
+}
+
+fn options(dir: &Path) -> BrokerOptions {
+    BrokerOptions {
+        dir: dir.join("broker"),
+        cq_records_per_file: 8,
+        dedupe_window: Duration::from_secs(120),
+        checkpoint_interval: Duration::from_secs(3600),
+    }
+}
+
+fn node(dir: &Path) -> Node {
+    let mut config = LogConfig::new(dir.join("log"));
+    config.segment_size = 1 << 20;
+    let log = CommitLog::open(config, None).unwrap();
+    let broker = Broker::open(options(dir), log.reader()).unwrap();
+    let next_index = log.bounds().next_index();
+    Node { log, broker, next_index }
+}
+
+impl Node {
+    /// Appends `command` to the log as the next entry and applies it, as a committed entry would be.
+    fn commit(&mut self, command: &Command) -> Reply {
+        let bytes = command.encode();
+        let index = self.next_index;
+        let meta = RecordMeta { term: 1, index, leader: 1, kind: 2 };
+        self.log.append(vec![(meta, bytes.clone())], Box::new(|r| r.unwrap())).unwrap();
+        self.next_index += 1;
+        self.broker.apply(index, bytes).unwrap()
+    }
+}
+
+fn create(name: &str, queues: u32) -> Command {
+    Command::Admin(AdminCommand::CreateTopic(TopicConfig { name: name.into(), queues, kind: TopicKind::Normal }))
+}
+
+fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[&str]) -> Command {
+    let messages = ids
+        .iter()
+        .map(|id| {
+            let m = StoredMessage {
+                message_id: id.to_string(),
+                tag: "TagA".into(),
+                body: Bytes::from(format!("body of {id}")),
+                ..Default::default()
+            };
+            m.encode_to_vec().into()
+        })
+        .collect();
+    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, messages })
+}
+
+fn offsets(reply: &Reply) -> Vec<(u64, bool)> {
+    match reply {
+        Reply::Sent(o) => o.iter().map(|o| (o.offset, o.duplicate)).collect(),
+        other => panic!("not a send reply: {other:?}"),
+    }
+}
+
+#[test]
+fn sends_get_dense_offsets_and_read_back_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    assert_eq!(n.commit(&create("T", 2)), Reply::Applied);
+    assert_eq!(offsets(&n.commit(&send("T", 1, 1000, &["a", "b"]))), vec![(0, false), (1, false)]);
+    assert_eq!(offsets(&n.commit(&send("T", 1, 1001, &["c"]))), vec![(2, false)]);
+    assert_eq!(offsets(&n.commit(&send("T", 0, 1002, &["d"]))), vec![(0, false)]);
+    let e = n.broker.read("T", 1, 2).unwrap().unwrap();
+    assert_eq!(e.message.message_id, "c");
+    assert_eq!(e.message.body, Bytes::from("body of c"));
+    assert_eq!(e.store_timestamp_ms, 1001);
+    assert_eq!(n.broker.read("T", 1, 3).unwrap(), None);
+    assert_eq!(n.broker.find("b").unwrap().unwrap().offset, 1);
+}
+
+#[test]
+fn a_retried_message_id_within_the_window_returns_the_original_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, 1_000, &["a", "b"]));
+    assert_eq!(offsets(&n.commit(&send("T", 0, 60_000, &["b", "c"]))), vec![(1, true), (2, false)]);
+    // Past the 120 s window the id is new again (RocketMQ would store every retry).
+    assert_eq!(offsets(&n.commit(&send("T", 0, 200_000, &["a"]))), vec![(3, false)]);
+    assert_eq!(n.broker.queue_status("T")[0].next, 4);
+}
+
+#[test]
+fn invalid_commands_are_answered_the_same_everywhere_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    assert_eq!(n.commit(&send("missing", 0, 1, &["a"])), Reply::TopicNotFound("missing".into()));
+    n.commit(&create("T", 1));
+    assert!(matches!(n.commit(&send("T", 5, 1, &["a"])), Reply::Rejected(_)));
+    assert!(matches!(n.commit(&create("../evil", 1)), Reply::Rejected(_)));
+    assert_eq!(n.commit(&create("T", 3)), Reply::TopicExists("T".into()));
+    let garbage = n.broker.apply(99, Bytes::from_static(b"\x01\xff\xff")).unwrap();
+    assert!(matches!(garbage, Reply::Rejected(_)));
+    assert_eq!(n.broker.queue_status("T")[0].next, 0);
+    assert_eq!(n.broker.topics().len(), 1);
+}
+
+fn queue_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.join("broker/queues")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn replicas_applying_the_same_log_have_identical_queues_and_metadata() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut x, mut y) = (node(a.path()), node(b.path()));
+    let mut commands = vec![create("T", 3), create("U", 1)];
+    for i in 0..40 {
+        let ids: Vec<String> = (0..(i % 4 + 1)).map(|k| format!("m{}", (i * 7 + k) % 50)).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        commands.push(send(
+            if i % 5 == 0 { "U" } else { "T" },
+            (i % 3) as u32 % if i % 5 == 0 { 1 } else { 3 },
+            1000 * i as i64,
+            &ids,
+        ));
+    }
+    for c in &commands {
+        assert_eq!(x.commit(c), y.commit(c));
+    }
+    assert_eq!(queue_files(a.path()), queue_files(b.path()));
+    assert!(!queue_files(a.path()).is_empty());
+    assert_eq!(*x.broker.meta(), *y.broker.meta());
+}
+
+#[test]
+fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = [create("T", 1), send("T", 0, 1, &["a"]), send("T", 0, 2, &["b"]), send("T", 0, 3, &["c"])];
+    let full;
+    {
+        let mut n = node(dir.path());
+        for c in &commands[..2] {
+            n.commit(c);
+        }
+        let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
+        n.broker.set_applied(crate::raft::LogId::new(leader, 1), None);
+        n.broker.checkpoint(true).unwrap();
+        for c in &commands[2..] {
+            n.commit(c);
+        }
+        full = n.broker.queue_status("T");
+        // No checkpoint: the last two entries are applied again after the restart.
+    }
+    let mut n = node(dir.path());
+    assert_eq!(n.broker.last_applied().map(|l| l.index), Some(1));
+    assert_eq!(n.broker.queue_status("T")[0].next, 1);
+    let reader = n.log.reader();
+    for index in 2..4 {
+        let payload = reader.read(index).unwrap().unwrap().payload;
+        n.broker.apply(index, payload).unwrap();
+    }
+    n.next_index = 4;
+    assert_eq!(n.broker.queue_status("T"), full);
+    assert_eq!(n.broker.read("T", 0, 2).unwrap().unwrap().message.message_id, "c");
+}

@@ -1,0 +1,92 @@
+//! Topics: a name, a number of queues, and the one kind of message they accept.
+
+use rockraft_proto::rocketmq::MessageType;
+
+use crate::broker::BrokerError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopicKind {
+    Normal,
+    Fifo,
+    Delay,
+    Transaction,
+}
+
+impl TopicKind {
+    pub fn message_type(self) -> MessageType {
+        match self {
+            TopicKind::Normal => MessageType::Normal,
+            TopicKind::Fifo => MessageType::Fifo,
+            TopicKind::Delay => MessageType::Delay,
+            TopicKind::Transaction => MessageType::Transaction,
+        }
+    }
+}
+
+impl std::str::FromStr for TopicKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "normal" => Ok(TopicKind::Normal),
+            "fifo" => Ok(TopicKind::Fifo),
+            "delay" => Ok(TopicKind::Delay),
+            "transaction" => Ok(TopicKind::Transaction),
+            other => Err(format!("unknown topic type {other:?} (normal, fifo, delay, transaction)")),
+        }
+    }
+}
+
+impl std::fmt::Display for TopicKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TopicKind::Normal => "normal",
+            TopicKind::Fifo => "fifo",
+            TopicKind::Delay => "delay",
+            TopicKind::Transaction => "transaction",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TopicConfig {
+    pub name: String,
+    pub queues: u32,
+    pub kind: TopicKind,
+}
+
+pub const MAX_QUEUES: u32 = 1024;
+
+/// RocketMQ's rule: 1–127 characters of `[A-Za-z0-9_%|-]`. Names also become directory names,
+/// so nothing else may pass.
+pub fn validate_name(name: &str) -> Result<(), BrokerError> {
+    let ok = !name.is_empty()
+        && name.len() <= 127
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'));
+    if ok { Ok(()) } else { Err(BrokerError::IllegalTopic(name.to_string())) }
+}
+
+impl TopicConfig {
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        validate_name(&self.name)?;
+        if self.queues == 0 || self.queues > MAX_QUEUES {
+            return Err(BrokerError::BadRequest(format!("a topic needs 1 to {MAX_QUEUES} queues")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_the_data_directory_are_refused() {
+        for bad in ["", "../x", "a/b", "a b", ".", &"x".repeat(128)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["T", "orders_2024", "%RETRY%g", "a-b|c"] {
+            assert!(validate_name(good).is_ok(), "{good:?}");
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Generates the gRPC code from `apache/rocketmq/v2/*.proto` and `rockraft/v1/*.proto` with
+//! protox (a protobuf compiler in Rust), so no `protoc` is needed on the machine.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["apache/rocketmq/v2/service.proto", "rockraft/v1/raft.proto", "rockraft/v1/broker.proto"];
+    for f in ["apache/rocketmq/v2/definition.proto", files[0], files[1], files[2]] {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let descriptors = protox::compile(files, ["."])?;
+    tonic_prost_build::configure()
+        // Payload bytes become `bytes::Bytes`: decoding slices the request buffer instead of copying.
+        .bytes(".")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

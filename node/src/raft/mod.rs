@@ -8,6 +8,9 @@
 
 mod entry_codec;
 mod log_store;
+mod network;
+mod service;
+mod wire;
 #[cfg(test)]
 mod log_store_suite_test;
 
@@ -16,6 +19,8 @@ use std::fmt;
 use bytes::Bytes;
 
 pub use log_store::{LogStore, LogStoreReader};
+pub use network::{Network, channel};
+pub use service::RaftServer;
 
 /// The payload of a normal entry: a broker command, encoded by `broker/`. The log stores these
 /// bytes as they are and hands them back zero-copy.

@@ -1,0 +1,168 @@
+//! The client side of replication: openraft's network traits over tonic.
+//!
+//! Append entries use a bidirectional stream, so the leader keeps sending while earlier batches
+//! are still being written and acknowledged by the follower.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use openraft::base::{BoxFuture, BoxStream};
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{AnyError, OptionalSend};
+use rockraft_proto::rockraft as pb;
+use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::raft::wire::{append_to_pb, from_json, to_json};
+use crate::raft::{NodeId, NodeInfo, TypeConfig, Vote};
+
+type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
+
+const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+/// Creates a [`Peer`] per follower.
+#[derive(Clone, Default)]
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
+        Peer { target, channel: channel(&node.raft_addr) }
+    }
+}
+
+/// A lazily connected channel to `addr` (host:port); errors surface on the first call.
+pub fn channel(addr: &str) -> Result<Channel, String> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .map(|e| e.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true).connect_lazy())
+        .map_err(|e| format!("bad address {addr:?}: {e}"))
+}
+
+pub struct Peer {
+    target: NodeId,
+    channel: Result<Channel, String>,
+}
+
+fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::new(&AnyError::error(e.to_string())))
+}
+
+fn network(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(&AnyError::error(e.to_string())))
+}
+
+/// Maps a tonic failure: connection problems are "unreachable" (openraft backs off), the rest are
+/// network errors.
+fn status(e: tonic::Status) -> RPCError<TypeConfig> {
+    match e.code() {
+        tonic::Code::Unavailable | tonic::Code::Cancelled => unreachable(e),
+        _ => network(e),
+    }
+}
+
+impl Peer {
+    fn client(&self) -> Result<RaftServiceClient<Channel>, RPCError<TypeConfig>> {
+        let channel = self.channel.as_ref().map_err(unreachable)?;
+        Ok(RaftServiceClient::new(channel.clone()).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for Peer {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut req = tonic::Request::new(append_to_pb(rpc).map_err(network)?);
+        req.set_timeout(option.hard_ttl());
+        let reply = self.client()?.append_entries(req).await.map_err(status)?;
+        from_json(&reply.into_inner()).map_err(network)
+    }
+
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        _option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        Box::pin(async move {
+            let mut client = self.client()?;
+            // An entry that cannot be encoded ends the stream; openraft then retries from its state.
+            let requests = input
+                .map(append_to_pb)
+                .take_while(|r| std::future::ready(r.is_ok()))
+                .filter_map(|r| std::future::ready(r.ok()));
+            let responses = client.stream_append(requests).await.map_err(status)?.into_inner();
+            let results = responses.map(|item| {
+                let msg = item.map_err(status)?;
+                from_json::<StreamAppendResult<TypeConfig>>(&msg).map_err(network)
+            });
+            Ok(Box::pin(results) as BoxStream<'s, _>)
+        })
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut req = tonic::Request::new(to_json(&rpc));
+        req.set_timeout(option.hard_ttl());
+        let reply = self.client()?.vote(req).await.map_err(status)?;
+        from_json(&reply.into_inner()).map_err(network)
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut req = tonic::Request::new(to_json(&rpc));
+        req.set_timeout(option.hard_ttl());
+        let reply = self.client()?.pre_vote(req).await.map_err(status)?;
+        from_json(&reply.into_inner()).map_err(network)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let header = to_json(&(vote, &snapshot.meta)).json;
+        let mut chunks = vec![pb::SnapshotChunk { part: Some(pb::snapshot_chunk::Part::Header(header)) }];
+        chunks.extend(snapshot.snapshot.chunks(SNAPSHOT_CHUNK).map(|c| pb::SnapshotChunk {
+            part: Some(pb::snapshot_chunk::Part::Data(bytes::Bytes::copy_from_slice(c))),
+        }));
+        let reply = self.client()?.install_snapshot(futures_util::stream::iter(chunks)).await.map_err(status)?;
+        Ok(from_json(&reply.into_inner()).map_err(network)?)
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let mut request = tonic::Request::new(to_json(&req));
+        request.set_timeout(option.hard_ttl());
+        let reply = self.client()?.transfer_leader(request).await.map_err(status)?;
+        from_json(&reply.into_inner()).map_err(network)
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        tracing::trace!(target = self.target, "backing off");
+        Some(Backoff::new(std::iter::repeat(Duration::from_millis(200))))
+    }
+}

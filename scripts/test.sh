@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: unit and property tests, openraft's storage conformance suite.
+# The whole test suite: unit and property tests, openraft's storage conformance suite, and the
+# cluster tests (real nodes, the official RocketMQ Rust client, faults).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The cluster tests start real node processes: build the binary they run first.
+cargo build --locked -p rockraft --bin rockraft
 cargo test --workspace --locked

@@ -1,8 +1,16 @@
 //! RockRaft: a RocketMQ-5-style message broker whose CommitLog is a Raft log.
 //!
 //! - `store`: segment files, log index, ConsumeQueue, recovery.
-//! - `raft`: the openraft type configuration and the log storage over `store`.
+//! - `raft`: the openraft type configuration, log storage over `store`, network over tonic.
+//! - `broker`: the state machine (topics, queue offsets, ConsumeQueue records).
+//! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
+//! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
+//! - `node`: one node wired together.
 
+pub mod admin;
 pub mod broker;
+pub mod cli;
+pub mod node;
+pub mod proxy;
 pub mod raft;
 pub mod store;

@@ -3,10 +3,13 @@
 //! - [`rocketmq`]: `apache.rocketmq.v2`, the API the official RocketMQ 5 clients speak.
 //! - [`rockraft`]: `rockraft.v1`, Raft replication and admin calls between nodes.
 
+// Generated code: its shapes follow the .proto files, not our lint rules.
+#[allow(clippy::all, clippy::pedantic)]
 pub mod rocketmq {
     tonic::include_proto!("apache.rocketmq.v2");
 }
 
+#[allow(clippy::all, clippy::pedantic)]
 pub mod rockraft {
     tonic::include_proto!("rockraft.v1");
 }

@@ -8,11 +8,11 @@
 
 mod entry_codec;
 mod log_store;
+#[cfg(test)]
+mod log_store_suite_test;
 mod network;
 mod service;
 mod wire;
-#[cfg(test)]
-mod log_store_suite_test;
 
 use std::fmt;
 

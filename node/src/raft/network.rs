@@ -70,7 +70,9 @@ fn status(e: tonic::Status) -> RPCError<TypeConfig> {
 impl Peer {
     fn client(&self) -> Result<RaftServiceClient<Channel>, RPCError<TypeConfig>> {
         let channel = self.channel.as_ref().map_err(unreachable)?;
-        Ok(RaftServiceClient::new(channel.clone()).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
+        Ok(RaftServiceClient::new(channel.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
     }
 }
 
@@ -92,7 +94,10 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         &'s mut self,
         input: S,
         _option: RPCOption,
-    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>>
+    ) -> BoxFuture<
+        's,
+        Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>,
+    >
     where
         S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {

@@ -47,7 +47,8 @@ pub fn append_to_pb(req: AppendEntriesRequest<TypeConfig>) -> io::Result<pb::App
 }
 
 pub fn append_from_pb(req: pb::AppendEntriesRequest) -> io::Result<AppendEntriesRequest<TypeConfig>> {
-    let header: AppendHeader = serde_json::from_slice(&req.header).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let header: AppendHeader =
+        serde_json::from_slice(&req.header).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let entries = req
         .entries
         .into_iter()

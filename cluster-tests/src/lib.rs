@@ -1,0 +1,259 @@
+//! A harness that runs real `rockraft` node processes on free loopback ports, with small
+//! segment files, for tests that use the official RocketMQ clients and inject faults.
+//!
+//! The node binary is `$ROCKRAFT_BIN`, or `target/debug/rockraft` of this workspace
+//! (`scripts/test.sh` builds it before the tests run).
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rockraft::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus};
+use rockraft::admin::call;
+use rockraft::broker::{TopicConfig, TopicKind};
+
+pub struct Node {
+    pub id: u64,
+    pub raft_addr: String,
+    pub client_addr: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    bin: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Extra lines for every node's config (e.g. a `[storage]` table).
+#[derive(Default, Clone)]
+pub struct Options {
+    pub extra_config: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+fn node_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("ROCKRAFT_BIN") {
+        return p.into();
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let bin = target.join("debug/rockraft");
+    assert!(bin.exists(), "{} is missing: run `cargo build -p rockraft` first (scripts/test.sh does)", bin.display());
+    bin
+}
+
+impl Cluster {
+    /// Starts `n` nodes with 1 MiB segments, initialises the group and waits for a leader.
+    pub async fn start(n: u64, options: Options) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let nodes: Vec<Node> = (1..=n)
+            .map(|id| Node {
+                id,
+                raft_addr: format!("127.0.0.1:{}", free_port()),
+                client_addr: format!("127.0.0.1:{}", free_port()),
+                dir: dir.path().join(format!("node{id}")),
+                child: None,
+            })
+            .collect();
+        let members: String = nodes
+            .iter()
+            .map(|m| {
+                format!(
+                    "\n[[members]]\nid = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\n",
+                    m.id, m.raft_addr, m.client_addr
+                )
+            })
+            .collect();
+        for node in &nodes {
+            std::fs::create_dir_all(&node.dir).expect("node dir");
+            let config = format!(
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}",
+                node.id,
+                node.raft_addr,
+                node.client_addr,
+                node.dir.display(),
+                options.extra_config,
+                members
+            );
+            std::fs::write(node.dir.join("config.toml"), config).expect("config");
+        }
+        let mut cluster = Cluster { nodes, bin: node_binary(), _dir: dir };
+        for id in 1..=n {
+            cluster.spawn(id);
+        }
+        let first = cluster.nodes[0].client_addr.clone();
+        retry(Duration::from_secs(30), || async { request(&first, AdminRequest::Init).await }).await;
+        cluster.wait_for_leader(Duration::from_secs(30)).await;
+        cluster
+    }
+
+    fn node(&self, id: u64) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).expect("known node")
+    }
+
+    fn spawn(&mut self, id: u64) {
+        let bin = self.bin.clone();
+        let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(node.dir.join("node.log")).expect("log");
+        let child = Command::new(bin)
+            .arg("node")
+            .arg("--config")
+            .arg(node.dir.join("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start rockraft node");
+        node.child = Some(child);
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill(&mut self, id: u64) {
+        let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
+        if let Some(mut c) = node.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then wait for the process to exit.
+    pub fn stop(&mut self, id: u64) {
+        let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
+        if let Some(mut c) = node.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self, id: u64) {
+        self.spawn(id);
+    }
+
+    /// All client endpoints, comma-separated: the official Rust client's `access_url`.
+    pub fn access_url(&self) -> String {
+        self.nodes.iter().map(|n| n.client_addr.as_str()).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn client_addr(&self, id: u64) -> String {
+        self.node(id).client_addr.clone()
+    }
+
+    pub async fn status(&self, id: u64) -> Option<NodeStatus> {
+        match call(&self.node(id).client_addr, &AdminRequest::Status).await {
+            Ok(AdminResponse::Status(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Waits until a running node reports a leader that is running too.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+                if let Some(s) = self.status(n.id).await
+                    && s.role == "Leader"
+                {
+                    return s.id;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until node `id` has applied everything the leader has committed.
+    pub async fn wait_caught_up(&self, id: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let leader = self.wait_for_leader(timeout).await;
+            if let (Some(l), Some(n)) = (self.status(leader).await, self.status(id).await)
+                && l.committed.is_some()
+                && n.applied >= l.committed
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "node {id} did not catch up within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn create_topic(&self, name: &str, queues: u32, kind: TopicKind) {
+        let req = AdminRequest::CreateTopic(TopicConfig { name: name.into(), queues, kind });
+        let addr = self.nodes[0].client_addr.clone();
+        retry(Duration::from_secs(20), || {
+            let req = req.clone();
+            let addr = addr.clone();
+            async move { request(&addr, req).await }
+        })
+        .await;
+    }
+
+    /// The messages of one queue as node `id` stores them.
+    pub async fn local_messages(&self, id: u64, topic: &str, queue: u32) -> Vec<MessageLine> {
+        let req = AdminRequest::ListMessages { topic: topic.into(), queue, from: 0, limit: u64::MAX, local: true };
+        match call(&self.node(id).client_addr, &req).await {
+            Ok(AdminResponse::Messages(m)) => m,
+            other => panic!("listing messages on node {id}: {other:?}"),
+        }
+    }
+
+    /// Every ConsumeQueue file of node `id`, by path relative to its data directory.
+    pub fn queue_files(&self, id: u64) -> BTreeMap<String, Vec<u8>> {
+        let root = self.node(id).dir.join("broker/queues");
+        let mut out = BTreeMap::new();
+        let mut stack = vec![root.clone()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Ok(bytes) = std::fs::read(&p) {
+                    out.insert(p.strip_prefix(&root).expect("under root").display().to_string(), bytes);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+async fn request(addr: &str, req: AdminRequest) -> Result<AdminResponse, String> {
+    match call(addr, &req).await? {
+        AdminResponse::Error(e) => Err(e),
+        ok => Ok(ok),
+    }
+}
+
+/// Retries `f` until it succeeds or `timeout` passes (then panics with the last error).
+pub async fn retry<T, F, Fut>(timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!("gave up after {timeout:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

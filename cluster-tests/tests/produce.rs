@@ -1,0 +1,144 @@
+//! The official Rust producer against a real three-node cluster: normal and FIFO sends, a leader
+//! killed mid-stream, the killed node catching up, and bad input.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rocketmq::Producer;
+use rocketmq::conf::{ClientOption, ProducerOption};
+use rocketmq::model::message::MessageBuilder;
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::{Cluster, Options};
+
+async fn producer(access_url: &str, topics: &[&str]) -> Producer {
+    let mut po = ProducerOption::default();
+    po.set_topics(topics.to_vec());
+    let mut co = ClientOption::default();
+    co.set_access_url(access_url);
+    co.set_enable_tls(false);
+    let mut p = Producer::new(po, co).expect("producer");
+    p.start().await.expect("producer start");
+    p
+}
+
+/// message id → (queue, offset) as node `id` stores `topic`, asserting each id appears once and
+/// every queue's offsets are dense from 0.
+async fn stored(cluster: &Cluster, id: u64, topic: &str, queues: u32) -> BTreeMap<String, (u32, u64)> {
+    let mut out = BTreeMap::new();
+    for q in 0..queues {
+        let lines = cluster.local_messages(id, topic, q).await;
+        for (i, m) in lines.iter().enumerate() {
+            assert_eq!(m.offset, i as u64, "node {id}: queue {q} offsets are not dense");
+            assert!(
+                out.insert(m.message_id.clone(), (q, m.offset)).is_none(),
+                "node {id}: {} stored twice",
+                m.message_id
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn official_producer_sends_normal_and_fifo_messages_through_any_node() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Orders", 4, TopicKind::Normal).await;
+    cluster.create_topic("Ledger", 2, TopicKind::Fifo).await;
+    let mut sent = BTreeSet::new();
+    let mut fifo_sent: Vec<(String, String)> = Vec::new();
+    for id in 1..=3 {
+        // A producer per node: each endpoint serves every RPC, followers forward to the leader.
+        let p = producer(&cluster.client_addr(id), &["Orders", "Ledger"]).await;
+        for i in 0..10 {
+            let msg = MessageBuilder::builder()
+                .set_topic("Orders")
+                .set_tag("TagA")
+                .set_keys(vec![format!("k{id}-{i}")])
+                .set_body(format!("order {id}-{i}").into_bytes())
+                .build()
+                .unwrap();
+            sent.insert(p.send(msg).await.expect("normal send").message_id().to_string());
+            let group = format!("account-{}", i % 3);
+            let msg =
+                MessageBuilder::fifo_message_builder("Ledger", format!("entry {id}-{i}").into_bytes(), group.clone())
+                    .build()
+                    .unwrap();
+            fifo_sent.push((group, p.send(msg).await.expect("fifo send").message_id().to_string()));
+        }
+    }
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+        let orders = stored(&cluster, id, "Orders", 4).await;
+        assert_eq!(
+            orders.keys().cloned().collect::<BTreeSet<_>>(),
+            sent,
+            "node {id} holds exactly what was acknowledged"
+        );
+        let ledger = stored(&cluster, id, "Ledger", 2).await;
+        // Per message group: one queue, in send order.
+        let mut last: BTreeMap<&str, (u32, u64)> = BTreeMap::new();
+        for (group, msg_id) in &fifo_sent {
+            let at = ledger[msg_id];
+            if let Some(prev) = last.insert(group, at) {
+                assert_eq!(prev.0, at.0, "group {group} stays on one queue");
+                assert!(prev.1 < at.1, "group {group} keeps its order");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_leader_mid_stream_loses_no_acknowledged_message() {
+    let mut cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Stream", 2, TopicKind::Normal).await;
+    let p = producer(&cluster.access_url(), &["Stream"]).await;
+    let mut acked = BTreeSet::new();
+    let mut acked_after_kill = 0;
+    let mut failed = 0;
+    let mut killed = None;
+    let mut i = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while acked_after_kill < 150 && std::time::Instant::now() < deadline {
+        if i == 150 {
+            let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+            cluster.kill(leader);
+            killed = Some(leader);
+        }
+        let msg = MessageBuilder::builder().set_topic("Stream").set_body(format!("m{i}").into_bytes()).build().unwrap();
+        // The official client does not retry: a send during the election may fail, which is fine;
+        // one that succeeds must never be lost.
+        match p.send(msg).await {
+            Ok(receipt) => {
+                acked.insert(receipt.message_id().to_string());
+                if killed.is_some() {
+                    acked_after_kill += 1;
+                }
+            }
+            Err(_) => {
+                failed += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        i += 1;
+    }
+    assert!(
+        acked_after_kill >= 150,
+        "sends resume after the leader dies ({acked_after_kill} acknowledged, {failed} failed)"
+    );
+    let killed = killed.unwrap();
+    let survivors: Vec<u64> = (1..=3).filter(|&id| id != killed).collect();
+    for &id in &survivors {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+        let got = stored(&cluster, id, "Stream", 2).await;
+        let missing: Vec<&String> = acked.iter().filter(|m| !got.contains_key(*m)).collect();
+        assert!(missing.is_empty(), "node {id} lost acknowledged messages: {missing:?}");
+    }
+
+    cluster.restart(killed);
+    cluster.wait_caught_up(killed, Duration::from_secs(30)).await;
+    let reference = cluster.queue_files(survivors[0]);
+    assert!(!reference.is_empty());
+    for id in 1..=3 {
+        assert_eq!(cluster.queue_files(id), reference, "node {id}'s ConsumeQueues differ");
+    }
+}

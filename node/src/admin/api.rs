@@ -1,0 +1,84 @@
+//! The admin API's requests and answers (JSON over `AdminService.Call`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::TopicConfig;
+use crate::raft::NodeId;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AdminRequest {
+    Status,
+    Init,
+    AddNode { id: NodeId, raft_addr: String, client_addr: String },
+    RemoveNode { id: NodeId },
+    TransferLeader { to: NodeId },
+    CreateTopic(TopicConfig),
+    DeleteTopic { name: String },
+    ListTopics,
+    ListMessages { topic: String, queue: u32, from: u64, limit: u64, local: bool },
+    GetMessage { id: String, local: bool },
+}
+
+impl AdminRequest {
+    /// Whether only the leader can answer it (a follower forwards).
+    pub fn needs_leader(&self) -> bool {
+        match self {
+            AdminRequest::AddNode { .. } | AdminRequest::RemoveNode { .. } | AdminRequest::TransferLeader { .. } => {
+                true
+            }
+            AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminResponse {
+    Status(NodeStatus),
+    Done(String),
+    Topics(Vec<TopicInfo>),
+    Messages(Vec<MessageLine>),
+    Error(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: NodeId,
+    pub role: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log_index: Option<u64>,
+    pub committed: Option<u64>,
+    pub applied: Option<u64>,
+    pub purged: Option<u64>,
+    pub members: Vec<MemberInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub id: NodeId,
+    pub raft_addr: String,
+    pub client_addr: String,
+    pub voter: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TopicInfo {
+    pub config: TopicConfig,
+    /// `(queue, start, next)` per queue.
+    pub queues: Vec<(u32, u64, u64)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MessageLine {
+    pub topic: String,
+    pub queue: u32,
+    pub offset: u64,
+    pub message_id: String,
+    pub tag: String,
+    pub keys: Vec<String>,
+    pub body_len: usize,
+    pub store_timestamp_ms: i64,
+}

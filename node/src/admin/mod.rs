@@ -1,0 +1,9 @@
+//! Operating a node: its configuration and the admin API (`rockraft.v1.AdminService`) that the
+//! CLI and other nodes call.
+
+pub mod api;
+mod config;
+mod service;
+
+pub use config::{BrokerConfig, Member, NodeConfig, RaftTimings, StorageConfig};
+pub use service::{AdminServer, call};

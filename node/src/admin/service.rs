@@ -1,0 +1,213 @@
+//! `rockraft.v1.AdminService`: forwarded writes and operator requests.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rockraft_proto::rockraft as pb;
+use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
+use rockraft_proto::rockraft::admin_service_server::AdminService;
+use tonic::{Request, Response, Status};
+
+use crate::admin::api::{AdminRequest, AdminResponse, MemberInfo, MessageLine, NodeStatus, TopicInfo};
+use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
+use crate::node::{Node, WriteError};
+use crate::raft::{NodeInfo, channel};
+
+pub struct AdminServer {
+    node: Node,
+}
+
+impl AdminServer {
+    pub fn new(node: Node) -> AdminServer {
+        AdminServer { node }
+    }
+}
+
+fn line(e: StoredEntry) -> MessageLine {
+    MessageLine {
+        topic: e.topic,
+        queue: e.queue_id,
+        offset: e.offset,
+        message_id: e.message.message_id,
+        tag: e.message.tag,
+        keys: e.message.keys,
+        body_len: e.message.body.len(),
+        store_timestamp_ms: e.store_timestamp_ms,
+    }
+}
+
+fn reply_text(reply: Reply) -> AdminResponse {
+    match reply {
+        Reply::Applied => AdminResponse::Done("ok".into()),
+        Reply::TopicNotFound(t) => AdminResponse::Error(format!("topic {t} does not exist")),
+        Reply::TopicExists(t) => AdminResponse::Error(format!("topic {t} already exists with another configuration")),
+        Reply::Rejected(why) => AdminResponse::Error(why),
+        Reply::Sent(_) => AdminResponse::Done("sent".into()),
+    }
+}
+
+/// Sends `req` to the admin service at `addr`.
+pub async fn call(addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
+    let channel = channel(addr)?;
+    let json = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    let reply = AdminServiceClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .call(pb::Json { json: json.into() })
+        .await
+        .map_err(|s| format!("{addr}: {}", s.message()))?;
+    serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
+}
+
+impl AdminServer {
+    async fn handle(&self, req: AdminRequest) -> AdminResponse {
+        let node = &self.node;
+        if req.needs_leader() && !node.is_leader() {
+            return match node.leader() {
+                Some((_, leader)) => call(&leader.raft_addr, &req).await.unwrap_or_else(AdminResponse::Error),
+                None => AdminResponse::Error("no leader is known right now; try again".into()),
+            };
+        }
+        let result: Result<AdminResponse, String> = match req {
+            AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
+            AdminRequest::Init => self.init().await,
+            AdminRequest::AddNode { id, raft_addr, client_addr } => {
+                let info = NodeInfo { raft_addr, client_addr };
+                match node.raft.add_learner(id, info, true).await {
+                    Err(e) => Err(e.to_string()),
+                    Ok(_) => {
+                        let mut voters: BTreeSet<u64> = node.metrics().membership_config.voter_ids().collect();
+                        voters.insert(id);
+                        node.raft
+                            .change_membership(voters, false)
+                            .await
+                            .map(|_| AdminResponse::Done(format!("node {id} added")))
+                            .map_err(|e| e.to_string())
+                    }
+                }
+            }
+            AdminRequest::RemoveNode { id } => {
+                let mut voters: BTreeSet<u64> = node.metrics().membership_config.voter_ids().collect();
+                if !voters.remove(&id) {
+                    Err(format!("node {id} is not a voter"))
+                } else {
+                    node.raft
+                        .change_membership(voters, false)
+                        .await
+                        .map(|_| AdminResponse::Done(format!("node {id} removed")))
+                        .map_err(|e| e.to_string())
+                }
+            }
+            AdminRequest::TransferLeader { to } => node
+                .raft
+                .trigger()
+                .transfer_leader(to)
+                .await
+                .map(|_| AdminResponse::Done(format!("leadership handed to node {to}")))
+                .map_err(|e| e.to_string()),
+            AdminRequest::CreateTopic(t) => self.write(Command::Admin(AdminCommand::CreateTopic(t))).await,
+            AdminRequest::DeleteTopic { name } => self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await,
+            AdminRequest::ListTopics => Ok(AdminResponse::Topics(
+                node.broker
+                    .topics()
+                    .into_iter()
+                    .map(|config| {
+                        let queues = node
+                            .broker
+                            .queue_status(&config.name)
+                            .into_iter()
+                            .map(|q| (q.queue_id, q.start, q.next))
+                            .collect();
+                        TopicInfo { config, queues }
+                    })
+                    .collect(),
+            )),
+            AdminRequest::ListMessages { topic, queue, from, limit, .. } => {
+                let mut out = Vec::new();
+                let mut offset = from;
+                let end = node.broker.queue_status(&topic).get(queue as usize).map_or(0, |q| q.next);
+                while offset < end && (out.len() as u64) < limit {
+                    match node.broker.read(&topic, queue, offset) {
+                        Ok(Some(e)) => out.push(line(e)),
+                        Ok(None) => {}
+                        Err(e) => return AdminResponse::Error(e.to_string()),
+                    }
+                    offset += 1;
+                }
+                Ok(AdminResponse::Messages(out))
+            }
+            AdminRequest::GetMessage { id, .. } => match node.broker.find(&id) {
+                Ok(found) => Ok(AdminResponse::Messages(found.into_iter().map(line).collect())),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        result.unwrap_or_else(AdminResponse::Error)
+    }
+
+    async fn write(&self, command: Command) -> Result<AdminResponse, String> {
+        self.node.write(&command).await.map(reply_text).map_err(|e| e.to_string())
+    }
+
+    async fn init(&self) -> Result<AdminResponse, String> {
+        let config = &self.node.config;
+        if self.node.raft.is_initialized().await.map_err(|e| e.to_string())? {
+            return Ok(AdminResponse::Done("already initialized".into()));
+        }
+        let members: BTreeMap<u64, NodeInfo> = if config.members.is_empty() {
+            BTreeMap::from([(config.node_id, config.node_info())])
+        } else {
+            config
+                .members
+                .iter()
+                .map(|m| (m.id, NodeInfo { raft_addr: m.raft_addr.clone(), client_addr: m.client_addr.clone() }))
+                .collect()
+        };
+        let n = members.len();
+        self.node.raft.initialize(members).await.map_err(|e| e.to_string())?;
+        Ok(AdminResponse::Done(format!("initialized a group of {n}")))
+    }
+
+    fn status(&self) -> NodeStatus {
+        let m = self.node.metrics();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        NodeStatus {
+            id: m.id,
+            role: format!("{:?}", m.state),
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: m.last_log_index,
+            committed: m.local_committed.map(|l| l.index),
+            applied: m.last_applied.map(|l| l.index),
+            purged: m.purged.map(|l| l.index),
+            members: membership
+                .nodes()
+                .map(|(id, n)| MemberInfo {
+                    id: *id,
+                    raft_addr: n.raft_addr.clone(),
+                    client_addr: n.client_addr.clone(),
+                    voter: voters.contains(id),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminServer {
+    async fn write(&self, req: Request<pb::WriteRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        match self.node.write_bytes(req.into_inner().command, false).await {
+            Ok(reply) => Ok(Response::new(pb::WriteReply {
+                reply: serde_json::to_vec(&reply).map_err(|e| Status::internal(e.to_string()))?.into(),
+            })),
+            Err(WriteError::NoLeader) => Err(Status::unavailable("no leader")),
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
+    async fn call(&self, req: Request<pb::Json>) -> Result<Response<pb::Json>, Status> {
+        let request: AdminRequest =
+            serde_json::from_slice(&req.get_ref().json).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let response = self.handle(request).await;
+        let json = serde_json::to_vec(&response).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(pb::Json { json: json.into() }))
+    }
+}

@@ -1,0 +1,255 @@
+//! The `rockraft` command line: run a node, operate a cluster, manage topics, read messages.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus};
+use crate::admin::{NodeConfig, call};
+use crate::broker::{TopicConfig, TopicKind};
+
+#[derive(Parser)]
+#[command(name = "rockraft", version, about = "A Raft-replicated, RocketMQ-compatible message broker")]
+pub struct Cli {
+    /// A node's client endpoint (HOST:PORT) to send admin requests to.
+    #[arg(long, global = true, env = "ROCKRAFT_ENDPOINT", default_value = "127.0.0.1:8081")]
+    endpoint: String,
+    #[command(subcommand)]
+    command: Top,
+}
+
+#[derive(Subcommand)]
+enum Top {
+    /// Run one node.
+    Node {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The Raft group: status, initialisation, membership, leadership.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+    #[command(subcommand)]
+    Topic(TopicCmd),
+    #[command(subcommand)]
+    Message(MessageCmd),
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Each member's role, term, last/committed/applied index and lag.
+    Status,
+    /// Initialise the group from the answering node's `members` (once; repeating is harmless).
+    Init,
+    TransferLeader {
+        #[arg(long)]
+        to: u64,
+    },
+    /// Add a node: it joins as a learner, catches up, then becomes a voter.
+    AddNode {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        raft_addr: String,
+        #[arg(long)]
+        client_addr: String,
+    },
+    RemoveNode {
+        #[arg(long)]
+        id: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum TopicCmd {
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 4)]
+        queues: u32,
+        #[arg(long = "type", default_value = "normal")]
+        kind: TopicKind,
+    },
+    List,
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum MessageCmd {
+    /// One line per message: queue offset, message id, tag, keys, body length.
+    List {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        queue: u32,
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        #[arg(long, default_value_t = 1000)]
+        limit: u64,
+        /// Read the answering node's own store (to compare replicas).
+        #[arg(long)]
+        local: bool,
+    },
+    Get {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        local: bool,
+    },
+}
+
+fn print_lines(lines: &[MessageLine]) {
+    for m in lines {
+        println!("{}\t{}\t{}\t{}\t{}", m.offset, m.message_id, m.tag, m.keys.join(","), m.body_len);
+    }
+}
+
+async fn request(endpoint: &str, req: AdminRequest) -> Result<AdminResponse, String> {
+    match call(endpoint, &req).await? {
+        AdminResponse::Error(e) => Err(e),
+        ok => Ok(ok),
+    }
+}
+
+async fn cluster_status(endpoint: &str) -> Result<(), String> {
+    let AdminResponse::Status(here) = request(endpoint, AdminRequest::Status).await? else {
+        return Err("unexpected answer".into());
+    };
+    let mut rows: Vec<(u64, String, Option<NodeStatus>)> = Vec::new();
+    for m in &here.members {
+        let status = tokio::time::timeout(Duration::from_secs(2), call(&m.client_addr, &AdminRequest::Status)).await;
+        let status = match status {
+            Ok(Ok(AdminResponse::Status(s))) => Some(s),
+            _ => None,
+        };
+        rows.push((m.id, m.client_addr.clone(), status));
+    }
+    if rows.is_empty() {
+        rows.push((here.id, endpoint.to_string(), Some(here.clone())));
+    }
+    let leader_last =
+        rows.iter().filter_map(|(_, _, s)| s.as_ref()).filter(|s| s.role == "Leader").find_map(|s| s.last_log_index);
+    println!(
+        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}",
+        "id", "endpoint", "role", "term", "last", "committed", "applied", "lag"
+    );
+    let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+    for (id, addr, s) in rows {
+        match s {
+            Some(s) => {
+                let lag = match (leader_last, s.applied) {
+                    (Some(l), Some(a)) => l.saturating_sub(a).to_string(),
+                    _ => "-".into(),
+                };
+                println!(
+                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}",
+                    id,
+                    addr,
+                    s.role,
+                    s.term,
+                    show(s.last_log_index),
+                    show(s.committed),
+                    show(s.applied),
+                    lag
+                );
+            }
+            None => println!("{:<4} {:<22} {:<10}", id, addr, "unreachable"),
+        }
+    }
+    Ok(())
+}
+
+async fn run_command(cli: Cli) -> Result<(), String> {
+    let ep = cli.endpoint.as_str();
+    let done = |r: AdminResponse| {
+        if let AdminResponse::Done(text) = r {
+            println!("{text}");
+        }
+    };
+    match cli.command {
+        Top::Node { config } => {
+            let config = NodeConfig::load(&config)?;
+            crate::node::run(config).await
+        }
+        Top::Cluster(ClusterCmd::Status) => cluster_status(ep).await,
+        Top::Cluster(ClusterCmd::Init) => request(ep, AdminRequest::Init).await.map(done),
+        Top::Cluster(ClusterCmd::TransferLeader { to }) => {
+            request(ep, AdminRequest::TransferLeader { to }).await.map(done)
+        }
+        Top::Cluster(ClusterCmd::AddNode { id, raft_addr, client_addr }) => {
+            request(ep, AdminRequest::AddNode { id, raft_addr, client_addr }).await.map(done)
+        }
+        Top::Cluster(ClusterCmd::RemoveNode { id }) => request(ep, AdminRequest::RemoveNode { id }).await.map(done),
+        Top::Topic(TopicCmd::Create { name, queues, kind }) => {
+            request(ep, AdminRequest::CreateTopic(TopicConfig { name, queues, kind })).await.map(done)
+        }
+        Top::Topic(TopicCmd::Delete { name }) => request(ep, AdminRequest::DeleteTopic { name }).await.map(done),
+        Top::Topic(TopicCmd::List) => {
+            if let AdminResponse::Topics(topics) = request(ep, AdminRequest::ListTopics).await? {
+                for t in topics {
+                    let messages: u64 = t.queues.iter().map(|(_, start, next)| next - start).sum();
+                    println!("{}\t{}\tqueues={}\tmessages={}", t.config.name, t.config.kind, t.config.queues, messages);
+                }
+            }
+            Ok(())
+        }
+        Top::Message(MessageCmd::List { topic, queue, from, limit, local }) => {
+            if let AdminResponse::Messages(lines) =
+                request(ep, AdminRequest::ListMessages { topic, queue, from, limit, local }).await?
+            {
+                print_lines(&lines);
+            }
+            Ok(())
+        }
+        Top::Message(MessageCmd::Get { id, local }) => {
+            match request(ep, AdminRequest::GetMessage { id: id.clone(), local }).await? {
+                AdminResponse::Messages(lines) if !lines.is_empty() => {
+                    for m in lines {
+                        println!(
+                            "topic={} queue={} offset={} id={} tag={} keys={} body_len={} store_time_ms={}",
+                            m.topic,
+                            m.queue,
+                            m.offset,
+                            m.message_id,
+                            m.tag,
+                            m.keys.join(","),
+                            m.body_len,
+                            m.store_timestamp_ms
+                        );
+                    }
+                    Ok(())
+                }
+                _ => Err(format!("message {id} not found")),
+            }
+        }
+    }
+}
+
+/// Entry point of the binary; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    if matches!(cli.command, Top::Node { .. }) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(run_command(cli)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}

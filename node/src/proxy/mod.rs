@@ -1,0 +1,233 @@
+//! The RocketMQ proxy endpoint: `apache.rocketmq.v2.MessagingService` as the official clients use
+//! it. Every node serves it; writes go through [`Node::write`], which forwards to the leader.
+//!
+//! - `route`: QueryRoute; `send`: SendMessage checks and batching; `telemetry`: the settings
+//!   handshake; `status`: error → RocketMQ status code.
+//! - Consumption (receive, ack, invisible time) is answered UNIMPLEMENTED until it exists.
+
+mod route;
+mod send;
+mod status;
+mod telemetry;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures_util::{Stream, StreamExt};
+use rockraft_proto::rocketmq::messaging_service_server::MessagingService;
+use rockraft_proto::rocketmq::*;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::broker::{Command, Reply};
+use crate::node::Node;
+use status::{Rejection, ok, write_failed};
+
+pub struct Proxy {
+    node: Node,
+    round_robin: AtomicU32,
+}
+
+impl Proxy {
+    pub fn new(node: Node) -> Proxy {
+        Proxy { node, round_robin: AtomicU32::new(0) }
+    }
+
+    fn members_client_addrs(&self) -> Vec<String> {
+        let m = self.node.metrics();
+        m.membership_config.membership().nodes().map(|(_, n)| n.client_addr.clone()).collect()
+    }
+
+    async fn send(&self, req: &SendMessageRequest, namespace: &str) -> SendMessageResponse {
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let limits = send::Limits {
+            max_body_bytes: self.node.config.broker.max_body_bytes,
+            max_properties_bytes: self.node.config.broker.max_properties_bytes,
+        };
+        let plan = match send::plan(
+            req,
+            namespace,
+            |t| self.node.broker.topic(t),
+            &limits,
+            now_ms,
+            |n| self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
+        ) {
+            Ok(p) => p,
+            Err(Rejection(s)) => return SendMessageResponse { status: Some(s), entries: vec![] },
+        };
+        let writes = plan
+            .batches
+            .into_iter()
+            .map(|(positions, batch)| async move { (positions, self.node.write(&Command::Send(batch)).await) });
+        let results = futures_util::future::join_all(writes).await;
+        let mut entries = vec![SendResultEntry::default(); req.messages.len()];
+        let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
+        for (positions, result) in results {
+            let outcome = match result {
+                Ok(Reply::Sent(outcomes)) if outcomes.len() == positions.len() => Ok(outcomes),
+                Ok(Reply::TopicNotFound(t)) => {
+                    Err(status::status(Code::TopicNotFound, format!("topic {t} does not exist")))
+                }
+                Ok(other) => Err(status::status(Code::InternalServerError, format!("unexpected reply {other:?}"))),
+                Err(e) => Err(write_failed(&e)),
+            };
+            match outcome {
+                Ok(outcomes) => {
+                    for (pos, o) in positions.into_iter().zip(outcomes) {
+                        entries[pos] = SendResultEntry {
+                            status: Some(ok()),
+                            message_id: o.message_id,
+                            transaction_id: String::new(),
+                            offset: o.offset as i64,
+                            recall_handle: String::new(),
+                        };
+                    }
+                }
+                Err(s) => {
+                    for pos in positions {
+                        let id = req.messages[pos]
+                            .system_properties
+                            .as_ref()
+                            .map(|p| p.message_id.clone())
+                            .unwrap_or_default();
+                        entries[pos] =
+                            SendResultEntry { status: Some(s.clone()), message_id: id, ..Default::default() };
+                    }
+                    first_error.get_or_insert(s);
+                }
+            }
+        }
+        SendMessageResponse { status: Some(first_error.unwrap_or_else(ok)), entries }
+    }
+}
+
+/// The namespace of a request: the `x-mq-namespace` header, if any.
+fn namespace<T>(req: &Request<T>) -> String {
+    req.metadata().get("x-mq-namespace").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+fn not_yet<T>(what: &str) -> Result<T, Status> {
+    Err(Status::unimplemented(format!("{what} is not supported yet")))
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl MessagingService for Proxy {
+    async fn query_route(&self, req: Request<QueryRouteRequest>) -> Result<Response<QueryRouteResponse>, Status> {
+        let ns = namespace(&req);
+        let req = req.into_inner();
+        let topic = req.topic.as_ref().map(|r| {
+            let space = if r.resource_namespace.is_empty() { ns.as_str() } else { r.resource_namespace.as_str() };
+            send::qualified(space, &r.name)
+        });
+        let config = topic.as_deref().and_then(|t| self.node.broker.topic(t));
+        let reply = route::route(&req, config, &self.node.config.group, &self.members_client_addrs())
+            .unwrap_or_else(|Rejection(s)| QueryRouteResponse { status: Some(s), message_queues: vec![] });
+        Ok(Response::new(reply))
+    }
+
+    async fn heartbeat(&self, _req: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+        Ok(Response::new(HeartbeatResponse { status: Some(ok()) }))
+    }
+
+    async fn send_message(&self, req: Request<SendMessageRequest>) -> Result<Response<SendMessageResponse>, Status> {
+        let ns = namespace(&req);
+        Ok(Response::new(self.send(req.get_ref(), &ns).await))
+    }
+
+    async fn query_assignment(
+        &self,
+        _: Request<QueryAssignmentRequest>,
+    ) -> Result<Response<QueryAssignmentResponse>, Status> {
+        not_yet("QueryAssignment")
+    }
+
+    type ReceiveMessageStream = BoxStream<ReceiveMessageResponse>;
+
+    async fn receive_message(
+        &self,
+        _: Request<ReceiveMessageRequest>,
+    ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
+        not_yet("ReceiveMessage")
+    }
+
+    async fn ack_message(&self, _: Request<AckMessageRequest>) -> Result<Response<AckMessageResponse>, Status> {
+        not_yet("AckMessage")
+    }
+
+    async fn forward_message_to_dead_letter_queue(
+        &self,
+        _: Request<ForwardMessageToDeadLetterQueueRequest>,
+    ) -> Result<Response<ForwardMessageToDeadLetterQueueResponse>, Status> {
+        not_yet("ForwardMessageToDeadLetterQueue")
+    }
+
+    type PullMessageStream = BoxStream<PullMessageResponse>;
+
+    async fn pull_message(&self, _: Request<PullMessageRequest>) -> Result<Response<Self::PullMessageStream>, Status> {
+        not_yet("PullMessage")
+    }
+
+    async fn update_offset(&self, _: Request<UpdateOffsetRequest>) -> Result<Response<UpdateOffsetResponse>, Status> {
+        not_yet("UpdateOffset")
+    }
+
+    async fn get_offset(&self, _: Request<GetOffsetRequest>) -> Result<Response<GetOffsetResponse>, Status> {
+        not_yet("GetOffset")
+    }
+
+    async fn query_offset(&self, _: Request<QueryOffsetRequest>) -> Result<Response<QueryOffsetResponse>, Status> {
+        not_yet("QueryOffset")
+    }
+
+    async fn end_transaction(
+        &self,
+        _: Request<EndTransactionRequest>,
+    ) -> Result<Response<EndTransactionResponse>, Status> {
+        not_yet("EndTransaction")
+    }
+
+    type TelemetryStream = BoxStream<TelemetryCommand>;
+
+    async fn telemetry(
+        &self,
+        req: Request<Streaming<TelemetryCommand>>,
+    ) -> Result<Response<Self::TelemetryStream>, Status> {
+        let max_body = self.node.config.broker.max_body_bytes;
+        // Ends when the client closes its side or sends garbage; answers only Settings.
+        let replies = req
+            .into_inner()
+            .take_while(|c| std::future::ready(c.is_ok()))
+            .filter_map(move |c| std::future::ready(c.ok().and_then(|c| telemetry::reply(c, max_body)).map(Ok)));
+        Ok(Response::new(Box::pin(replies)))
+    }
+
+    async fn notify_client_termination(
+        &self,
+        _: Request<NotifyClientTerminationRequest>,
+    ) -> Result<Response<NotifyClientTerminationResponse>, Status> {
+        Ok(Response::new(NotifyClientTerminationResponse { status: Some(ok()) }))
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        _: Request<ChangeInvisibleDurationRequest>,
+    ) -> Result<Response<ChangeInvisibleDurationResponse>, Status> {
+        not_yet("ChangeInvisibleDuration")
+    }
+
+    async fn recall_message(
+        &self,
+        _: Request<RecallMessageRequest>,
+    ) -> Result<Response<RecallMessageResponse>, Status> {
+        not_yet("RecallMessage")
+    }
+
+    async fn sync_lite_subscription(
+        &self,
+        _: Request<SyncLiteSubscriptionRequest>,
+    ) -> Result<Response<SyncLiteSubscriptionResponse>, Status> {
+        not_yet("SyncLiteSubscription")
+    }
+}

@@ -1,0 +1,241 @@
+//! `SendMessage`: checking a request and turning it into one `SendBatch` per target queue.
+//! Every check happens before anything is proposed, so a rejected request changes nothing.
+
+use std::collections::BTreeMap;
+
+use prost::Message as _;
+use rockraft_proto::rocketmq::{Code, Message, MessageType, SendMessageRequest};
+use rockraft_proto::rockraft::{SendBatch, StoredMessage};
+
+use crate::broker::{MAX_MESSAGES_PER_ENTRY, TopicConfig, TopicKind};
+use crate::proxy::status::Rejection;
+
+pub struct Limits {
+    pub max_body_bytes: u64,
+    pub max_properties_bytes: u64,
+}
+
+/// The batches to propose: per queue, the request positions of its messages and the batch.
+pub struct SendPlan {
+    pub batches: Vec<(Vec<usize>, SendBatch)>,
+}
+
+/// RocketMQ names a topic inside a namespace `namespace%topic`.
+pub fn qualified(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() { name.to_string() } else { format!("{namespace}%{name}") }
+}
+
+fn ms(ts: &Option<prost_types::Timestamp>) -> i64 {
+    ts.as_ref().map_or(0, |t| t.seconds.saturating_mul(1000).saturating_add(i64::from(t.nanos) / 1_000_000))
+}
+
+/// What type a message claims to be: the declared type, else what its properties imply.
+fn declared_type(m: &Message) -> MessageType {
+    let sp = m.system_properties.as_ref();
+    match sp.map(|p| MessageType::try_from(p.message_type).unwrap_or(MessageType::Unspecified)) {
+        Some(t) if t != MessageType::Unspecified => t,
+        _ if sp.is_some_and(|p| p.message_group.is_some()) => MessageType::Fifo,
+        _ if sp.is_some_and(|p| p.delivery_timestamp.is_some()) => MessageType::Delay,
+        _ => MessageType::Normal,
+    }
+}
+
+fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Rejection> {
+    let sp = m
+        .system_properties
+        .as_ref()
+        .ok_or_else(|| Rejection::new(Code::BadRequest, "message without system properties"))?;
+    if m.body.is_empty() {
+        return Err(Rejection::new(Code::BadRequest, "message body is empty"));
+    }
+    if m.body.len() as u64 > limits.max_body_bytes {
+        return Err(Rejection::new(
+            Code::MessageBodyTooLarge,
+            format!("body of {} bytes exceeds the limit of {}", m.body.len(), limits.max_body_bytes),
+        ));
+    }
+    let props: usize = m.user_properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if props as u64 > limits.max_properties_bytes {
+        return Err(Rejection::new(
+            Code::MessagePropertiesTooLarge,
+            format!("properties of {props} bytes exceed the limit of {}", limits.max_properties_bytes),
+        ));
+    }
+    if m.user_properties.keys().any(|k| k.trim().is_empty()) {
+        return Err(Rejection::new(Code::IllegalMessagePropertyKey, "blank property key"));
+    }
+    if let Some(tag) = &sp.tag
+        && (tag.trim().is_empty() || tag.contains('|'))
+    {
+        return Err(Rejection::new(Code::IllegalMessageTag, format!("illegal tag {tag:?}")));
+    }
+    if sp.keys.iter().any(|k| k.trim().is_empty()) {
+        return Err(Rejection::new(Code::IllegalMessageKey, "blank message key"));
+    }
+    if let Some(g) = &sp.message_group
+        && (g.trim().is_empty() || g.len() > 64)
+    {
+        return Err(Rejection::new(Code::IllegalMessageGroup, format!("illegal message group {g:?}")));
+    }
+    let kind = declared_type(m);
+    if kind != topic.kind.message_type() {
+        return Err(Rejection::new(
+            Code::MessagePropertyConflictWithType,
+            format!("a {} message cannot go to {} topic {}", kind.as_str_name(), topic.kind, topic.name),
+        ));
+    }
+    if matches!(topic.kind, TopicKind::Delay | TopicKind::Transaction) {
+        return Err(Rejection::new(Code::Unsupported, format!("{} messages are not supported yet", topic.kind)));
+    }
+    Ok(())
+}
+
+fn stored(m: &Message) -> StoredMessage {
+    let sp = m.system_properties.clone().unwrap_or_default();
+    StoredMessage {
+        message_id: sp.message_id,
+        tag: sp.tag.unwrap_or_default(),
+        keys: sp.keys,
+        properties: m.user_properties.clone(),
+        body: m.body.clone(),
+        born_timestamp_ms: ms(&sp.born_timestamp),
+        born_host: sp.born_host,
+        message_group: sp.message_group.unwrap_or_default(),
+        message_type: declared_type(m) as i32,
+        delivery_timestamp_ms: ms(&sp.delivery_timestamp),
+    }
+}
+
+/// Checks `req` and groups its messages by target queue. `topic_of` resolves a qualified topic
+/// name; `next_queue` picks a queue for a message that names none that exists.
+pub fn plan(
+    req: &SendMessageRequest,
+    namespace: &str,
+    topic_of: impl Fn(&str) -> Option<TopicConfig>,
+    limits: &Limits,
+    now_ms: i64,
+    mut next_queue: impl FnMut(u32) -> u32,
+) -> Result<SendPlan, Rejection> {
+    let first = req.messages.first().ok_or_else(|| Rejection::new(Code::BadRequest, "no messages to send"))?;
+    if req.messages.len() > MAX_MESSAGES_PER_ENTRY {
+        return Err(Rejection::new(Code::BadRequest, format!("at most {MAX_MESSAGES_PER_ENTRY} messages per send")));
+    }
+    let name_of = |m: &Message| {
+        m.topic.as_ref().map(|r| {
+            qualified(if r.resource_namespace.is_empty() { namespace } else { &r.resource_namespace }, &r.name)
+        })
+    };
+    let topic_name = name_of(first)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Rejection::new(Code::BadRequest, "message without a topic"))?;
+    if req.messages.iter().any(|m| name_of(m).as_deref() != Some(&topic_name)) {
+        return Err(Rejection::new(Code::BadRequest, "all messages of one send must share a topic"));
+    }
+    crate::broker::topic::validate_name(&topic_name).map_err(|e| Rejection::new(Code::IllegalTopic, e.to_string()))?;
+    let topic = topic_of(&topic_name)
+        .ok_or_else(|| Rejection::new(Code::TopicNotFound, format!("topic {topic_name} does not exist")))?;
+    let mut by_queue: BTreeMap<u32, (Vec<usize>, Vec<bytes::Bytes>)> = BTreeMap::new();
+    for (i, m) in req.messages.iter().enumerate() {
+        check(m, &topic, limits)?;
+        let sp = m.system_properties.as_ref().expect("checked");
+        let queue = match &sp.message_group {
+            // One message group always lands in one queue, whichever client sent it.
+            Some(g) => crc32c::crc32c(g.as_bytes()) % topic.queues,
+            None if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
+            None => next_queue(topic.queues),
+        };
+        let entry = by_queue.entry(queue).or_default();
+        entry.0.push(i);
+        entry.1.push(stored(m).encode_to_vec().into());
+    }
+    let batches = by_queue
+        .into_iter()
+        .map(|(queue_id, (positions, messages))| {
+            (positions, SendBatch { topic: topic_name.clone(), queue_id, store_timestamp_ms: now_ms, messages })
+        })
+        .collect();
+    Ok(SendPlan { batches })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rockraft_proto::rocketmq::{Resource, SystemProperties};
+
+    const LIMITS: Limits = Limits { max_body_bytes: 16, max_properties_bytes: 32 };
+
+    fn msg(topic: &str, body: &str, group: Option<&str>) -> Message {
+        Message {
+            topic: Some(Resource { resource_namespace: String::new(), name: topic.into() }),
+            user_properties: Default::default(),
+            system_properties: Some(SystemProperties {
+                message_id: format!("id-{body}"),
+                message_group: group.map(String::from),
+                message_type: if group.is_some() { MessageType::Fifo as i32 } else { MessageType::Normal as i32 },
+                queue_id: 1,
+                ..Default::default()
+            }),
+            body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    fn topics(name: &str) -> Option<TopicConfig> {
+        match name {
+            "N" => Some(TopicConfig { name: "N".into(), queues: 4, kind: TopicKind::Normal }),
+            "F" => Some(TopicConfig { name: "F".into(), queues: 4, kind: TopicKind::Fifo }),
+            _ => None,
+        }
+    }
+
+    fn code(req: &SendMessageRequest) -> i32 {
+        plan(req, "", topics, &LIMITS, 0, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
+    }
+
+    #[test]
+    fn bad_sends_get_the_rocketmq_status_for_what_is_wrong() {
+        let one = |m: Message| SendMessageRequest { messages: vec![m] };
+        assert_eq!(code(&one(msg("missing", "x", None))), Code::TopicNotFound as i32);
+        assert_eq!(code(&one(msg("N", &"x".repeat(17), None))), Code::MessageBodyTooLarge as i32);
+        assert_eq!(code(&one(msg("N", "x", Some("g")))), Code::MessagePropertyConflictWithType as i32);
+        assert_eq!(code(&one(msg("F", "x", None))), Code::MessagePropertyConflictWithType as i32);
+        assert_eq!(code(&one(msg("N", "", None))), Code::BadRequest as i32);
+        assert_eq!(code(&one(msg("../N", "x", None))), Code::IllegalTopic as i32);
+        assert_eq!(code(&SendMessageRequest { messages: vec![] }), Code::BadRequest as i32);
+        let mut big = msg("N", "x", None);
+        big.user_properties.insert("k".into(), "v".repeat(40));
+        assert_eq!(code(&one(big)), Code::MessagePropertiesTooLarge as i32);
+        let mut no_props = msg("N", "x", None);
+        no_props.system_properties = None;
+        assert_eq!(code(&one(no_props)), Code::BadRequest as i32);
+        assert_eq!(
+            code(&SendMessageRequest { messages: vec![msg("N", "a", None), msg("F", "b", Some("g"))] }),
+            Code::BadRequest as i32
+        );
+    }
+
+    #[test]
+    fn one_message_group_always_maps_to_one_queue() {
+        let req = SendMessageRequest {
+            messages: vec![msg("F", "a", Some("g1")), msg("F", "b", Some("g1")), msg("F", "c", Some("g2"))],
+        };
+        let p = plan(&req, "", topics, &LIMITS, 5, |_| 0).unwrap();
+        let queue_of = |pos: usize| p.batches.iter().find(|(ps, _)| ps.contains(&pos)).unwrap().1.queue_id;
+        assert_eq!(queue_of(0), queue_of(1));
+        assert!(p.batches.iter().all(|(_, b)| b.store_timestamp_ms == 5 && b.topic == "F"));
+        let again = plan(&req, "", topics, &LIMITS, 6, |_| 3).unwrap();
+        assert_eq!(
+            again.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>(),
+            p.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_named_queue_is_used_and_a_missing_one_is_picked() {
+        let req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
+        assert_eq!(plan(&req, "", topics, &LIMITS, 0, |_| 2).unwrap().batches[0].1.queue_id, 1);
+        let mut m = msg("N", "a", None);
+        m.system_properties.as_mut().unwrap().queue_id = 9;
+        let req = SendMessageRequest { messages: vec![m] };
+        assert_eq!(plan(&req, "", topics, &LIMITS, 0, |_| 2).unwrap().batches[0].1.queue_id, 2);
+    }
+}

@@ -28,10 +28,13 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
 }
 
-/// Extra lines for every node's config (e.g. a `[storage]` table).
+/// Extra config lines for every node.
 #[derive(Default, Clone)]
 pub struct Options {
+    /// Top-level keys.
     pub extra_config: String,
+    /// Keys of the `[storage]` table (segments are 1 MiB already).
+    pub storage: String,
 }
 
 fn free_port() -> u16 {
@@ -75,12 +78,13 @@ impl Cluster {
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
                 node.dir.display(),
                 options.extra_config,
+                options.storage,
                 members
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");

@@ -4,7 +4,7 @@
 //! - client port: the RocketMQ `MessagingService` (proxy) and `AdminService` (for the CLI).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use openraft::async_runtime::watch::WatchReceiver;
@@ -20,6 +20,8 @@ use crate::admin::{AdminServer, NodeConfig};
 use crate::broker::{Broker, BrokerOptions, Command, Reply, StateMachine};
 use crate::proxy::Proxy;
 use crate::raft::{CommandBytes, LogStore, Network, NodeId, NodeInfo, Raft, RaftServer, TypeConfig, channel};
+use crate::store::LogReader;
+use crate::store::retention::purge_point;
 
 /// Why a write did not happen. Each maps to a client-visible status at the edge.
 #[derive(Debug, thiserror::Error)]
@@ -124,11 +126,39 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         log_store.commit_log(),
     )
     .map_err(|e| e.to_string())?;
-    let state_machine = StateMachine::new(broker.clone(), config.data_dir.join("snapshot.json"));
+    let log = log_store.commit_log();
+    let state_machine = StateMachine::new(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"));
     let raft_config = Arc::new(raft_config(&config)?);
     let raft =
         Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;
-    Ok(Node { raft, broker, config: Arc::new(config) })
+    let node = Node { raft, broker, config: Arc::new(config) };
+    tokio::spawn(retention(node.clone(), log));
+    Ok(node)
+}
+
+/// Purges whole segments past the retention time or over the disk budget: a snapshot is built
+/// at the purge point (metadata and queue ranges as of then) and openraft purges the log up to it.
+async fn retention(node: Node, log: LogReader) {
+    let storage = &node.config.storage;
+    let max_age = Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0);
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(storage.retention_check_secs.max(0.1)));
+    loop {
+        tick.tick().await;
+        let applied = node.broker.last_applied().map(|l| l.index);
+        let Some(point) = purge_point(&log.segment_stats(), SystemTime::now(), max_age, storage.disk_budget_bytes)
+        else {
+            continue;
+        };
+        let point = applied.map_or(point, |a| point.min(a));
+        if log.bounds().first_index > point {
+            continue;
+        }
+        tracing::info!(node = node.id(), upto = point, "retention: purging the log");
+        node.broker.set_snapshot_target(point);
+        if node.raft.trigger().snapshot().await.is_err() {
+            return; // Raft has stopped.
+        }
+    }
 }
 
 /// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully.

@@ -49,8 +49,10 @@ pub struct StorageConfig {
     pub segment_size: u64,
     pub durability: Durability,
     pub flush_interval_ms: u64,
-    /// Segments whose newest record is older than this are purged.
-    pub retention_hours: u64,
+    /// Segments whose newest record is older than this are purged (fractions allowed).
+    pub retention_hours: f64,
+    /// How often retention looks for segments to purge.
+    pub retention_check_secs: f64,
     /// Purge the oldest segments while the log takes more than this many bytes (0: no limit).
     pub disk_budget_bytes: u64,
     pub consume_queue_records_per_file: u64,
@@ -92,7 +94,8 @@ impl Default for StorageConfig {
             segment_size: DEFAULT_SEGMENT_SIZE,
             durability: Durability::Sync,
             flush_interval_ms: 10,
-            retention_hours: 72,
+            retention_hours: 72.0,
+            retention_check_secs: 60.0,
             disk_budget_bytes: 0,
             consume_queue_records_per_file: 300_000,
         }
@@ -159,7 +162,7 @@ mod tests {
     fn a_minimal_config_takes_every_default_and_typos_are_refused() {
         let c: NodeConfig = toml::from_str("node_id = 3").unwrap();
         assert_eq!(c.storage.durability, Durability::Sync);
-        assert_eq!(c.storage.retention_hours, 72);
+        assert_eq!(c.storage.retention_hours, 72.0);
         assert_eq!(c.broker.dedupe_window_secs, 120);
         c.validate().unwrap();
         assert!(toml::from_str::<NodeConfig>("node_id = 1\nsegmnet_size = 5").is_err());

@@ -72,6 +72,8 @@ pub struct StoredEntry {
 pub(crate) struct Metadata {
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
+    /// The last few memberships, so a snapshot at an older index carries the one in force there.
+    pub membership_history: Vec<StoredMembership>,
     pub topics: BTreeMap<String, TopicConfig>,
     pub queues: BTreeMap<(String, u32), QueueRange>,
     dedupe: HashMap<(String, String), Seen>,
@@ -84,8 +86,14 @@ pub(crate) struct SnapshotData {
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
     topics: Vec<TopicConfig>,
-    queues: Vec<(String, u32, QueueRange)>,
+    pub queues: Vec<(String, u32, QueueRange)>,
     dedupe: Vec<(String, String, Seen)>,
+}
+
+impl SnapshotData {
+    pub fn empty() -> SnapshotData {
+        Metadata::default().into()
+    }
 }
 
 impl From<Metadata> for SnapshotData {
@@ -104,6 +112,7 @@ impl From<SnapshotData> for Metadata {
     fn from(s: SnapshotData) -> Metadata {
         let mut m = Metadata {
             last_applied: s.last_applied,
+            membership_history: vec![s.membership.clone()],
             membership: s.membership,
             topics: s.topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
             queues: s.queues.into_iter().map(|(t, q, r)| ((t, q), r)).collect(),
@@ -131,6 +140,8 @@ struct Inner {
     meta: RwLock<Metadata>,
     dirty: Mutex<Dirty>,
     last_checkpoint: Mutex<Instant>,
+    /// 0: none requested.
+    snapshot_target: std::sync::atomic::AtomicU64,
     options: BrokerOptions,
 }
 
@@ -143,6 +154,8 @@ pub struct Broker {
 
 const KEY_APPLIED: &str = "applied";
 const KEY_MEMBERSHIP: &str = "membership";
+const KEY_MEMBERSHIP_HISTORY: &str = "membership_history";
+const MEMBERSHIP_HISTORY: usize = 8;
 
 fn topic_key(t: &str) -> String {
     format!("t/{t}")
@@ -175,6 +188,8 @@ impl Broker {
                 meta.last_applied = parse(&k, &v)?;
             } else if key == KEY_MEMBERSHIP {
                 meta.membership = parse(&k, &v)?;
+            } else if key == KEY_MEMBERSHIP_HISTORY {
+                meta.membership_history = parse(&k, &v)?;
             } else if key.starts_with("t/") {
                 let t: TopicConfig = parse(&k, &v)?;
                 meta.topics.insert(t.name.clone(), t);
@@ -197,6 +212,7 @@ impl Broker {
             meta: RwLock::new(meta),
             dirty: Mutex::new(Dirty::default()),
             last_checkpoint: Mutex::new(Instant::now()),
+            snapshot_target: std::sync::atomic::AtomicU64::new(0),
             options,
         };
         Ok(Broker { inner: Arc::new(inner) })
@@ -348,6 +364,9 @@ impl Broker {
         let mut meta = self.inner.meta.write().expect("metadata lock");
         meta.last_applied = Some(log_id);
         if let Some(m) = membership {
+            meta.membership_history.push(m.clone());
+            let excess = meta.membership_history.len().saturating_sub(MEMBERSHIP_HISTORY);
+            meta.membership_history.drain(..excess);
             meta.membership = m;
         }
     }
@@ -384,6 +403,7 @@ impl Broker {
             }
             batch.insert(KEY_APPLIED, json(&meta.last_applied));
             batch.insert(KEY_MEMBERSHIP, json(&meta.membership));
+            batch.insert(KEY_MEMBERSHIP_HISTORY, json(&meta.membership_history));
             batch
         };
         self.inner.tree.apply_batch(batch)?;
@@ -442,9 +462,62 @@ impl Broker {
         Ok(None)
     }
 
-    /// Metadata as of now, for a snapshot.
-    pub(crate) fn snapshot_data(&self) -> SnapshotData {
-        self.meta().clone().into()
+    /// Where the next snapshot is taken: the retention purge point.
+    pub fn set_snapshot_target(&self, index: u64) {
+        self.inner.snapshot_target.fetch_max(index, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub fn snapshot_target(&self) -> Option<u64> {
+        match self.inner.snapshot_target.load(std::sync::atomic::Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    /// The state as it was right after applying `at` (which must not be after `last_applied`):
+    /// queue ranges cut back to what entries up to `at` wrote, the dedupe window as of then, the
+    /// membership in force then. Topics are today's: replaying the later entries recreates and
+    /// deletes them the same way, so the result converges.
+    pub(crate) fn snapshot_data_at(&self, at: LogId) -> Result<SnapshotData, BrokerError> {
+        let mut m = self.meta().clone();
+        for ((topic, q), range) in m.queues.iter_mut() {
+            let cq = self.inner.queues.get(topic, *q)?;
+            let (mut lo, mut hi) = (range.start, range.next);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match cq.get(mid) {
+                    Some(rec) if split_position(rec.position).0 <= at.index => lo = mid + 1,
+                    _ => hi = mid,
+                }
+            }
+            range.next = lo;
+        }
+        m.dedupe.retain(|_, s| s.index <= at.index);
+        if let Some(old) =
+            m.membership_history.iter().rev().find(|sm| sm.log_id().as_ref().is_none_or(|l| l.index <= at.index))
+        {
+            m.membership = old.clone();
+        }
+        m.last_applied = Some(at);
+        Ok(m.into())
+    }
+
+    /// After the log is purged up to a snapshot, queue records that point below it are gone:
+    /// each queue now starts where the snapshot's range ends. Local bookkeeping only.
+    pub(crate) fn forget_before(&self, snapshot: &SnapshotData) -> Result<(), BrokerError> {
+        let mut meta = self.inner.meta.write().expect("metadata lock");
+        let mut dirty = self.inner.dirty.lock().expect("dirty lock");
+        for (topic, q, at) in &snapshot.queues {
+            let key = (topic.clone(), *q);
+            if let Some(range) = meta.queues.get_mut(&key)
+                && range.start < at.next
+            {
+                range.start = at.next;
+                self.inner.queues.get(topic, *q)?.purge_below(at.next)?;
+                dirty.queues.insert(key);
+            }
+        }
+        Ok(())
     }
 
     /// Replaces all state with a snapshot's. Queue records below each queue's `next` that this

@@ -13,7 +13,8 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use crate::broker::Broker;
 use crate::broker::state::SnapshotData;
-use crate::raft::{CommandBytes, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::raft::{CommandBytes, LogId, SnapshotMeta, StoredMembership, TypeConfig, log_id};
+use crate::store::LogReader;
 
 type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 
@@ -26,12 +27,13 @@ struct SnapshotFile {
 #[derive(Clone)]
 pub struct StateMachine {
     broker: Broker,
+    log: LogReader,
     snapshot_path: PathBuf,
 }
 
 impl StateMachine {
-    pub fn new(broker: Broker, snapshot_path: PathBuf) -> StateMachine {
-        StateMachine { broker, snapshot_path }
+    pub fn new(broker: Broker, log: LogReader, snapshot_path: PathBuf) -> StateMachine {
+        StateMachine { broker, log, snapshot_path }
     }
 
     fn load_snapshot(&self) -> io::Result<Option<Snapshot>> {
@@ -63,11 +65,29 @@ impl StateMachine {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     type SnapshotData = Vec<u8>;
 
+    /// Builds the snapshot at the retention purge point, never later: openraft purges the log up
+    /// to whatever snapshot it gets, and messages after the purge point must stay.
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let data = self.broker.snapshot_data();
+        let current = self.load_snapshot()?;
+        let current_index = current.as_ref().and_then(|s| s.meta.last_log_id).map(|l| l.index);
+        let applied = self.broker.last_applied();
+        let target = self.broker.snapshot_target().min(applied.map(|l| l.index));
+        let at = match target {
+            Some(t) if current_index.is_none_or(|c| t > c) => self.log.read(t)?.map(|r| log_id(&r.meta)),
+            _ => None,
+        };
+        let Some(at) = at else {
+            // Nothing new to snapshot: the current one stands (or an empty one before any).
+            return Ok(current.unwrap_or_else(|| Snapshot {
+                meta: SnapshotMeta::default(),
+                snapshot: serde_json::to_vec(&SnapshotData::empty()).unwrap_or_default(),
+            }));
+        };
+        let data = self.broker.snapshot_data_at(at)?;
         let meta = SnapshotMeta { last_log_id: data.last_applied, last_membership: data.membership.clone() };
         let bytes = serde_json::to_vec(&data).map_err(io::Error::other)?;
         self.save_snapshot(&meta, &bytes)?;
+        self.broker.forget_before(&data)?;
         Ok(Snapshot { meta, snapshot: bytes })
     }
 }

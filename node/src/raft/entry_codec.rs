@@ -14,6 +14,7 @@ const KIND_BLANK: u8 = 1;
 const KIND_NORMAL: u8 = 2;
 const KIND_MEMBERSHIP: u8 = 3;
 
+/// The Raft log id a CommitLog record carries.
 pub fn log_id(meta: &RecordMeta) -> LogId {
     LogId::new(openraft::impls::leader_id_adv::LeaderId { term: meta.term, node_id: meta.leader }, meta.index)
 }

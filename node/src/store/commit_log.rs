@@ -544,6 +544,22 @@ impl LogReader {
         Ok(Some(seg.base_offset + position + HEADER_LEN as u64))
     }
 
+    /// Each live segment's index range, last write time and size, in log order (for retention).
+    pub fn segment_stats(&self) -> Vec<crate::store::retention::SegmentStat> {
+        let segments: Vec<Arc<Segment>> = self.shared.segments.read().expect("segments lock").clone();
+        let next = self.bounds().next_index();
+        segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| crate::store::retention::SegmentStat {
+                first_index: s.first_index,
+                end_index: segments.get(i + 1).map_or(next, |n| n.first_index),
+                modified: s.modified(),
+                bytes: s.size,
+            })
+            .collect()
+    }
+
     /// `len` bytes at global CommitLog offset `offset`, zero-copy; `None` if no live segment
     /// holds them.
     pub fn read_at(&self, offset: u64, len: u64) -> Option<Bytes> {

@@ -17,6 +17,7 @@ mod flush;
 pub mod index;
 mod meta;
 pub mod record;
+pub mod retention;
 mod segment;
 mod slot_files;
 

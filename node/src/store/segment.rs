@@ -150,6 +150,11 @@ impl Segment {
         Ok(Segment { base_offset, first_index, size, path: path.to_path_buf(), file, map })
     }
 
+    /// When the file was last written (now, if that cannot be read).
+    pub fn modified(&self) -> std::time::SystemTime {
+        self.file.metadata().and_then(|m| m.modified()).unwrap_or_else(|_| std::time::SystemTime::now())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

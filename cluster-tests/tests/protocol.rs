@@ -1,0 +1,118 @@
+//! The proxy endpoint at the wire level: exact RocketMQ status codes for bad input (and no state
+//! change), retried sends deduplicated, graceful shutdown handing leadership over.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_proto::rocketmq::{
+    Code, Message, MessageType, QueryRouteRequest, Resource, SendMessageRequest, SendMessageResponse, SystemProperties,
+};
+use tonic::transport::Channel;
+
+async fn client(addr: &str) -> MessagingServiceClient<Channel> {
+    MessagingServiceClient::connect(format!("http://{addr}")).await.expect("connect")
+}
+
+fn message(topic: &str, id: &str, body: Bytes, group: Option<&str>) -> Message {
+    Message {
+        topic: Some(Resource { resource_namespace: String::new(), name: topic.into() }),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: id.into(),
+            message_group: group.map(String::from),
+            message_type: if group.is_some() { MessageType::Fifo } else { MessageType::Normal } as i32,
+            ..Default::default()
+        }),
+        body,
+    }
+}
+
+async fn send(c: &mut MessagingServiceClient<Channel>, messages: Vec<Message>) -> SendMessageResponse {
+    c.send_message(SendMessageRequest { messages }).await.expect("rpc").into_inner()
+}
+
+fn code(r: &SendMessageResponse) -> i32 {
+    r.status.as_ref().map_or(-1, |s| s.code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_gets_a_clear_status_and_changes_nothing() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Plain", 2, TopicKind::Normal).await;
+    let mut c = client(&cluster.client_addr(2)).await;
+    let body = || Bytes::from_static(b"hello");
+
+    let r = send(&mut c, vec![message("Nope", "m1", body(), None)]).await;
+    assert_eq!(code(&r), Code::TopicNotFound as i32);
+    let r = send(&mut c, vec![message("Plain", "m2", Bytes::from(vec![0u8; (4 << 20) + 1]), None)]).await;
+    assert_eq!(code(&r), Code::MessageBodyTooLarge as i32);
+    let r = send(&mut c, vec![message("Plain", "m3", body(), Some("group"))]).await;
+    assert_eq!(code(&r), Code::MessagePropertyConflictWithType as i32);
+    let mut no_props = message("Plain", "m4", body(), None);
+    no_props.system_properties = None;
+    assert_eq!(code(&send(&mut c, vec![no_props]).await), Code::BadRequest as i32);
+    assert_eq!(code(&send(&mut c, vec![]).await), Code::BadRequest as i32);
+    let mut no_topic = message("Plain", "m5", body(), None);
+    no_topic.topic = None;
+    assert_eq!(code(&send(&mut c, vec![no_topic]).await), Code::BadRequest as i32);
+    let route = c.query_route(QueryRouteRequest { topic: None, endpoints: None }).await.unwrap().into_inner();
+    assert_eq!(route.status.map(|s| s.code), Some(Code::BadRequest as i32));
+    let route = c
+        .query_route(QueryRouteRequest {
+            topic: Some(Resource { resource_namespace: String::new(), name: "Nope".into() }),
+            endpoints: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(route.status.map(|s| s.code), Some(Code::TopicNotFound as i32));
+
+    for id in 1..=3 {
+        for q in 0..2 {
+            assert!(cluster.local_messages(id, "Plain", q).await.is_empty(), "node {id} stored rejected input");
+        }
+    }
+    // And the endpoint still works.
+    let r = send(&mut c, vec![message("Plain", "ok", body(), None)]).await;
+    assert_eq!(code(&r), Code::Ok as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retried_send_returns_the_original_result_and_is_stored_once() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Once", 1, TopicKind::Normal).await;
+    let mut via_1 = client(&cluster.client_addr(1)).await;
+    let mut via_3 = client(&cluster.client_addr(3)).await;
+    let first = send(&mut via_1, vec![message("Once", "A", Bytes::from_static(b"a"), None)]).await;
+    send(&mut via_1, vec![message("Once", "B", Bytes::from_static(b"b"), None)]).await;
+    // The client timed out and retries the same message id, through another node.
+    let retry = send(&mut via_3, vec![message("Once", "A", Bytes::from_static(b"a"), None)]).await;
+    assert_eq!(code(&retry), Code::Ok as i32);
+    assert_eq!(retry.entries[0].offset, first.entries[0].offset);
+    assert_eq!(retry.entries[0].message_id, "A");
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+        let ids: Vec<String> = cluster.local_messages(id, "Once", 0).await.into_iter().map(|m| m.message_id).collect();
+        assert_eq!(ids, vec!["A", "B"], "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_stopped_with_sigterm_hands_leadership_over_first() {
+    let mut cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Handover", 1, TopicKind::Normal).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let other = (1..=3).find(|&id| id != leader).unwrap();
+    let term_before = cluster.status(other).await.unwrap().term;
+    cluster.stop(leader);
+    // A handed-over leadership needs no election timeout: the next term has a leader at once.
+    let status = cluster.status(other).await.unwrap();
+    assert!(status.leader.is_some_and(|l| l != leader), "a new leader was named before the old one exited");
+    assert!(status.term > term_before);
+    let mut c = client(&cluster.client_addr(other)).await;
+    let r = send(&mut c, vec![message("Handover", "x", Bytes::from_static(b"x"), None)]).await;
+    assert_eq!(code(&r), Code::Ok as i32);
+}

@@ -40,6 +40,7 @@ pub struct Node {
     pub raft: Raft,
     pub broker: Broker,
     pub config: Arc<NodeConfig>,
+    peers: Arc<Peers>,
 }
 
 impl Node {
@@ -75,15 +76,33 @@ impl Node {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fwd))) => {
                 let Some(leader) = fwd.leader_node.filter(|_| may_forward) else { return Err(WriteError::NoLeader) };
-                forward(&leader.raft_addr, command).await
+                forward(&self.peers, &leader.raft_addr, command).await
             }
             Err(e) => Err(WriteError::Raft(e.to_string())),
         }
     }
 }
 
-async fn forward(raft_addr: &str, command: Bytes) -> Result<Reply, WriteError> {
-    let channel = channel(raft_addr).map_err(WriteError::Forward)?;
+/// One channel per peer address, reused by every forwarded write.
+#[derive(Default)]
+pub struct Peers {
+    channels: std::sync::Mutex<std::collections::HashMap<String, tonic::transport::Channel>>,
+}
+
+impl Peers {
+    fn channel(&self, addr: &str) -> Result<tonic::transport::Channel, String> {
+        let mut channels = self.channels.lock().expect("peer channels lock");
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = channel(addr)?;
+        channels.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+}
+
+async fn forward(peers: &Peers, raft_addr: &str, command: Bytes) -> Result<Reply, WriteError> {
+    let channel = peers.channel(raft_addr).map_err(WriteError::Forward)?;
     let mut client =
         AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX);
     let reply = match client.write(WriteRequest { command }).await {
@@ -131,9 +150,27 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let raft_config = Arc::new(raft_config(&config)?);
     let raft =
         Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;
-    let node = Node { raft, broker, config: Arc::new(config) };
+    let node = Node { raft, broker, config: Arc::new(config), peers: Arc::default() };
     tokio::spawn(retention(node.clone(), log));
+    spawn_checkpoints(node.broker.clone());
     Ok(node)
+}
+
+/// Makes applied state durable in the background, off the apply path.
+fn spawn_checkpoints(broker: Broker) {
+    let interval = broker.checkpoint_interval();
+    std::thread::Builder::new()
+        .name("rockraft-checkpoint".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(interval);
+                if let Err(e) = broker.checkpoint() {
+                    tracing::error!(error = %e, "checkpoint failed; applied state is re-derived from the log on restart");
+                }
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|e| tracing::error!(error = %e, "cannot start the checkpoint thread"));
 }
 
 /// Purges whole segments past the retention time or over the disk budget: a snapshot is built
@@ -193,7 +230,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let _ = raft_task.await;
     let _ = client_task.await;
     let _ = node.raft.shutdown().await;
-    node.broker.checkpoint(true).map_err(|e| e.to_string())?;
+    node.broker.checkpoint().map_err(|e| e.to_string())?;
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 //! metadata. Metadata lives in sled and is written atomically with `last_applied`.
 
 mod command;
+mod dedupe_journal;
 mod error;
 mod queues;
 mod reply;

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
@@ -17,6 +17,7 @@ use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::command::{AdminCommand, Command};
+use crate::broker::dedupe_journal::{DedupeJournal, Seen};
 use crate::broker::queues::Queues;
 use crate::broker::topic::TopicConfig;
 use crate::broker::{BrokerError, MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position, split_position};
@@ -38,14 +39,6 @@ pub struct BrokerOptions {
 pub struct QueueRange {
     pub start: u64,
     pub next: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Seen {
-    queue_id: u32,
-    offset: u64,
-    store_timestamp_ms: i64,
-    index: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +132,8 @@ struct Inner {
     log: LogReader,
     meta: RwLock<Metadata>,
     dirty: Mutex<Dirty>,
-    last_checkpoint: Mutex<Instant>,
+    /// Held through a checkpoint; the dedupe journal is only written under it.
+    checkpointing: Mutex<DedupeJournal>,
     /// 0: none requested.
     snapshot_target: std::sync::atomic::AtomicU64,
     options: BrokerOptions,
@@ -163,9 +157,6 @@ fn topic_key(t: &str) -> String {
 fn queue_key(t: &str, q: u32) -> String {
     format!("q/{t}/{q}")
 }
-fn dedupe_key(t: &str, id: &str) -> String {
-    format!("d/{t}/{id}")
-}
 
 fn json<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("metadata serializes")
@@ -178,7 +169,8 @@ fn parse<T: for<'de> Deserialize<'de>>(key: &[u8], v: &[u8]) -> Result<T, Broker
 
 impl Broker {
     pub fn open(options: BrokerOptions, log: LogReader) -> Result<Broker, BrokerError> {
-        let db = sled::Config::new().path(options.dir.join("meta")).flush_every_ms(None).open()?;
+        let db =
+            sled::Config::new().path(options.dir.join("meta")).flush_every_ms(None).cache_capacity(16 << 20).open()?;
         let tree = db.open_tree("broker")?;
         let mut meta = Metadata::default();
         for item in tree.iter() {
@@ -197,11 +189,10 @@ impl Broker {
                 let (t, q) = rest.rsplit_once('/').unwrap_or_default();
                 let q: u32 = q.parse().map_err(|_| BrokerError::CorruptEntry(format!("metadata key {key}")))?;
                 meta.queues.insert((t.to_string(), q), parse(&k, &v)?);
-            } else if let Some(rest) = key.strip_prefix("d/") {
-                let (t, id) = rest.split_once('/').unwrap_or_default();
-                meta.dedupe.insert((t.to_string(), id.to_string()), parse(&k, &v)?);
             }
         }
+        let (journal, dedupe) = DedupeJournal::open(&options.dir.join("dedupe.journal"))?;
+        meta.dedupe = dedupe;
         meta.rebuild_dedupe_order();
         let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
         let inner = Inner {
@@ -211,7 +202,7 @@ impl Broker {
             log,
             meta: RwLock::new(meta),
             dirty: Mutex::new(Dirty::default()),
-            last_checkpoint: Mutex::new(Instant::now()),
+            checkpointing: Mutex::new(journal),
             snapshot_target: std::sync::atomic::AtomicU64::new(0),
             options,
         };
@@ -371,15 +362,12 @@ impl Broker {
         }
     }
 
-    /// Makes the applied state durable when the checkpoint interval has passed (or `force`).
-    pub fn checkpoint(&self, force: bool) -> Result<(), BrokerError> {
-        let mut last = self.inner.last_checkpoint.lock().expect("checkpoint lock");
-        if !force && last.elapsed() < self.inner.options.checkpoint_interval {
-            return Ok(());
-        }
-        // Queue records first: metadata must never claim more than the queues hold on disk.
-        self.inner.queues.sync()?;
-        let batch = {
+    /// Makes the applied state durable: the metadata as of now is captured, the queues are synced
+    /// (which covers every record that metadata describes, and maybe more), then the metadata is
+    /// written in one atomic batch. Runs beside apply, which only waits while the batch is built.
+    pub fn checkpoint(&self) -> Result<(), BrokerError> {
+        let mut journal = self.inner.checkpointing.lock().expect("checkpoint lock");
+        let (batch, pending) = {
             let meta = self.meta();
             let mut dirty = self.inner.dirty.lock().expect("dirty lock");
             let mut batch = sled::Batch::default();
@@ -395,21 +383,24 @@ impl Broker {
                     None => batch.remove(queue_key(&t, q).as_bytes()),
                 }
             }
-            for (t, id) in std::mem::take(&mut dirty.dedupe) {
-                match meta.dedupe.get(&(t.clone(), id.clone())) {
-                    Some(s) => batch.insert(dedupe_key(&t, &id).as_bytes(), json(s)),
-                    None => batch.remove(dedupe_key(&t, &id).as_bytes()),
-                }
-            }
+            let pending = journal.prepare(std::mem::take(&mut dirty.dedupe).iter(), &meta.dedupe);
             batch.insert(KEY_APPLIED, json(&meta.last_applied));
             batch.insert(KEY_MEMBERSHIP, json(&meta.membership));
             batch.insert(KEY_MEMBERSHIP_HISTORY, json(&meta.membership_history));
-            batch
+            (batch, pending)
         };
+        // Queue records and the dedupe journal first: metadata must never claim more than they
+        // hold on disk.
+        journal.commit(pending)?;
+        self.inner.queues.sync()?;
         self.inner.tree.apply_batch(batch)?;
         self.inner.db.flush()?;
-        *last = Instant::now();
         Ok(())
+    }
+
+    /// How often [`Broker::checkpoint`] should run.
+    pub fn checkpoint_interval(&self) -> std::time::Duration {
+        self.inner.options.checkpoint_interval
     }
 
     /// The message at `offset` of (`topic`, `queue_id`), read from the log without copying the body.
@@ -550,7 +541,7 @@ impl Broker {
             }
             *meta = snapshot;
         }
-        self.checkpoint(true)
+        self.checkpoint()
     }
 }
 

@@ -126,7 +126,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 r.send(reply);
             }
         }
-        self.broker.checkpoint(false)?;
         Ok(())
     }
 

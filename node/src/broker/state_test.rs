@@ -168,7 +168,7 @@ fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
         }
         let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
         n.broker.set_applied(crate::raft::LogId::new(leader, 1), None);
-        n.broker.checkpoint(true).unwrap();
+        n.broker.checkpoint().unwrap();
         for c in &commands[2..] {
             n.commit(c);
         }
@@ -186,4 +186,17 @@ fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
     n.next_index = 4;
     assert_eq!(n.broker.queue_status("T"), full);
     assert_eq!(n.broker.read("T", 0, 2).unwrap().unwrap().message.message_id, "c");
+}
+
+#[test]
+fn the_dedupe_window_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut n = node(dir.path());
+        n.commit(&create("T", 1));
+        n.commit(&send("T", 0, 1_000, &["a", "b"]));
+        n.broker.checkpoint().unwrap();
+    }
+    let mut n = node(dir.path());
+    assert_eq!(offsets(&n.commit(&send("T", 0, 2_000, &["b", "c"]))), vec![(1, true), (2, false)]);
 }

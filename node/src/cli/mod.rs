@@ -1,4 +1,7 @@
-//! The `rockraft` command line: run a node, operate a cluster, manage topics, read messages.
+//! The `rockraft` command line: run a node, operate a cluster, manage topics, read messages,
+//! generate load.
+
+mod bench;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +36,31 @@ enum Top {
     Topic(TopicCmd),
     #[command(subcommand)]
     Message(MessageCmd),
+    /// Load generators.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Send messages as fast as `--concurrency` in-flight requests allow.
+    Produce {
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        /// Body size in bytes.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Messages per SendMessage request.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Client endpoints to spread the load over (comma-separated); default: --endpoint.
+        #[arg(long)]
+        endpoints: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -171,6 +199,18 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         Top::Node { config } => {
             let config = NodeConfig::load(&config)?;
             crate::node::run(config).await
+        }
+        Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints }) => {
+            let endpoints = endpoints.unwrap_or_else(|| ep.to_string()).split(',').map(str::to_string).collect();
+            bench::produce(bench::ProduceOptions {
+                endpoints,
+                topic,
+                messages,
+                size,
+                concurrency: concurrency.max(1),
+                batch: batch.max(1),
+            })
+            .await
         }
         Top::Cluster(ClusterCmd::Status) => cluster_status(ep).await,
         Top::Cluster(ClusterCmd::Init) => request(ep, AdminRequest::Init).await.map(done),

@@ -29,6 +29,12 @@ impl MetaStore {
         Ok(())
     }
 
+    /// Stores `value`; it reaches the disk with the next durable write or sled's own flush.
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.tree.insert(key, value)?;
+        Ok(())
+    }
+
     /// Removes `key` and returns once that is on disk.
     pub fn remove_durable(&self, key: &str) -> Result<(), StoreError> {
         self.tree.remove(key)?;

@@ -1,7 +1,8 @@
 //! The ConsumeQueue of one (topic, queue): fixed 20-byte records indexed by queue offset.
 //!
 //! ```text
-//!  0 position  u64  global CommitLog offset of the message bytes
+//!  0 position  u64  where the message is in the log; the broker stores (Raft index << 16 | ordinal
+//!                   within the entry), the same on every replica (see `broker::queue_position`)
 //!  8 size      u32  message length (never 0: an all-zero record is an empty slot)
 //! 12 tag hash  u64  see `tag_hash`
 //! ```

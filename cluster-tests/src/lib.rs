@@ -228,6 +228,23 @@ impl Cluster {
     }
 }
 
+/// Where two sets of ConsumeQueue files differ, in a few words (`None` if they are identical).
+pub fn queue_difference(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>) -> Option<String> {
+    let names: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for name in names {
+        match (a.get(name), b.get(name)) {
+            (Some(x), Some(y)) if x == y => {}
+            (Some(x), Some(y)) => {
+                let at = x.iter().zip(y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len()));
+                return Some(format!("{name}: first difference in record {} (byte {at})", at / 20));
+            }
+            (Some(_), None) => return Some(format!("{name} exists only on the first node")),
+            _ => return Some(format!("{name} exists only on the second node")),
+        }
+    }
+    None
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for n in &mut self.nodes {

@@ -240,20 +240,33 @@ impl Broker {
             .collect()
     }
 
-    /// Applies one committed entry's command. `Err` only for failures that must stop the node
-    /// (disk errors): bad commands are answered, not raised, so every replica answers the same.
-    pub fn apply(&self, index: u64, command: Bytes) -> Result<Reply, BrokerError> {
-        let command = match Command::decode(command) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(index, error = %e, "skipping an entry that is not a broker command");
-                return Ok(Reply::Rejected(e.to_string()));
-            }
-        };
+    /// Applies one committed entry's command and records it as applied, in one step under the
+    /// metadata lock, so a checkpoint never sees the effects without `last_applied` (a restart
+    /// would apply the entry twice). `Err` only for failures that must stop the node (disk
+    /// errors): bad commands are answered, not raised, so every replica answers the same.
+    pub fn apply(&self, log_id: LogId, command: Bytes) -> Result<Reply, BrokerError> {
         let mut meta = self.inner.meta.write().expect("metadata lock");
         let mut dirty = self.inner.dirty.lock().expect("dirty lock");
+        let reply = match Command::decode(command) {
+            Ok(command) => self.apply_command(&mut meta, &mut dirty, log_id.index, command)?,
+            Err(e) => {
+                tracing::error!(index = log_id.index, error = %e, "skipping an entry that is not a broker command");
+                Reply::Rejected(e.to_string())
+            }
+        };
+        meta.last_applied = Some(log_id);
+        Ok(reply)
+    }
+
+    fn apply_command(
+        &self,
+        meta: &mut Metadata,
+        dirty: &mut Dirty,
+        index: u64,
+        command: Command,
+    ) -> Result<Reply, BrokerError> {
         match command {
-            Command::Send(batch) => self.apply_send(&mut meta, &mut dirty, index, batch),
+            Command::Send(batch) => self.apply_send(meta, dirty, index, batch),
             Command::Admin(AdminCommand::CreateTopic(t)) => {
                 if let Err(e) = t.validate() {
                     return Ok(Reply::Rejected(e.to_string()));

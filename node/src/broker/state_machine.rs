@@ -116,11 +116,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.broker.set_applied(log_id, Some(StoredMembership::new(Some(log_id), m)));
                     Default::default()
                 }
-                EntryPayload::Normal(CommandBytes(bytes)) => {
-                    let reply = self.broker.apply(log_id.index, bytes)?;
-                    self.broker.set_applied(log_id, None);
-                    reply
-                }
+                EntryPayload::Normal(CommandBytes(bytes)) => self.broker.apply(log_id, bytes)?,
             };
             if let Some(r) = responder {
                 r.send(reply);

@@ -16,6 +16,10 @@ struct Node {
     next_index: u64,
 }
 
+fn lid(index: u64) -> crate::raft::LogId {
+    crate::raft::LogId::new(openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 }, index)
+}
+
 fn options(dir: &Path) -> BrokerOptions {
     BrokerOptions {
         dir: dir.join("broker"),
@@ -42,7 +46,7 @@ impl Node {
         let meta = RecordMeta { term: 1, index, leader: 1, kind: 2 };
         self.log.append(vec![(meta, bytes.clone())], Box::new(|r| r.unwrap())).unwrap();
         self.next_index += 1;
-        self.broker.apply(index, bytes).unwrap()
+        self.broker.apply(lid(index), bytes).unwrap()
     }
 }
 
@@ -110,7 +114,7 @@ fn invalid_commands_are_answered_the_same_everywhere_and_change_nothing() {
     assert!(matches!(n.commit(&send("T", 5, 1, &["a"])), Reply::Rejected(_)));
     assert!(matches!(n.commit(&create("../evil", 1)), Reply::Rejected(_)));
     assert_eq!(n.commit(&create("T", 3)), Reply::TopicExists("T".into()));
-    let garbage = n.broker.apply(99, Bytes::from_static(b"\x01\xff\xff")).unwrap();
+    let garbage = n.broker.apply(lid(99), Bytes::from_static(b"\x01\xff\xff")).unwrap();
     assert!(matches!(garbage, Reply::Rejected(_)));
     assert_eq!(n.broker.queue_status("T")[0].next, 0);
     assert_eq!(n.broker.topics().len(), 1);
@@ -166,8 +170,6 @@ fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
         for c in &commands[..2] {
             n.commit(c);
         }
-        let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
-        n.broker.set_applied(crate::raft::LogId::new(leader, 1), None);
         n.broker.checkpoint().unwrap();
         for c in &commands[2..] {
             n.commit(c);
@@ -181,7 +183,7 @@ fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
     let reader = n.log.reader();
     for index in 2..4 {
         let payload = reader.read(index).unwrap().unwrap().payload;
-        n.broker.apply(index, payload).unwrap();
+        n.broker.apply(lid(index), payload).unwrap();
     }
     n.next_index = 4;
     assert_eq!(n.broker.queue_status("T"), full);

@@ -34,7 +34,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
-        Peer { target, channel: channel(&node.raft_addr) }
+        Peer { target, channel: channel(&node.raft_addr), retry_at: None }
     }
 }
 
@@ -48,7 +48,13 @@ pub fn channel(addr: &str) -> Result<Channel, String> {
 pub struct Peer {
     target: NodeId,
     channel: Result<Channel, String>,
+    /// Set after a failed connection: no new attempt before then. openraft's own backoff only
+    /// applies once a stream is open, so without this a dead peer is redialled in a tight loop.
+    retry_at: Option<tokio::time::Instant>,
 }
+
+/// How long a peer that refused a connection is left alone.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 
 fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
     RPCError::Unreachable(Unreachable::new(&AnyError::error(e.to_string())))
@@ -68,6 +74,24 @@ fn status(e: tonic::Status) -> RPCError<TypeConfig> {
 }
 
 impl Peer {
+    /// Waits out the pause after a failed connection.
+    async fn pace(&mut self) {
+        if let Some(at) = self.retry_at {
+            tokio::time::sleep_until(at).await;
+        }
+    }
+
+    /// Maps a failed call and, when the peer is unreachable, starts a pause.
+    fn failed(&mut self, e: tonic::Status) -> RPCError<TypeConfig> {
+        let err = status(e);
+        if matches!(err, RPCError::Unreachable(_)) {
+            self.retry_at = Some(tokio::time::Instant::now() + RECONNECT_PAUSE);
+        } else {
+            self.retry_at = None;
+        }
+        err
+    }
+
     fn client(&self) -> Result<RaftServiceClient<Channel>, RPCError<TypeConfig>> {
         let channel = self.channel.as_ref().map_err(unreachable)?;
         Ok(RaftServiceClient::new(channel.clone())
@@ -84,9 +108,11 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.pace().await;
         let mut req = tonic::Request::new(append_to_pb(rpc).map_err(network)?);
         req.set_timeout(option.hard_ttl());
-        let reply = self.client()?.append_entries(req).await.map_err(status)?;
+        let reply = self.client()?.append_entries(req).await.map_err(|e| self.failed(e))?;
+        self.retry_at = None;
         from_json(&reply.into_inner()).map_err(network)
     }
 
@@ -102,13 +128,15 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
+            self.pace().await;
             let mut client = self.client()?;
             // An entry that cannot be encoded ends the stream; openraft then retries from its state.
             let requests = input
                 .map(append_to_pb)
                 .take_while(|r| std::future::ready(r.is_ok()))
                 .filter_map(|r| std::future::ready(r.ok()));
-            let responses = client.stream_append(requests).await.map_err(status)?.into_inner();
+            let responses = client.stream_append(requests).await.map_err(|e| self.failed(e))?.into_inner();
+            self.retry_at = None;
             let results = responses.map(|item| {
                 let msg = item.map_err(status)?;
                 from_json::<StreamAppendResult<TypeConfig>>(&msg).map_err(network)
@@ -122,9 +150,10 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.pace().await;
         let mut req = tonic::Request::new(to_json(&rpc));
         req.set_timeout(option.hard_ttl());
-        let reply = self.client()?.vote(req).await.map_err(status)?;
+        let reply = self.client()?.vote(req).await.map_err(|e| self.failed(e))?;
         from_json(&reply.into_inner()).map_err(network)
     }
 
@@ -133,9 +162,10 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.pace().await;
         let mut req = tonic::Request::new(to_json(&rpc));
         req.set_timeout(option.hard_ttl());
-        let reply = self.client()?.pre_vote(req).await.map_err(status)?;
+        let reply = self.client()?.pre_vote(req).await.map_err(|e| self.failed(e))?;
         from_json(&reply.into_inner()).map_err(network)
     }
 
@@ -151,7 +181,9 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         chunks.extend(snapshot.snapshot.chunks(SNAPSHOT_CHUNK).map(|c| pb::SnapshotChunk {
             part: Some(pb::snapshot_chunk::Part::Data(bytes::Bytes::copy_from_slice(c))),
         }));
-        let reply = self.client()?.install_snapshot(futures_util::stream::iter(chunks)).await.map_err(status)?;
+        self.pace().await;
+        let reply =
+            self.client()?.install_snapshot(futures_util::stream::iter(chunks)).await.map_err(|e| self.failed(e))?;
         Ok(from_json(&reply.into_inner()).map_err(network)?)
     }
 
@@ -162,7 +194,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         let mut request = tonic::Request::new(to_json(&req));
         request.set_timeout(option.hard_ttl());
-        let reply = self.client()?.transfer_leader(request).await.map_err(status)?;
+        let reply = self.client()?.transfer_leader(request).await.map_err(|e| self.failed(e))?;
         from_json(&reply.into_inner()).map_err(network)
     }
 

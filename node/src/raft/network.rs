@@ -92,6 +92,27 @@ impl Peer {
         err
     }
 
+    /// A unary call whose request and answer travel as JSON.
+    async fn json_call<Req, Resp, F, Fut>(
+        &mut self,
+        req: &Req,
+        option: RPCOption,
+        call: F,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        F: FnOnce(RaftServiceClient<Channel>, tonic::Request<pb::Json>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<pb::Json>, tonic::Status>>,
+    {
+        self.pace().await;
+        let mut request = tonic::Request::new(to_json(req));
+        request.set_timeout(option.hard_ttl());
+        let reply = call(self.client()?, request).await.map_err(|e| self.failed(e))?;
+        self.retry_at = None;
+        from_json(&reply.into_inner()).map_err(network)
+    }
+
     fn client(&self) -> Result<RaftServiceClient<Channel>, RPCError<TypeConfig>> {
         let channel = self.channel.as_ref().map_err(unreachable)?;
         Ok(RaftServiceClient::new(channel.clone())
@@ -150,11 +171,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.pace().await;
-        let mut req = tonic::Request::new(to_json(&rpc));
-        req.set_timeout(option.hard_ttl());
-        let reply = self.client()?.vote(req).await.map_err(|e| self.failed(e))?;
-        from_json(&reply.into_inner()).map_err(network)
+        self.json_call(&rpc, option, |mut c, r| async move { c.vote(r).await }).await
     }
 
     async fn pre_vote(
@@ -162,11 +179,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.pace().await;
-        let mut req = tonic::Request::new(to_json(&rpc));
-        req.set_timeout(option.hard_ttl());
-        let reply = self.client()?.pre_vote(req).await.map_err(|e| self.failed(e))?;
-        from_json(&reply.into_inner()).map_err(network)
+        self.json_call(&rpc, option, |mut c, r| async move { c.pre_vote(r).await }).await
     }
 
     async fn full_snapshot(
@@ -192,10 +205,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let mut request = tonic::Request::new(to_json(&req));
-        request.set_timeout(option.hard_ttl());
-        let reply = self.client()?.transfer_leader(request).await.map_err(|e| self.failed(e))?;
-        from_json(&reply.into_inner()).map_err(network)
+        self.json_call(&req, option, |mut c, r| async move { c.transfer_leader(r).await }).await
     }
 
     fn backoff(&self) -> Option<Backoff> {

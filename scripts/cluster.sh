@@ -10,12 +10,18 @@
 # Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; node-to-node: 127.0.0.1:9081-9083.
 # Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA.
 # ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456).
+# ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE move the ports (node N listens on BASE+N;
+# defaults 8080 and 9080).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 data="${ROCKRAFT_DATA:-$PWD/data}"
 segment_size="${ROCKRAFT_SEGMENT_SIZE:-268435456}"
 bin="$root/target/release/rockraft"
+client_base="${ROCKRAFT_CLIENT_PORT_BASE:-8080}"
+raft_base="${ROCKRAFT_RAFT_PORT_BASE:-9080}"
+client_addr() { echo "127.0.0.1:$((client_base + $1))"; }
+raft_addr() { echo "127.0.0.1:$((raft_base + $1))"; }
 
 build() {
   # A no-op within a second when the binary is up to date.
@@ -37,8 +43,8 @@ write_config() {
   [ -f "$dir/config.toml" ] && return
   {
     echo "node_id = $n"
-    echo "raft_addr = \"127.0.0.1:908$n\""
-    echo "client_addr = \"127.0.0.1:808$n\""
+    echo "raft_addr = \"$(raft_addr "$n")\""
+    echo "client_addr = \"$(client_addr "$n")\""
     echo "data_dir = \"$dir\""
     echo
     echo "[storage]"
@@ -47,8 +53,8 @@ write_config() {
       echo
       echo "[[members]]"
       echo "id = $m"
-      echo "raft_addr = \"127.0.0.1:908$m\""
-      echo "client_addr = \"127.0.0.1:808$m\""
+      echo "raft_addr = \"$(raft_addr "$m")\""
+      echo "client_addr = \"$(client_addr "$m")\""
     done
   } > "$dir/config.toml"
 }
@@ -75,18 +81,25 @@ has_leader() { "$bin" --endpoint "$1" cluster status 2>/dev/null | grep -q ' Lea
 
 any_endpoint() {
   for n in 1 2 3; do
-    if running "$n"; then echo "127.0.0.1:808$n"; return; fi
+    if running "$n"; then client_addr "$n"; return; fi
   done
-  echo "127.0.0.1:8081"
+  client_addr 1
 }
 
 case "${1:-}" in
   start)
     build
     for n in 1 2 3; do start_node "$n"; done
-    wait_for 30 "$bin" --endpoint 127.0.0.1:8081 cluster init || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
-    wait_for 30 has_leader 127.0.0.1:8081 || { echo "no leader elected" >&2; exit 1; }
-    echo "RockRaft is running. Client endpoints: 127.0.0.1:8081, 127.0.0.1:8082, 127.0.0.1:8083"
+    wait_for 30 "$bin" --endpoint "$(client_addr 1)" cluster init || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
+    # Every node must know the leader (and so hold the membership) before clients arrive.
+    for n in 1 2 3; do
+      wait_for 30 has_leader "$(client_addr "$n")" || { echo "node $n does not know a leader" >&2; exit 1; }
+    done
+    for n in 1 2 3; do
+      # A node that could not start (say, its port was taken) has exited by now.
+      running "$n" || { echo "node $n exited; see $(node_dir "$n")/node.log" >&2; tail -3 "$(node_dir "$n")/node.log" >&2; exit 1; }
+    done
+    echo "RockRaft is running. Client endpoints: $(client_addr 1), $(client_addr 2), $(client_addr 3)"
     echo "Data and logs: $data"
     ;;
   stop)
@@ -112,7 +125,7 @@ case "${1:-}" in
     n="${2:?usage: cluster.sh restart N}"
     build
     start_node "$n"
-    wait_for 30 "$bin" --endpoint "127.0.0.1:808$n" cluster status || { echo "node $n did not come back; see $(node_dir "$n")/node.log" >&2; exit 1; }
+    wait_for 30 "$bin" --endpoint "$(client_addr "$n")" cluster status || { echo "node $n did not come back; see $(node_dir "$n")/node.log" >&2; exit 1; }
     echo "node $n is running"
     ;;
   *)

@@ -4,8 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The run command itself, end to end (builds the release binary).
+scripts/smoke.sh
 # The cluster tests start real node processes: build the binary they run first.
 cargo build --locked -p rockraft --bin rockraft
-cargo test --workspace --locked --exclude rockraft-cluster-tests
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked --exclude rockraft-cluster-tests 2>&1 | tee "$log"
 # One cluster at a time: each runs three nodes, and the machine may have two cores.
-cargo test --locked -p rockraft-cluster-tests -- --test-threads=1
+cargo test --locked -p rockraft-cluster-tests -- --test-threads=1 2>&1 | tee -a "$log"
+# One closing line for the whole suite.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{Config, RaftMetrics, SnapshotPolicy};
+use openraft::{Config, RaftMetrics, ReadPolicy, SnapshotPolicy};
 use rockraft_proto::rocketmq::messaging_service_server::MessagingServiceServer;
 use rockraft_proto::rockraft::WriteRequest;
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
@@ -63,6 +63,39 @@ impl Node {
 
     pub fn is_leader(&self) -> bool {
         self.leader().is_some_and(|(id, _)| id == self.id())
+    }
+
+    /// On the leader: the commit index, after confirming leadership with a quorum.
+    pub async fn read_index(&self) -> Result<u64, String> {
+        let read = self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await.map_err(|e| e.to_string())?;
+        Ok(read.index())
+    }
+
+    /// Waits until this node has applied everything committed when it was called, so a read of
+    /// its local state sees every write acknowledged before (a follower asks the leader for that
+    /// index). For reads that found nothing locally, e.g. a topic created a moment ago.
+    pub async fn catch_up(&self) -> Result<(), String> {
+        if self.leader().is_none() {
+            // Just started, or an election is running: give it a moment.
+            let _ =
+                self.raft.wait(Some(Duration::from_secs(3))).metrics(|m| m.current_leader.is_some(), "a leader").await;
+        }
+        let index = if self.is_leader() {
+            self.read_index().await?
+        } else {
+            let (_, leader) = self.leader().ok_or("no leader is known right now")?;
+            let channel = self.peers.channel(&leader.raft_addr)?;
+            match crate::admin::call_on(channel, &crate::admin::api::AdminRequest::ReadIndex).await? {
+                crate::admin::api::AdminResponse::ReadIndex(i) => i,
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        };
+        self.raft
+            .wait(Some(Duration::from_secs(2)))
+            .applied_index_at_least(Some(index), "catching up for a read")
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// Proposes `command` and returns its reply once it is committed and applied. A follower

@@ -10,14 +10,36 @@ use crate::raft::NodeId;
 pub enum AdminRequest {
     Status,
     Init,
-    AddNode { id: NodeId, raft_addr: String, client_addr: String },
-    RemoveNode { id: NodeId },
-    TransferLeader { to: NodeId },
+    AddNode {
+        id: NodeId,
+        raft_addr: String,
+        client_addr: String,
+    },
+    RemoveNode {
+        id: NodeId,
+    },
+    TransferLeader {
+        to: NodeId,
+    },
     CreateTopic(TopicConfig),
-    DeleteTopic { name: String },
+    DeleteTopic {
+        name: String,
+    },
     ListTopics,
-    ListMessages { topic: String, queue: u32, from: u64, limit: u64, local: bool },
-    GetMessage { id: String, local: bool },
+    ListMessages {
+        topic: String,
+        queue: u32,
+        from: u64,
+        limit: u64,
+        local: bool,
+    },
+    GetMessage {
+        id: String,
+        local: bool,
+    },
+    /// The leader's commit index, confirmed by a quorum: what a follower must have applied to
+    /// answer a read as the leader would.
+    ReadIndex,
 }
 
 impl AdminRequest {
@@ -40,6 +62,7 @@ pub enum AdminResponse {
     Done(String),
     Topics(Vec<TopicInfo>),
     Messages(Vec<MessageLine>),
+    ReadIndex(u64),
     Error(String),
 }
 

@@ -6,4 +6,4 @@ mod config;
 mod service;
 
 pub use config::{BrokerConfig, Member, NodeConfig, RaftTimings, StorageConfig};
-pub use service::{AdminServer, call};
+pub use service::{AdminServer, call, call_on};

@@ -47,13 +47,17 @@ fn reply_text(reply: Reply) -> AdminResponse {
 
 /// Sends `req` to the admin service at `addr`.
 pub async fn call(addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
-    let channel = channel(addr)?;
+    call_on(channel(addr)?, req).await.map_err(|e| format!("{addr}: {e}"))
+}
+
+/// Sends `req` over an existing channel.
+pub async fn call_on(channel: tonic::transport::Channel, req: &AdminRequest) -> Result<AdminResponse, String> {
     let json = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     let reply = AdminServiceClient::new(channel)
         .max_decoding_message_size(usize::MAX)
         .call(pb::Json { json: json.into() })
         .await
-        .map_err(|s| format!("{addr}: {}", s.message()))?;
+        .map_err(|s| s.message().to_string())?;
     serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
 }
 
@@ -134,6 +138,7 @@ impl AdminServer {
                 }
                 Ok(AdminResponse::Messages(out))
             }
+            AdminRequest::ReadIndex => node.read_index().await.map(AdminResponse::ReadIndex),
             AdminRequest::GetMessage { id, .. } => match node.broker.find(&id) {
                 Ok(found) => Ok(AdminResponse::Messages(found.into_iter().map(line).collect())),
                 Err(e) => Err(e.to_string()),

@@ -38,6 +38,18 @@ impl Proxy {
         m.membership_config.membership().nodes().map(|(_, n)| n.client_addr.clone()).collect()
     }
 
+    /// The topic's configuration. A topic unknown here may have been created a moment ago, and
+    /// this node may not have applied that yet: it catches up to the leader before saying no.
+    async fn topic(&self, name: &str) -> Option<crate::broker::TopicConfig> {
+        if let Some(t) = self.node.broker.topic(name) {
+            return Some(t);
+        }
+        if let Err(e) = self.node.catch_up().await {
+            tracing::debug!(error = %e, "could not catch up before answering topic-not-found");
+        }
+        self.node.broker.topic(name)
+    }
+
     async fn send(&self, req: &SendMessageRequest, namespace: &str) -> SendMessageResponse {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let limits = send::Limits {
@@ -121,9 +133,16 @@ impl MessagingService for Proxy {
             let space = if r.resource_namespace.is_empty() { ns.as_str() } else { r.resource_namespace.as_str() };
             send::qualified(space, &r.name)
         });
-        let config = topic.as_deref().and_then(|t| self.node.broker.topic(t));
-        let reply = route::route(&req, config, &self.node.config.group, &self.members_client_addrs())
-            .unwrap_or_else(|Rejection(s)| QueryRouteResponse { status: Some(s), message_queues: vec![] });
+        let config = match topic.as_deref() {
+            Some(t) => self.topic(t).await,
+            None => None,
+        };
+        let reply = route::route(&req, config, &self.node.config.group, &self.members_client_addrs()).unwrap_or_else(
+            |Rejection(s)| {
+                tracing::debug!(code = s.code, message = %s.message, "QueryRoute refused");
+                QueryRouteResponse { status: Some(s), message_queues: vec![] }
+            },
+        );
         Ok(Response::new(reply))
     }
 

@@ -116,3 +116,19 @@ async fn a_leader_stopped_with_sigterm_hands_leadership_over_first() {
     let r = send(&mut c, vec![message("Handover", "x", Bytes::from_static(b"x"), None)]).await;
     assert_eq!(code(&r), Code::Ok as i32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_topic_is_routable_through_every_node_as_soon_as_it_is_created() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    for round in 0..5 {
+        let name = format!("Fresh{round}");
+        cluster.create_topic(&name, 1, TopicKind::Normal).await;
+        // No waiting: a follower that has not applied the creation yet catches up first.
+        for id in 1..=3 {
+            let mut c = client(&cluster.client_addr(id)).await;
+            let topic = Some(Resource { resource_namespace: String::new(), name: name.clone() });
+            let route = c.query_route(QueryRouteRequest { topic, endpoints: None }).await.unwrap().into_inner();
+            assert_eq!(route.status.map(|s| s.code), Some(Code::Ok as i32), "node {id}, topic {name}");
+        }
+    }
+}

@@ -96,6 +96,10 @@ impl Cluster {
         let first = cluster.nodes[0].client_addr.clone();
         retry(Duration::from_secs(30), || async { request(&first, AdminRequest::Init).await }).await;
         cluster.wait_for_leader(Duration::from_secs(30)).await;
+        // Every node must have heard from the leader before a test starts talking to it.
+        for id in 1..=n {
+            cluster.wait_caught_up(id, Duration::from_secs(30)).await;
+        }
         cluster
     }
 

@@ -118,7 +118,7 @@ async fn a_leader_stopped_with_sigterm_hands_leadership_over_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_topic_is_routable_through_every_node_as_soon_as_it_is_created() {
+async fn a_topic_is_usable_through_every_node_as_soon_as_it_is_created() {
     let cluster = Cluster::start(3, Options::default()).await;
     for round in 0..5 {
         let name = format!("Fresh{round}");
@@ -129,6 +129,14 @@ async fn a_topic_is_routable_through_every_node_as_soon_as_it_is_created() {
             let topic = Some(Resource { resource_namespace: String::new(), name: name.clone() });
             let route = c.query_route(QueryRouteRequest { topic, endpoints: None }).await.unwrap().into_inner();
             assert_eq!(route.status.map(|s| s.code), Some(Code::Ok as i32), "node {id}, topic {name}");
+        }
+        cluster.create_topic(&format!("{name}Send"), 1, TopicKind::Normal).await;
+        for id in 1..=3 {
+            let mut c = client(&cluster.client_addr(id)).await;
+            let sent =
+                send(&mut c, vec![message(&format!("{name}Send"), &format!("m{id}"), Bytes::from_static(b"x"), None)])
+                    .await;
+            assert_eq!(code(&sent), Code::Ok as i32, "send through node {id}, topic {name}Send");
         }
     }
 }

@@ -56,10 +56,15 @@ impl Proxy {
             max_body_bytes: self.node.config.broker.max_body_bytes,
             max_properties_bytes: self.node.config.broker.max_properties_bytes,
         };
+        // A send carries one topic; resolve it first (catching up if needed) so `plan` stays plain.
+        let known = match req.messages.first().and_then(|m| m.topic.as_ref()) {
+            Some(r) => self.topic(&send::topic_name(r, namespace)).await,
+            None => None,
+        };
         let plan = match send::plan(
             req,
             namespace,
-            |t| self.node.broker.topic(t),
+            |t| known.clone().filter(|k| k.name == t),
             &limits,
             now_ms,
             |n| self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
@@ -129,12 +134,8 @@ impl MessagingService for Proxy {
     async fn query_route(&self, req: Request<QueryRouteRequest>) -> Result<Response<QueryRouteResponse>, Status> {
         let ns = namespace(&req);
         let req = req.into_inner();
-        let topic = req.topic.as_ref().map(|r| {
-            let space = if r.resource_namespace.is_empty() { ns.as_str() } else { r.resource_namespace.as_str() };
-            send::qualified(space, &r.name)
-        });
-        let config = match topic.as_deref() {
-            Some(t) => self.topic(t).await,
+        let config = match &req.topic {
+            Some(r) => self.topic(&send::topic_name(r, &ns)).await,
             None => None,
         };
         let reply = route::route(&req, config, &self.node.config.group, &self.members_client_addrs()).unwrap_or_else(

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use prost::Message as _;
-use rockraft_proto::rocketmq::{Code, Message, MessageType, SendMessageRequest};
+use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest};
 use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, TopicConfig, TopicKind};
@@ -23,6 +23,12 @@ pub struct SendPlan {
 /// RocketMQ names a topic inside a namespace `namespace%topic`.
 pub fn qualified(namespace: &str, name: &str) -> String {
     if namespace.is_empty() { name.to_string() } else { format!("{namespace}%{name}") }
+}
+
+/// The qualified name of `topic`: its own namespace, else the request's (`x-mq-namespace`).
+pub fn topic_name(topic: &Resource, namespace: &str) -> String {
+    let space = if topic.resource_namespace.is_empty() { namespace } else { &topic.resource_namespace };
+    qualified(space, &topic.name)
 }
 
 fn ms(ts: &Option<prost_types::Timestamp>) -> i64 {
@@ -120,20 +126,16 @@ pub fn plan(
     if req.messages.len() > MAX_MESSAGES_PER_ENTRY {
         return Err(Rejection::new(Code::BadRequest, format!("at most {MAX_MESSAGES_PER_ENTRY} messages per send")));
     }
-    let name_of = |m: &Message| {
-        m.topic.as_ref().map(|r| {
-            qualified(if r.resource_namespace.is_empty() { namespace } else { &r.resource_namespace }, &r.name)
-        })
-    };
-    let topic_name = name_of(first)
+    let name_of = |m: &Message| m.topic.as_ref().map(|r| topic_name(r, namespace));
+    let name = name_of(first)
         .filter(|n| !n.is_empty())
         .ok_or_else(|| Rejection::new(Code::BadRequest, "message without a topic"))?;
-    if req.messages.iter().any(|m| name_of(m).as_deref() != Some(&topic_name)) {
+    if req.messages.iter().any(|m| name_of(m).as_deref() != Some(&name)) {
         return Err(Rejection::new(Code::BadRequest, "all messages of one send must share a topic"));
     }
-    crate::broker::topic::validate_name(&topic_name).map_err(|e| Rejection::new(Code::IllegalTopic, e.to_string()))?;
-    let topic = topic_of(&topic_name)
-        .ok_or_else(|| Rejection::new(Code::TopicNotFound, format!("topic {topic_name} does not exist")))?;
+    crate::broker::topic::validate_name(&name).map_err(|e| Rejection::new(Code::IllegalTopic, e.to_string()))?;
+    let topic =
+        topic_of(&name).ok_or_else(|| Rejection::new(Code::TopicNotFound, format!("topic {name} does not exist")))?;
     let mut by_queue: BTreeMap<u32, (Vec<usize>, Vec<bytes::Bytes>)> = BTreeMap::new();
     for (i, m) in req.messages.iter().enumerate() {
         check(m, &topic, limits)?;
@@ -151,7 +153,7 @@ pub fn plan(
     let batches = by_queue
         .into_iter()
         .map(|(queue_id, (positions, messages))| {
-            (positions, SendBatch { topic: topic_name.clone(), queue_id, store_timestamp_ms: now_ms, messages })
+            (positions, SendBatch { topic: name.clone(), queue_id, store_timestamp_ms: now_ms, messages })
         })
         .collect();
     Ok(SendPlan { batches })
@@ -160,7 +162,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rockraft_proto::rocketmq::{Resource, SystemProperties};
+    use rockraft_proto::rocketmq::SystemProperties;
 
     const LIMITS: Limits = Limits { max_body_bytes: 16, max_properties_bytes: 32 };
 

@@ -256,10 +256,6 @@ impl CommitLog {
         *self.shared.bounds.read().expect("bounds lock")
     }
 
-    pub fn config(&self) -> &LogConfig {
-        &self.config
-    }
-
     /// Seals the current tail segment (durably) and starts a new one whose first record will
     /// carry `first_index`.
     fn roll(&mut self, first_index: u64) -> Result<(), StoreError> {
@@ -535,7 +531,8 @@ impl LogReader {
         Ok(out)
     }
 
-    /// The global CommitLog offset of the payload of `index`: what ConsumeQueue records point at.
+    /// The global CommitLog offset of the payload of `index` (tests cut and damage files there).
+    #[cfg(test)]
     pub fn payload_offset(&self, index: u64) -> Result<Option<u64>, StoreError> {
         if !self.in_bounds(index) {
             return Ok(None);
@@ -558,20 +555,5 @@ impl LogReader {
                 bytes: s.size,
             })
             .collect()
-    }
-
-    /// `len` bytes at global CommitLog offset `offset`, zero-copy; `None` if no live segment
-    /// holds them.
-    pub fn read_at(&self, offset: u64, len: u64) -> Option<Bytes> {
-        let seg = {
-            let segments = self.shared.segments.read().expect("segments lock");
-            let at = segments.partition_point(|s| s.base_offset <= offset);
-            Arc::clone(segments.get(at.checked_sub(1)?)?)
-        };
-        let position = offset - seg.base_offset;
-        if position < FILE_HEADER_LEN {
-            return None;
-        }
-        seg.bytes(position, len)
     }
 }

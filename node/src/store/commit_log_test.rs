@@ -351,16 +351,3 @@ fn async_mode_keeps_records_across_a_clean_restart() {
     let log = CommitLog::open(config(dir.path(), Durability::Async), None).unwrap();
     assert_eq!(last_index(&log), Some(99));
 }
-
-#[test]
-fn payload_offsets_address_the_same_bytes_through_read_at() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut log = open(dir.path());
-    append(&mut log, 0, 1, &[300_000; 8]);
-    let reader = log.reader();
-    for i in 0..8 {
-        let offset = reader.payload_offset(i).unwrap().unwrap();
-        assert_eq!(reader.read_at(offset, 300_000).unwrap(), payload(i, 300_000));
-    }
-    assert_eq!(reader.read_at(0, 10), None, "a segment's file header is not message data");
-}

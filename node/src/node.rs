@@ -98,6 +98,12 @@ impl Node {
             .map_err(|e| e.to_string())
     }
 
+    /// Waits (briefly) until this node has applied `index`, e.g. an entry the leader applied for
+    /// a write this node forwarded.
+    pub async fn wait_applied(&self, index: u64) {
+        let _ = self.raft.wait(Some(Duration::from_secs(2))).applied_index_at_least(Some(index), "own write").await;
+    }
+
     /// Proposes `command` and returns its reply once it is committed and applied. A follower
     /// forwards it to the leader.
     pub async fn write(&self, command: &Command) -> Result<Reply, WriteError> {
@@ -105,6 +111,8 @@ impl Node {
     }
 
     pub async fn write_bytes(&self, command: Bytes, may_forward: bool) -> Result<Reply, WriteError> {
+        // Commands that act on time carry the clock of the leader that proposes them.
+        let command = if self.is_leader() { Command::stamp_time(command, crate::proxy::now_ms()) } else { command };
         match self.raft.client_write(CommandBytes(command.clone())).await {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fwd))) => {

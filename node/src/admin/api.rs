@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::TopicConfig;
+use crate::broker::group::GroupConfig;
+use crate::broker::{GroupProgress, TopicConfig};
 use crate::raft::NodeId;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +27,18 @@ pub enum AdminRequest {
         name: String,
     },
     ListTopics,
+    CreateGroup(GroupConfig),
+    DeleteGroup {
+        name: String,
+    },
+    ListGroups,
+    /// Moves the group's position on every queue of the topic to the first message stored at or
+    /// after `time_ms`; what was in flight is forgotten.
+    ResetOffset {
+        group: String,
+        topic: String,
+        time_ms: i64,
+    },
     ListMessages {
         topic: String,
         queue: u32,
@@ -46,9 +59,10 @@ impl AdminRequest {
     /// Whether only the leader can answer it (a follower forwards).
     pub fn needs_leader(&self) -> bool {
         match self {
-            AdminRequest::AddNode { .. } | AdminRequest::RemoveNode { .. } | AdminRequest::TransferLeader { .. } => {
-                true
-            }
+            AdminRequest::AddNode { .. }
+            | AdminRequest::RemoveNode { .. }
+            | AdminRequest::TransferLeader { .. }
+            | AdminRequest::ResetOffset { .. } => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -61,6 +75,7 @@ pub enum AdminResponse {
     Status(NodeStatus),
     Done(String),
     Topics(Vec<TopicInfo>),
+    Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
     ReadIndex(u64),
     Error(String),
@@ -92,6 +107,13 @@ pub struct TopicInfo {
     pub config: TopicConfig,
     /// `(queue, start, next)` per queue.
     pub queues: Vec<(u32, u64, u64)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupInfo {
+    pub config: GroupConfig,
+    /// One line per topic the group has consumed.
+    pub progress: Vec<GroupProgress>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -7,7 +7,8 @@ use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
-use crate::admin::api::{AdminRequest, AdminResponse, MemberInfo, MessageLine, NodeStatus, TopicInfo};
+use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, TopicInfo};
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::node::{Node, WriteError};
 use crate::raft::{NodeInfo, channel};
@@ -42,6 +43,12 @@ fn reply_text(reply: Reply) -> AdminResponse {
         Reply::TopicExists(t) => AdminResponse::Error(format!("topic {t} already exists with another configuration")),
         Reply::Rejected(why) => AdminResponse::Error(why),
         Reply::Sent(_) => AdminResponse::Done("sent".into()),
+        Reply::Consume(ConsumeOutcome::GroupExists(g)) => {
+            AdminResponse::Error(format!("group {g} already exists with another configuration"))
+        }
+        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => AdminResponse::Error(format!("group {g} does not exist")),
+        Reply::Consume(ConsumeOutcome::Invalid(why)) => AdminResponse::Error(why),
+        Reply::Consume(_) => AdminResponse::Done("ok".into()),
     }
 }
 
@@ -124,6 +131,22 @@ impl AdminServer {
                     })
                     .collect(),
             )),
+            AdminRequest::CreateGroup(g) => self.write(Command::Consume(ConsumeCommand::CreateGroup(g))).await,
+            AdminRequest::DeleteGroup { name } => self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await,
+            AdminRequest::ListGroups => {
+                let progress = node.broker.group_progress();
+                Ok(AdminResponse::Groups(
+                    node.broker
+                        .groups()
+                        .into_iter()
+                        .map(|config| GroupInfo {
+                            progress: progress.iter().filter(|p| p.group == config.name).cloned().collect(),
+                            config,
+                        })
+                        .collect(),
+                ))
+            }
+            AdminRequest::ResetOffset { group, topic, time_ms } => self.reset_offset(group, topic, time_ms).await,
             AdminRequest::ListMessages { topic, queue, from, limit, .. } => {
                 let mut out = Vec::new();
                 let mut offset = from;
@@ -145,6 +168,25 @@ impl AdminServer {
             },
         };
         result.unwrap_or_else(AdminResponse::Error)
+    }
+
+    /// On the leader, whose state is current: each queue's first offset at or after the time.
+    async fn reset_offset(&self, group: String, topic: String, time_ms: i64) -> Result<AdminResponse, String> {
+        let broker = &self.node.broker;
+        let config = broker.topic(&topic).ok_or_else(|| format!("topic {topic} does not exist"))?;
+        if broker.group(&group).is_none() {
+            return Err(format!("group {group} does not exist"));
+        }
+        let mut positions = Vec::new();
+        for q in 0..config.queues {
+            positions.push((q, broker.offset_at_time(&topic, q, time_ms).map_err(|e| e.to_string())?));
+        }
+        let summary = positions.iter().map(|(q, o)| format!("queue {q} → {o}")).collect::<Vec<_>>().join(", ");
+        let command = Command::Consume(ConsumeCommand::ResetOffset { group, topic, positions });
+        match self.write(command).await? {
+            AdminResponse::Done(_) => Ok(AdminResponse::Done(summary)),
+            other => Ok(other),
+        }
     }
 
     async fn write(&self, command: Command) -> Result<AdminResponse, String> {

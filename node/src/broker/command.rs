@@ -3,22 +3,29 @@
 //! Layout of a normal entry's payload: one tag byte, then the body.
 //! - `TAG_SEND`: a protobuf `SendBatch` (messages kept as separately encoded `StoredMessage`s,
 //!   so a ConsumeQueue record can point at one message and reading it copies nothing);
-//! - `TAG_ADMIN`: JSON of [`AdminCommand`] (rare, small).
+//! - `TAG_ADMIN`: JSON of [`AdminCommand`] (rare, small);
+//! - `TAG_CONSUME`: JSON of [`ConsumeCommand`] (POP state: small, no message bytes);
+//! - `TAG_DEAD_LETTER`: a protobuf `DeadLetter`, which carries a copy of the message.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
-use rockraft_proto::rockraft::SendBatch;
+use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::BrokerError;
+use crate::broker::pop::ConsumeCommand;
 use crate::broker::topic::TopicConfig;
 
 const TAG_SEND: u8 = 1;
 const TAG_ADMIN: u8 = 2;
+const TAG_CONSUME: u8 = 3;
+const TAG_DEAD_LETTER: u8 = 4;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Send(SendBatch),
     Admin(AdminCommand),
+    Consume(ConsumeCommand),
+    DeadLetter(DeadLetter),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -37,11 +44,38 @@ impl Command {
                 batch.encode(&mut buf).expect("BytesMut grows");
                 buf.freeze()
             }
-            Command::Admin(admin) => {
-                let mut buf = vec![TAG_ADMIN];
-                serde_json::to_writer(&mut buf, admin).expect("admin commands serialize");
-                Bytes::from(buf)
+            Command::Admin(admin) => json(TAG_ADMIN, admin),
+            Command::Consume(consume) => json(TAG_CONSUME, consume),
+            Command::DeadLetter(d) => {
+                let mut buf = BytesMut::with_capacity(1 + d.encoded_len());
+                buf.put_u8(TAG_DEAD_LETTER);
+                d.encode(&mut buf).expect("BytesMut grows");
+                buf.freeze()
             }
+        }
+    }
+
+    /// The messages an entry stores, which ConsumeQueue records point at.
+    pub fn stored_batch(self) -> Option<SendBatch> {
+        match self {
+            Command::Send(b) => Some(b),
+            Command::DeadLetter(d) => d.batch,
+            _ => None,
+        }
+    }
+
+    /// Stamps the proposing leader's clock into a command that acts on time; other payloads come
+    /// back unchanged. Run on the leader just before it proposes.
+    pub fn stamp_time(payload: Bytes, now_ms: i64) -> Bytes {
+        if payload.first() != Some(&TAG_CONSUME) {
+            return payload;
+        }
+        match Command::decode(payload.clone()) {
+            Ok(Command::Consume(mut c)) => {
+                c.set_time(now_ms);
+                Command::Consume(c).encode()
+            }
+            _ => payload,
         }
     }
 
@@ -51,10 +85,25 @@ impl Command {
         match bytes.first() {
             Some(&TAG_SEND) => SendBatch::decode(bytes.slice(1..)).map(Command::Send).map_err(|e| corrupt(&e)),
             Some(&TAG_ADMIN) => serde_json::from_slice(&bytes[1..]).map(Command::Admin).map_err(|e| corrupt(&e)),
+            Some(&TAG_CONSUME) => serde_json::from_slice(&bytes[1..]).map(Command::Consume).map_err(|e| corrupt(&e)),
+            Some(&TAG_DEAD_LETTER) => {
+                DeadLetter::decode(bytes.slice(1..)).map(Command::DeadLetter).map_err(|e| corrupt(&e))
+            }
             Some(tag) => Err(BrokerError::CorruptEntry(format!("unknown command tag {tag}"))),
             None => Err(BrokerError::CorruptEntry("empty command".into())),
         }
     }
+}
+
+fn json<T: serde::Serialize>(tag: u8, value: &T) -> Bytes {
+    let mut buf = vec![tag];
+    serde_json::to_writer(&mut buf, value).expect("commands serialize");
+    Bytes::from(buf)
+}
+
+/// Whether an entry payload is a message send, without decoding it (replays skip those).
+pub fn is_send(payload: &[u8]) -> bool {
+    payload.first() == Some(&TAG_SEND)
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ pub enum BrokerError {
     TopicNotFound(String),
     #[error("illegal topic name {0:?}")]
     IllegalTopic(String),
+    #[error("illegal consumer group name {0:?}")]
+    IllegalGroup(String),
     #[error("topic {0} already exists with another configuration")]
     TopicExists(String),
     #[error("bad request: {0}")]

@@ -8,18 +8,23 @@
 mod command;
 mod dedupe_journal;
 mod error;
+pub mod group;
+pub mod pop;
+mod pop_plan;
 mod queues;
 mod reply;
 mod state;
 mod state_machine;
 #[cfg(test)]
 mod state_test;
+pub mod subscription;
 pub mod topic;
 
 pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
 pub use reply::{Reply, SendOutcome};
-pub use state::{Broker, BrokerOptions, QueueStatus, StoredEntry};
+pub use pop_plan::{PopPlan, PopRequest};
+pub use state::{Broker, BrokerOptions, GroupProgress, QueueStatus, StoredEntry};
 pub use state_machine::StateMachine;
 pub use topic::{TopicConfig, TopicKind};
 

@@ -1,5 +1,7 @@
 //! What applying an entry answers to the client that proposed it.
 
+use crate::broker::pop::ConsumeOutcome;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
     /// Blank and membership entries, and admin commands that succeeded.
@@ -9,6 +11,8 @@ pub enum Reply {
     Sent(Vec<SendOutcome>),
     TopicNotFound(String),
     TopicExists(String),
+    /// What a consumption command did.
+    Consume(ConsumeOutcome),
     /// The command was not valid when applied (the same on every replica).
     Rejected(String),
 }

@@ -13,15 +13,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use rockraft_proto::rockraft::{SendBatch, StoredMessage};
+use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 use serde::{Deserialize, Serialize};
 
-use crate::broker::command::{AdminCommand, Command};
+use crate::broker::command::{AdminCommand, Command, is_send};
+use crate::broker::group::{GroupConfig, dead_letter_topic, dead_letter_topic_config};
+use crate::broker::pop::{Changed, ConsumeCommand, ConsumeOutcome, Consumption, PopQueue, Receipt};
 use crate::broker::dedupe_journal::{DedupeJournal, Seen};
 use crate::broker::queues::Queues;
 use crate::broker::topic::TopicConfig;
 use crate::broker::{BrokerError, MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position, split_position};
-use crate::raft::{LogId, StoredMembership};
+use crate::raft::{LogId, StoredMembership, is_command_record};
 use crate::store::{CqRecord, LogReader, tag_hash};
 
 pub struct BrokerOptions {
@@ -49,6 +51,16 @@ pub struct QueueStatus {
     pub next: u64,
 }
 
+/// How far a group is on one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupProgress {
+    pub group: String,
+    pub topic: String,
+    /// Messages not acked yet: waiting, in flight or held back.
+    pub lag: u64,
+    pub inflight: u64,
+}
+
 /// A message as stored, with where it sits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEntry {
@@ -59,6 +71,8 @@ pub struct StoredEntry {
     /// Bytes of the encoded message (what the ConsumeQueue's size counts).
     pub size: u32,
     pub message: StoredMessage,
+    /// The encoded message, as stored.
+    pub raw: Bytes,
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -71,6 +85,7 @@ pub(crate) struct Metadata {
     pub queues: BTreeMap<(String, u32), QueueRange>,
     dedupe: HashMap<(String, String), Seen>,
     dedupe_order: VecDeque<(i64, String, String)>,
+    pub consumption: Consumption,
 }
 
 /// [`Metadata`] as a snapshot carries it.
@@ -81,6 +96,10 @@ pub(crate) struct SnapshotData {
     topics: Vec<TopicConfig>,
     pub queues: Vec<(String, u32, QueueRange)>,
     dedupe: Vec<(String, String, Seen)>,
+    #[serde(default)]
+    groups: Vec<GroupConfig>,
+    #[serde(default)]
+    pops: Vec<(String, String, u32, PopQueue)>,
 }
 
 impl SnapshotData {
@@ -97,6 +116,8 @@ impl From<Metadata> for SnapshotData {
             topics: m.topics.into_values().collect(),
             queues: m.queues.into_iter().map(|((t, q), r)| (t, q, r)).collect(),
             dedupe: m.dedupe.into_iter().map(|((t, id), s)| (t, id, s)).collect(),
+            groups: m.consumption.groups.into_values().collect(),
+            pops: m.consumption.queues.into_iter().map(|((g, t, q), p)| (g, t, q, p)).collect(),
         }
     }
 }
@@ -111,6 +132,10 @@ impl From<SnapshotData> for Metadata {
             queues: s.queues.into_iter().map(|(t, q, r)| ((t, q), r)).collect(),
             dedupe: s.dedupe.into_iter().map(|(t, id, s)| ((t, id), s)).collect(),
             dedupe_order: VecDeque::new(),
+            consumption: Consumption {
+                groups: s.groups.into_iter().map(|g| (g.name.clone(), g)).collect(),
+                queues: s.pops.into_iter().map(|(g, t, q, p)| ((g, t, q), p)).collect(),
+            },
         };
         m.rebuild_dedupe_order();
         m
@@ -123,6 +148,7 @@ struct Dirty {
     topics: BTreeSet<String>,
     queues: BTreeSet<(String, u32)>,
     dedupe: BTreeSet<(String, String)>,
+    consumption: Changed,
 }
 
 struct Inner {
@@ -137,6 +163,8 @@ struct Inner {
     /// 0: none requested.
     snapshot_target: std::sync::atomic::AtomicU64,
     options: BrokerOptions,
+    /// Per topic, bumped whenever something a waiting receiver may want is applied.
+    watchers: Mutex<HashMap<String, tokio::sync::watch::Sender<u64>>>,
 }
 
 /// A cheap, cloneable handle on the broker state, shared by the state machine (writes) and the
@@ -156,6 +184,13 @@ fn topic_key(t: &str) -> String {
 }
 fn queue_key(t: &str, q: u32) -> String {
     format!("q/{t}/{q}")
+}
+fn group_key(g: &str) -> String {
+    format!("g/{g}")
+}
+/// Names never contain `/` (see `validate_name`).
+fn pop_key((g, t, q): &(String, String, u32)) -> String {
+    format!("p/{g}/{t}/{q}")
 }
 
 fn json<T: Serialize>(v: &T) -> Vec<u8> {
@@ -189,6 +224,15 @@ impl Broker {
                 let (t, q) = rest.rsplit_once('/').unwrap_or_default();
                 let q: u32 = q.parse().map_err(|_| BrokerError::CorruptEntry(format!("metadata key {key}")))?;
                 meta.queues.insert((t.to_string(), q), parse(&k, &v)?);
+            } else if key.starts_with("g/") {
+                let g: GroupConfig = parse(&k, &v)?;
+                meta.consumption.groups.insert(g.name.clone(), g);
+            } else if let Some(rest) = key.strip_prefix("p/") {
+                let bad = || BrokerError::CorruptEntry(format!("metadata key {key}"));
+                let mut parts = rest.splitn(3, '/');
+                let (Some(g), Some(t), Some(q)) = (parts.next(), parts.next(), parts.next()) else { return Err(bad()) };
+                let q: u32 = q.parse().map_err(|_| bad())?;
+                meta.consumption.queues.insert((g.to_string(), t.to_string(), q), parse(&k, &v)?);
             }
         }
         let (journal, dedupe) = DedupeJournal::open(&options.dir.join("dedupe.journal"))?;
@@ -205,6 +249,7 @@ impl Broker {
             checkpointing: Mutex::new(journal),
             snapshot_target: std::sync::atomic::AtomicU64::new(0),
             options,
+            watchers: Mutex::new(HashMap::new()),
         };
         Ok(Broker { inner: Arc::new(inner) })
     }
@@ -266,7 +311,14 @@ impl Broker {
         command: Command,
     ) -> Result<Reply, BrokerError> {
         match command {
-            Command::Send(batch) => self.apply_send(meta, dirty, index, batch),
+            Command::Send(batch) => {
+                let topic = batch.topic.clone();
+                let reply = self.apply_send(meta, dirty, index, batch, true);
+                self.wake(&topic);
+                reply
+            }
+            Command::Consume(c) => Ok(self.apply_consume(meta, dirty, index, c)),
+            Command::DeadLetter(d) => self.apply_dead_letter(meta, dirty, index, d),
             Command::Admin(AdminCommand::CreateTopic(t)) => {
                 if let Err(e) = t.validate() {
                     return Ok(Reply::Rejected(e.to_string()));
@@ -292,6 +344,8 @@ impl Broker {
                     dirty.queues.insert(key);
                 }
                 self.inner.queues.remove_topic(&name)?;
+                meta.consumption.topic_deleted(&name, &mut dirty.consumption);
+                self.wake(&name);
                 Ok(Reply::Applied)
             }
         }
@@ -303,6 +357,7 @@ impl Broker {
         dirty: &mut Dirty,
         index: u64,
         batch: SendBatch,
+        dedupe: bool,
     ) -> Result<Reply, BrokerError> {
         let Some(topic) = meta.topics.get(&batch.topic) else { return Ok(Reply::TopicNotFound(batch.topic)) };
         if batch.queue_id >= topic.queues {
@@ -326,7 +381,8 @@ impl Broker {
         let mut outcomes = Vec::with_capacity(decoded.len());
         for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
             let dedupe_key = (batch.topic.clone(), msg.message_id.clone());
-            if !msg.message_id.is_empty()
+            if dedupe
+                && !msg.message_id.is_empty()
                 && let Some(seen) = meta.dedupe.get(&dedupe_key)
             {
                 outcomes.push(SendOutcome {
@@ -345,7 +401,7 @@ impl Broker {
             };
             queue.put(offset, &record)?;
             range.next += 1;
-            if !msg.message_id.is_empty() {
+            if dedupe && !msg.message_id.is_empty() {
                 let seen = Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index };
                 meta.dedupe.insert(dedupe_key.clone(), seen);
                 meta.dedupe_order.push_back((now, dedupe_key.0.clone(), dedupe_key.1.clone()));
@@ -361,6 +417,70 @@ impl Broker {
         meta.queues.insert(key.clone(), range);
         dirty.queues.insert(key);
         Ok(Reply::Sent(outcomes))
+    }
+
+    fn apply_consume(&self, meta: &mut Metadata, dirty: &mut Dirty, index: u64, command: ConsumeCommand) -> Reply {
+        let outcome = meta.consumption.apply(index, &command, &mut dirty.consumption);
+        if let (ConsumeCommand::CreateGroup(g), ConsumeOutcome::Done) = (&command, &outcome) {
+            // The dead-letter topic exists from the start, so it can be subscribed to at once.
+            let dlq = dead_letter_topic_config(&g.name);
+            if !meta.topics.contains_key(&dlq.name) {
+                dirty.topics.insert(dlq.name.clone());
+                meta.topics.insert(dlq.name.clone(), dlq);
+            }
+        }
+        if let Some(topic) = command.topic() {
+            self.wake(topic);
+        }
+        Reply::Consume(outcome)
+    }
+
+    /// Ends the delivery, then stores the message's copy in the group's dead-letter topic.
+    fn apply_dead_letter(
+        &self,
+        meta: &mut Metadata,
+        dirty: &mut Dirty,
+        index: u64,
+        d: DeadLetter,
+    ) -> Result<Reply, BrokerError> {
+        let receipt = dead_letter_receipt(&d);
+        if !meta.consumption.dead_letter(&receipt, &mut dirty.consumption) {
+            return Ok(Reply::Consume(ConsumeOutcome::StaleReceipt));
+        }
+        self.wake(&d.topic);
+        let dlq = dead_letter_topic_config(&d.group);
+        let Some(batch) = d.batch.filter(|b| b.topic == dlq.name && b.queue_id == 0) else {
+            // The message was gone (retention): the delivery ends all the same.
+            return Ok(Reply::Consume(ConsumeOutcome::Done));
+        };
+        if !meta.topics.contains_key(&dlq.name) {
+            dirty.topics.insert(dlq.name.clone());
+            meta.topics.insert(dlq.name.clone(), dlq);
+        }
+        let reply = self.apply_send(meta, dirty, index, batch, false)?;
+        self.wake(&dead_letter_topic(&d.group));
+        Ok(match reply {
+            Reply::Sent(_) => Reply::Consume(ConsumeOutcome::Done),
+            other => other,
+        })
+    }
+
+    /// A receiver of `topic`'s changes: its value moves whenever a message arrives or a
+    /// consumption command for the topic applies.
+    pub fn watch(&self, topic: &str) -> tokio::sync::watch::Receiver<u64> {
+        let mut watchers = self.inner.watchers.lock().expect("watchers lock");
+        watchers.entry(topic.to_string()).or_insert_with(|| tokio::sync::watch::channel(0).0).subscribe()
+    }
+
+    fn wake(&self, topic: &str) {
+        let mut watchers = self.inner.watchers.lock().expect("watchers lock");
+        if let Some(tx) = watchers.get(topic) {
+            if tx.receiver_count() == 0 {
+                watchers.remove(topic);
+            } else {
+                tx.send_modify(|v| *v += 1);
+            }
+        }
     }
 
     /// Records what an entry without a command changes (blank, membership).
@@ -396,6 +516,19 @@ impl Broker {
                     None => batch.remove(queue_key(&t, q).as_bytes()),
                 }
             }
+            let changed = std::mem::take(&mut dirty.consumption);
+            for g in changed.groups {
+                match meta.consumption.groups.get(&g) {
+                    Some(cfg) => batch.insert(group_key(&g).as_bytes(), json(cfg)),
+                    None => batch.remove(group_key(&g).as_bytes()),
+                }
+            }
+            for key in changed.queues {
+                match meta.consumption.queues.get(&key) {
+                    Some(p) => batch.insert(pop_key(&key).as_bytes(), json(p)),
+                    None => batch.remove(pop_key(&key).as_bytes()),
+                }
+            }
             let pending = journal.prepare(std::mem::take(&mut dirty.dedupe).iter(), &meta.dedupe);
             batch.insert(KEY_APPLIED, json(&meta.last_applied));
             batch.insert(KEY_MEMBERSHIP, json(&meta.membership));
@@ -425,9 +558,8 @@ impl Broker {
         let Some(record) = self.inner.queues.get(topic, queue_id)?.get(offset) else { return Ok(None) };
         let (index, ordinal) = split_position(record.position);
         let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
-        let batch = match Command::decode(entry.payload) {
-            Ok(Command::Send(b)) => b,
-            _ => return Err(BrokerError::CorruptEntry(format!("queue record points at entry {index}"))),
+        let Some(batch) = Command::decode(entry.payload).ok().and_then(Command::stored_batch) else {
+            return Err(BrokerError::CorruptEntry(format!("queue record points at entry {index}")));
         };
         let raw = batch
             .messages
@@ -441,7 +573,65 @@ impl Broker {
             store_timestamp_ms: batch.store_timestamp_ms,
             size: raw.len() as u32,
             message,
+            raw: raw.clone(),
         }))
+    }
+
+    /// The ConsumeQueue record at `offset`, if it is readable.
+    pub(crate) fn queue_record(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<CqRecord>, BrokerError> {
+        let range = self.meta().queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default();
+        if offset < range.start || offset >= range.next {
+            return Ok(None);
+        }
+        Ok(self.inner.queues.get(topic, queue_id)?.get(offset))
+    }
+
+    pub fn group(&self, name: &str) -> Option<GroupConfig> {
+        self.meta().consumption.groups.get(name).cloned()
+    }
+
+    pub fn groups(&self) -> Vec<GroupConfig> {
+        self.meta().consumption.groups.values().cloned().collect()
+    }
+
+    /// Each group's progress on each topic it has consumed.
+    pub fn group_progress(&self) -> Vec<GroupProgress> {
+        let meta = self.meta();
+        let mut out: Vec<GroupProgress> = Vec::new();
+        for ((group, topic, q), pop) in &meta.consumption.queues {
+            let range = meta.queues.get(&(topic.clone(), *q)).copied().unwrap_or_default();
+            let waiting = range.next.saturating_sub(pop.position.max(range.start));
+            let inflight = pop.inflight.len() as u64;
+            let held = pop.held.len() as u64;
+            match out.last_mut() {
+                Some(p) if p.group == *group && p.topic == *topic => {
+                    p.lag += waiting + inflight + held;
+                    p.inflight += inflight;
+                }
+                _ => out.push(GroupProgress {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    lag: waiting + inflight + held,
+                    inflight,
+                }),
+            }
+        }
+        out
+    }
+
+    /// The first offset of (`topic`, `queue_id`) stored at or after `time_ms` (the queue's end
+    /// if none): store times grow along a queue, so a binary search finds it.
+    pub fn offset_at_time(&self, topic: &str, queue_id: u32, time_ms: i64) -> Result<u64, BrokerError> {
+        let range = self.meta().queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default();
+        let (mut lo, mut hi) = (range.start, range.next);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.read(topic, queue_id, mid)? {
+                Some(e) if e.store_timestamp_ms < time_ms => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        Ok(lo)
     }
 
     /// Finds a message by id: the dedupe window first, then a scan of every queue.
@@ -482,8 +672,13 @@ impl Broker {
     /// queue ranges cut back to what entries up to `at` wrote, the dedupe window as of then, the
     /// membership in force then. Topics are today's: replaying the later entries recreates and
     /// deletes them the same way, so the result converges.
-    pub(crate) fn snapshot_data_at(&self, at: LogId) -> Result<SnapshotData, BrokerError> {
+    pub(crate) fn snapshot_data_at(
+        &self,
+        at: LogId,
+        previous: Option<SnapshotData>,
+    ) -> Result<SnapshotData, BrokerError> {
         let mut m = self.meta().clone();
+        m.consumption = self.consumption_at(at.index, previous)?;
         for ((topic, q), range) in m.queues.iter_mut() {
             let cq = self.inner.queues.get(topic, *q)?;
             let (mut lo, mut hi) = (range.start, range.next);
@@ -504,6 +699,37 @@ impl Broker {
         }
         m.last_applied = Some(at);
         Ok(m.into())
+    }
+
+    /// Consumer groups and POP state right after applying `at`: the previous snapshot's, with the
+    /// consumption commands since then replayed (they are still in the log: it is only purged up
+    /// to a snapshot). Today's state can't simply be cut back, as queue ranges are.
+    fn consumption_at(&self, at: u64, previous: Option<SnapshotData>) -> Result<Consumption, BrokerError> {
+        let (mut c, from) = match previous {
+            Some(p) => {
+                let from = p.last_applied.map_or(0, |l| l.index + 1);
+                (Metadata::from(p).consumption, from)
+            }
+            None => (Consumption::default(), 0),
+        };
+        let mut ignored = Changed::default();
+        for index in from..=at {
+            let Some(record) = self.inner.log.read(index)? else { continue };
+            if !is_command_record(&record.meta) || is_send(&record.payload) {
+                continue;
+            }
+            match Command::decode(record.payload) {
+                Ok(Command::Consume(command)) => {
+                    c.apply(index, &command, &mut ignored);
+                }
+                Ok(Command::DeadLetter(d)) => {
+                    c.dead_letter(&dead_letter_receipt(&d), &mut ignored);
+                }
+                Ok(Command::Admin(AdminCommand::DeleteTopic { name })) => c.topic_deleted(&name, &mut ignored),
+                _ => {}
+            }
+        }
+        Ok(c)
     }
 
     /// After the log is purged up to a snapshot, queue records that point below it are gone:
@@ -552,9 +778,25 @@ impl Broker {
             for key in meta.dedupe.keys().chain(snapshot.dedupe.keys()) {
                 dirty.dedupe.insert(key.clone());
             }
+            for g in meta.consumption.groups.keys().chain(snapshot.consumption.groups.keys()) {
+                dirty.consumption.groups.insert(g.clone());
+            }
+            for key in meta.consumption.queues.keys().chain(snapshot.consumption.queues.keys()) {
+                dirty.consumption.queues.insert(key.clone());
+            }
             *meta = snapshot;
         }
         self.checkpoint()
+    }
+}
+
+fn dead_letter_receipt(d: &DeadLetter) -> Receipt {
+    Receipt {
+        group: d.group.clone(),
+        topic: d.topic.clone(),
+        queue_id: d.queue_id,
+        offset: d.offset,
+        generation: d.generation,
     }
 }
 

@@ -83,7 +83,11 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 snapshot: serde_json::to_vec(&SnapshotData::empty()).unwrap_or_default(),
             }));
         };
-        let data = self.broker.snapshot_data_at(at)?;
+        let previous = match &current {
+            Some(s) => Some(serde_json::from_slice::<SnapshotData>(&s.snapshot).map_err(io::Error::other)?),
+            None => None,
+        };
+        let data = self.broker.snapshot_data_at(at, previous)?;
         let meta = SnapshotMeta { last_log_id: data.last_applied, last_membership: data.membership.clone() };
         let bytes = serde_json::to_vec(&data).map_err(io::Error::other)?;
         self.save_snapshot(&meta, &bytes)?;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus};
 use crate::admin::{NodeConfig, call};
+use crate::broker::group::GroupConfig;
 use crate::broker::{TopicConfig, TopicKind};
 
 #[derive(Parser)]
@@ -34,6 +35,9 @@ enum Top {
     Cluster(ClusterCmd),
     #[command(subcommand)]
     Topic(TopicCmd),
+    /// Consumer groups: create, list with lag, reset to a point in time.
+    #[command(subcommand)]
+    Group(GroupCmd),
     #[command(subcommand)]
     Message(MessageCmd),
     /// Load generators.
@@ -101,6 +105,43 @@ enum TopicCmd {
     Delete {
         name: String,
     },
+}
+
+#[derive(Subcommand)]
+enum GroupCmd {
+    Create {
+        name: String,
+        /// Deliver each message group of a FIFO topic one message at a time, in order.
+        #[arg(long)]
+        fifo: bool,
+        /// Deliveries before a message goes to the dead-letter topic `%DLQ%<name>`.
+        #[arg(long, default_value_t = crate::broker::group::DEFAULT_MAX_ATTEMPTS)]
+        max_attempts: u32,
+    },
+    /// Each group, and per topic it consumed: lag (messages not acked yet) and in-flight count.
+    List,
+    Delete {
+        name: String,
+    },
+    /// Replay (or skip) to the first message stored at or after a time; nothing stays in flight.
+    ResetOffset {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// RFC 3339 (`2026-11-30T04:00:00Z`) or milliseconds since the Unix epoch.
+        #[arg(long)]
+        to_time: String,
+    },
+}
+
+/// Milliseconds since the epoch, from RFC 3339 or a plain number of milliseconds.
+fn parse_time(s: &str) -> Result<i64, String> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("--to-time {s:?}: expected RFC 3339 or epoch milliseconds ({e})"))?;
+    Ok((t.unix_timestamp_nanos() / 1_000_000) as i64)
 }
 
 #[derive(Subcommand)]
@@ -230,6 +271,26 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 for t in topics {
                     let messages: u64 = t.queues.iter().map(|(_, start, next)| next - start).sum();
                     println!("{}\t{}\tqueues={}\tmessages={}", t.config.name, t.config.kind, t.config.queues, messages);
+                }
+            }
+            Ok(())
+        }
+        Top::Group(GroupCmd::Create { name, fifo, max_attempts }) => {
+            request(ep, AdminRequest::CreateGroup(GroupConfig { name, fifo, max_attempts })).await.map(done)
+        }
+        Top::Group(GroupCmd::Delete { name }) => request(ep, AdminRequest::DeleteGroup { name }).await.map(done),
+        Top::Group(GroupCmd::ResetOffset { group, topic, to_time }) => {
+            let time_ms = parse_time(&to_time)?;
+            request(ep, AdminRequest::ResetOffset { group, topic, time_ms }).await.map(done)
+        }
+        Top::Group(GroupCmd::List) => {
+            if let AdminResponse::Groups(groups) = request(ep, AdminRequest::ListGroups).await? {
+                for g in groups {
+                    let kind = if g.config.fifo { "fifo" } else { "normal" };
+                    println!("{}	{kind}	max_attempts={}", g.config.name, g.config.max_attempts);
+                    for p in g.progress {
+                        println!("  topic={}	lag={}	inflight={}", p.topic, p.lag, p.inflight);
+                    }
                 }
             }
             Ok(())

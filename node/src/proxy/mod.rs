@@ -1,17 +1,22 @@
 //! The RocketMQ proxy endpoint: `apache.rocketmq.v2.MessagingService` as the official clients use
 //! it. Every node serves it; writes go through [`Node::write`], which forwards to the leader.
 //!
-//! - `route`: QueryRoute; `send`: SendMessage checks and batching; `telemetry`: the settings
-//!   handshake; `status`: error → RocketMQ status code.
-//! - Consumption (receive, ack, invisible time) is answered UNIMPLEMENTED until it exists.
+//! - `route`: QueryRoute and QueryAssignment; `send`: SendMessage checks and batching;
+//!   `telemetry`: the settings handshake; `status`: error → RocketMQ status code;
+//! - `receive`: the POP long poll; `ack`: ack, invisible time, dead letters; `receipt`: handles.
 
+mod ack;
+mod receipt;
+mod receive;
 mod route;
 mod send;
 mod status;
 mod telemetry;
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::{Stream, StreamExt};
@@ -26,11 +31,26 @@ use status::{Rejection, ok, write_failed};
 pub struct Proxy {
     node: Node,
     round_robin: AtomicU32,
+    /// One per (group, topic) being received from on this node.
+    pop_locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Milliseconds since the Unix epoch, by this node's clock.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+pub(crate) fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
 impl Proxy {
     pub fn new(node: Node) -> Proxy {
-        Proxy { node, round_robin: AtomicU32::new(0) }
+        Proxy { node, round_robin: AtomicU32::new(0), pop_locks: Mutex::new(HashMap::new()) }
+    }
+
+    fn next_queue(&self) -> u32 {
+        self.round_robin.fetch_add(1, Ordering::Relaxed)
     }
 
     fn members_client_addrs(&self) -> Vec<String> {
@@ -51,7 +71,7 @@ impl Proxy {
     }
 
     async fn send(&self, req: &SendMessageRequest, namespace: &str) -> SendMessageResponse {
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let now_ms = now_ms();
         let limits = send::Limits {
             max_body_bytes: self.node.config.broker.max_body_bytes,
             max_properties_bytes: self.node.config.broker.max_properties_bytes,
@@ -123,6 +143,23 @@ fn namespace<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-namespace").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
 }
 
+/// The client's deadline for this call, from the `grpc-timeout` header (`<digits><unit>`).
+fn grpc_timeout<T>(req: &Request<T>) -> Option<std::time::Duration> {
+    let v = req.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    use std::time::Duration;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 fn not_yet<T>(what: &str) -> Result<T, Status> {
     Err(Status::unimplemented(format!("{what} is not supported yet")))
 }
@@ -158,29 +195,43 @@ impl MessagingService for Proxy {
 
     async fn query_assignment(
         &self,
-        _: Request<QueryAssignmentRequest>,
+        req: Request<QueryAssignmentRequest>,
     ) -> Result<Response<QueryAssignmentResponse>, Status> {
-        not_yet("QueryAssignment")
+        let ns = namespace(&req);
+        let req = req.into_inner();
+        let config = match &req.topic {
+            Some(r) => self.topic(&send::topic_name(r, &ns)).await,
+            None => None,
+        };
+        let reply = route::assignment(&req, config, &self.node.config.group, &self.members_client_addrs())
+            .unwrap_or_else(|Rejection(s)| QueryAssignmentResponse { status: Some(s), assignments: vec![] });
+        Ok(Response::new(reply))
     }
 
     type ReceiveMessageStream = BoxStream<ReceiveMessageResponse>;
 
     async fn receive_message(
         &self,
-        _: Request<ReceiveMessageRequest>,
+        req: Request<ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
-        not_yet("ReceiveMessage")
+        let ns = namespace(&req);
+        let timeout = grpc_timeout(&req);
+        let responses = self.receive(req.get_ref(), &ns, timeout).await;
+        Ok(Response::new(Box::pin(futures_util::stream::iter(responses.into_iter().map(Ok)))))
     }
 
-    async fn ack_message(&self, _: Request<AckMessageRequest>) -> Result<Response<AckMessageResponse>, Status> {
-        not_yet("AckMessage")
+    async fn ack_message(&self, req: Request<AckMessageRequest>) -> Result<Response<AckMessageResponse>, Status> {
+        let ns = namespace(&req);
+        Ok(Response::new(self.ack(req.get_ref(), &ns).await))
     }
 
     async fn forward_message_to_dead_letter_queue(
         &self,
-        _: Request<ForwardMessageToDeadLetterQueueRequest>,
+        req: Request<ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<ForwardMessageToDeadLetterQueueResponse>, Status> {
-        not_yet("ForwardMessageToDeadLetterQueue")
+        let ns = namespace(&req);
+        let status = self.forward_to_dead_letters(req.get_ref(), &ns).await;
+        Ok(Response::new(ForwardMessageToDeadLetterQueueResponse { status: Some(status) }))
     }
 
     type PullMessageStream = BoxStream<PullMessageResponse>;
@@ -215,11 +266,13 @@ impl MessagingService for Proxy {
         req: Request<Streaming<TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
         let max_body = self.node.config.broker.max_body_bytes;
+        let broker = self.node.broker.clone();
+        let ns = namespace(&req);
         // Ends when the client closes its side or sends garbage; answers only Settings.
-        let replies = req
-            .into_inner()
-            .take_while(|c| std::future::ready(c.is_ok()))
-            .filter_map(move |c| std::future::ready(c.ok().and_then(|c| telemetry::reply(c, max_body)).map(Ok)));
+        let replies = req.into_inner().take_while(|c| std::future::ready(c.is_ok())).filter_map(move |c| {
+            let group_of = |name: &str| broker.group(&send::qualified(&ns, name)).or_else(|| broker.group(name));
+            std::future::ready(c.ok().and_then(|c| telemetry::reply(c, max_body, &group_of)).map(Ok))
+        });
         Ok(Response::new(Box::pin(replies)))
     }
 
@@ -232,9 +285,10 @@ impl MessagingService for Proxy {
 
     async fn change_invisible_duration(
         &self,
-        _: Request<ChangeInvisibleDurationRequest>,
+        req: Request<ChangeInvisibleDurationRequest>,
     ) -> Result<Response<ChangeInvisibleDurationResponse>, Status> {
-        not_yet("ChangeInvisibleDuration")
+        let ns = namespace(&req);
+        Ok(Response::new(self.change_invisible(req.get_ref(), &ns).await))
     }
 
     async fn recall_message(

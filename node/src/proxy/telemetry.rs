@@ -5,17 +5,39 @@
 use std::time::Duration;
 
 use rockraft_proto::rocketmq::{
-    ExponentialBackoff, Metric, RetryPolicy, Settings, TelemetryCommand, retry_policy, settings, telemetry_command,
+    CustomizedBackoff, ExponentialBackoff, Language, Metric, RetryPolicy, Settings, TelemetryCommand, retry_policy,
+    settings, telemetry_command,
 };
 
+use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
+use crate::proxy::send::topic_name;
 use crate::proxy::status::ok;
 
 const RECEIVE_BATCH: i32 = 32;
 const LONG_POLLING: Duration = Duration::from_secs(20);
-const MAX_DELIVERY_ATTEMPTS: i32 = 16;
+/// A consumer's wait before a failed message is retried, by attempt (the last one repeats).
+/// Whole seconds: clients drop the fraction, and invisible times start at one second.
+const RETRY_DELAYS_SECS: [u64; 10] = [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800];
 
 fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+}
+
+/// The retry schedule consumers follow after a failure. The Python client reads only the
+/// customized form, the Node client only the exponential one.
+fn consumer_backoff(max_attempts: i32, language: Language) -> RetryPolicy {
+    let strategy = if language == Language::NodeJs {
+        retry_policy::Strategy::ExponentialBackoff(ExponentialBackoff {
+            initial: Some(duration(Duration::from_secs(1))),
+            max: Some(duration(Duration::from_secs(1800))),
+            multiplier: 2.0,
+        })
+    } else {
+        retry_policy::Strategy::CustomizedBackoff(CustomizedBackoff {
+            next: RETRY_DELAYS_SECS.iter().map(|s| duration(Duration::from_secs(*s))).collect(),
+        })
+    };
+    RetryPolicy { max_attempts, strategy: Some(strategy) }
 }
 
 /// Exponential, as the Node client needs: 10 ms doubling up to 1 s.
@@ -30,8 +52,10 @@ fn backoff(max_attempts: i32) -> RetryPolicy {
     }
 }
 
-/// The server's answer to a client's `Settings`.
-pub fn answer(mut s: Settings, max_body_bytes: u64) -> Settings {
+/// The server's answer to a client's `Settings`. `group_of` finds a consumer group by its
+/// qualified name.
+pub fn answer(mut s: Settings, max_body_bytes: u64, group_of: &dyn Fn(&str) -> Option<GroupConfig>) -> Settings {
+    let language = s.user_agent.as_ref().map_or(Language::Unspecified, |ua| ua.language());
     match &mut s.pub_sub {
         Some(settings::PubSub::Publishing(p)) => {
             p.max_body_size = i32::try_from(max_body_bytes).unwrap_or(i32::MAX);
@@ -39,10 +63,12 @@ pub fn answer(mut s: Settings, max_body_bytes: u64) -> Settings {
             s.backoff_policy = Some(backoff(3));
         }
         Some(settings::PubSub::Subscription(sub)) => {
-            sub.fifo = Some(sub.fifo.unwrap_or(false));
+            let group = sub.group.as_ref().and_then(|g| group_of(&topic_name(g, "")));
+            sub.fifo = Some(group.as_ref().map_or(sub.fifo.unwrap_or(false), |g| g.fifo));
             sub.receive_batch_size = Some(RECEIVE_BATCH);
             sub.long_polling_timeout = Some(duration(LONG_POLLING));
-            s.backoff_policy = Some(backoff(MAX_DELIVERY_ATTEMPTS));
+            let max_attempts = group.map_or(DEFAULT_MAX_ATTEMPTS, |g| g.max_attempts);
+            s.backoff_policy = Some(consumer_backoff(max_attempts as i32, language));
         }
         None => {}
     }
@@ -51,11 +77,15 @@ pub fn answer(mut s: Settings, max_body_bytes: u64) -> Settings {
 }
 
 /// The reply to one command from the client, if it needs one.
-pub fn reply(cmd: TelemetryCommand, max_body_bytes: u64) -> Option<TelemetryCommand> {
+pub fn reply(
+    cmd: TelemetryCommand,
+    max_body_bytes: u64,
+    group_of: &dyn Fn(&str) -> Option<GroupConfig>,
+) -> Option<TelemetryCommand> {
     match cmd.command? {
         telemetry_command::Command::Settings(s) => Some(TelemetryCommand {
             status: Some(ok()),
-            command: Some(telemetry_command::Command::Settings(answer(s, max_body_bytes))),
+            command: Some(telemetry_command::Command::Settings(answer(s, max_body_bytes, group_of))),
         }),
         // Stack traces and verification results are answers to commands we never send.
         _ => None,
@@ -77,10 +107,34 @@ mod tests {
             })),
             ..Default::default()
         };
-        let a = answer(s, 4 << 20);
+        let a = answer(s, 4 << 20, &|_| None);
         let Some(settings::PubSub::Publishing(p)) = a.pub_sub else { panic!("publishing kept") };
         assert_eq!(p.max_body_size, 4 << 20);
         assert!(matches!(a.backoff_policy.unwrap().strategy, Some(retry_policy::Strategy::ExponentialBackoff(_))));
         assert_eq!(a.metric, Some(Metric { on: false, endpoints: None }));
+    }
+
+    #[test]
+    fn consumers_get_their_group_fifo_flag_and_max_attempts() {
+        use rockraft_proto::rocketmq::{Resource, Subscription, Ua};
+        let group = GroupConfig { name: "g".into(), fifo: true, max_attempts: 5 };
+        let settings = |language: Language| Settings {
+            pub_sub: Some(settings::PubSub::Subscription(Subscription {
+                group: Some(Resource { name: "g".into(), resource_namespace: String::new() }),
+                ..Default::default()
+            })),
+            user_agent: Some(Ua { language: language as i32, ..Default::default() }),
+            ..Default::default()
+        };
+        let a = answer(settings(Language::Python), 1, &|name| (name == "g").then(|| group.clone()));
+        let Some(settings::PubSub::Subscription(sub)) = &a.pub_sub else { panic!("subscription kept") };
+        assert_eq!(sub.fifo, Some(true));
+        let policy = a.backoff_policy.unwrap();
+        assert_eq!(policy.max_attempts, 5);
+        let Some(retry_policy::Strategy::CustomizedBackoff(c)) = policy.strategy else { panic!("customized") };
+        assert!(c.next.iter().all(|d| d.seconds >= 1 && d.nanos == 0), "whole seconds, at least one");
+        let node = answer(settings(Language::NodeJs), 1, &|_| None);
+        let strategy = node.backoff_policy.unwrap().strategy;
+        assert!(matches!(strategy, Some(retry_policy::Strategy::ExponentialBackoff(_))));
     }
 }

@@ -18,7 +18,7 @@ use std::fmt;
 
 use bytes::Bytes;
 
-pub use entry_codec::log_id;
+pub use entry_codec::{is_command_record, log_id};
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{Network, channel};
 pub use service::RaftServer;

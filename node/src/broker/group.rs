@@ -1,0 +1,60 @@
+//! Consumer groups: a name, whether the group consumes FIFO topics in message-group order, and how
+//! many deliveries a message gets before it goes to the group's dead-letter topic.
+
+use crate::broker::BrokerError;
+use crate::broker::topic::{TopicConfig, TopicKind, validate_name};
+
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 16;
+pub const MAX_MAX_ATTEMPTS: u32 = 1000;
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupConfig {
+    pub name: String,
+    /// On FIFO topics: messages of one message group are delivered one at a time, in queue order.
+    pub fifo: bool,
+    /// Deliveries of one message before it is moved to [`dead_letter_topic`].
+    pub max_attempts: u32,
+}
+
+impl GroupConfig {
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        validate_name(&self.name).map_err(|_| BrokerError::IllegalGroup(self.name.clone()))?;
+        // The dead-letter topic's name must be legal too.
+        validate_name(&dead_letter_topic(&self.name)).map_err(|_| BrokerError::IllegalGroup(self.name.clone()))?;
+        if self.max_attempts == 0 || self.max_attempts > MAX_MAX_ATTEMPTS {
+            return Err(BrokerError::BadRequest(format!("max attempts must be 1 to {MAX_MAX_ATTEMPTS}")));
+        }
+        Ok(())
+    }
+
+    /// Whether deliveries of `topic` to this group follow message-group order.
+    pub fn orderly_on(&self, topic: &TopicConfig) -> bool {
+        self.fifo && topic.kind == TopicKind::Fifo
+    }
+}
+
+/// Where a group's messages go after `max_attempts` failed deliveries; an ordinary topic users
+/// can consume, created with the group.
+pub fn dead_letter_topic(group: &str) -> String {
+    format!("%DLQ%{group}")
+}
+
+/// The dead-letter topic's configuration: one queue, normal messages.
+pub fn dead_letter_topic_config(group: &str) -> TopicConfig {
+    TopicConfig { name: dead_letter_topic(group), queues: 1, kind: TopicKind::Normal }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_topic_rules_and_leave_room_for_the_dead_letter_prefix() {
+        let group = |name: &str, max_attempts| GroupConfig { name: name.into(), fifo: false, max_attempts };
+        assert!(group("orders-consumers", 16).validate().is_ok());
+        assert!(group("a/b", 16).validate().is_err());
+        assert!(group("", 16).validate().is_err());
+        assert!(group(&"g".repeat(123), 16).validate().is_err(), "%DLQ% + 123 characters is too long");
+        assert!(group("g", 0).validate().is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! POP consumption state: for each (group, topic, queue), how far the group has taken messages
+//! and which of them are in flight, plus the consumer groups themselves.
+//!
+//! Every change comes from a [`ConsumeCommand`] in a committed entry, and applying one reads
+//! nothing but the command, the entry's index and this state. The live state machine and the
+//! snapshot builder (which replays commands onto an older snapshot) therefore agree exactly.
+//!
+//! Commands are optimistic: the proposer read the state it plans from (maybe on a follower, maybe
+//! stale) and the command names what it expects — the queue position it continues from, the
+//! generation of the delivery it acks. Apply refuses any part whose expectation no longer holds,
+//! so two proposers never hand out one message twice and a stale receipt handle never acks a
+//! newer delivery.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::group::GroupConfig;
+
+/// (group, topic, queue id).
+pub type PopKey = (String, String, u32);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inflight {
+    /// 1 for the first delivery.
+    pub attempt: u32,
+    /// The index of the entry that made this delivery (or last changed its invisible time). The
+    /// receipt handle carries it, so a handle from an earlier delivery no longer matches.
+    pub generation: u64,
+    pub invisible_until_ms: i64,
+    /// The message group, kept for orderly (FIFO) deliveries only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message_group: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PopQueue {
+    /// Offsets below this were taken: acked, in flight, held, or filtered out for this group.
+    pub position: u64,
+    pub inflight: BTreeMap<u64, Inflight>,
+    /// Orderly deliveries: messages passed over while an earlier message of their message group
+    /// was in flight, with that group. They go out, in offset order, once the group is free.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub held: BTreeMap<u64, String>,
+}
+
+impl PopQueue {
+    /// Message groups that may not get another delivery now.
+    pub fn busy_groups(&self) -> BTreeSet<&str> {
+        self.inflight.values().map(|f| f.message_group.as_str()).filter(|g| !g.is_empty()).collect()
+    }
+}
+
+/// One delivery made by a [`ConsumeCommand::Pop`] or renewed by a change of invisible time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub queue_id: u32,
+    pub offset: u64,
+    pub attempt: u32,
+    pub generation: u64,
+    pub invisible_until_ms: i64,
+}
+
+/// New messages taken from one queue: the proposer looked at `from..to`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueTake {
+    pub queue_id: u32,
+    /// The queue position the proposer saw; the take applies only if it is still the position.
+    pub from: u64,
+    pub to: u64,
+    /// Offsets to deliver with their message group ("" outside orderly deliveries). An offset
+    /// below `from` is a held message being released.
+    pub deliver: Vec<(u64, String)>,
+    /// Offsets in `from..to` to hold back (orderly deliveries), with their message group.
+    pub hold: Vec<(u64, String)>,
+}
+
+/// An expired delivery to hand out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redelivery {
+    pub queue_id: u32,
+    pub offset: u64,
+    /// The generation the proposer saw; stale if the message was acked or redelivered since.
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pop {
+    pub group: String,
+    pub topic: String,
+    /// The leader's clock when it proposed this.
+    pub now_ms: i64,
+    pub invisible_ms: i64,
+    pub takes: Vec<QueueTake>,
+    pub redeliveries: Vec<Redelivery>,
+}
+
+/// Names one delivery, as a receipt handle does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub group: String,
+    pub topic: String,
+    pub queue_id: u32,
+    pub offset: u64,
+    pub generation: u64,
+}
+
+impl Receipt {
+    pub fn key(&self) -> PopKey {
+        (self.group.clone(), self.topic.clone(), self.queue_id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ConsumeCommand {
+    CreateGroup(GroupConfig),
+    DeleteGroup {
+        name: String,
+    },
+    Pop(Pop),
+    Ack(Receipt),
+    ChangeInvisible {
+        receipt: Receipt,
+        now_ms: i64,
+        invisible_ms: i64,
+    },
+    /// Moves every queue of the group on the topic to the given positions; nothing stays in flight.
+    ResetOffset {
+        group: String,
+        topic: String,
+        positions: Vec<(u32, u64)>,
+    },
+}
+
+impl ConsumeCommand {
+    /// Commands that act on the leader's clock carry it; the leader sets it when it proposes.
+    pub fn set_time(&mut self, now: i64) {
+        match self {
+            ConsumeCommand::Pop(p) => p.now_ms = now,
+            ConsumeCommand::ChangeInvisible { now_ms, .. } => *now_ms = now,
+            _ => {}
+        }
+    }
+
+    /// The topic whose waiting receivers may have something new after this applies.
+    pub fn topic(&self) -> Option<&str> {
+        match self {
+            ConsumeCommand::Pop(p) => Some(&p.topic),
+            ConsumeCommand::Ack(r) | ConsumeCommand::ChangeInvisible { receipt: r, .. } => Some(&r.topic),
+            ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
+            ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. } => None,
+        }
+    }
+}
+
+/// What applying a [`ConsumeCommand`] answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsumeOutcome {
+    Done,
+    /// Refused as it stands (the same on every replica).
+    Invalid(String),
+    GroupExists(String),
+    GroupNotFound(String),
+    /// The deliveries of a pop that still held; possibly none.
+    Delivered(Vec<Delivery>),
+    /// The receipt named no current delivery: acked already, redelivered since, or made up.
+    StaleReceipt,
+    Renewed(Delivery),
+}
+
+/// Consumer groups and their POP state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consumption {
+    pub groups: BTreeMap<String, GroupConfig>,
+    pub queues: BTreeMap<PopKey, PopQueue>,
+}
+
+/// Keys a command changed, for the checkpoint.
+#[derive(Debug, Default)]
+pub struct Changed {
+    pub groups: BTreeSet<String>,
+    pub queues: BTreeSet<PopKey>,
+}
+
+impl Consumption {
+    /// Applies `command`, committed at `index`.
+    pub fn apply(&mut self, index: u64, command: &ConsumeCommand, changed: &mut Changed) -> ConsumeOutcome {
+        match command {
+            ConsumeCommand::CreateGroup(g) if g.validate().is_err() => {
+                ConsumeOutcome::Invalid(g.validate().err().map(|e| e.to_string()).unwrap_or_default())
+            }
+            ConsumeCommand::CreateGroup(g) => match self.groups.get(&g.name) {
+                Some(existing) if existing == g => ConsumeOutcome::Done,
+                Some(_) => ConsumeOutcome::GroupExists(g.name.clone()),
+                None => {
+                    self.groups.insert(g.name.clone(), g.clone());
+                    changed.groups.insert(g.name.clone());
+                    ConsumeOutcome::Done
+                }
+            },
+            ConsumeCommand::DeleteGroup { name } => {
+                if self.groups.remove(name).is_none() {
+                    return ConsumeOutcome::GroupNotFound(name.clone());
+                }
+                changed.groups.insert(name.clone());
+                self.remove_queues(changed, |(g, _, _)| g == name);
+                ConsumeOutcome::Done
+            }
+            ConsumeCommand::Pop(pop) => {
+                if !self.groups.contains_key(&pop.group) {
+                    return ConsumeOutcome::GroupNotFound(pop.group.clone());
+                }
+                ConsumeOutcome::Delivered(self.pop(index, pop, changed))
+            }
+            ConsumeCommand::Ack(r) => match self.current(r) {
+                Some(q) => {
+                    q.inflight.remove(&r.offset);
+                    changed.queues.insert(r.key());
+                    ConsumeOutcome::Done
+                }
+                None => ConsumeOutcome::StaleReceipt,
+            },
+            ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => match self.current(receipt) {
+                Some(q) => {
+                    let f = q.inflight.get_mut(&receipt.offset).expect("current() checked it");
+                    f.generation = index;
+                    f.invisible_until_ms = now_ms.saturating_add(*invisible_ms);
+                    let renewed = Delivery {
+                        queue_id: receipt.queue_id,
+                        offset: receipt.offset,
+                        attempt: f.attempt,
+                        generation: index,
+                        invisible_until_ms: f.invisible_until_ms,
+                    };
+                    changed.queues.insert(receipt.key());
+                    ConsumeOutcome::Renewed(renewed)
+                }
+                None => ConsumeOutcome::StaleReceipt,
+            },
+            ConsumeCommand::ResetOffset { group, topic, positions } => {
+                if !self.groups.contains_key(group) {
+                    return ConsumeOutcome::GroupNotFound(group.clone());
+                }
+                for (queue_id, position) in positions {
+                    let key = (group.clone(), topic.clone(), *queue_id);
+                    self.queues.insert(key.clone(), PopQueue { position: *position, ..Default::default() });
+                    changed.queues.insert(key);
+                }
+                ConsumeOutcome::Done
+            }
+        }
+    }
+
+    /// Ends the delivery `receipt` names, if it is current (the message goes to the dead-letter
+    /// topic). False if the receipt is stale.
+    pub fn dead_letter(&mut self, receipt: &Receipt, changed: &mut Changed) -> bool {
+        match self.current(receipt) {
+            Some(q) => {
+                q.inflight.remove(&receipt.offset);
+                changed.queues.insert(receipt.key());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets the POP state of a deleted topic.
+    pub fn topic_deleted(&mut self, topic: &str, changed: &mut Changed) {
+        self.remove_queues(changed, |(_, t, _)| t == topic);
+    }
+
+    fn remove_queues(&mut self, changed: &mut Changed, gone: impl Fn(&PopKey) -> bool) {
+        let keys: Vec<PopKey> = self.queues.keys().filter(|k| gone(k)).cloned().collect();
+        for key in keys {
+            self.queues.remove(&key);
+            changed.queues.insert(key);
+        }
+    }
+
+    /// The queue whose in-flight delivery `r` names, if that delivery is still current.
+    fn current(&mut self, r: &Receipt) -> Option<&mut PopQueue> {
+        let q = self.queues.get_mut(&r.key())?;
+        (q.inflight.get(&r.offset)?.generation == r.generation).then_some(q)
+    }
+
+    fn pop(&mut self, index: u64, pop: &Pop, changed: &mut Changed) -> Vec<Delivery> {
+        let invisible_until_ms = pop.now_ms.saturating_add(pop.invisible_ms);
+        let mut out = Vec::new();
+        for r in &pop.redeliveries {
+            let key = (pop.group.clone(), pop.topic.clone(), r.queue_id);
+            let Some(f) = self.queues.get_mut(&key).and_then(|q| q.inflight.get_mut(&r.offset)) else { continue };
+            if f.generation != r.generation || f.invisible_until_ms > pop.now_ms {
+                continue;
+            }
+            f.attempt += 1;
+            f.generation = index;
+            f.invisible_until_ms = invisible_until_ms;
+            out.push(Delivery { queue_id: r.queue_id, offset: r.offset, attempt: f.attempt, generation: index, invisible_until_ms });
+            changed.queues.insert(key);
+        }
+        for take in &pop.takes {
+            let key = (pop.group.clone(), pop.topic.clone(), take.queue_id);
+            let q = self.queues.entry(key.clone()).or_insert_with(|| PopQueue { position: take.from, ..Default::default() });
+            if !take_applies(q, take) {
+                continue;
+            }
+            for (offset, group) in &take.deliver {
+                q.held.remove(offset);
+                let f = Inflight { attempt: 1, generation: index, invisible_until_ms, message_group: group.clone() };
+                q.inflight.insert(*offset, f);
+                out.push(Delivery { queue_id: take.queue_id, offset: *offset, attempt: 1, generation: index, invisible_until_ms });
+            }
+            for (offset, group) in &take.hold {
+                q.held.insert(*offset, group.clone());
+            }
+            q.position = take.to;
+            changed.queues.insert(key);
+        }
+        out
+    }
+}
+
+/// Whether a take still fits the queue: it continues from the current position, stays inside what
+/// it looked at, releases only held messages, and never puts a second message of a message group
+/// in flight.
+fn take_applies(q: &PopQueue, take: &QueueTake) -> bool {
+    if q.position != take.from || take.to < take.from {
+        return false;
+    }
+    let fresh = |o: &u64| (take.from..take.to).contains(o);
+    let mut busy: BTreeSet<&str> = q.busy_groups();
+    for (offset, group) in &take.deliver {
+        let known = fresh(offset) || q.held.get(offset) == Some(group);
+        if !known || (!group.is_empty() && !busy.insert(group)) {
+            return false;
+        }
+    }
+    take.hold.iter().all(|(o, _)| fresh(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consumption() -> Consumption {
+        let mut c = Consumption::default();
+        let g = GroupConfig { name: "g".into(), fifo: true, max_attempts: 3 };
+        c.apply(1, &ConsumeCommand::CreateGroup(g), &mut Changed::default());
+        c
+    }
+
+    fn pop(now_ms: i64, takes: Vec<QueueTake>, redeliveries: Vec<Redelivery>) -> ConsumeCommand {
+        ConsumeCommand::Pop(Pop { group: "g".into(), topic: "t".into(), now_ms, invisible_ms: 1000, takes, redeliveries })
+    }
+
+    fn take(from: u64, to: u64, deliver: &[(u64, &str)], hold: &[(u64, &str)]) -> QueueTake {
+        QueueTake {
+            queue_id: 0,
+            from,
+            to,
+            deliver: deliver.iter().map(|(o, g)| (*o, g.to_string())).collect(),
+            hold: hold.iter().map(|(o, g)| (*o, g.to_string())).collect(),
+        }
+    }
+
+    fn delivered(outcome: ConsumeOutcome) -> Vec<(u64, u32, u64)> {
+        match outcome {
+            ConsumeOutcome::Delivered(d) => d.iter().map(|d| (d.offset, d.attempt, d.generation)).collect(),
+            other => panic!("not a delivery: {other:?}"),
+        }
+    }
+
+    fn receipt(offset: u64, generation: u64) -> Receipt {
+        Receipt { group: "g".into(), topic: "t".into(), queue_id: 0, offset, generation }
+    }
+
+    #[test]
+    fn two_proposers_from_one_position_never_deliver_a_message_twice() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        assert_eq!(delivered(c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]), &mut ch)).len(), 2);
+        // A second proposer planned from the same, now stale, position.
+        assert!(delivered(c.apply(3, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch)).is_empty());
+        assert_eq!(c.queues[&("g".into(), "t".into(), 0)].position, 2);
+    }
+
+    #[test]
+    fn an_ack_needs_the_current_generation_and_works_once() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        assert_eq!(c.apply(3, &ConsumeCommand::Ack(receipt(0, 99)), &mut ch), ConsumeOutcome::StaleReceipt);
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::Done);
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+    }
+
+    #[test]
+    fn a_new_invisible_time_replaces_the_receipt() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        let change = ConsumeCommand::ChangeInvisible { receipt: receipt(0, 2), now_ms: 500, invisible_ms: 100 };
+        let ConsumeOutcome::Renewed(d) = c.apply(3, &change, &mut ch) else { panic!("renewed") };
+        assert_eq!((d.generation, d.invisible_until_ms, d.attempt), (3, 600, 1));
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 3)), &mut ch), ConsumeOutcome::Done);
+    }
+
+    #[test]
+    fn redelivery_waits_for_the_invisible_time_and_counts_attempts() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        let again = Redelivery { queue_id: 0, offset: 0, generation: 2 };
+        assert!(delivered(c.apply(3, &pop(999, vec![], vec![again]), &mut ch)).is_empty(), "still invisible");
+        assert_eq!(delivered(c.apply(4, &pop(1000, vec![], vec![again]), &mut ch)), vec![(0, 2, 4)]);
+        // The first delivery's receipt is dead now.
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+    }
+
+    #[test]
+    fn one_message_group_never_has_two_messages_in_flight() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        // Offsets 0 and 1 are group A, 2 is group B: 1 is held, B flows.
+        let first = take(0, 3, &[(0, "A"), (2, "B")], &[(1, "A")]);
+        assert_eq!(delivered(c.apply(2, &pop(0, vec![first], vec![]), &mut ch)).len(), 2);
+        // Releasing 1 while 0 is in flight is refused.
+        assert!(delivered(c.apply(3, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)).is_empty());
+        // A take may not put two messages of one group in flight at once either.
+        let mut fresh = consumption();
+        assert!(delivered(fresh.apply(2, &pop(0, vec![take(0, 2, &[(0, "A"), (1, "A")], &[])], vec![]), &mut ch)).is_empty());
+        c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch);
+        assert_eq!(delivered(c.apply(5, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)), vec![(1, 1, 5)]);
+        assert!(c.queues[&("g".into(), "t".into(), 0)].held.is_empty());
+    }
+
+    #[test]
+    fn reset_moves_the_position_and_drops_what_was_in_flight() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        c.apply(2, &pop(0, vec![take(0, 5, &[(4, "")], &[])], vec![]), &mut ch);
+        let reset = ConsumeCommand::ResetOffset { group: "g".into(), topic: "t".into(), positions: vec![(0, 1)] };
+        assert_eq!(c.apply(3, &reset, &mut ch), ConsumeOutcome::Done);
+        let q = &c.queues[&("g".into(), "t".into(), 0)];
+        assert_eq!((q.position, q.inflight.len()), (1, 0));
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(4, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+    }
+
+    #[test]
+    fn pops_for_an_unknown_group_change_nothing() {
+        let mut c = Consumption::default();
+        let outcome = c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut Changed::default());
+        assert_eq!(outcome, ConsumeOutcome::GroupNotFound("g".into()));
+        assert!(c.queues.is_empty());
+    }
+}

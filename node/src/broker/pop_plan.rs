@@ -1,0 +1,186 @@
+//! Planning a POP: which messages a receive hands out, read from this node's applied state.
+//!
+//! The plan becomes a [`Pop`] command that names what it expects (queue positions, delivery
+//! generations), so planning from a follower's or a stale view is safe: apply drops what no longer
+//! holds, and the receiver plans again. Order of preference in each queue: deliveries whose
+//! invisible time passed (again, or to the dead-letter topic after the group's max attempts),
+//! held messages of orderly groups that are free now, then new messages from the group's position.
+
+use std::collections::BTreeSet;
+
+use rockraft_proto::rockraft::{DeadLetter, SendBatch};
+
+use crate::broker::group::{GroupConfig, dead_letter_topic};
+use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
+use crate::broker::state::QueueRange;
+use crate::broker::subscription::TagFilter;
+use crate::broker::{Broker, BrokerError, TopicConfig};
+
+/// How many new queue records one plan looks at per queue, so a heavily filtered queue still
+/// makes a small entry.
+const SCAN_LIMIT: u64 = 2048;
+/// Dead letters one plan proposes at most (each is an entry carrying a message).
+const DEAD_LETTERS_PER_PLAN: usize = 64;
+
+pub struct PopRequest<'a> {
+    pub group: &'a GroupConfig,
+    pub topic: &'a TopicConfig,
+    pub filter: &'a TagFilter,
+    pub max_messages: usize,
+    pub invisible_ms: i64,
+    pub now_ms: i64,
+    /// The queue looked at first; callers rotate it so queues share batches fairly.
+    pub first_queue: u32,
+}
+
+#[derive(Debug)]
+pub struct PopPlan {
+    pub pop: Pop,
+    /// Deliveries that used up the group's attempts.
+    pub dead_letters: Vec<DeadLetter>,
+    /// When the earliest delivery still invisible falls due, if any: a waiting receiver wakes then.
+    pub next_due_ms: Option<i64>,
+}
+
+impl PopPlan {
+    pub fn delivers(&self) -> bool {
+        !self.pop.redeliveries.is_empty() || self.pop.takes.iter().any(|t| !t.deliver.is_empty())
+    }
+
+    /// Whether proposing the pop changes anything (it may only move past filtered-out messages).
+    pub fn changes_state(&self) -> bool {
+        self.delivers() || self.pop.takes.iter().any(|t| t.to != t.from || !t.hold.is_empty())
+    }
+}
+
+impl Broker {
+    pub fn plan_pop(&self, r: &PopRequest) -> Result<PopPlan, BrokerError> {
+        let topic = r.topic.name.as_str();
+        let queues: Vec<(u32, QueueRange, PopQueue)> = {
+            let meta = self.meta();
+            let n = r.topic.queues;
+            (0..n)
+                .map(|i| r.first_queue.wrapping_add(i) % n)
+                .map(|q| {
+                    let range = meta.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
+                    let key = (r.group.name.clone(), topic.to_string(), q);
+                    let pop = meta.consumption.queues.get(&key).cloned().unwrap_or(PopQueue {
+                        // A group starts at the oldest message still kept.
+                        position: range.start,
+                        ..Default::default()
+                    });
+                    (q, range, pop)
+                })
+                .collect()
+        };
+        let mut plan = PopPlan {
+            pop: Pop {
+                group: r.group.name.clone(),
+                topic: topic.to_string(),
+                now_ms: r.now_ms,
+                invisible_ms: r.invisible_ms,
+                takes: Vec::new(),
+                redeliveries: Vec::new(),
+            },
+            dead_letters: Vec::new(),
+            next_due_ms: None,
+        };
+        let mut budget = r.max_messages;
+        let orderly = r.group.orderly_on(r.topic);
+        for (queue_id, range, pop) in queues {
+            for (&offset, f) in &pop.inflight {
+                if f.invisible_until_ms > r.now_ms {
+                    plan.next_due_ms = Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
+                } else if f.attempt >= r.group.max_attempts {
+                    if plan.dead_letters.len() < DEAD_LETTERS_PER_PLAN {
+                        let receipt = Receipt {
+                            group: r.group.name.clone(),
+                            topic: topic.to_string(),
+                            queue_id,
+                            offset,
+                            generation: f.generation,
+                        };
+                        plan.dead_letters.push(self.dead_letter_of(&receipt, r.now_ms)?);
+                    }
+                } else if budget > 0 {
+                    plan.pop.redeliveries.push(Redelivery { queue_id, offset, generation: f.generation });
+                    budget -= 1;
+                }
+            }
+            // Message groups that may not get a delivery: in flight, or with an earlier message held.
+            let mut blocked: BTreeSet<String> = pop.busy_groups().into_iter().map(str::to_string).collect();
+            let mut take = QueueTake { queue_id, from: pop.position, to: pop.position, ..Default::default() };
+            for (&offset, group) in &pop.held {
+                if budget > 0 && !blocked.contains(group) {
+                    take.deliver.push((offset, group.clone()));
+                    budget -= 1;
+                }
+                blocked.insert(group.clone());
+            }
+            let mut offset = pop.position.max(range.start);
+            let end = range.next.min(offset.saturating_add(SCAN_LIMIT));
+            while budget > 0 && offset < end {
+                if let Some(group) = self.wanted(r, queue_id, offset, orderly)? {
+                    if !group.is_empty() && blocked.contains(&group) {
+                        take.hold.push((offset, group));
+                    } else {
+                        if !group.is_empty() {
+                            blocked.insert(group.clone());
+                        }
+                        take.deliver.push((offset, group));
+                        budget -= 1;
+                    }
+                }
+                offset += 1;
+            }
+            take.to = offset.max(take.from);
+            if take.to != take.from || !take.deliver.is_empty() {
+                plan.pop.takes.push(take);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// If the message at `offset` passes the filter: its message group when deliveries are
+    /// orderly, else "". `None` if filtered out (or gone).
+    fn wanted(&self, r: &PopRequest, queue_id: u32, offset: u64, orderly: bool) -> Result<Option<String>, BrokerError> {
+        let topic = r.topic.name.as_str();
+        let Some(record) = self.queue_record(topic, queue_id, offset)? else { return Ok(None) };
+        if !r.filter.may_match(record.tag_hash) {
+            return Ok(None);
+        }
+        if r.filter.is_all() && !orderly {
+            return Ok(Some(String::new()));
+        }
+        let Some(entry) = self.read(topic, queue_id, offset)? else { return Ok(None) };
+        if !r.filter.matches(&entry.message.tag) {
+            return Ok(None);
+        }
+        Ok(Some(if orderly { entry.message.message_group } else { String::new() }))
+    }
+
+    /// The command that moves the delivery `receipt` names to the group's dead-letter topic,
+    /// carrying a copy of the message (none only if retention already took it).
+    pub fn dead_letter_of(&self, receipt: &Receipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
+        let entry = self.read(&receipt.topic, receipt.queue_id, receipt.offset)?;
+        let start = self.meta().queues.get(&(receipt.topic.clone(), receipt.queue_id)).map_or(0, |r| r.start);
+        if entry.is_none() && receipt.offset >= start {
+            // Not applied here yet: never dead-letter a message without its copy.
+            return Err(BrokerError::BadRequest(format!("message at offset {} is not known here yet", receipt.offset)));
+        }
+        let batch = entry.map(|e| SendBatch {
+            topic: dead_letter_topic(&receipt.group),
+            queue_id: 0,
+            store_timestamp_ms: now_ms,
+            messages: vec![e.raw],
+        });
+        Ok(DeadLetter {
+            group: receipt.group.clone(),
+            topic: receipt.topic.clone(),
+            queue_id: receipt.queue_id,
+            offset: receipt.offset,
+            generation: receipt.generation,
+            batch,
+        })
+    }
+}

@@ -1,0 +1,337 @@
+//! `ReceiveMessage`: a long poll that plans a POP from this node's state, proposes it, and streams
+//! the deliveries that committed.
+//!
+//! Any node serves it: the plan names what it expects, so a follower's stale view only costs a
+//! retry. The poll wakes when a message for the topic is applied, when an ack or a dead letter
+//! frees an orderly message group, or when an invisible delivery falls due, never on a fixed tick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use md5::{Digest as _, Md5};
+use rockraft_proto::rocketmq::{
+    Code, Digest, DigestType, Encoding, FilterExpression, FilterType, Message, MessageType, ReceiveMessageRequest,
+    ReceiveMessageResponse, Resource, SystemProperties, receive_message_response::Content,
+};
+use tokio::time::Instant;
+
+use crate::broker::group::GroupConfig;
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery};
+use crate::broker::subscription::TagFilter;
+use crate::broker::{Command, PopRequest, Reply, StoredEntry, TopicConfig};
+use crate::proxy::receipt;
+use crate::proxy::send::topic_name;
+use crate::proxy::status::{Rejection, ok, status, write_failed};
+use crate::proxy::{Proxy, now_ms, timestamp};
+
+/// Invisible time of receives that name none (PushConsumers).
+pub const DEFAULT_INVISIBLE: Duration = Duration::from_secs(60);
+pub const MIN_INVISIBLE: Duration = Duration::from_secs(1);
+pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
+const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
+const MAX_BATCH: i32 = 1024;
+/// A plan that lost every delivery to a concurrent one is retried this often before waiting.
+const CONFLICT_RETRIES: u32 = 3;
+
+/// A checked receive request.
+#[derive(Debug)]
+pub struct ReceiveParams {
+    pub group: String,
+    pub topic: Resource,
+    pub topic_name: String,
+    pub filter: TagFilter,
+    pub batch: usize,
+    pub invisible: Duration,
+    pub long_polling: Duration,
+}
+
+fn duration(d: &Option<prost_types::Duration>) -> Option<Duration> {
+    let d = d.as_ref()?;
+    let nanos = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
+    Some(Duration::from_nanos(nanos.clamp(0, i128::from(u64::MAX)) as u64))
+}
+
+/// The filter of a subscription. SQL92 filters arrive with the plugin host; until then they are
+/// refused up front rather than delivering everything.
+pub fn filter(expr: Option<&FilterExpression>) -> Result<TagFilter, Rejection> {
+    let Some(expr) = expr else { return Ok(TagFilter::All) };
+    match FilterType::try_from(expr.r#type).unwrap_or(FilterType::Unspecified) {
+        FilterType::Tag | FilterType::Unspecified => TagFilter::parse(&expr.expression)
+            .map_err(|e| Rejection::new(Code::IllegalFilterExpression, e.to_string())),
+        FilterType::Sql => {
+            Err(Rejection::new(Code::IllegalFilterExpression, "SQL92 filter expressions are not supported yet"))
+        }
+    }
+}
+
+impl ReceiveParams {
+    pub fn check(req: &ReceiveMessageRequest, namespace: &str) -> Result<ReceiveParams, Rejection> {
+        let group = req.group.as_ref().filter(|g| !g.name.is_empty());
+        let group = group.ok_or_else(|| Rejection::new(Code::IllegalConsumerGroup, "a consumer group is required"))?;
+        let topic = req.message_queue.as_ref().and_then(|q| q.topic.clone()).filter(|t| !t.name.is_empty());
+        let topic = topic.ok_or_else(|| Rejection::new(Code::IllegalTopic, "a topic is required"))?;
+        if req.batch_size <= 0 || req.batch_size > MAX_BATCH {
+            return Err(Rejection::new(Code::BadRequest, format!("batch size must be 1 to {MAX_BATCH}")));
+        }
+        let invisible = duration(&req.invisible_duration).unwrap_or(DEFAULT_INVISIBLE);
+        if !(MIN_INVISIBLE..=MAX_INVISIBLE).contains(&invisible) {
+            return Err(Rejection::new(
+                Code::IllegalInvisibleTime,
+                format!("invisible duration must be {MIN_INVISIBLE:?} to {MAX_INVISIBLE:?}"),
+            ));
+        }
+        Ok(ReceiveParams {
+            group: topic_name(group, namespace),
+            topic_name: topic_name(&topic, namespace),
+            topic,
+            filter: filter(req.filter_expression.as_ref())?,
+            batch: req.batch_size as usize,
+            invisible,
+            long_polling: duration(&req.long_polling_timeout).unwrap_or(DEFAULT_LONG_POLLING),
+        })
+    }
+}
+
+/// How long a poll may wait: it must answer before the client gives up, and the Rust client's
+/// deadline is exactly the polling timeout it asked for.
+pub fn poll_budget(long_polling: Duration, grpc_timeout: Option<Duration>) -> Duration {
+    let limit = grpc_timeout.map_or(long_polling, |t| t.min(long_polling));
+    let margin = (limit / 10).clamp(Duration::from_millis(200), Duration::from_secs(2));
+    limit.saturating_sub(margin)
+}
+
+/// Upper-case hex MD5 of the body, as the clients check it.
+pub fn body_md5(body: &[u8]) -> String {
+    Md5::digest(body).iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// The message as a client receives it.
+pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, invisible: Duration) -> Message {
+    let m = e.message;
+    let kind = MessageType::try_from(m.message_type).unwrap_or(MessageType::Normal);
+    let system_properties = SystemProperties {
+        tag: (!m.tag.is_empty()).then_some(m.tag),
+        keys: m.keys,
+        message_id: m.message_id,
+        body_digest: Some(Digest { r#type: DigestType::Md5 as i32, checksum: body_md5(&m.body) }),
+        body_encoding: Encoding::Identity as i32,
+        message_type: kind as i32,
+        born_timestamp: Some(timestamp(m.born_timestamp_ms)),
+        born_host: m.born_host,
+        store_timestamp: Some(timestamp(e.store_timestamp_ms)),
+        store_host: String::new(),
+        delivery_timestamp: (m.delivery_timestamp_ms > 0).then(|| timestamp(m.delivery_timestamp_ms)),
+        receipt_handle: Some(handle),
+        queue_id: e.queue_id as i32,
+        queue_offset: Some(e.offset as i64),
+        invisible_duration: Some(prost_types::Duration {
+            seconds: invisible.as_secs() as i64,
+            nanos: invisible.subsec_nanos() as i32,
+        }),
+        delivery_attempt: Some(d.attempt as i32),
+        message_group: (!m.message_group.is_empty()).then_some(m.message_group),
+        ..Default::default()
+    };
+    Message { topic: Some(topic.clone()), user_properties: m.properties, system_properties: Some(system_properties), body: m.body }
+}
+
+fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
+    vec![ReceiveMessageResponse { content: Some(Content::Status(s)) }]
+}
+
+fn nothing() -> Vec<ReceiveMessageResponse> {
+    vec![
+        ReceiveMessageResponse {
+            content: Some(Content::Status(status(Code::MessageNotFound, "no new message"))),
+        },
+        ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) },
+    ]
+}
+
+impl Proxy {
+    pub(super) async fn consumer_group(&self, name: &str) -> Result<GroupConfig, Rejection> {
+        if let Some(g) = self.node.broker.group(name) {
+            return Ok(g);
+        }
+        let _ = self.node.catch_up().await;
+        self.node
+            .broker
+            .group(name)
+            .ok_or_else(|| Rejection::new(Code::ConsumerGroupNotFound, format!("consumer group {name} does not exist")))
+    }
+
+    /// The whole answer to a receive: status, messages, delivery timestamp.
+    pub(super) async fn receive(
+        &self,
+        req: &ReceiveMessageRequest,
+        namespace: &str,
+        grpc_timeout: Option<Duration>,
+    ) -> Vec<ReceiveMessageResponse> {
+        let params = match ReceiveParams::check(req, namespace) {
+            Ok(p) => p,
+            Err(Rejection(s)) => return status_only(s),
+        };
+        let group = match self.consumer_group(&params.group).await {
+            Ok(g) => g,
+            Err(Rejection(s)) => return status_only(s),
+        };
+        let Some(topic) = self.topic(&params.topic_name).await else {
+            return status_only(status(Code::TopicNotFound, format!("topic {} does not exist", params.topic_name)));
+        };
+        let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
+        match self.poll(&params, &group, &topic, deadline).await {
+            Ok(deliveries) if deliveries.is_empty() => nothing(),
+            Ok(deliveries) => self.stream(&params, deliveries),
+            Err(s) => status_only(s),
+        }
+    }
+
+    /// Plans and proposes pops until one delivers something or the deadline passes.
+    async fn poll(
+        &self,
+        p: &ReceiveParams,
+        group: &GroupConfig,
+        topic: &TopicConfig,
+        deadline: Instant,
+    ) -> Result<Vec<Delivery>, rockraft_proto::rocketmq::Status> {
+        let broker = &self.node.broker;
+        let lock = self.pop_lock(&p.group, &p.topic_name);
+        let mut conflicts = 0;
+        loop {
+            let mut changes = broker.watch(&p.topic_name);
+            changes.borrow_and_update();
+            let next_due_ms = {
+                let _serial = lock.lock().await;
+                let request = PopRequest {
+                    group,
+                    topic,
+                    filter: &p.filter,
+                    max_messages: p.batch,
+                    invisible_ms: p.invisible.as_millis() as i64,
+                    now_ms: now_ms(),
+                    first_queue: self.next_queue(),
+                };
+                let mut plan = broker.plan_pop(&request).map_err(|e| status(Code::InternalServerError, e.to_string()))?;
+                for dead in std::mem::take(&mut plan.dead_letters) {
+                    if let Err(e) = self.node.write(&Command::DeadLetter(dead)).await {
+                        tracing::warn!(error = %e, "moving a message to the dead-letter topic failed; will retry");
+                    }
+                }
+                if plan.changes_state() {
+                    let delivers = plan.delivers();
+                    let reply = self.node.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await;
+                    match reply.map_err(|e| write_failed(&e))? {
+                        Reply::Consume(ConsumeOutcome::Delivered(d)) if !d.is_empty() => {
+                            // Later plans on this node must see this pop.
+                            let last = d.iter().map(|d| d.generation).max().unwrap_or_default();
+                            self.node.wait_applied(last).await;
+                            return Ok(d);
+                        }
+                        Reply::Consume(ConsumeOutcome::Delivered(_)) if delivers => {
+                            // Another pop got there first: this node's view was behind.
+                            conflicts += 1;
+                            let _ = self.node.catch_up().await;
+                            if conflicts <= CONFLICT_RETRIES {
+                                continue;
+                            }
+                        }
+                        Reply::Consume(ConsumeOutcome::Delivered(_)) => {}
+                        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
+                            return Err(status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist")));
+                        }
+                        other => return Err(status(Code::InternalServerError, format!("unexpected reply {other:?}"))),
+                    }
+                }
+                plan.next_due_ms
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let wake = next_due_ms
+                .map(|due| now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64))
+                .map_or(deadline, |w| w.min(deadline));
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn stream(&self, p: &ReceiveParams, deliveries: Vec<Delivery>) -> Vec<ReceiveMessageResponse> {
+        let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
+        for d in &deliveries {
+            match self.node.broker.read(&p.topic_name, d.queue_id, d.offset) {
+                Ok(Some(e)) => {
+                    let handle = receipt::encode(d);
+                    out.push(ReceiveMessageResponse {
+                        content: Some(Content::Message(message(&p.topic, e, d, handle, p.invisible))),
+                    });
+                }
+                // Retention took it between plan and delivery: nothing to hand out.
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered message failed"),
+            }
+        }
+        if out.len() == 1 {
+            return nothing();
+        }
+        out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
+        out
+    }
+
+    /// Serializes this node's pops for one (group, topic): concurrent receives would otherwise
+    /// plan from the same view and all but one lose.
+    fn pop_lock(&self, group: &str, topic: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.pop_locks.lock().expect("pop locks");
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        Arc::clone(locks.entry((group.to_string(), topic.to_string())).or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_poll_answers_before_the_client_gives_up() {
+        assert_eq!(poll_budget(Duration::from_secs(20), None), Duration::from_secs(18));
+        assert_eq!(poll_budget(Duration::from_secs(30), Some(Duration::from_secs(5))), Duration::from_millis(4500));
+        assert!(poll_budget(Duration::from_millis(100), None) < Duration::from_millis(100));
+    }
+
+    #[test]
+    fn digests_are_upper_case_md5() {
+        assert_eq!(body_md5(b"hello"), "5D41402ABC4B2A76B9719D911017C592");
+    }
+
+    #[test]
+    fn requests_are_checked_before_anything_happens() {
+        let good = ReceiveMessageRequest {
+            group: Some(Resource { name: "g".into(), resource_namespace: String::new() }),
+            message_queue: Some(rockraft_proto::rocketmq::MessageQueue {
+                topic: Some(Resource { name: "t".into(), resource_namespace: String::new() }),
+                ..Default::default()
+            }),
+            batch_size: 16,
+            ..Default::default()
+        };
+        let p = ReceiveParams::check(&good, "").unwrap();
+        assert_eq!((p.invisible, p.batch), (DEFAULT_INVISIBLE, 16));
+        let code = |r: ReceiveMessageRequest| ReceiveParams::check(&r, "").map(drop).unwrap_err().0.code;
+        assert_eq!(code(ReceiveMessageRequest { group: None, ..good.clone() }), Code::IllegalConsumerGroup as i32);
+        assert_eq!(code(ReceiveMessageRequest { batch_size: 0, ..good.clone() }), Code::BadRequest as i32);
+        let short = Some(prost_types::Duration { seconds: 0, nanos: 10_000_000 });
+        assert_eq!(
+            code(ReceiveMessageRequest { invisible_duration: short, ..good.clone() }),
+            Code::IllegalInvisibleTime as i32
+        );
+        let sql = Some(FilterExpression { r#type: FilterType::Sql as i32, expression: "a > 1".into() });
+        assert_eq!(
+            code(ReceiveMessageRequest { filter_expression: sql, ..good.clone() }),
+            Code::IllegalFilterExpression as i32
+        );
+        let empty = Some(FilterExpression { r#type: FilterType::Tag as i32, expression: "||".into() });
+        assert_eq!(code(ReceiveMessageRequest { filter_expression: empty, ..good }), Code::IllegalFilterExpression as i32);
+    }
+}

@@ -9,3 +9,13 @@ for component in rustfmt clippy; do
     rustup component add "$component"
   fi
 done
+
+# The official Python client, for the cluster tests that use it, in its own virtualenv.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="${CARGO_TARGET_DIR:-$root/target}/python"
+requirements="$root/cluster-tests/python/requirements.txt"
+if ! [ -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/requirements.txt"; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$venv/requirements.txt"
+fi

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rockraft::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus};
+use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus};
 use rockraft::admin::call;
+use rockraft::broker::group::GroupConfig;
 use rockraft::broker::{TopicConfig, TopicKind};
 
 pub struct Node {
@@ -203,6 +204,30 @@ impl Cluster {
         .await;
     }
 
+    pub async fn create_group(&self, name: &str, fifo: bool, max_attempts: u32) {
+        let req = AdminRequest::CreateGroup(GroupConfig { name: name.into(), fifo, max_attempts });
+        self.admin(req).await;
+    }
+
+    /// Sends an admin request to node 1, retrying until it is answered without an error.
+    pub async fn admin(&self, req: AdminRequest) -> AdminResponse {
+        let addr = self.nodes[0].client_addr.clone();
+        retry(Duration::from_secs(20), || {
+            let req = req.clone();
+            let addr = addr.clone();
+            async move { request(&addr, req).await }
+        })
+        .await
+    }
+
+    /// Consumer groups and their progress, as node `id` knows them.
+    pub async fn groups(&self, id: u64) -> Vec<GroupInfo> {
+        match call(&self.node(id).client_addr, &AdminRequest::ListGroups).await {
+            Ok(AdminResponse::Groups(g)) => g,
+            other => panic!("listing groups on node {id}: {other:?}"),
+        }
+    }
+
     /// The messages of one queue as node `id` stores them.
     pub async fn local_messages(&self, id: u64, topic: &str, queue: u32) -> Vec<MessageLine> {
         let req = AdminRequest::ListMessages { topic: topic.into(), queue, from: 0, limit: u64::MAX, local: true };
@@ -281,4 +306,23 @@ where
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// Runs one of the Python client scenarios in `cluster-tests/python/` with the interpreter that
+/// `scripts/setup.sh` prepared (`target/python`, or `$ROCKRAFT_PYTHON`); returns its exit status
+/// and what it printed.
+pub fn run_python(script: &str, args: &[&str]) -> (bool, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var("ROCKRAFT_PYTHON").map(PathBuf::from).unwrap_or_else(|_| {
+        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("../target"));
+        target.join("python/bin/python")
+    });
+    assert!(python.exists(), "{} is missing: run scripts/setup.sh (it installs the Python client)", python.display());
+    let out = Command::new(&python)
+        .arg(root.join("python").join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
 }

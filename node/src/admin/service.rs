@@ -132,7 +132,9 @@ impl AdminServer {
                     .collect(),
             )),
             AdminRequest::CreateGroup(g) => self.write(Command::Consume(ConsumeCommand::CreateGroup(g))).await,
-            AdminRequest::DeleteGroup { name } => self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await,
+            AdminRequest::DeleteGroup { name } => {
+                self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await
+            }
             AdminRequest::ListGroups => {
                 let progress = node.broker.group_progress();
                 Ok(AdminResponse::Groups(

@@ -22,8 +22,8 @@ pub mod topic;
 
 pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
-pub use reply::{Reply, SendOutcome};
 pub use pop_plan::{PopPlan, PopRequest};
+pub use reply::{Reply, SendOutcome};
 pub use state::{Broker, BrokerOptions, GroupProgress, QueueStatus, StoredEntry};
 pub use state_machine::StateMachine;
 pub use topic::{TopicConfig, TopicKind};

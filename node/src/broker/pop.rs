@@ -296,12 +296,21 @@ impl Consumption {
             f.attempt += 1;
             f.generation = index;
             f.invisible_until_ms = invisible_until_ms;
-            out.push(Delivery { queue_id: r.queue_id, offset: r.offset, attempt: f.attempt, generation: index, invisible_until_ms });
+            out.push(Delivery {
+                queue_id: r.queue_id,
+                offset: r.offset,
+                attempt: f.attempt,
+                generation: index,
+                invisible_until_ms,
+            });
             changed.queues.insert(key);
         }
         for take in &pop.takes {
             let key = (pop.group.clone(), pop.topic.clone(), take.queue_id);
-            let q = self.queues.entry(key.clone()).or_insert_with(|| PopQueue { position: take.from, ..Default::default() });
+            let q = self
+                .queues
+                .entry(key.clone())
+                .or_insert_with(|| PopQueue { position: take.from, ..Default::default() });
             if !take_applies(q, take) {
                 continue;
             }
@@ -309,7 +318,13 @@ impl Consumption {
                 q.held.remove(offset);
                 let f = Inflight { attempt: 1, generation: index, invisible_until_ms, message_group: group.clone() };
                 q.inflight.insert(*offset, f);
-                out.push(Delivery { queue_id: take.queue_id, offset: *offset, attempt: 1, generation: index, invisible_until_ms });
+                out.push(Delivery {
+                    queue_id: take.queue_id,
+                    offset: *offset,
+                    attempt: 1,
+                    generation: index,
+                    invisible_until_ms,
+                });
             }
             for (offset, group) in &take.hold {
                 q.held.insert(*offset, group.clone());
@@ -351,7 +366,14 @@ mod tests {
     }
 
     fn pop(now_ms: i64, takes: Vec<QueueTake>, redeliveries: Vec<Redelivery>) -> ConsumeCommand {
-        ConsumeCommand::Pop(Pop { group: "g".into(), topic: "t".into(), now_ms, invisible_ms: 1000, takes, redeliveries })
+        ConsumeCommand::Pop(Pop {
+            group: "g".into(),
+            topic: "t".into(),
+            now_ms,
+            invisible_ms: 1000,
+            takes,
+            redeliveries,
+        })
     }
 
     fn take(from: u64, to: u64, deliver: &[(u64, &str)], hold: &[(u64, &str)]) -> QueueTake {
@@ -379,7 +401,10 @@ mod tests {
     fn two_proposers_from_one_position_never_deliver_a_message_twice() {
         let mut c = consumption();
         let mut ch = Changed::default();
-        assert_eq!(delivered(c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]), &mut ch)).len(), 2);
+        assert_eq!(
+            delivered(c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]), &mut ch)).len(),
+            2
+        );
         // A second proposer planned from the same, now stale, position.
         assert!(delivered(c.apply(3, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch)).is_empty());
         assert_eq!(c.queues[&("g".into(), "t".into(), 0)].position, 2);
@@ -430,9 +455,15 @@ mod tests {
         assert!(delivered(c.apply(3, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)).is_empty());
         // A take may not put two messages of one group in flight at once either.
         let mut fresh = consumption();
-        assert!(delivered(fresh.apply(2, &pop(0, vec![take(0, 2, &[(0, "A"), (1, "A")], &[])], vec![]), &mut ch)).is_empty());
+        assert!(
+            delivered(fresh.apply(2, &pop(0, vec![take(0, 2, &[(0, "A"), (1, "A")], &[])], vec![]), &mut ch))
+                .is_empty()
+        );
         c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch);
-        assert_eq!(delivered(c.apply(5, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)), vec![(1, 1, 5)]);
+        assert_eq!(
+            delivered(c.apply(5, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)),
+            vec![(1, 1, 5)]
+        );
         assert!(c.queues[&("g".into(), "t".into(), 0)].held.is_empty());
     }
 

@@ -90,7 +90,8 @@ impl Broker {
         for (queue_id, range, pop) in queues {
             for (&offset, f) in &pop.inflight {
                 if f.invisible_until_ms > r.now_ms {
-                    plan.next_due_ms = Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
+                    plan.next_due_ms =
+                        Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
                 } else if f.attempt >= r.group.max_attempts {
                     if plan.dead_letters.len() < DEAD_LETTERS_PER_PLAN {
                         let receipt = Receipt {

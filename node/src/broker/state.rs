@@ -17,9 +17,9 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::command::{AdminCommand, Command, is_send};
+use crate::broker::dedupe_journal::{DedupeJournal, Seen};
 use crate::broker::group::{GroupConfig, dead_letter_topic, dead_letter_topic_config};
 use crate::broker::pop::{Changed, ConsumeCommand, ConsumeOutcome, Consumption, PopQueue, Receipt};
-use crate::broker::dedupe_journal::{DedupeJournal, Seen};
 use crate::broker::queues::Queues;
 use crate::broker::topic::TopicConfig;
 use crate::broker::{BrokerError, MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position, split_position};
@@ -578,7 +578,12 @@ impl Broker {
     }
 
     /// The ConsumeQueue record at `offset`, if it is readable.
-    pub(crate) fn queue_record(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<CqRecord>, BrokerError> {
+    pub(crate) fn queue_record(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<Option<CqRecord>, BrokerError> {
         let range = self.meta().queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default();
         if offset < range.start || offset >= range.next {
             return Ok(None);

@@ -34,7 +34,12 @@ fn outcome_status(reply: Reply) -> Status {
 
 impl Proxy {
     /// The (group, topic) a request names, both qualified and known.
-    async fn names(&self, group: &Option<Resource>, topic: &Option<Resource>, ns: &str) -> Result<(String, String), Rejection> {
+    async fn names(
+        &self,
+        group: &Option<Resource>,
+        topic: &Option<Resource>,
+        ns: &str,
+    ) -> Result<(String, String), Rejection> {
         let group = group.as_ref().filter(|g| !g.name.is_empty());
         let group = group.ok_or_else(|| Rejection::new(Code::IllegalConsumerGroup, "a consumer group is required"))?;
         let topic = topic.as_ref().filter(|t| !t.name.is_empty());
@@ -85,19 +90,17 @@ impl Proxy {
             Ok(names) => names,
             Err(Rejection(s)) => return refuse(s),
         };
-        let invisible = req.invisible_duration.as_ref().map(|d| {
-            Duration::from_secs(d.seconds.max(0) as u64) + Duration::from_nanos(d.nanos.max(0) as u64)
-        });
+        let invisible = req
+            .invisible_duration
+            .as_ref()
+            .map(|d| Duration::from_secs(d.seconds.max(0) as u64) + Duration::from_nanos(d.nanos.max(0) as u64));
         let Some(invisible) = invisible.filter(|d| (MIN_INVISIBLE..=MAX_INVISIBLE).contains(d)) else {
             let why = format!("invisible duration must be {MIN_INVISIBLE:?} to {MAX_INVISIBLE:?}");
             return refuse(status(Code::IllegalInvisibleTime, why));
         };
         let Some(receipt) = receipt::decode(&req.receipt_handle, &group, &topic) else { return refuse(stale()) };
-        let command = ConsumeCommand::ChangeInvisible {
-            receipt,
-            now_ms: now_ms(),
-            invisible_ms: invisible.as_millis() as i64,
-        };
+        let command =
+            ConsumeCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms: invisible.as_millis() as i64 };
         match self.node.write(&Command::Consume(command)).await {
             Ok(Reply::Consume(ConsumeOutcome::Renewed(d))) => {
                 ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle: receipt::encode(&d) }
@@ -108,12 +111,18 @@ impl Proxy {
     }
 
     /// A client gave up on a message (its own attempt count reached the maximum).
-    pub(super) async fn forward_to_dead_letters(&self, req: &ForwardMessageToDeadLetterQueueRequest, ns: &str) -> Status {
+    pub(super) async fn forward_to_dead_letters(
+        &self,
+        req: &ForwardMessageToDeadLetterQueueRequest,
+        ns: &str,
+    ) -> Status {
         let (group, topic) = match self.names(&req.group, &req.topic, ns).await {
             Ok(names) => names,
             Err(Rejection(s)) => return s,
         };
-        let Some(receipt): Option<Receipt> = receipt::decode(&req.receipt_handle, &group, &topic) else { return stale() };
+        let Some(receipt): Option<Receipt> = receipt::decode(&req.receipt_handle, &group, &topic) else {
+            return stale();
+        };
         let mut dead = self.node.broker.dead_letter_of(&receipt, now_ms());
         if dead.is_err() {
             // This node may not have applied the message yet.

@@ -28,11 +28,13 @@ use crate::broker::{Command, Reply};
 use crate::node::Node;
 use status::{Rejection, ok, write_failed};
 
+type PopLock = Arc<tokio::sync::Mutex<()>>;
+
 pub struct Proxy {
     node: Node,
     round_robin: AtomicU32,
     /// One per (group, topic) being received from on this node.
-    pop_locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    pop_locks: Mutex<HashMap<(String, String), PopLock>>,
 }
 
 /// Milliseconds since the Unix epoch, by this node's clock.

@@ -34,7 +34,9 @@ mod tests {
         let d = Delivery { queue_id: 3, offset: 42, attempt: 1, generation: 1234, invisible_until_ms: 0 };
         let r = decode(&encode(&d), "g", "t").unwrap();
         assert_eq!((r.queue_id, r.offset, r.generation, r.group.as_str()), (3, 42, 1234, "g"));
-        for bad in ["", "r1", "r1.1.2", "r1.1.2.3.4", "r2.1.2.3", "r1.-1.2.3", "r1.a.2.3", "r1.1.2.99999999999999999999"] {
+        for bad in
+            ["", "r1", "r1.1.2", "r1.1.2.3.4", "r2.1.2.3", "r1.-1.2.3", "r1.a.2.3", "r1.1.2.99999999999999999999"]
+        {
             assert!(decode(bad, "g", "t").is_none(), "{bad:?}");
         }
     }

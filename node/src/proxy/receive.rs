@@ -56,8 +56,9 @@ fn duration(d: &Option<prost_types::Duration>) -> Option<Duration> {
 pub fn filter(expr: Option<&FilterExpression>) -> Result<TagFilter, Rejection> {
     let Some(expr) = expr else { return Ok(TagFilter::All) };
     match FilterType::try_from(expr.r#type).unwrap_or(FilterType::Unspecified) {
-        FilterType::Tag | FilterType::Unspecified => TagFilter::parse(&expr.expression)
-            .map_err(|e| Rejection::new(Code::IllegalFilterExpression, e.to_string())),
+        FilterType::Tag | FilterType::Unspecified => {
+            TagFilter::parse(&expr.expression).map_err(|e| Rejection::new(Code::IllegalFilterExpression, e.to_string()))
+        }
         FilterType::Sql => {
             Err(Rejection::new(Code::IllegalFilterExpression, "SQL92 filter expressions are not supported yet"))
         }
@@ -132,7 +133,12 @@ pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, i
         message_group: (!m.message_group.is_empty()).then_some(m.message_group),
         ..Default::default()
     };
-    Message { topic: Some(topic.clone()), user_properties: m.properties, system_properties: Some(system_properties), body: m.body }
+    Message {
+        topic: Some(topic.clone()),
+        user_properties: m.properties,
+        system_properties: Some(system_properties),
+        body: m.body,
+    }
 }
 
 fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
@@ -141,9 +147,7 @@ fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageRespons
 
 fn nothing() -> Vec<ReceiveMessageResponse> {
     vec![
-        ReceiveMessageResponse {
-            content: Some(Content::Status(status(Code::MessageNotFound, "no new message"))),
-        },
+        ReceiveMessageResponse { content: Some(Content::Status(status(Code::MessageNotFound, "no new message"))) },
         ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) },
     ]
 }
@@ -211,7 +215,8 @@ impl Proxy {
                     now_ms: now_ms(),
                     first_queue: self.next_queue(),
                 };
-                let mut plan = broker.plan_pop(&request).map_err(|e| status(Code::InternalServerError, e.to_string()))?;
+                let mut plan =
+                    broker.plan_pop(&request).map_err(|e| status(Code::InternalServerError, e.to_string()))?;
                 for dead in std::mem::take(&mut plan.dead_letters) {
                     if let Err(e) = self.node.write(&Command::DeadLetter(dead)).await {
                         tracing::warn!(error = %e, "moving a message to the dead-letter topic failed; will retry");
@@ -237,7 +242,10 @@ impl Proxy {
                         }
                         Reply::Consume(ConsumeOutcome::Delivered(_)) => {}
                         Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
-                            return Err(status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist")));
+                            return Err(status(
+                                Code::ConsumerGroupNotFound,
+                                format!("consumer group {g} does not exist"),
+                            ));
                         }
                         other => return Err(status(Code::InternalServerError, format!("unexpected reply {other:?}"))),
                     }
@@ -332,6 +340,9 @@ mod tests {
             Code::IllegalFilterExpression as i32
         );
         let empty = Some(FilterExpression { r#type: FilterType::Tag as i32, expression: "||".into() });
-        assert_eq!(code(ReceiveMessageRequest { filter_expression: empty, ..good }), Code::IllegalFilterExpression as i32);
+        assert_eq!(
+            code(ReceiveMessageRequest { filter_expression: empty, ..good }),
+            Code::IllegalFilterExpression as i32
+        );
     }
 }

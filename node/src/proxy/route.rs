@@ -60,6 +60,24 @@ pub fn route(
     Ok(QueryRouteResponse { status: Some(ok()), message_queues })
 }
 
+/// One assignment per queue: a PushConsumer runs a receive loop for each. A receive pops from
+/// every queue of the topic whatever queue it names, so the loops share the work.
+pub fn assignment(
+    req: &QueryAssignmentRequest,
+    topic: Option<TopicConfig>,
+    group: &str,
+    members: &[String],
+) -> Result<QueryAssignmentResponse, Rejection> {
+    let route = route(
+        &QueryRouteRequest { topic: req.topic.clone(), endpoints: req.endpoints.clone() },
+        topic,
+        group,
+        members,
+    )?;
+    let assignments = route.message_queues.into_iter().map(|q| Assignment { message_queue: Some(q) }).collect();
+    Ok(QueryAssignmentResponse { status: Some(ok()), assignments })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,22 +113,4 @@ mod tests {
         assert_eq!(e.addresses.len(), 2);
         assert_eq!(endpoints(None, &["broker.local:8081".into()]).scheme, AddressScheme::DomainName as i32);
     }
-}
-
-/// One assignment per queue: a PushConsumer runs a receive loop for each. A receive pops from
-/// every queue of the topic whatever queue it names, so the loops share the work.
-pub fn assignment(
-    req: &QueryAssignmentRequest,
-    topic: Option<TopicConfig>,
-    group: &str,
-    members: &[String],
-) -> Result<QueryAssignmentResponse, Rejection> {
-    let route = route(
-        &QueryRouteRequest { topic: req.topic.clone(), endpoints: req.endpoints.clone() },
-        topic,
-        group,
-        members,
-    )?;
-    let assignments = route.message_queues.into_iter().map(|q| Assignment { message_queue: Some(q) }).collect();
-    Ok(QueryAssignmentResponse { status: Some(ok()), assignments })
 }

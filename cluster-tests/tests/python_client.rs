@@ -1,0 +1,46 @@
+//! The official Python client (`rocketmq-python-client`, installed by `scripts/setup.sh`) against
+//! a real three-node cluster: what the Rust client lacks — ChangeInvisibleDuration, and the
+//! PushConsumer with a listener that always fails, whose message must reach the dead-letter topic.
+//! Each scenario is a script in `cluster-tests/python/`; it exits 0 only if every check held.
+
+use std::time::Duration;
+
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::{Cluster, Options, run_python};
+
+/// A follower's endpoint: it serves every RPC, forwarding writes to the leader. (Given several
+/// addresses, the Python client sends them all as the HTTP/2 authority, which the server refuses
+/// as malformed.)
+async fn endpoints(cluster: &Cluster) -> String {
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.client_addr((1..=3).find(|id| *id != leader).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_simple_consumer_changes_invisible_duration_and_the_old_handle_dies() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Tasks", 2, TopicKind::Normal).await;
+    cluster.create_group("py-simple", false, 16).await;
+    let eps = endpoints(&cluster).await;
+    let run =
+        move || run_python("change_invisible.py", &["--endpoints", &eps, "--topic", "Tasks", "--group", "py-simple"]);
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "change_invisible.py failed:\n{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_push_consumer_with_a_failing_listener_reaches_the_dead_letter_topic() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Payments", 2, TopicKind::Normal).await;
+    cluster.create_group("py-push", false, 3).await;
+    cluster.create_group("py-push-dlq-reader", false, 16).await;
+    let eps = endpoints(&cluster).await;
+    let run = move || {
+        run_python(
+            "push_dlq.py",
+            &["--endpoints", &eps, "--topic", "Payments", "--group", "py-push", "--max-attempts", "3"],
+        )
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "push_dlq.py failed:\n{output}");
+}

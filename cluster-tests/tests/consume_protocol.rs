@@ -1,0 +1,203 @@
+//! Consumption at the wire level: every field a delivered message must carry, receipt handles
+//! replaced by ChangeInvisibleDuration, and bad input (unknown group or topic, SQL filters,
+//! illegal invisible times, stale or forged handles) answered with the exact RocketMQ code and no
+//! change of state.
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_proto::rocketmq::receive_message_response::Content;
+use rockraft_proto::rocketmq::{
+    AckMessageEntry, AckMessageRequest, ChangeInvisibleDurationRequest, Code, DigestType, Encoding, FilterExpression,
+    FilterType, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource, SendMessageRequest,
+    SystemProperties,
+};
+use std::collections::BTreeMap;
+use tonic::transport::Channel;
+
+type Client = MessagingServiceClient<Channel>;
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource { resource_namespace: String::new(), name: name.into() })
+}
+
+fn seconds(s: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration { seconds: s, nanos: 0 })
+}
+
+fn receive_request(
+    group: &str,
+    topic: &str,
+    filter: Option<FilterExpression>,
+    invisible: i64,
+) -> ReceiveMessageRequest {
+    ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
+        filter_expression: filter,
+        batch_size: 8,
+        invisible_duration: seconds(invisible),
+        auto_renew: false,
+        long_polling_timeout: seconds(2),
+        attempt_id: None,
+    }
+}
+
+/// The stream's frames, in order.
+async fn receive(c: &mut Client, req: ReceiveMessageRequest) -> Vec<Content> {
+    let mut stream = c.receive_message(req).await.expect("rpc").into_inner();
+    let mut out = Vec::new();
+    while let Some(frame) = stream.next().await {
+        out.push(frame.expect("frame").content.expect("every frame has its oneof set"));
+    }
+    out
+}
+
+fn status_code(frames: &[Content]) -> i32 {
+    match frames.first() {
+        Some(Content::Status(s)) => s.code,
+        other => panic!("a receive stream starts with a status, got {other:?}"),
+    }
+}
+
+async fn ack(c: &mut Client, group: &str, topic: &str, handle: &str) -> i32 {
+    let entries = vec![AckMessageEntry { message_id: "m".into(), receipt_handle: handle.into(), lite_topic: None }];
+    let req = AckMessageRequest { group: resource(group), topic: resource(topic), entries };
+    c.ack_message(req).await.expect("rpc").into_inner().status.expect("status").code
+}
+
+async fn change(c: &mut Client, group: &str, topic: &str, handle: &str, invisible: i64) -> (i32, String) {
+    let req = ChangeInvisibleDurationRequest {
+        group: resource(group),
+        topic: resource(topic),
+        receipt_handle: handle.into(),
+        invisible_duration: seconds(invisible),
+        message_id: "m".into(),
+        lite_topic: None,
+        suspend: None,
+    };
+    let r = c.change_invisible_duration(req).await.expect("rpc").into_inner();
+    (r.status.expect("status").code, r.receipt_handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delivery_carries_every_field_and_its_receipt_handle_is_replaced_on_change() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Wire", 1, TopicKind::Normal).await;
+    cluster.create_group("wire-readers", false, 16).await;
+    let mut c = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(2))).await.unwrap();
+    let message = Message {
+        topic: resource("Wire"),
+        user_properties: BTreeMap::from([("color".to_string(), "blue".to_string())]).into_iter().collect(),
+        system_properties: Some(SystemProperties {
+            message_id: "wire-1".into(),
+            tag: Some("T".into()),
+            keys: vec!["k1".into()],
+            born_host: "10.0.0.9".into(),
+            born_timestamp: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 0 }),
+            message_type: MessageType::Normal as i32,
+            body_encoding: Encoding::Identity as i32,
+            ..Default::default()
+        }),
+        body: Bytes::from_static(b"hello"),
+    };
+    let sent = c.send_message(SendMessageRequest { messages: vec![message] }).await.unwrap().into_inner();
+    assert_eq!(sent.status.unwrap().code, Code::Ok as i32);
+
+    let frames = receive(&mut c, receive_request("wire-readers", "Wire", None, 30)).await;
+    assert_eq!(status_code(&frames), Code::Ok as i32);
+    assert!(matches!(frames.last(), Some(Content::DeliveryTimestamp(_))), "the stream ends with a delivery timestamp");
+    let Some(Content::Message(m)) = frames.get(1) else { panic!("a message follows the status: {frames:?}") };
+    assert_eq!(frames.len(), 3);
+    let sp = m.system_properties.clone().expect("system properties");
+    assert_eq!(m.topic.as_ref().map(|t| t.name.as_str()), Some("Wire"));
+    assert_eq!(m.body, Bytes::from_static(b"hello"));
+    assert_eq!(m.user_properties.get("color").map(String::as_str), Some("blue"));
+    assert_eq!(
+        (sp.message_id.as_str(), sp.tag.as_deref(), sp.keys.as_slice()),
+        ("wire-1", Some("T"), &["k1".to_string()][..])
+    );
+    let digest = sp.body_digest.expect("body digest");
+    assert_eq!((digest.r#type, digest.checksum.as_str()), (DigestType::Md5 as i32, "5D41402ABC4B2A76B9719D911017C592"));
+    assert_eq!(sp.body_encoding, Encoding::Identity as i32);
+    assert_eq!(sp.message_type, MessageType::Normal as i32);
+    assert_eq!(sp.delivery_attempt, Some(1));
+    assert_eq!((sp.queue_id, sp.queue_offset), (0, Some(0)));
+    assert_eq!(sp.born_host, "10.0.0.9");
+    assert_eq!(sp.born_timestamp.map(|t| t.seconds), Some(1_700_000_000));
+    assert!(sp.store_timestamp.is_some_and(|t| t.seconds > 1_700_000_000));
+    let first = sp.receipt_handle.expect("receipt handle");
+
+    // A new invisible time comes with a new handle; the old one is dead from then on.
+    let (code, second) = change(&mut c, "wire-readers", "Wire", &first, 30).await;
+    assert_eq!(code, Code::Ok as i32);
+    assert_ne!(second, first);
+    assert_eq!(ack(&mut c, "wire-readers", "Wire", &first).await, Code::InvalidReceiptHandle as i32);
+    assert_eq!(change(&mut c, "wire-readers", "Wire", &first, 30).await.0, Code::InvalidReceiptHandle as i32);
+    assert_eq!(ack(&mut c, "wire-readers", "Wire", &second).await, Code::Ok as i32);
+    assert_eq!(ack(&mut c, "wire-readers", "Wire", &second).await, Code::InvalidReceiptHandle as i32, "acked once");
+    let frames = receive(&mut c, receive_request("wire-readers", "Wire", None, 30)).await;
+    assert_eq!(status_code(&frames), Code::MessageNotFound as i32, "an acked message is not delivered again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_consumption_requests_get_a_clear_status_and_change_nothing() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Quiet", 1, TopicKind::Normal).await;
+    cluster.create_group("quiet-readers", false, 16).await;
+    let mut c = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(3))).await.unwrap();
+    let message = Message {
+        topic: resource("Quiet"),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties { message_id: "q-1".into(), ..Default::default() }),
+        body: Bytes::from_static(b"x"),
+    };
+    c.send_message(SendMessageRequest { messages: vec![message] }).await.unwrap();
+
+    let code = |frames: Vec<Content>| {
+        assert_eq!(frames.len(), 1, "an error is a single status frame");
+        status_code(&frames)
+    };
+    let unknown_group = receive(&mut c, receive_request("nobody", "Quiet", None, 30)).await;
+    assert_eq!(code(unknown_group), Code::ConsumerGroupNotFound as i32);
+    let unknown_topic = receive(&mut c, receive_request("quiet-readers", "Nowhere", None, 30)).await;
+    assert_eq!(code(unknown_topic), Code::TopicNotFound as i32);
+    let sql = Some(FilterExpression { r#type: FilterType::Sql as i32, expression: "a > 1".into() });
+    assert_eq!(
+        code(receive(&mut c, receive_request("quiet-readers", "Quiet", sql, 30)).await),
+        Code::IllegalFilterExpression as i32
+    );
+    let empty_tags = Some(FilterExpression { r#type: FilterType::Tag as i32, expression: " || ".into() });
+    let r = receive(&mut c, receive_request("quiet-readers", "Quiet", empty_tags, 30)).await;
+    assert_eq!(code(r), Code::IllegalFilterExpression as i32);
+    assert_eq!(
+        code(receive(&mut c, receive_request("quiet-readers", "Quiet", None, 0)).await),
+        Code::IllegalInvisibleTime as i32
+    );
+
+    for forged in ["", "garbage", "r1.0.0.999999", "r1.5.0.3"] {
+        assert_eq!(
+            ack(&mut c, "quiet-readers", "Quiet", forged).await,
+            Code::InvalidReceiptHandle as i32,
+            "{forged:?}"
+        );
+        assert_eq!(change(&mut c, "quiet-readers", "Quiet", forged, 10).await.0, Code::InvalidReceiptHandle as i32);
+    }
+    assert_eq!(ack(&mut c, "nobody", "Quiet", "r1.0.0.1").await, Code::ConsumerGroupNotFound as i32);
+
+    // Nothing was taken: the message is still there for the group, as its first delivery.
+    let frames = receive(&mut c, receive_request("quiet-readers", "Quiet", None, 30)).await;
+    assert_eq!(status_code(&frames), Code::Ok as i32);
+    let Some(Content::Message(m)) = frames.get(1) else { panic!("the message: {frames:?}") };
+    let sp = m.system_properties.clone().unwrap();
+    assert_eq!((sp.message_id.as_str(), sp.delivery_attempt), ("q-1", Some(1)));
+    let handle = sp.receipt_handle.unwrap();
+    assert_eq!(change(&mut c, "quiet-readers", "Quiet", &handle, 0).await.0, Code::IllegalInvisibleTime as i32);
+    assert_eq!(
+        ack(&mut c, "quiet-readers", "Quiet", &handle).await,
+        Code::Ok as i32,
+        "the refused change left the handle valid"
+    );
+}

@@ -11,6 +11,8 @@ mod error;
 pub mod group;
 pub mod pop;
 mod pop_plan;
+#[cfg(test)]
+mod pop_state_test;
 mod queues;
 mod reply;
 mod state;

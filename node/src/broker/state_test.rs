@@ -10,13 +10,13 @@ use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 use crate::broker::{AdminCommand, Broker, BrokerOptions, Command, Reply, TopicConfig, TopicKind};
 use crate::store::{CommitLog, LogConfig, RecordMeta};
 
-struct Node {
+pub(crate) struct Node {
     log: CommitLog,
-    broker: Broker,
-    next_index: u64,
+    pub broker: Broker,
+    pub next_index: u64,
 }
 
-fn lid(index: u64) -> crate::raft::LogId {
+pub(crate) fn lid(index: u64) -> crate::raft::LogId {
     crate::raft::LogId::new(openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 }, index)
 }
 
@@ -29,7 +29,7 @@ fn options(dir: &Path) -> BrokerOptions {
     }
 }
 
-fn node(dir: &Path) -> Node {
+pub(crate) fn node(dir: &Path) -> Node {
     let mut config = LogConfig::new(dir.join("log"));
     config.segment_size = 1 << 20;
     let log = CommitLog::open(config, None).unwrap();
@@ -40,7 +40,7 @@ fn node(dir: &Path) -> Node {
 
 impl Node {
     /// Appends `command` to the log as the next entry and applies it, as a committed entry would be.
-    fn commit(&mut self, command: &Command) -> Reply {
+    pub fn commit(&mut self, command: &Command) -> Reply {
         let bytes = command.encode();
         let index = self.next_index;
         let meta = RecordMeta { term: 1, index, leader: 1, kind: 2 };
@@ -50,11 +50,11 @@ impl Node {
     }
 }
 
-fn create(name: &str, queues: u32) -> Command {
+pub(crate) fn create(name: &str, queues: u32) -> Command {
     Command::Admin(AdminCommand::CreateTopic(TopicConfig { name: name.into(), queues, kind: TopicKind::Normal }))
 }
 
-fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[&str]) -> Command {
+pub(crate) fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[&str]) -> Command {
     let messages = ids
         .iter()
         .map(|id| {

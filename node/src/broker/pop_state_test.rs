@@ -1,0 +1,144 @@
+//! Consumption through the broker state: plans from real queues, dead letters, restarts, and
+//! snapshots taken at an older index than the one applied.
+
+use std::path::Path;
+
+use crate::broker::group::{GroupConfig, dead_letter_topic};
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
+use crate::broker::state_test::{Node, create, lid, node, send};
+use crate::broker::subscription::TagFilter;
+use crate::broker::{Command, PopRequest, Reply, TopicConfig};
+
+fn group(name: &str, max_attempts: u32) -> GroupConfig {
+    GroupConfig { name: name.into(), fifo: false, max_attempts }
+}
+
+fn topic(n: &Node, name: &str) -> TopicConfig {
+    n.broker.topic(name).expect("topic exists")
+}
+
+/// Plans a pop as a receive would, commits its dead letters and the pop, returns the deliveries.
+fn pop(n: &mut Node, g: &GroupConfig, t: &str, filter: &TagFilter, now_ms: i64, invisible_ms: i64) -> Vec<Delivery> {
+    let t = topic(n, t);
+    let request = PopRequest { group: g, topic: &t, filter, max_messages: 32, invisible_ms, now_ms, first_queue: 0 };
+    let plan = n.broker.plan_pop(&request).unwrap();
+    for d in plan.dead_letters {
+        n.commit(&Command::DeadLetter(d));
+    }
+    match n.commit(&Command::Consume(ConsumeCommand::Pop(plan.pop))) {
+        Reply::Consume(ConsumeOutcome::Delivered(d)) => d,
+        other => panic!("not a pop reply: {other:?}"),
+    }
+}
+
+fn receipt(g: &str, t: &str, d: &Delivery) -> Receipt {
+    Receipt { group: g.into(), topic: t.into(), queue_id: d.queue_id, offset: d.offset, generation: d.generation }
+}
+
+fn consumption(n: &Node) -> Consumption {
+    n.broker.meta().consumption.clone()
+}
+
+fn setup(dir: &Path, max_attempts: u32) -> (Node, GroupConfig) {
+    let mut n = node(dir);
+    n.commit(&create("T", 2));
+    let g = group("g", max_attempts);
+    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    (n, g)
+}
+
+#[test]
+fn a_group_gets_each_message_once_until_its_invisible_time_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut n, g) = setup(dir.path(), 16);
+    n.commit(&send("T", 0, 1, &["a", "b"]));
+    n.commit(&send("T", 1, 1, &["c"]));
+    let first = pop(&mut n, &g, "T", &TagFilter::All, 1000, 500);
+    assert_eq!(first.len(), 3);
+    assert!(pop(&mut n, &g, "T", &TagFilter::All, 1400, 500).is_empty(), "all in flight");
+    n.commit(&Command::Consume(ConsumeCommand::Ack(receipt("g", "T", &first[0]))));
+    let again = pop(&mut n, &g, "T", &TagFilter::All, 1500, 500);
+    assert_eq!(again.len(), 2, "the two unacked come back");
+    assert!(again.iter().all(|d| d.attempt == 2));
+    // Another group has its own progress.
+    let other = group("h", 16);
+    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(other.clone())));
+    assert_eq!(pop(&mut n, &other, "T", &TagFilter::All, 1500, 500).len(), 3);
+}
+
+#[test]
+fn filtered_out_messages_are_passed_over_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut n, g) = setup(dir.path(), 16);
+    n.commit(&send("T", 0, 1, &["a", "b", "c"])); // all tagged TagA
+    let none = pop(&mut n, &g, "T", &TagFilter::parse("TagB").unwrap(), 1000, 500);
+    assert!(none.is_empty());
+    let progress = n.broker.group_progress();
+    assert_eq!(progress.iter().map(|p| p.lag + p.inflight).sum::<u64>(), 0, "nothing left to consume");
+    assert_eq!(progress.len(), 1, "the group's progress on T is known");
+}
+
+#[test]
+fn after_max_attempts_a_copy_goes_to_the_dead_letter_topic_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut n, g) = setup(dir.path(), 2);
+    n.commit(&send("T", 1, 1, &["doomed"]));
+    assert_eq!(pop(&mut n, &g, "T", &TagFilter::All, 1000, 100).len(), 1);
+    assert_eq!(pop(&mut n, &g, "T", &TagFilter::All, 1100, 100)[0].attempt, 2);
+    let last = consumption(&n).queues[&("g".to_string(), "T".to_string(), 1)].inflight[&0].clone();
+    // Attempts used up: this pop dead-letters instead of delivering.
+    assert!(pop(&mut n, &g, "T", &TagFilter::All, 1200, 100).is_empty());
+    let dlq = dead_letter_topic("g");
+    let dead = n.broker.read(&dlq, 0, 0).unwrap().expect("a copy in the dead-letter topic");
+    assert_eq!((dead.message.message_id.as_str(), &dead.message.body[..]), ("doomed", &b"body of doomed"[..]));
+    assert!(consumption(&n).queues[&("g".to_string(), "T".to_string(), 1)].inflight.is_empty());
+    // The same dead letter again (a retry) is stale: no second copy.
+    let r = Receipt { group: "g".into(), topic: "T".into(), queue_id: 1, offset: 0, generation: last.generation };
+    let again = n.broker.dead_letter_of(&r, 1300);
+    assert!(again.is_ok());
+    let reply = n.commit(&Command::DeadLetter(again.unwrap()));
+    assert_eq!(reply, Reply::Consume(ConsumeOutcome::StaleReceipt));
+    assert!(n.broker.read(&dlq, 0, 1).unwrap().is_none());
+}
+
+#[test]
+fn consumption_state_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let (mut n, g) = setup(dir.path(), 16);
+        n.commit(&send("T", 0, 1, &["a", "b"]));
+        let d = pop(&mut n, &g, "T", &TagFilter::All, 1000, 60_000);
+        n.commit(&Command::Consume(ConsumeCommand::Ack(receipt("g", "T", &d[0]))));
+        n.broker.checkpoint().unwrap();
+        consumption(&n)
+    };
+    let n = node(dir.path());
+    assert_eq!(consumption(&n), before);
+    assert_eq!(n.broker.group("g"), Some(group("g", 16)));
+}
+
+#[test]
+fn a_snapshot_at_an_older_index_has_the_consumption_state_of_that_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut n, g) = setup(dir.path(), 2);
+    n.commit(&send("T", 0, 1, &["a", "b", "c"]));
+    let d = pop(&mut n, &g, "T", &TagFilter::All, 1000, 100);
+    n.commit(&Command::Consume(ConsumeCommand::Ack(receipt("g", "T", &d[0]))));
+    let early = (n.next_index - 1, consumption(&n));
+    pop(&mut n, &g, "T", &TagFilter::All, 1200, 100);
+    let change = ConsumeCommand::ChangeInvisible { receipt: receipt("g", "T", &d[1]), now_ms: 1300, invisible_ms: 5 };
+    n.commit(&Command::Consume(change));
+    let later = (n.next_index - 1, consumption(&n));
+    // Dead letters, new messages and deliveries after both points.
+    n.commit(&send("T", 1, 1, &["d"]));
+    pop(&mut n, &g, "T", &TagFilter::All, 5000, 100);
+    pop(&mut n, &g, "T", &TagFilter::All, 9000, 100);
+    assert_ne!(consumption(&n), later.1);
+
+    let snap_early = n.broker.snapshot_data_at(lid(early.0), None).unwrap();
+    assert_eq!(crate::broker::state::Metadata::from(snap_early).consumption, early.1);
+    // The next snapshot builds on the previous one.
+    let previous = n.broker.snapshot_data_at(lid(early.0), None).unwrap();
+    let snap_later = n.broker.snapshot_data_at(lid(later.0), Some(previous)).unwrap();
+    assert_eq!(crate::broker::state::Metadata::from(snap_later).consumption, later.1);
+}

@@ -201,3 +201,38 @@ async fn bad_consumption_requests_get_a_clear_status_and_change_nothing() {
         "the refused change left the handle valid"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auto_renewed_deliveries_stay_invisible_and_keep_their_receipt_handle() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Slow", 1, TopicKind::Normal).await;
+    cluster.create_group("slow-workers", false, 16).await;
+    let mut c = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(1))).await.unwrap();
+    let message = Message {
+        topic: resource("Slow"),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties { message_id: "slow-1".into(), ..Default::default() }),
+        body: Bytes::from_static(b"x"),
+    };
+    c.send_message(SendMessageRequest { messages: vec![message] }).await.unwrap();
+
+    // A PushConsumer-style receive: auto_renew, from a client that identifies itself.
+    let mut req = tonic::Request::new(ReceiveMessageRequest {
+        auto_renew: true,
+        ..receive_request("slow-workers", "Slow", None, 2)
+    });
+    req.metadata_mut().insert("x-mq-client-id", "slow-client-1".parse().unwrap());
+    let mut stream = c.receive_message(req).await.unwrap().into_inner();
+    let mut handle = None;
+    while let Some(frame) = stream.next().await {
+        if let Some(Content::Message(m)) = frame.unwrap().content {
+            handle = m.system_properties.and_then(|p| p.receipt_handle);
+        }
+    }
+    let handle = handle.expect("delivered");
+    // Three times the invisible time later it has not been delivered again: it was renewed.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let frames = receive(&mut c, receive_request("slow-workers", "Slow", None, 2)).await;
+    assert_eq!(status_code(&frames), Code::MessageNotFound as i32, "a renewed delivery stays invisible");
+    assert_eq!(ack(&mut c, "slow-workers", "Slow", &handle).await, Code::Ok as i32, "the first handle still acks");
+}

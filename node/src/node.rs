@@ -253,9 +253,11 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         .add_service(RaftServiceServer::new(RaftServer::new(node.raft.clone())).max_decoding_message_size(max))
         .add_service(AdminServiceServer::new(AdminServer::new(node.clone())).max_decoding_message_size(max))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
+    let proxy = Proxy::new(node.clone());
+    let renewal_task = tokio::spawn(crate::proxy::renew::run(node.clone(), proxy.renewals()));
     let client_server = tonic::transport::Server::builder()
         .add_service(
-            MessagingServiceServer::new(Proxy::new(node.clone()))
+            MessagingServiceServer::new(proxy)
                 .max_decoding_message_size(node.config.broker.max_body_bytes as usize * 2 + (1 << 20)),
         )
         .add_service(AdminServiceServer::new(AdminServer::new(node.clone())).max_decoding_message_size(max))
@@ -270,6 +272,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let _ = stop_tx.send(true);
     let _ = raft_task.await;
     let _ = client_task.await;
+    renewal_task.abort();
     let _ = node.raft.shutdown().await;
     node.broker.checkpoint().map_err(|e| e.to_string())?;
     Ok(())

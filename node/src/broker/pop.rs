@@ -125,6 +125,13 @@ pub enum ConsumeCommand {
         now_ms: i64,
         invisible_ms: i64,
     },
+    /// Extends a delivery's invisible time without replacing its receipt (the client still holds
+    /// the old one): the server renews deliveries of receives that asked for `auto_renew`.
+    Renew {
+        receipt: Receipt,
+        now_ms: i64,
+        invisible_ms: i64,
+    },
     /// Moves every queue of the group on the topic to the given positions; nothing stays in flight.
     ResetOffset {
         group: String,
@@ -138,7 +145,7 @@ impl ConsumeCommand {
     pub fn set_time(&mut self, now: i64) {
         match self {
             ConsumeCommand::Pop(p) => p.now_ms = now,
-            ConsumeCommand::ChangeInvisible { now_ms, .. } => *now_ms = now,
+            ConsumeCommand::ChangeInvisible { now_ms, .. } | ConsumeCommand::Renew { now_ms, .. } => *now_ms = now,
             _ => {}
         }
     }
@@ -147,7 +154,9 @@ impl ConsumeCommand {
     pub fn topic(&self) -> Option<&str> {
         match self {
             ConsumeCommand::Pop(p) => Some(&p.topic),
-            ConsumeCommand::Ack(r) | ConsumeCommand::ChangeInvisible { receipt: r, .. } => Some(&r.topic),
+            ConsumeCommand::Ack(r)
+            | ConsumeCommand::ChangeInvisible { receipt: r, .. }
+            | ConsumeCommand::Renew { receipt: r, .. } => Some(&r.topic),
             ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
             ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. } => None,
         }
@@ -231,6 +240,22 @@ impl Consumption {
                         offset: receipt.offset,
                         attempt: f.attempt,
                         generation: index,
+                        invisible_until_ms: f.invisible_until_ms,
+                    };
+                    changed.queues.insert(receipt.key());
+                    ConsumeOutcome::Renewed(renewed)
+                }
+                None => ConsumeOutcome::StaleReceipt,
+            },
+            ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => match self.current(receipt) {
+                Some(q) => {
+                    let f = q.inflight.get_mut(&receipt.offset).expect("current() checked it");
+                    f.invisible_until_ms = f.invisible_until_ms.max(now_ms.saturating_add(*invisible_ms));
+                    let renewed = Delivery {
+                        queue_id: receipt.queue_id,
+                        offset: receipt.offset,
+                        attempt: f.attempt,
+                        generation: f.generation,
                         invisible_until_ms: f.invisible_until_ms,
                     };
                     changed.queues.insert(receipt.key());
@@ -430,6 +455,19 @@ mod tests {
         assert_eq!((d.generation, d.invisible_until_ms, d.attempt), (3, 600, 1));
         assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
         assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 3)), &mut ch), ConsumeOutcome::Done);
+    }
+
+    #[test]
+    fn a_renewal_extends_the_invisible_time_and_keeps_the_receipt() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        let renew = ConsumeCommand::Renew { receipt: receipt(0, 2), now_ms: 900, invisible_ms: 1000 };
+        let ConsumeOutcome::Renewed(d) = c.apply(3, &renew, &mut ch) else { panic!("renewed") };
+        assert_eq!((d.generation, d.invisible_until_ms), (2, 1900));
+        let again = Redelivery { queue_id: 0, offset: 0, generation: 2 };
+        assert!(delivered(c.apply(4, &pop(1500, vec![], vec![again]), &mut ch)).is_empty(), "still invisible");
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::Done);
     }
 
     #[test]

@@ -62,8 +62,11 @@ impl Proxy {
             async move {
                 let status = match receipt::decode(&e.receipt_handle, group, topic) {
                     None => stale(),
-                    Some(r) => match self.node.write(&Command::Consume(ConsumeCommand::Ack(r))).await {
-                        Ok(reply) => outcome_status(reply),
+                    Some(r) => match self.node.write(&Command::Consume(ConsumeCommand::Ack(r.clone()))).await {
+                        Ok(reply) => {
+                            self.renewals.settled(&r);
+                            outcome_status(reply)
+                        }
                         Err(e) => write_failed(&e),
                     },
                 };
@@ -99,6 +102,7 @@ impl Proxy {
             return refuse(status(Code::IllegalInvisibleTime, why));
         };
         let Some(receipt) = receipt::decode(&req.receipt_handle, &group, &topic) else { return refuse(stale()) };
+        self.renewals.settled(&receipt);
         let command =
             ConsumeCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms: invisible.as_millis() as i64 };
         match self.node.write(&Command::Consume(command)).await {
@@ -123,6 +127,7 @@ impl Proxy {
         let Some(receipt): Option<Receipt> = receipt::decode(&req.receipt_handle, &group, &topic) else {
             return stale();
         };
+        self.renewals.settled(&receipt);
         let mut dead = self.node.broker.dead_letter_of(&receipt, now_ms());
         if dead.is_err() {
             // This node may not have applied the message yet.

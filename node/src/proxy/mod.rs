@@ -8,6 +8,7 @@
 mod ack;
 mod receipt;
 mod receive;
+pub mod renew;
 mod route;
 mod send;
 mod status;
@@ -35,6 +36,7 @@ pub struct Proxy {
     round_robin: AtomicU32,
     /// One per (group, topic) being received from on this node.
     pop_locks: Mutex<HashMap<(String, String), PopLock>>,
+    renewals: Arc<renew::Renewals>,
 }
 
 /// Milliseconds since the Unix epoch, by this node's clock.
@@ -48,7 +50,12 @@ pub(crate) fn timestamp(ms: i64) -> prost_types::Timestamp {
 
 impl Proxy {
     pub fn new(node: Node) -> Proxy {
-        Proxy { node, round_robin: AtomicU32::new(0), pop_locks: Mutex::new(HashMap::new()) }
+        Proxy { node, round_robin: AtomicU32::new(0), pop_locks: Mutex::new(HashMap::new()), renewals: Arc::default() }
+    }
+
+    /// What the renewal task (`renew::run`) works through.
+    pub fn renewals(&self) -> Arc<renew::Renewals> {
+        Arc::clone(&self.renewals)
     }
 
     fn next_queue(&self) -> u32 {
@@ -141,6 +148,10 @@ impl Proxy {
 }
 
 /// The namespace of a request: the `x-mq-namespace` header, if any.
+fn client_id<T>(req: &Request<T>) -> String {
+    req.metadata().get("x-mq-client-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
 fn namespace<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-namespace").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
 }
@@ -186,7 +197,8 @@ impl MessagingService for Proxy {
         Ok(Response::new(reply))
     }
 
-    async fn heartbeat(&self, _req: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+    async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+        self.renewals.seen(&client_id(&req));
         Ok(Response::new(HeartbeatResponse { status: Some(ok()) }))
     }
 
@@ -218,7 +230,7 @@ impl MessagingService for Proxy {
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
         let ns = namespace(&req);
         let timeout = grpc_timeout(&req);
-        let responses = self.receive(req.get_ref(), &ns, timeout).await;
+        let responses = self.receive(req.get_ref(), &ns, timeout, &client_id(&req)).await;
         Ok(Response::new(Box::pin(futures_util::stream::iter(responses.into_iter().map(Ok)))))
     }
 
@@ -280,8 +292,9 @@ impl MessagingService for Proxy {
 
     async fn notify_client_termination(
         &self,
-        _: Request<NotifyClientTerminationRequest>,
+        req: Request<NotifyClientTerminationRequest>,
     ) -> Result<Response<NotifyClientTerminationResponse>, Status> {
+        self.renewals.client_gone(&client_id(&req));
         Ok(Response::new(NotifyClientTerminationResponse { status: Some(ok()) }))
     }
 

@@ -16,7 +16,7 @@ use rockraft_proto::rocketmq::{
 use tokio::time::Instant;
 
 use crate::broker::group::GroupConfig;
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery};
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::subscription::TagFilter;
 use crate::broker::{Command, PopRequest, Reply, StoredEntry, TopicConfig};
 use crate::proxy::receipt;
@@ -170,7 +170,9 @@ impl Proxy {
         req: &ReceiveMessageRequest,
         namespace: &str,
         grpc_timeout: Option<Duration>,
+        client: &str,
     ) -> Vec<ReceiveMessageResponse> {
+        self.renewals.seen(client);
         let params = match ReceiveParams::check(req, namespace) {
             Ok(p) => p,
             Err(Rejection(s)) => return status_only(s),
@@ -185,7 +187,22 @@ impl Proxy {
         let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
         match self.poll(&params, &group, &topic, deadline).await {
             Ok(deliveries) if deliveries.is_empty() => nothing(),
-            Ok(deliveries) => self.stream(&params, deliveries),
+            Ok(deliveries) => {
+                if req.auto_renew {
+                    let receipts = deliveries
+                        .iter()
+                        .map(|d| Receipt {
+                            group: params.group.clone(),
+                            topic: params.topic_name.clone(),
+                            queue_id: d.queue_id,
+                            offset: d.offset,
+                            generation: d.generation,
+                        })
+                        .collect();
+                    self.renewals.track(client, receipts, params.invisible);
+                }
+                self.stream(&params, deliveries)
+            }
             Err(s) => status_only(s),
         }
     }

@@ -1,0 +1,155 @@
+//! Renewal of deliveries made to receives that asked for `auto_renew` (PushConsumers): while the
+//! client lives and has not settled a delivery, its invisible time is extended before it runs
+//! out, so a slow listener does not get the message twice. Renewal keeps the receipt handle.
+//!
+//! Renewals live on the node that made the delivery; if that node goes away they stop and the
+//! message is delivered again once its invisible time passes — the at-least-once contract.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::{Command, Reply};
+use crate::node::Node;
+use crate::proxy::now_ms;
+
+/// How long one delivery is kept invisible at most, renewals included.
+pub const MAX_RENEWED: Duration = Duration::from_secs(3600);
+/// A client not heard from (heartbeat or receive) for this long is gone: its renewals stop.
+const CLIENT_SILENCE: Duration = Duration::from_secs(60);
+const TICK: Duration = Duration::from_secs(1);
+
+type Key = (String, String, u32, u64);
+
+struct Renewal {
+    receipt: Receipt,
+    client: String,
+    invisible: Duration,
+    /// Renew at this time: two thirds into the current invisible time.
+    due: Instant,
+    stop: Instant,
+}
+
+#[derive(Default)]
+pub struct Renewals {
+    deliveries: Mutex<HashMap<Key, Renewal>>,
+    clients: Mutex<HashMap<String, Instant>>,
+}
+
+fn key(r: &Receipt) -> Key {
+    (r.group.clone(), r.topic.clone(), r.queue_id, r.offset)
+}
+
+impl Renewals {
+    pub fn track(&self, client: &str, receipts: Vec<Receipt>, invisible: Duration) {
+        let now = Instant::now();
+        self.seen(client);
+        let mut deliveries = self.deliveries.lock().expect("renewals lock");
+        for receipt in receipts {
+            let renewal = Renewal {
+                client: client.to_string(),
+                invisible,
+                due: now + invisible * 2 / 3,
+                stop: now + MAX_RENEWED,
+                receipt,
+            };
+            deliveries.insert(key(&renewal.receipt), renewal);
+        }
+    }
+
+    /// The client settled the delivery (ack, new invisible time, dead letter).
+    pub fn settled(&self, r: &Receipt) {
+        self.deliveries.lock().expect("renewals lock").remove(&key(r));
+    }
+
+    pub fn seen(&self, client: &str) {
+        if !client.is_empty() {
+            self.clients.lock().expect("renewals lock").insert(client.to_string(), Instant::now());
+        }
+    }
+
+    pub fn client_gone(&self, client: &str) {
+        self.clients.lock().expect("renewals lock").remove(client);
+        self.deliveries.lock().expect("renewals lock").retain(|_, r| r.client != client);
+    }
+
+    /// Deliveries to renew now; those past their limit or of silent clients are dropped.
+    fn due(&self) -> Vec<(Receipt, Duration)> {
+        let now = Instant::now();
+        let alive: std::collections::HashSet<String> = {
+            let mut clients = self.clients.lock().expect("renewals lock");
+            clients.retain(|_, seen| now.duration_since(*seen) < CLIENT_SILENCE);
+            clients.keys().cloned().collect()
+        };
+        let mut deliveries = self.deliveries.lock().expect("renewals lock");
+        deliveries.retain(|_, r| r.stop > now && alive.contains(&r.client));
+        deliveries
+            .values_mut()
+            .filter(|r| r.due <= now)
+            .map(|r| {
+                r.due = now + r.invisible * 2 / 3;
+                (r.receipt.clone(), r.invisible)
+            })
+            .collect()
+    }
+}
+
+/// Renews what is due, every second, until the process ends.
+pub async fn run(node: Node, renewals: Arc<Renewals>) {
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tick.tick().await;
+        for (receipt, invisible) in renewals.due() {
+            let command = ConsumeCommand::Renew {
+                receipt: receipt.clone(),
+                now_ms: now_ms(),
+                invisible_ms: invisible.as_millis() as i64,
+            };
+            match node.write(&Command::Consume(command)).await {
+                Ok(Reply::Consume(ConsumeOutcome::Renewed(_))) => {}
+                // Settled elsewhere, or redelivered already: nothing left to renew.
+                Ok(_) => renewals.settled(&receipt),
+                // No leader right now: try again next tick.
+                Err(e) => tracing::debug!(error = %e, "renewing a delivery failed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(offset: u64) -> Receipt {
+        Receipt { group: "g".into(), topic: "t".into(), queue_id: 0, offset, generation: 7 }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deliveries_are_renewed_two_thirds_in_until_settled_or_the_client_is_gone() {
+        let r = Renewals::default();
+        r.track("c1", vec![receipt(1), receipt(2)], Duration::from_secs(30));
+        assert!(r.due().is_empty());
+        tokio::time::advance(Duration::from_secs(21)).await;
+        r.seen("c1");
+        assert_eq!(r.due().len(), 2);
+        assert!(r.due().is_empty(), "not due again until two thirds of the new invisible time");
+        r.settled(&receipt(1));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        r.seen("c1");
+        assert_eq!(r.due().iter().map(|(x, _)| x.offset).collect::<Vec<_>>(), vec![2]);
+        r.client_gone("c1");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert!(r.due().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_client_loses_its_renewals() {
+        let r = Renewals::default();
+        r.track("quiet", vec![receipt(1)], Duration::from_secs(30));
+        tokio::time::advance(CLIENT_SILENCE + Duration::from_secs(1)).await;
+        assert!(r.due().is_empty());
+    }
+}

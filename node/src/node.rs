@@ -41,6 +41,10 @@ pub struct Node {
     pub broker: Broker,
     pub config: Arc<NodeConfig>,
     peers: Arc<Peers>,
+    /// Serializes the pops this node plans as leader, per (group, topic).
+    pub pop_locks: Arc<crate::proxy::pop::PopLocks>,
+    /// Rotates the queue pops start from.
+    round_robin: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Node {
@@ -71,6 +75,21 @@ impl Node {
         Ok(read.index())
     }
 
+    /// A value that moves on with every call, for spreading work over queues.
+    pub fn next_queue(&self) -> u32 {
+        self.round_robin.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sends an admin request to the leader.
+    pub async fn call_leader(
+        &self,
+        req: &crate::admin::api::AdminRequest,
+    ) -> Result<crate::admin::api::AdminResponse, String> {
+        let (_, leader) = self.leader().ok_or("no leader is known right now")?;
+        let channel = self.peers.channel(&leader.raft_addr)?;
+        crate::admin::call_on(channel, req).await
+    }
+
     /// Waits until this node has applied everything committed when it was called, so a read of
     /// its local state sees every write acknowledged before (a follower asks the leader for that
     /// index). For reads that found nothing locally, e.g. a topic created a moment ago.
@@ -83,9 +102,7 @@ impl Node {
         let index = if self.is_leader() {
             self.read_index().await?
         } else {
-            let (_, leader) = self.leader().ok_or("no leader is known right now")?;
-            let channel = self.peers.channel(&leader.raft_addr)?;
-            match crate::admin::call_on(channel, &crate::admin::api::AdminRequest::ReadIndex).await? {
+            match self.call_leader(&crate::admin::api::AdminRequest::ReadIndex).await? {
                 crate::admin::api::AdminResponse::ReadIndex(i) => i,
                 other => return Err(format!("unexpected answer {other:?}")),
             }
@@ -191,7 +208,14 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let raft_config = Arc::new(raft_config(&config)?);
     let raft =
         Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;
-    let node = Node { raft, broker, config: Arc::new(config), peers: Arc::default() };
+    let node = Node {
+        raft,
+        broker,
+        config: Arc::new(config),
+        peers: Arc::default(),
+        pop_locks: Arc::default(),
+        round_robin: Arc::default(),
+    };
     tokio::spawn(retention(node.clone(), log));
     spawn_checkpoints(node.broker.clone());
     Ok(node)

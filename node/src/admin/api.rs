@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
 use crate::broker::{GroupProgress, TopicConfig};
+use crate::proxy::pop::{PopError, PopOrder, Popped};
 use crate::raft::NodeId;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,6 +51,8 @@ pub enum AdminRequest {
         id: String,
         local: bool,
     },
+    /// A follower's receive asks the leader to plan and propose a pop.
+    Pop(PopOrder),
     /// The leader's commit index, confirmed by a quorum: what a follower must have applied to
     /// answer a read as the leader would.
     ReadIndex,
@@ -62,7 +65,8 @@ impl AdminRequest {
             AdminRequest::AddNode { .. }
             | AdminRequest::RemoveNode { .. }
             | AdminRequest::TransferLeader { .. }
-            | AdminRequest::ResetOffset { .. } => true,
+            | AdminRequest::ResetOffset { .. }
+            | AdminRequest::Pop(_) => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -78,6 +82,7 @@ pub enum AdminResponse {
     Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
     ReadIndex(u64),
+    Popped(Result<Popped, PopError>),
     Error(String),
 }
 

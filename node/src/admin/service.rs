@@ -164,6 +164,7 @@ impl AdminServer {
                 Ok(AdminResponse::Messages(out))
             }
             AdminRequest::ReadIndex => node.read_index().await.map(AdminResponse::ReadIndex),
+            AdminRequest::Pop(order) => Ok(AdminResponse::Popped(crate::proxy::pop::pop_here(node, &order).await)),
             AdminRequest::GetMessage { id, .. } => match node.broker.find(&id) {
                 Ok(found) => Ok(AdminResponse::Messages(found.into_iter().map(line).collect())),
                 Err(e) => Err(e.to_string()),

@@ -1,4 +1,4 @@
-//! `rockraft bench produce`: a load generator speaking the RocketMQ protocol to the proxy
+//! `rockraft bench produce|consume`: load generators speaking the RocketMQ protocol to the proxy
 //! endpoint, with a progress bar and a latency summary.
 
 use std::sync::Arc;
@@ -6,10 +6,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
-use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest, SystemProperties};
+use rockraft_proto::rocketmq::receive_message_response::Content;
+use rockraft_proto::rocketmq::{
+    AckMessageEntry, AckMessageRequest, Code, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource,
+    SendMessageRequest, SystemProperties,
+};
 use tokio::sync::Mutex;
 
 pub struct ProduceOptions {
@@ -101,4 +106,121 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
         ms(h.max())
     );
     if failed > 0 { Err(format!("{failed} messages failed")) } else { Ok(()) }
+}
+
+pub struct ConsumeOptions {
+    pub endpoints: Vec<String>,
+    pub topic: String,
+    pub group: String,
+    /// Stop after this many acks (or after `idle` without a message).
+    pub messages: u64,
+    pub concurrency: usize,
+    pub batch: i32,
+    pub idle: Duration,
+}
+
+/// Receives and acks as fast as `--concurrency` long polls allow: each worker receives a batch,
+/// acks it in one AckMessage, and receives again.
+pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
+    let mut clients = Vec::new();
+    for e in &o.endpoints {
+        let c = MessagingServiceClient::connect(format!("http://{e}")).await.map_err(|err| format!("{e}: {err}"))?;
+        clients.push(c.max_decoding_message_size(usize::MAX));
+    }
+    let acked = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(|e| e.to_string())?));
+    let bar = ProgressBar::new(o.messages);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} acked {per_sec} eta {eta}").map_err(|e| e.to_string())?,
+    );
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..o.concurrency {
+        let mut client = clients[worker % clients.len()].clone();
+        let (acked, failed, bytes, latencies, bar) =
+            (acked.clone(), failed.clone(), bytes.clone(), latencies.clone(), bar.clone());
+        let (group, topic, total, batch, idle) = (resource(&o.group), resource(&o.topic), o.messages, o.batch, o.idle);
+        let client_id = format!("bench-consume-{}-{worker}", std::process::id());
+        tasks.push(tokio::spawn(async move {
+            let mut last_message = Instant::now();
+            while acked.load(Ordering::Relaxed) < total && last_message.elapsed() < idle {
+                let round = Instant::now();
+                let mut req = tonic::Request::new(ReceiveMessageRequest {
+                    group: group.clone(),
+                    message_queue: Some(MessageQueue { topic: topic.clone(), ..Default::default() }),
+                    filter_expression: None,
+                    batch_size: batch,
+                    invisible_duration: Some(prost_types::Duration { seconds: 30, nanos: 0 }),
+                    auto_renew: false,
+                    long_polling_timeout: Some(prost_types::Duration { seconds: 5, nanos: 0 }),
+                    attempt_id: None,
+                });
+                if let Ok(v) = client_id.parse() {
+                    req.metadata_mut().insert("x-mq-client-id", v);
+                }
+                let mut entries = Vec::new();
+                if let Ok(stream) = client.receive_message(req).await {
+                    let mut stream = stream.into_inner();
+                    while let Some(Ok(frame)) = stream.next().await {
+                        if let Some(Content::Message(m)) = frame.content {
+                            bytes.fetch_add(m.body.len() as u64, Ordering::Relaxed);
+                            let sp = m.system_properties.unwrap_or_default();
+                            entries.push(AckMessageEntry {
+                                message_id: sp.message_id,
+                                receipt_handle: sp.receipt_handle.unwrap_or_default(),
+                                lite_topic: None,
+                            });
+                        }
+                    }
+                }
+                if entries.is_empty() {
+                    continue;
+                }
+                last_message = Instant::now();
+                let n = entries.len() as u64;
+                let ack = AckMessageRequest { group: group.clone(), topic: topic.clone(), entries };
+                let ok = match client.ack_message(ack).await {
+                    Ok(r) => r.into_inner().status.is_some_and(|s| s.code == Code::Ok as i32),
+                    Err(_) => false,
+                };
+                if ok {
+                    acked.fetch_add(n, Ordering::Relaxed);
+                    bar.inc(n);
+                    let _ = latencies.lock().await.record(round.elapsed().as_micros() as u64);
+                } else {
+                    failed.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())?;
+    }
+    bar.finish_and_clear();
+    let acked = acked.load(Ordering::Relaxed);
+    // The idle wait at the end is not consumption time.
+    let elapsed = start.elapsed().saturating_sub(if acked < o.messages { o.idle } else { Duration::ZERO });
+    let h = latencies.lock().await;
+    let ms = |us: u64| Duration::from_micros(us).as_secs_f64() * 1000.0;
+    println!(
+        "received and acked {acked} messages ({} failed acks) in {:.2} s: {:.0} messages/s, {:.1} MiB/s",
+        failed.load(Ordering::Relaxed),
+        elapsed.as_secs_f64(),
+        acked as f64 / elapsed.as_secs_f64(),
+        bytes.load(Ordering::Relaxed) as f64 / (1 << 20) as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "receive + ack latency (per batch of up to {}): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        o.batch,
+        ms(h.value_at_quantile(0.5)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.max())
+    );
+    if acked < o.messages { Err(format!("only {acked} of {} messages arrived", o.messages)) } else { Ok(()) }
+}
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource { resource_namespace: String::new(), name: name.to_string() })
 }

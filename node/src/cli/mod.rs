@@ -65,6 +65,27 @@ enum BenchCmd {
         #[arg(long)]
         endpoints: Option<String>,
     },
+    /// Receive and ack (POP) with `--concurrency` long polls, until `--messages` are acked.
+    Consume {
+        #[arg(long)]
+        topic: String,
+        /// An existing consumer group.
+        #[arg(long)]
+        group: String,
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Messages per receive (acked with one AckMessage).
+        #[arg(long, default_value_t = 32)]
+        batch: i32,
+        /// Give up after this many seconds without a message.
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
+        /// Client endpoints to spread the load over (comma-separated); default: --endpoint.
+        #[arg(long)]
+        endpoints: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -250,6 +271,19 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 size,
                 concurrency: concurrency.max(1),
                 batch: batch.max(1),
+            })
+            .await
+        }
+        Top::Bench(BenchCmd::Consume { topic, group, messages, concurrency, batch, idle_secs, endpoints }) => {
+            let endpoints = endpoints.unwrap_or_else(|| ep.to_string()).split(',').map(str::to_string).collect();
+            bench::consume(bench::ConsumeOptions {
+                endpoints,
+                topic,
+                group,
+                messages,
+                concurrency: concurrency.max(1),
+                batch: batch.clamp(1, 1024),
+                idle: std::time::Duration::from_secs(idle_secs),
             })
             .await
         }

@@ -6,6 +6,7 @@
 //! - `receive`: the POP long poll; `ack`: ack, invisible time, dead letters; `receipt`: handles.
 
 mod ack;
+pub mod pop;
 mod receipt;
 mod receive;
 pub mod renew;
@@ -14,10 +15,9 @@ mod send;
 mod status;
 mod telemetry;
 
-use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::{Stream, StreamExt};
@@ -29,13 +29,9 @@ use crate::broker::{Command, Reply};
 use crate::node::Node;
 use status::{Rejection, ok, write_failed};
 
-type PopLock = Arc<tokio::sync::Mutex<()>>;
-
 pub struct Proxy {
     node: Node,
     round_robin: AtomicU32,
-    /// One per (group, topic) being received from on this node.
-    pop_locks: Mutex<HashMap<(String, String), PopLock>>,
     renewals: Arc<renew::Renewals>,
 }
 
@@ -50,16 +46,12 @@ pub(crate) fn timestamp(ms: i64) -> prost_types::Timestamp {
 
 impl Proxy {
     pub fn new(node: Node) -> Proxy {
-        Proxy { node, round_robin: AtomicU32::new(0), pop_locks: Mutex::new(HashMap::new()), renewals: Arc::default() }
+        Proxy { node, round_robin: AtomicU32::new(0), renewals: Arc::default() }
     }
 
     /// What the renewal task (`renew::run`) works through.
     pub fn renewals(&self) -> Arc<renew::Renewals> {
         Arc::clone(&self.renewals)
-    }
-
-    fn next_queue(&self) -> u32 {
-        self.round_robin.fetch_add(1, Ordering::Relaxed)
     }
 
     fn members_client_addrs(&self) -> Vec<String> {

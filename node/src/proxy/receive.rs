@@ -5,7 +5,6 @@
 //! retry. The poll wakes when a message for the topic is applied, when an ack or a dead letter
 //! frees an orderly message group, or when an invisible delivery falls due, never on a fixed tick.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use md5::{Digest as _, Md5};
@@ -15,13 +14,14 @@ use rockraft_proto::rocketmq::{
 };
 use tokio::time::Instant;
 
+use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
+use crate::broker::pop::{Delivery, Receipt};
 use crate::broker::subscription::TagFilter;
-use crate::broker::{Command, PopRequest, Reply, StoredEntry, TopicConfig};
+use crate::proxy::pop::{self, PopError, PopOrder};
 use crate::proxy::receipt;
 use crate::proxy::send::topic_name;
-use crate::proxy::status::{Rejection, ok, status, write_failed};
+use crate::proxy::status::{Rejection, ok, status};
 use crate::proxy::{Proxy, now_ms, timestamp};
 
 /// Invisible time of receives that name none (PushConsumers).
@@ -30,8 +30,6 @@ pub const MIN_INVISIBLE: Duration = Duration::from_secs(1);
 pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
 const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
 const MAX_BATCH: i32 = 1024;
-/// A plan that lost every delivery to a concurrent one is retried this often before waiting.
-const CONFLICT_RETRIES: u32 = 3;
 
 /// A checked receive request.
 #[derive(Debug)]
@@ -39,7 +37,8 @@ pub struct ReceiveParams {
     pub group: String,
     pub topic: Resource,
     pub topic_name: String,
-    pub filter: TagFilter,
+    /// A tag expression, already checked.
+    pub filter_expression: String,
     pub batch: usize,
     pub invisible: Duration,
     pub long_polling: Duration,
@@ -81,11 +80,12 @@ impl ReceiveParams {
                 format!("invisible duration must be {MIN_INVISIBLE:?} to {MAX_INVISIBLE:?}"),
             ));
         }
+        filter(req.filter_expression.as_ref())?;
         Ok(ReceiveParams {
             group: topic_name(group, namespace),
             topic_name: topic_name(&topic, namespace),
             topic,
-            filter: filter(req.filter_expression.as_ref())?,
+            filter_expression: req.filter_expression.as_ref().map(|f| f.expression.clone()).unwrap_or_default(),
             batch: req.batch_size as usize,
             invisible,
             long_polling: duration(&req.long_polling_timeout).unwrap_or(DEFAULT_LONG_POLLING),
@@ -141,6 +141,18 @@ pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, i
     }
 }
 
+fn pop_status(e: PopError) -> rockraft_proto::rocketmq::Status {
+    let code = match &e {
+        PopError::GroupNotFound(_) => Code::ConsumerGroupNotFound,
+        PopError::TopicNotFound(_) => Code::TopicNotFound,
+        PopError::IllegalFilter(_) => Code::IllegalFilterExpression,
+        // Clients retry 5000x codes: the next attempt finds the new leader.
+        PopError::Unavailable(_) => Code::HaNotAvailable,
+        PopError::Internal(_) => Code::InternalServerError,
+    };
+    status(code, e.to_string())
+}
+
 fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
     vec![ReceiveMessageResponse { content: Some(Content::Status(s)) }]
 }
@@ -177,15 +189,14 @@ impl Proxy {
             Ok(p) => p,
             Err(Rejection(s)) => return status_only(s),
         };
-        let group = match self.consumer_group(&params.group).await {
-            Ok(g) => g,
-            Err(Rejection(s)) => return status_only(s),
-        };
-        let Some(topic) = self.topic(&params.topic_name).await else {
+        if let Err(Rejection(s)) = self.consumer_group(&params.group).await {
+            return status_only(s);
+        }
+        if self.topic(&params.topic_name).await.is_none() {
             return status_only(status(Code::TopicNotFound, format!("topic {} does not exist", params.topic_name)));
         };
         let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
-        match self.poll(&params, &group, &topic, deadline).await {
+        match self.poll(&params, deadline).await {
             Ok(deliveries) if deliveries.is_empty() => nothing(),
             Ok(deliveries) => {
                 if req.auto_renew {
@@ -203,77 +214,33 @@ impl Proxy {
                 }
                 self.stream(&params, deliveries)
             }
-            Err(s) => status_only(s),
+            Err(e) => status_only(pop_status(e)),
         }
     }
 
-    /// Plans and proposes pops until one delivers something or the deadline passes.
-    async fn poll(
-        &self,
-        p: &ReceiveParams,
-        group: &GroupConfig,
-        topic: &TopicConfig,
-        deadline: Instant,
-    ) -> Result<Vec<Delivery>, rockraft_proto::rocketmq::Status> {
-        let broker = &self.node.broker;
-        let lock = self.pop_lock(&p.group, &p.topic_name);
-        let mut conflicts = 0;
+    /// Pops until something is delivered or the deadline passes, waking when the topic changes
+    /// here or the earliest invisible delivery falls due.
+    async fn poll(&self, p: &ReceiveParams, deadline: Instant) -> Result<Vec<Delivery>, PopError> {
+        let order = PopOrder {
+            group: p.group.clone(),
+            topic: p.topic_name.clone(),
+            filter: p.filter_expression.clone(),
+            max_messages: p.batch,
+            invisible_ms: p.invisible.as_millis() as i64,
+        };
         loop {
-            let mut changes = broker.watch(&p.topic_name);
+            let mut changes = self.node.broker.watch(&p.topic_name);
             changes.borrow_and_update();
-            let next_due_ms = {
-                let _serial = lock.lock().await;
-                let request = PopRequest {
-                    group,
-                    topic,
-                    filter: &p.filter,
-                    max_messages: p.batch,
-                    invisible_ms: p.invisible.as_millis() as i64,
-                    now_ms: now_ms(),
-                    first_queue: self.next_queue(),
-                };
-                let mut plan =
-                    broker.plan_pop(&request).map_err(|e| status(Code::InternalServerError, e.to_string()))?;
-                for dead in std::mem::take(&mut plan.dead_letters) {
-                    if let Err(e) = self.node.write(&Command::DeadLetter(dead)).await {
-                        tracing::warn!(error = %e, "moving a message to the dead-letter topic failed; will retry");
-                    }
-                }
-                if plan.changes_state() {
-                    let delivers = plan.delivers();
-                    let reply = self.node.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await;
-                    match reply.map_err(|e| write_failed(&e))? {
-                        Reply::Consume(ConsumeOutcome::Delivered(d)) if !d.is_empty() => {
-                            // Later plans on this node must see this pop.
-                            let last = d.iter().map(|d| d.generation).max().unwrap_or_default();
-                            self.node.wait_applied(last).await;
-                            return Ok(d);
-                        }
-                        Reply::Consume(ConsumeOutcome::Delivered(_)) if delivers => {
-                            // Another pop got there first: this node's view was behind.
-                            conflicts += 1;
-                            let _ = self.node.catch_up().await;
-                            if conflicts <= CONFLICT_RETRIES {
-                                continue;
-                            }
-                        }
-                        Reply::Consume(ConsumeOutcome::Delivered(_)) => {}
-                        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
-                            return Err(status(
-                                Code::ConsumerGroupNotFound,
-                                format!("consumer group {g} does not exist"),
-                            ));
-                        }
-                        other => return Err(status(Code::InternalServerError, format!("unexpected reply {other:?}"))),
-                    }
-                }
-                plan.next_due_ms
-            };
+            let popped = pop::pop(&self.node, &order).await?;
+            if !popped.deliveries.is_empty() {
+                return Ok(popped.deliveries);
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Vec::new());
             }
-            let wake = next_due_ms
+            let wake = popped
+                .next_due_ms
                 .map(|due| now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64))
                 .map_or(deadline, |w| w.min(deadline));
             tokio::select! {
@@ -303,14 +270,6 @@ impl Proxy {
         }
         out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
         out
-    }
-
-    /// Serializes this node's pops for one (group, topic): concurrent receives would otherwise
-    /// plan from the same view and all but one lose.
-    fn pop_lock(&self, group: &str, topic: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.pop_locks.lock().expect("pop locks");
-        locks.retain(|_, l| Arc::strong_count(l) > 1);
-        Arc::clone(locks.entry((group.to_string(), topic.to_string())).or_default())
     }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of the README's run command, as a user would run it: scripts/cluster.sh start,
 # a topic, one message from the official Rust client through each node, the leader SIGKILLed,
-# a message through a survivor, the node restarted until it holds every message, stop.
+# a message through a survivor, the node restarted until it holds every message, all four
+# consumed and acked by the official Rust SimpleConsumer, stop.
 # Uses its own data directory and ports 18081-18083 / 19081-19083.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ fail() {
   exit 1
 }
 
-cargo build --locked --quiet -p rockraft-examples --bin produce
+cargo build --locked --quiet -p rockraft-examples --bin produce --bin consume
 produce() { target/debug/produce "$1" Smoke "$2" 2> "$ROCKRAFT_DATA/produce.log"; }
 
 scripts/cluster.sh start
@@ -44,5 +45,17 @@ scripts/cluster.sh restart "$leader"
 count() { for q in 0 1; do "$bin" --endpoint "$(endpoint "$leader")" message list --topic Smoke --queue "$q" --local; done | wc -l; }
 for _ in $(seq 60); do [ "$(count)" -eq 4 ] && break; sleep 0.5; done
 [ "$(count)" -eq 4 ] || fail "the restarted node holds $(count) of 4 messages"
+
+"$bin" --endpoint "$(endpoint 1)" group create smoke-readers > /dev/null || fail "group create"
+target/debug/consume "$(endpoint "$leader")" Smoke smoke-readers 4 > "$ROCKRAFT_DATA/consumed.txt" \
+  2> "$ROCKRAFT_DATA/produce.log" || fail "consuming the four messages"
+for body in "via node 1" "via node 2" "via node 3" "after the kill"; do
+  grep -q "body=$body\$" "$ROCKRAFT_DATA/consumed.txt" || fail "\"$body\" was not consumed"
+done
+lag() { "$bin" --endpoint "$(endpoint 1)" group list | awk -F'lag=' '/topic=Smoke/ { split($2, a, "\t"); print a[1] }'; }
+# Node 1 may apply the last ack a moment after the consumer saw it committed.
+for _ in $(seq 20); do [ "$(lag)" = "0" ] && break; sleep 0.25; done
+lag=$(lag)
+[ "$lag" = "0" ] || fail "group list shows lag ${lag:-none} after everything was acked"
 scripts/cluster.sh stop
-echo "smoke: the run command, sends through every node, failover and catch-up work"
+echo "smoke: the run command, sends through every node, failover, catch-up and consumption work"

@@ -11,7 +11,8 @@ use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
     AckMessageEntry, AckMessageRequest, ChangeInvisibleDurationRequest, Code, DigestType, Encoding, FilterExpression,
-    FilterType, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource, SendMessageRequest,
+    FilterType, ForwardMessageToDeadLetterQueueRequest, ForwardMessageToDeadLetterQueueResponse, Message, MessageQueue,
+    MessageType, Permission, QueryAssignmentRequest, ReceiveMessageRequest, Resource, SendMessageRequest,
     SystemProperties,
 };
 use std::collections::BTreeMap;
@@ -235,4 +236,88 @@ async fn auto_renewed_deliveries_stay_invisible_and_keep_their_receipt_handle() 
     let frames = receive(&mut c, receive_request("slow-workers", "Slow", None, 2)).await;
     assert_eq!(status_code(&frames), Code::MessageNotFound as i32, "a renewed delivery stays invisible");
     assert_eq!(ack(&mut c, "slow-workers", "Slow", &handle).await, Code::Ok as i32, "the first handle still acks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_consumers_get_assignments_a_default_invisible_time_and_can_dead_letter_a_message() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Pushed", 3, TopicKind::Normal).await;
+    cluster.create_group("pushers", true, 16).await;
+    cluster.create_group("dead-readers", false, 16).await;
+    let mut c = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(2))).await.unwrap();
+
+    let assignment = c
+        .query_assignment(QueryAssignmentRequest {
+            topic: resource("Pushed"),
+            group: resource("pushers"),
+            endpoints: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(assignment.status.unwrap().code, Code::Ok as i32);
+    assert_eq!(assignment.assignments.len(), 3, "one per queue");
+    for a in &assignment.assignments {
+        let q = a.message_queue.as_ref().unwrap();
+        let endpoints = q.broker.as_ref().and_then(|b| b.endpoints.as_ref()).expect("broker endpoints");
+        assert!(!endpoints.addresses.is_empty());
+        assert_eq!(q.permission, Permission::ReadWrite as i32);
+    }
+    let unknown = c.query_assignment(QueryAssignmentRequest {
+        topic: resource("Nope"),
+        group: resource("pushers"),
+        endpoints: None,
+    });
+    assert_eq!(unknown.await.unwrap().into_inner().status.unwrap().code, Code::TopicNotFound as i32);
+
+    let message = Message {
+        topic: resource("Pushed"),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties { message_id: "push-1".into(), ..Default::default() }),
+        body: Bytes::from_static(b"cannot be processed"),
+    };
+    c.send_message(SendMessageRequest { messages: vec![message] }).await.unwrap();
+    // A PushConsumer's receive names no invisible time.
+    let frames = receive(
+        &mut c,
+        ReceiveMessageRequest { invisible_duration: None, ..receive_request("pushers", "Pushed", None, 0) },
+    )
+    .await;
+    let Some(Content::Message(m)) = frames.get(1) else { panic!("a delivery: {frames:?}") };
+    let sp = m.system_properties.clone().unwrap();
+    assert_eq!(sp.invisible_duration.map(|d| d.seconds), Some(60), "the server's default invisible time");
+    let handle = sp.receipt_handle.unwrap();
+
+    let forward = |handle: String| ForwardMessageToDeadLetterQueueRequest {
+        group: resource("pushers"),
+        topic: resource("Pushed"),
+        receipt_handle: handle,
+        message_id: "push-1".into(),
+        delivery_attempt: 1,
+        max_delivery_attempts: 1,
+        lite_topic: None,
+    };
+    let code = |r: ForwardMessageToDeadLetterQueueResponse| r.status.unwrap().code;
+    assert_eq!(
+        code(c.forward_message_to_dead_letter_queue(forward(handle.clone())).await.unwrap().into_inner()),
+        Code::Ok as i32
+    );
+    assert_eq!(
+        code(c.forward_message_to_dead_letter_queue(forward(handle.clone())).await.unwrap().into_inner()),
+        Code::InvalidReceiptHandle as i32,
+        "a delivery is dead-lettered once"
+    );
+    assert_eq!(
+        ack(&mut c, "pushers", "Pushed", &handle).await,
+        Code::InvalidReceiptHandle as i32,
+        "forwarding ended the delivery"
+    );
+    let dead = receive(&mut c, receive_request("dead-readers", "%DLQ%pushers", None, 30)).await;
+    let Some(Content::Message(d)) = dead.get(1) else { panic!("the dead letter: {dead:?}") };
+    assert_eq!(
+        (d.system_properties.as_ref().unwrap().message_id.as_str(), &d.body[..]),
+        ("push-1", &b"cannot be processed"[..])
+    );
+    let again = receive(&mut c, receive_request("pushers", "Pushed", None, 30)).await;
+    assert_eq!(status_code(&again), Code::MessageNotFound as i32, "not delivered again after dead-lettering");
 }

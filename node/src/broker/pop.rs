@@ -230,39 +230,13 @@ impl Consumption {
                 }
                 None => ConsumeOutcome::StaleReceipt,
             },
-            ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => match self.current(receipt) {
-                Some(q) => {
-                    let f = q.inflight.get_mut(&receipt.offset).expect("current() checked it");
-                    f.generation = index;
-                    f.invisible_until_ms = now_ms.saturating_add(*invisible_ms);
-                    let renewed = Delivery {
-                        queue_id: receipt.queue_id,
-                        offset: receipt.offset,
-                        attempt: f.attempt,
-                        generation: index,
-                        invisible_until_ms: f.invisible_until_ms,
-                    };
-                    changed.queues.insert(receipt.key());
-                    ConsumeOutcome::Renewed(renewed)
-                }
-                None => ConsumeOutcome::StaleReceipt,
-            },
-            ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => match self.current(receipt) {
-                Some(q) => {
-                    let f = q.inflight.get_mut(&receipt.offset).expect("current() checked it");
-                    f.invisible_until_ms = f.invisible_until_ms.max(now_ms.saturating_add(*invisible_ms));
-                    let renewed = Delivery {
-                        queue_id: receipt.queue_id,
-                        offset: receipt.offset,
-                        attempt: f.attempt,
-                        generation: f.generation,
-                        invisible_until_ms: f.invisible_until_ms,
-                    };
-                    changed.queues.insert(receipt.key());
-                    ConsumeOutcome::Renewed(renewed)
-                }
-                None => ConsumeOutcome::StaleReceipt,
-            },
+            ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
+                // A new generation: the old receipt handle stops working.
+                self.extend(receipt, Some(index), now_ms.saturating_add(*invisible_ms), changed)
+            }
+            ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => {
+                self.extend(receipt, None, now_ms.saturating_add(*invisible_ms), changed)
+            }
             ConsumeCommand::ResetOffset { group, topic, positions } => {
                 if !self.groups.contains_key(group) {
                     return ConsumeOutcome::GroupNotFound(group.clone());
@@ -301,6 +275,29 @@ impl Consumption {
             self.queues.remove(&key);
             changed.queues.insert(key);
         }
+    }
+
+    /// Sets a current delivery's invisible time (a renewal only ever extends it) and, if given,
+    /// its new generation.
+    fn extend(&mut self, r: &Receipt, generation: Option<u64>, until_ms: i64, changed: &mut Changed) -> ConsumeOutcome {
+        let Some(q) = self.current(r) else { return ConsumeOutcome::StaleReceipt };
+        let f = q.inflight.get_mut(&r.offset).expect("current() checked it");
+        match generation {
+            Some(g) => {
+                f.generation = g;
+                f.invisible_until_ms = until_ms;
+            }
+            None => f.invisible_until_ms = f.invisible_until_ms.max(until_ms),
+        }
+        let renewed = Delivery {
+            queue_id: r.queue_id,
+            offset: r.offset,
+            attempt: f.attempt,
+            generation: f.generation,
+            invisible_until_ms: f.invisible_until_ms,
+        };
+        changed.queues.insert(r.key());
+        ConsumeOutcome::Renewed(renewed)
     }
 
     /// The queue whose in-flight delivery `r` names, if that delivery is still current.

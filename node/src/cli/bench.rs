@@ -27,11 +27,7 @@ pub struct ProduceOptions {
 }
 
 pub async fn produce(o: ProduceOptions) -> Result<(), String> {
-    let mut clients = Vec::new();
-    for e in &o.endpoints {
-        let c = MessagingServiceClient::connect(format!("http://{e}")).await.map_err(|err| format!("{e}: {err}"))?;
-        clients.push(c.max_encoding_message_size(usize::MAX));
-    }
+    let clients = connect(&o.endpoints).await?;
     let body = Bytes::from(vec![b'r'; o.size]);
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -122,11 +118,7 @@ pub struct ConsumeOptions {
 /// Receives and acks as fast as `--concurrency` long polls allow: each worker receives a batch,
 /// acks it in one AckMessage, and receives again.
 pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
-    let mut clients = Vec::new();
-    for e in &o.endpoints {
-        let c = MessagingServiceClient::connect(format!("http://{e}")).await.map_err(|err| format!("{e}: {err}"))?;
-        clients.push(c.max_decoding_message_size(usize::MAX));
-    }
+    let clients = connect(&o.endpoints).await?;
     let acked = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
@@ -219,6 +211,16 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
         ms(h.max())
     );
     if acked < o.messages { Err(format!("only {acked} of {} messages arrived", o.messages)) } else { Ok(()) }
+}
+
+/// One client per endpoint; workers take turns over them.
+async fn connect(endpoints: &[String]) -> Result<Vec<MessagingServiceClient<tonic::transport::Channel>>, String> {
+    let mut clients = Vec::new();
+    for e in endpoints {
+        let c = MessagingServiceClient::connect(format!("http://{e}")).await.map_err(|err| format!("{e}: {err}"))?;
+        clients.push(c.max_encoding_message_size(usize::MAX).max_decoding_message_size(usize::MAX));
+    }
+    Ok(clients)
 }
 
 fn resource(name: &str) -> Option<Resource> {

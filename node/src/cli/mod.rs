@@ -155,6 +155,11 @@ enum GroupCmd {
     },
 }
 
+/// `--endpoints A,B,C`, else the one `--endpoint`.
+fn endpoint_list(endpoints: Option<String>, endpoint: &str) -> Vec<String> {
+    endpoints.unwrap_or_else(|| endpoint.to_string()).split(',').map(str::to_string).collect()
+}
+
 /// Milliseconds since the epoch, from RFC 3339 or a plain number of milliseconds.
 fn parse_time(s: &str) -> Result<i64, String> {
     if let Ok(ms) = s.parse::<i64>() {
@@ -263,7 +268,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             crate::node::run(config).await
         }
         Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints }) => {
-            let endpoints = endpoints.unwrap_or_else(|| ep.to_string()).split(',').map(str::to_string).collect();
+            let endpoints = endpoint_list(endpoints, ep);
             bench::produce(bench::ProduceOptions {
                 endpoints,
                 topic,
@@ -275,7 +280,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             .await
         }
         Top::Bench(BenchCmd::Consume { topic, group, messages, concurrency, batch, idle_secs, endpoints }) => {
-            let endpoints = endpoints.unwrap_or_else(|| ep.to_string()).split(',').map(str::to_string).collect();
+            let endpoints = endpoint_list(endpoints, ep);
             bench::consume(bench::ConsumeOptions {
                 endpoints,
                 topic,

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
+use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::broker::{GroupProgress, TopicConfig};
 use crate::proxy::pop::{PopError, PopOrder, Popped};
 use crate::raft::NodeId;
@@ -53,6 +54,9 @@ pub enum AdminRequest {
     },
     /// A follower's receive asks the leader to plan and propose a pop.
     Pop(PopOrder),
+    /// A follower asks the leader to move a delivery to the dead-letter topic (the leader holds
+    /// every message retention keeps, so the copy is never missing).
+    DeadLetter(Receipt),
     /// The leader's commit index, confirmed by a quorum: what a follower must have applied to
     /// answer a read as the leader would.
     ReadIndex,
@@ -66,7 +70,8 @@ impl AdminRequest {
             | AdminRequest::RemoveNode { .. }
             | AdminRequest::TransferLeader { .. }
             | AdminRequest::ResetOffset { .. }
-            | AdminRequest::Pop(_) => true,
+            | AdminRequest::Pop(_)
+            | AdminRequest::DeadLetter(_) => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -83,6 +88,7 @@ pub enum AdminResponse {
     Messages(Vec<MessageLine>),
     ReadIndex(u64),
     Popped(Result<Popped, PopError>),
+    DeadLettered(Result<ConsumeOutcome, PopError>),
     Error(String),
 }
 

@@ -47,6 +47,7 @@ fn reply_text(reply: Reply) -> AdminResponse {
             AdminResponse::Error(format!("group {g} already exists with another configuration"))
         }
         Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => AdminResponse::Error(format!("group {g} does not exist")),
+        Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => AdminResponse::Error(format!("topic {t} does not exist")),
         Reply::Consume(ConsumeOutcome::Invalid(why)) => AdminResponse::Error(why),
         Reply::Consume(_) => AdminResponse::Done("ok".into()),
     }
@@ -165,6 +166,9 @@ impl AdminServer {
             }
             AdminRequest::ReadIndex => node.read_index().await.map(AdminResponse::ReadIndex),
             AdminRequest::Pop(order) => Ok(AdminResponse::Popped(crate::proxy::pop::pop_here(node, &order).await)),
+            AdminRequest::DeadLetter(receipt) => {
+                Ok(AdminResponse::DeadLettered(crate::proxy::pop::dead_letter_here(node, &receipt).await))
+            }
             AdminRequest::GetMessage { id, .. } => match node.broker.find(&id) {
                 Ok(found) => Ok(AdminResponse::Messages(found.into_iter().map(line).collect())),
                 Err(e) => Err(e.to_string()),
@@ -185,7 +189,8 @@ impl AdminServer {
             positions.push((q, broker.offset_at_time(&topic, q, time_ms).map_err(|e| e.to_string())?));
         }
         let summary = positions.iter().map(|(q, o)| format!("queue {q} → {o}")).collect::<Vec<_>>().join(", ");
-        let command = Command::Consume(ConsumeCommand::ResetOffset { group, topic, positions });
+        let topic_epoch = broker.topic_epoch(&topic).ok_or_else(|| format!("topic {topic} does not exist"))?;
+        let command = Command::Consume(ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions });
         match self.write(command).await? {
             AdminResponse::Done(_) => Ok(AdminResponse::Done(summary)),
             other => Ok(other),

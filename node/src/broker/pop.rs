@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::group::GroupConfig;
+use crate::broker::group::{GroupConfig, dead_letter_topic};
 
 /// (group, topic, queue id).
 pub type PopKey = (String, String, u32);
@@ -88,6 +88,9 @@ pub struct Redelivery {
 pub struct Pop {
     pub group: String,
     pub topic: String,
+    /// The topic's [`Consumption::topics`] entry the proposer saw: a pop planned before the topic
+    /// was deleted (and maybe created again) must not apply to it.
+    pub topic_epoch: u64,
     /// The leader's clock when it proposed this.
     pub now_ms: i64,
     pub invisible_ms: i64,
@@ -136,6 +139,7 @@ pub enum ConsumeCommand {
     ResetOffset {
         group: String,
         topic: String,
+        topic_epoch: u64,
         positions: Vec<(u32, u64)>,
     },
 }
@@ -167,6 +171,7 @@ impl ConsumeCommand {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ConsumeOutcome {
     Done,
+    TopicNotFound(String),
     /// Refused as it stands (the same on every replica).
     Invalid(String),
     GroupExists(String),
@@ -183,6 +188,9 @@ pub enum ConsumeOutcome {
 pub struct Consumption {
     pub groups: BTreeMap<String, GroupConfig>,
     pub queues: BTreeMap<PopKey, PopQueue>,
+    /// Every existing topic, with the index of the entry that created it: pops and resets name
+    /// the one they were planned for.
+    pub topics: BTreeMap<String, u64>,
 }
 
 /// Keys a command changed, for the checkpoint.
@@ -190,6 +198,7 @@ pub struct Consumption {
 pub struct Changed {
     pub groups: BTreeSet<String>,
     pub queues: BTreeSet<PopKey>,
+    pub topics: BTreeSet<String>,
 }
 
 impl Consumption {
@@ -205,6 +214,8 @@ impl Consumption {
                 None => {
                     self.groups.insert(g.name.clone(), g.clone());
                     changed.groups.insert(g.name.clone());
+                    // Its dead-letter topic comes with it (see `Broker::apply_consume`).
+                    self.topic_created(&dead_letter_topic(&g.name), index, changed);
                     ConsumeOutcome::Done
                 }
             },
@@ -219,6 +230,9 @@ impl Consumption {
             ConsumeCommand::Pop(pop) => {
                 if !self.groups.contains_key(&pop.group) {
                     return ConsumeOutcome::GroupNotFound(pop.group.clone());
+                }
+                if self.topics.get(&pop.topic) != Some(&pop.topic_epoch) {
+                    return ConsumeOutcome::TopicNotFound(pop.topic.clone());
                 }
                 ConsumeOutcome::Delivered(self.pop(index, pop, changed))
             }
@@ -237,9 +251,12 @@ impl Consumption {
             ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => {
                 self.extend(receipt, None, now_ms.saturating_add(*invisible_ms), changed)
             }
-            ConsumeCommand::ResetOffset { group, topic, positions } => {
+            ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions } => {
                 if !self.groups.contains_key(group) {
                     return ConsumeOutcome::GroupNotFound(group.clone());
+                }
+                if self.topics.get(topic) != Some(topic_epoch) {
+                    return ConsumeOutcome::TopicNotFound(topic.clone());
                 }
                 for (queue_id, position) in positions {
                     let key = (group.clone(), topic.clone(), *queue_id);
@@ -251,21 +268,31 @@ impl Consumption {
         }
     }
 
-    /// Ends the delivery `receipt` names, if it is current (the message goes to the dead-letter
-    /// topic). False if the receipt is stale.
-    pub fn dead_letter(&mut self, receipt: &Receipt, changed: &mut Changed) -> bool {
-        match self.current(receipt) {
-            Some(q) => {
-                q.inflight.remove(&receipt.offset);
-                changed.queues.insert(receipt.key());
-                true
-            }
-            None => false,
+    /// Ends the delivery `receipt` names, if it is current: the message goes to the group's
+    /// dead-letter topic (created if `with_copy` and it is missing). False if the receipt is stale.
+    pub fn dead_letter(&mut self, index: u64, receipt: &Receipt, with_copy: bool, changed: &mut Changed) -> bool {
+        let Some(q) = self.current(receipt) else { return false };
+        q.inflight.remove(&receipt.offset);
+        changed.queues.insert(receipt.key());
+        if with_copy {
+            self.topic_created(&dead_letter_topic(&receipt.group), index, changed);
+        }
+        true
+    }
+
+    /// Records a topic created at `index`, unless it exists.
+    pub fn topic_created(&mut self, topic: &str, index: u64, changed: &mut Changed) {
+        if !self.topics.contains_key(topic) {
+            self.topics.insert(topic.to_string(), index);
+            changed.topics.insert(topic.to_string());
         }
     }
 
-    /// Forgets the POP state of a deleted topic.
+    /// Forgets a deleted topic and every group's POP state on it.
     pub fn topic_deleted(&mut self, topic: &str, changed: &mut Changed) {
+        if self.topics.remove(topic).is_some() {
+            changed.topics.insert(topic.to_string());
+        }
         self.remove_queues(changed, |(_, t, _)| t == topic);
     }
 
@@ -329,13 +356,16 @@ impl Consumption {
         }
         for take in &pop.takes {
             let key = (pop.group.clone(), pop.topic.clone(), take.queue_id);
-            let q = self
-                .queues
-                .entry(key.clone())
-                .or_insert_with(|| PopQueue { position: take.from, ..Default::default() });
-            if !take_applies(q, take) {
+            // A queue the group never took from starts wherever the proposer saw it start.
+            let fresh = || PopQueue { position: take.from, ..Default::default() };
+            let fits = match self.queues.get(&key) {
+                Some(q) => take_applies(q, take),
+                None => take_applies(&fresh(), take),
+            };
+            if !fits {
                 continue;
             }
+            let q = self.queues.entry(key.clone()).or_insert_with(fresh);
             for (offset, group) in &take.deliver {
                 q.held.remove(offset);
                 let f = Inflight { attempt: 1, generation: index, invisible_until_ms, message_group: group.clone() };
@@ -380,10 +410,12 @@ fn take_applies(q: &PopQueue, take: &QueueTake) -> bool {
 mod tests {
     use super::*;
 
+    /// Group `g` and topic `t` (created at index 1).
     fn consumption() -> Consumption {
         let mut c = Consumption::default();
         let g = GroupConfig { name: "g".into(), fifo: true, max_attempts: 3 };
         c.apply(1, &ConsumeCommand::CreateGroup(g), &mut Changed::default());
+        c.topic_created("t", 1, &mut Changed::default());
         c
     }
 
@@ -391,6 +423,7 @@ mod tests {
         ConsumeCommand::Pop(Pop {
             group: "g".into(),
             topic: "t".into(),
+            topic_epoch: 1,
             now_ms,
             invisible_ms: 1000,
             takes,
@@ -507,11 +540,40 @@ mod tests {
         let mut c = consumption();
         let mut ch = Changed::default();
         c.apply(2, &pop(0, vec![take(0, 5, &[(4, "")], &[])], vec![]), &mut ch);
-        let reset = ConsumeCommand::ResetOffset { group: "g".into(), topic: "t".into(), positions: vec![(0, 1)] };
+        let reset = ConsumeCommand::ResetOffset {
+            group: "g".into(),
+            topic: "t".into(),
+            topic_epoch: 1,
+            positions: vec![(0, 1)],
+        };
         assert_eq!(c.apply(3, &reset, &mut ch), ConsumeOutcome::Done);
         let q = &c.queues[&("g".into(), "t".into(), 0)];
         assert_eq!((q.position, q.inflight.len()), (1, 0));
         assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(4, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+    }
+
+    #[test]
+    fn a_pop_planned_before_its_topic_was_deleted_or_recreated_changes_nothing() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        c.apply(2, &pop(0, vec![take(0, 3, &[(2, "")], &[])], vec![]), &mut ch);
+        c.topic_deleted("t", &mut ch);
+        assert!(c.queues.is_empty());
+        let late = pop(0, vec![take(3, 5, &[(4, "")], &[])], vec![]);
+        assert_eq!(c.apply(4, &late, &mut ch), ConsumeOutcome::TopicNotFound("t".into()));
+        c.topic_created("t", 5, &mut ch);
+        assert_eq!(c.apply(6, &late, &mut ch), ConsumeOutcome::TopicNotFound("t".into()), "planned for the old topic");
+        assert!(c.queues.is_empty(), "the new topic starts with no POP state");
+    }
+
+    #[test]
+    fn a_refused_take_leaves_no_trace() {
+        let mut c = consumption();
+        let mut ch = Changed::default();
+        // A take whose hold lies outside what it looked at.
+        let bad = QueueTake { queue_id: 7, from: 0, to: 1, deliver: vec![], hold: vec![(5, "A".into())] };
+        assert!(delivered(c.apply(2, &pop(0, vec![bad], vec![]), &mut ch)).is_empty());
+        assert!(c.queues.is_empty());
     }
 
     #[test]

@@ -56,10 +56,12 @@ impl PopPlan {
 impl Broker {
     pub fn plan_pop(&self, r: &PopRequest) -> Result<PopPlan, BrokerError> {
         let topic = r.topic.name.as_str();
-        let queues: Vec<(u32, QueueRange, PopQueue)> = {
+        let (topic_epoch, queues): (u64, Vec<(u32, QueueRange, PopQueue)>) = {
             let meta = self.meta();
+            // 0 matches no topic: the pop is refused if the topic is gone.
+            let epoch = meta.consumption.topics.get(topic).copied().unwrap_or(0);
             let n = r.topic.queues;
-            (0..n)
+            let queues = (0..n)
                 .map(|i| r.first_queue.wrapping_add(i) % n)
                 .map(|q| {
                     let range = meta.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
@@ -71,12 +73,14 @@ impl Broker {
                     });
                     (q, range, pop)
                 })
-                .collect()
+                .collect();
+            (epoch, queues)
         };
         let mut plan = PopPlan {
             pop: Pop {
                 group: r.group.name.clone(),
                 topic: topic.to_string(),
+                topic_epoch,
                 now_ms: r.now_ms,
                 invisible_ms: r.invisible_ms,
                 takes: Vec::new(),
@@ -101,7 +105,11 @@ impl Broker {
                             offset,
                             generation: f.generation,
                         };
-                        plan.dead_letters.push(self.dead_letter_of(&receipt, r.now_ms)?);
+                        match self.dead_letter_of(&receipt, r.now_ms) {
+                            Ok(d) => plan.dead_letters.push(d),
+                            // It stays in flight; the next plan tries again.
+                            Err(e) => tracing::warn!(error = %e, offset, "cannot dead-letter a message yet"),
+                        }
                     }
                 } else if budget > 0 {
                     plan.pop.redeliveries.push(Redelivery { queue_id, offset, generation: f.generation });

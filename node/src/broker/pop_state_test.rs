@@ -142,3 +142,35 @@ fn a_snapshot_at_an_older_index_has_the_consumption_state_of_that_index() {
     let snap_later = n.broker.snapshot_data_at(lid(later.0), Some(previous)).unwrap();
     assert_eq!(crate::broker::state::Metadata::from(snap_later).consumption, later.1);
 }
+
+#[test]
+fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut n, g) = setup(dir.path(), 16);
+    n.commit(&send("T", 0, 1, &["old-1", "old-2"]));
+    let t = topic(&n, "T");
+    let filter = TagFilter::All;
+    let request = PopRequest {
+        group: &g,
+        topic: &t,
+        filter: &filter,
+        max_messages: 32,
+        invisible_ms: 100,
+        now_ms: 1,
+        first_queue: 0,
+    };
+    let stale = n.broker.plan_pop(&request).unwrap();
+    n.commit(&Command::Admin(crate::broker::AdminCommand::DeleteTopic { name: "T".into() }));
+    n.commit(&create("T", 2));
+    let reply = n.commit(&Command::Consume(ConsumeCommand::Pop(stale.pop)));
+    assert_eq!(reply, Reply::Consume(ConsumeOutcome::TopicNotFound("T".into())));
+    assert!(consumption(&n).queues.is_empty(), "no POP state carried over to the new topic");
+    n.commit(&send("T", 0, 1, &["new-1"]));
+    let fresh = pop(&mut n, &g, "T", &TagFilter::All, 2, 100);
+    assert_eq!(fresh.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0], "the new topic is read from its start");
+
+    // A snapshot taken now replays the deletion and re-creation the same way.
+    let at = n.next_index - 1;
+    let snap = n.broker.snapshot_data_at(lid(at), None).unwrap();
+    assert_eq!(crate::broker::state::Metadata::from(snap).consumption, consumption(&n));
+}

@@ -100,6 +100,8 @@ pub(crate) struct SnapshotData {
     groups: Vec<GroupConfig>,
     #[serde(default)]
     pops: Vec<(String, String, u32, PopQueue)>,
+    #[serde(default)]
+    topic_epochs: Vec<(String, u64)>,
 }
 
 impl SnapshotData {
@@ -118,6 +120,7 @@ impl From<Metadata> for SnapshotData {
             dedupe: m.dedupe.into_iter().map(|((t, id), s)| (t, id, s)).collect(),
             groups: m.consumption.groups.into_values().collect(),
             pops: m.consumption.queues.into_iter().map(|((g, t, q), p)| (g, t, q, p)).collect(),
+            topic_epochs: m.consumption.topics.into_iter().collect(),
         }
     }
 }
@@ -135,6 +138,7 @@ impl From<SnapshotData> for Metadata {
             consumption: Consumption {
                 groups: s.groups.into_iter().map(|g| (g.name.clone(), g)).collect(),
                 queues: s.pops.into_iter().map(|(g, t, q, p)| ((g, t, q), p)).collect(),
+                topics: s.topic_epochs.into_iter().collect(),
             },
         };
         m.rebuild_dedupe_order();
@@ -188,6 +192,9 @@ fn queue_key(t: &str, q: u32) -> String {
 fn group_key(g: &str) -> String {
     format!("g/{g}")
 }
+fn epoch_key(t: &str) -> String {
+    format!("e/{t}")
+}
 /// Names never contain `/` (see `validate_name`).
 fn pop_key((g, t, q): &(String, String, u32)) -> String {
     format!("p/{g}/{t}/{q}")
@@ -224,6 +231,8 @@ impl Broker {
                 let (t, q) = rest.rsplit_once('/').unwrap_or_default();
                 let q: u32 = q.parse().map_err(|_| BrokerError::CorruptEntry(format!("metadata key {key}")))?;
                 meta.queues.insert((t.to_string(), q), parse(&k, &v)?);
+            } else if let Some(t) = key.strip_prefix("e/") {
+                meta.consumption.topics.insert(t.to_string(), parse(&k, &v)?);
             } else if key.starts_with("g/") {
                 let g: GroupConfig = parse(&k, &v)?;
                 meta.consumption.groups.insert(g.name.clone(), g);
@@ -328,12 +337,14 @@ impl Broker {
                     Some(_) => Ok(Reply::TopicExists(t.name)),
                     None => {
                         dirty.topics.insert(t.name.clone());
+                        meta.consumption.topic_created(&t.name, index, &mut dirty.consumption);
                         meta.topics.insert(t.name.clone(), t);
                         Ok(Reply::Applied)
                     }
                 }
             }
             Command::Admin(AdminCommand::DeleteTopic { name }) => {
+                meta.consumption.topic_deleted(&name, &mut dirty.consumption);
                 if meta.topics.remove(&name).is_none() {
                     return Ok(Reply::TopicNotFound(name));
                 }
@@ -344,7 +355,6 @@ impl Broker {
                     dirty.queues.insert(key);
                 }
                 self.inner.queues.remove_topic(&name)?;
-                meta.consumption.topic_deleted(&name, &mut dirty.consumption);
                 self.wake(&name);
                 Ok(Reply::Applied)
             }
@@ -444,12 +454,13 @@ impl Broker {
         d: DeadLetter,
     ) -> Result<Reply, BrokerError> {
         let receipt = dead_letter_receipt(&d);
-        if !meta.consumption.dead_letter(&receipt, &mut dirty.consumption) {
+        let with_copy = dead_letter_copy(&d).is_some();
+        if !meta.consumption.dead_letter(index, &receipt, with_copy, &mut dirty.consumption) {
             return Ok(Reply::Consume(ConsumeOutcome::StaleReceipt));
         }
         self.wake(&d.topic);
         let dlq = dead_letter_topic_config(&d.group);
-        let Some(batch) = d.batch.filter(|b| b.topic == dlq.name && b.queue_id == 0) else {
+        let Some(batch) = dead_letter_copy(&d).cloned() else {
             // The message was gone (retention): the delivery ends all the same.
             return Ok(Reply::Consume(ConsumeOutcome::Done));
         };
@@ -529,6 +540,12 @@ impl Broker {
                     None => batch.remove(pop_key(&key).as_bytes()),
                 }
             }
+            for t in changed.topics {
+                match meta.consumption.topics.get(&t) {
+                    Some(epoch) => batch.insert(epoch_key(&t).as_bytes(), json(epoch)),
+                    None => batch.remove(epoch_key(&t).as_bytes()),
+                }
+            }
             let pending = journal.prepare(std::mem::take(&mut dirty.dedupe).iter(), &meta.dedupe);
             batch.insert(KEY_APPLIED, json(&meta.last_applied));
             batch.insert(KEY_MEMBERSHIP, json(&meta.membership));
@@ -589,6 +606,18 @@ impl Broker {
             return Ok(None);
         }
         Ok(self.inner.queues.get(topic, queue_id)?.get(offset))
+    }
+
+    /// Whether `r` names a delivery that is in flight now.
+    pub fn is_current(&self, r: &Receipt) -> bool {
+        let meta = self.meta();
+        let q = meta.consumption.queues.get(&r.key());
+        q.and_then(|q| q.inflight.get(&r.offset)).is_some_and(|f| f.generation == r.generation)
+    }
+
+    /// Which incarnation of a topic exists: the index of the entry that created it.
+    pub fn topic_epoch(&self, name: &str) -> Option<u64> {
+        self.meta().consumption.topics.get(name).copied()
     }
 
     pub fn group(&self, name: &str) -> Option<GroupConfig> {
@@ -728,7 +757,11 @@ impl Broker {
                     c.apply(index, &command, &mut ignored);
                 }
                 Ok(Command::DeadLetter(d)) => {
-                    c.dead_letter(&dead_letter_receipt(&d), &mut ignored);
+                    c.dead_letter(index, &dead_letter_receipt(&d), dead_letter_copy(&d).is_some(), &mut ignored);
+                }
+                // As `apply_command` does: a valid topic new to the state is created.
+                Ok(Command::Admin(AdminCommand::CreateTopic(t))) if t.validate().is_ok() => {
+                    c.topic_created(&t.name, index, &mut ignored)
                 }
                 Ok(Command::Admin(AdminCommand::DeleteTopic { name })) => c.topic_deleted(&name, &mut ignored),
                 _ => {}
@@ -789,10 +822,18 @@ impl Broker {
             for key in meta.consumption.queues.keys().chain(snapshot.consumption.queues.keys()) {
                 dirty.consumption.queues.insert(key.clone());
             }
+            for t in meta.consumption.topics.keys().chain(snapshot.consumption.topics.keys()) {
+                dirty.consumption.topics.insert(t.clone());
+            }
             *meta = snapshot;
         }
         self.checkpoint()
     }
+}
+
+/// The message copy a dead letter carries, if it is one for the group's dead-letter topic.
+fn dead_letter_copy(d: &DeadLetter) -> Option<&SendBatch> {
+    d.batch.as_ref().filter(|b| b.topic == dead_letter_topic(&d.group) && b.queue_id == 0)
 }
 
 fn dead_letter_receipt(d: &DeadLetter) -> Receipt {

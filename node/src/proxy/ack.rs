@@ -11,7 +11,8 @@ use rockraft_proto::rocketmq::{
 
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::{Command, Reply};
-use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
+use crate::proxy::pop;
+use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE, pop_status};
 use crate::proxy::send::topic_name;
 use crate::proxy::status::{Rejection, ok, status, write_failed};
 use crate::proxy::{Proxy, now_ms, receipt};
@@ -27,6 +28,9 @@ fn outcome_status(reply: Reply) -> Status {
         Reply::Consume(ConsumeOutcome::StaleReceipt) => stale(),
         Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
             status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist"))
+        }
+        Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => {
+            status(Code::TopicNotFound, format!("topic {t} does not exist"))
         }
         other => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
     }
@@ -102,10 +106,17 @@ impl Proxy {
             return refuse(status(Code::IllegalInvisibleTime, why));
         };
         let Some(receipt) = receipt::decode(&req.receipt_handle, &group, &topic) else { return refuse(stale()) };
-        self.renewals.settled(&receipt);
-        let command =
-            ConsumeCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms: invisible.as_millis() as i64 };
-        match self.node.write(&Command::Consume(command)).await {
+        let command = ConsumeCommand::ChangeInvisible {
+            receipt: receipt.clone(),
+            now_ms: now_ms(),
+            invisible_ms: invisible.as_millis() as i64,
+        };
+        let reply = self.node.write(&Command::Consume(command)).await;
+        if reply.is_ok() {
+            // The client now decides this delivery's invisible time.
+            self.renewals.settled(&receipt);
+        }
+        match reply {
             Ok(Reply::Consume(ConsumeOutcome::Renewed(d))) => {
                 ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle: receipt::encode(&d) }
             }
@@ -127,20 +138,13 @@ impl Proxy {
         let Some(receipt): Option<Receipt> = receipt::decode(&req.receipt_handle, &group, &topic) else {
             return stale();
         };
-        self.renewals.settled(&receipt);
-        let mut dead = self.node.broker.dead_letter_of(&receipt, now_ms());
-        if dead.is_err() {
-            // This node may not have applied the message yet.
-            let _ = self.node.catch_up().await;
-            dead = self.node.broker.dead_letter_of(&receipt, now_ms());
-        }
-        let command = match dead {
-            Ok(d) => Command::DeadLetter(d),
-            Err(e) => return status(Code::InternalServerError, e.to_string()),
-        };
-        match self.node.write(&command).await {
-            Ok(reply) => outcome_status(reply),
-            Err(e) => write_failed(&e),
+        // The leader builds the dead letter: it holds the message.
+        match pop::dead_letter(&self.node, &receipt).await {
+            Ok(outcome) => {
+                self.renewals.settled(&receipt);
+                outcome_status(Reply::Consume(outcome))
+            }
+            Err(e) => pop_status(e),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::admin::api::{AdminRequest, AdminResponse};
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery};
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::subscription::TagFilter;
 use crate::broker::{Command, PopRequest, Reply};
 use crate::node::{Node, WriteError};
@@ -29,8 +29,9 @@ pub struct PopOrder {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Popped {
     pub deliveries: Vec<Delivery>,
-    /// When the earliest invisible delivery falls due, if any.
-    pub next_due_ms: Option<i64>,
+    /// How long until the earliest invisible delivery falls due, if any; relative, as the leader's
+    /// clock and the receiving node's may differ.
+    pub next_due_in_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
@@ -80,6 +81,37 @@ pub async fn pop(node: &Node, order: &PopOrder) -> Result<Popped, PopError> {
     Ok(popped)
 }
 
+fn failed(e: WriteError) -> PopError {
+    match e {
+        WriteError::NoLeader | WriteError::Forward(_) => PopError::Unavailable(e.to_string()),
+        WriteError::Raft(_) => PopError::Internal(e.to_string()),
+    }
+}
+
+/// Moves the delivery `receipt` names to its group's dead-letter topic, on the leader.
+pub async fn dead_letter(node: &Node, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+    if node.is_leader() {
+        return dead_letter_here(node, receipt).await;
+    }
+    match node.call_leader(&AdminRequest::DeadLetter(receipt.clone())).await.map_err(PopError::Unavailable)? {
+        AdminResponse::DeadLettered(result) => result,
+        AdminResponse::Error(e) => Err(PopError::Unavailable(e)),
+        other => Err(PopError::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Builds the dead letter from this node's store (the leader's) and proposes it.
+pub async fn dead_letter_here(node: &Node, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+    if !node.broker.is_current(receipt) {
+        return Ok(ConsumeOutcome::StaleReceipt);
+    }
+    let dead = node.broker.dead_letter_of(receipt, now_ms()).map_err(|e| PopError::Internal(e.to_string()))?;
+    match node.write(&Command::DeadLetter(dead)).await.map_err(failed)? {
+        Reply::Consume(outcome) => Ok(outcome),
+        other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
+    }
+}
+
 /// Plans and proposes one pop from this node's state (the leader's).
 pub async fn pop_here(node: &Node, order: &PopOrder) -> Result<Popped, PopError> {
     let broker = &node.broker;
@@ -98,23 +130,20 @@ pub async fn pop_here(node: &Node, order: &PopOrder) -> Result<Popped, PopError>
         first_queue: node.next_queue(),
     };
     let mut plan = broker.plan_pop(&request).map_err(|e| PopError::Internal(e.to_string()))?;
-    let failed = |e: WriteError| match e {
-        WriteError::NoLeader | WriteError::Forward(_) => PopError::Unavailable(e.to_string()),
-        WriteError::Raft(_) => PopError::Internal(e.to_string()),
-    };
     for dead in std::mem::take(&mut plan.dead_letters) {
         // A failure leaves the delivery in flight: the next pop tries again.
         if let Err(e) = node.write(&Command::DeadLetter(dead)).await {
             tracing::warn!(error = %e, "moving a message to the dead-letter topic failed");
         }
     }
-    let next_due_ms = plan.next_due_ms;
+    let next_due_in_ms = plan.next_due_ms.map(|due| due.saturating_sub(request.now_ms).max(0) as u64);
     if !plan.changes_state() {
-        return Ok(Popped { deliveries: Vec::new(), next_due_ms });
+        return Ok(Popped { deliveries: Vec::new(), next_due_in_ms });
     }
     match node.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await.map_err(failed)? {
-        Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => Ok(Popped { deliveries, next_due_ms }),
+        Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => Ok(Popped { deliveries, next_due_in_ms }),
         Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
+        Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => Err(PopError::TopicNotFound(t)),
         other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
     }
 }

@@ -30,6 +30,8 @@ pub const MIN_INVISIBLE: Duration = Duration::from_secs(1);
 pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
 const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
 const MAX_BATCH: i32 = 1024;
+/// The shortest wait between two pops of one receive that found nothing.
+const MIN_WAIT: Duration = Duration::from_millis(20);
 
 /// A checked receive request.
 #[derive(Debug)]
@@ -141,7 +143,7 @@ pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, i
     }
 }
 
-fn pop_status(e: PopError) -> rockraft_proto::rocketmq::Status {
+pub(super) fn pop_status(e: PopError) -> rockraft_proto::rocketmq::Status {
     let code = match &e {
         PopError::GroupNotFound(_) => Code::ConsumerGroupNotFound,
         PopError::TopicNotFound(_) => Code::TopicNotFound,
@@ -189,18 +191,20 @@ impl Proxy {
             Ok(p) => p,
             Err(Rejection(s)) => return status_only(s),
         };
+        // From the start: catching up below counts against the client's deadline too.
+        let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
         if let Err(Rejection(s)) = self.consumer_group(&params.group).await {
             return status_only(s);
         }
         if self.topic(&params.topic_name).await.is_none() {
             return status_only(status(Code::TopicNotFound, format!("topic {} does not exist", params.topic_name)));
         };
-        let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
         match self.poll(&params, deadline).await {
             Ok(deliveries) if deliveries.is_empty() => nothing(),
             Ok(deliveries) => {
+                let (responses, streamed) = self.stream(&params, deliveries);
                 if req.auto_renew {
-                    let receipts = deliveries
+                    let receipts = streamed
                         .iter()
                         .map(|d| Receipt {
                             group: params.group.clone(),
@@ -212,7 +216,7 @@ impl Proxy {
                         .collect();
                     self.renewals.track(client, receipts, params.invisible);
                 }
-                self.stream(&params, deliveries)
+                responses
             }
             Err(e) => status_only(pop_status(e)),
         }
@@ -231,7 +235,12 @@ impl Proxy {
         loop {
             let mut changes = self.node.broker.watch(&p.topic_name);
             changes.borrow_and_update();
-            let popped = pop::pop(&self.node, &order).await?;
+            // Bounded: a pop that is still under way at the deadline is abandoned (its deliveries,
+            // if it commits, come back after their invisible time).
+            let Ok(popped) = tokio::time::timeout_at(deadline, pop::pop(&self.node, &order)).await else {
+                return Ok(Vec::new());
+            };
+            let popped = popped?;
             if !popped.deliveries.is_empty() {
                 return Ok(popped.deliveries);
             }
@@ -240,8 +249,8 @@ impl Proxy {
                 return Ok(Vec::new());
             }
             let wake = popped
-                .next_due_ms
-                .map(|due| now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64))
+                .next_due_in_ms
+                .map(|due| now + Duration::from_millis(due).max(MIN_WAIT))
                 .map_or(deadline, |w| w.min(deadline));
             tokio::select! {
                 _ = changes.changed() => {}
@@ -250,26 +259,30 @@ impl Proxy {
         }
     }
 
-    fn stream(&self, p: &ReceiveParams, deliveries: Vec<Delivery>) -> Vec<ReceiveMessageResponse> {
+    /// The responses, and the deliveries they carry: one this node cannot read (it has not
+    /// applied it yet, or retention took it) is left to come back after its invisible time.
+    fn stream(&self, p: &ReceiveParams, deliveries: Vec<Delivery>) -> (Vec<ReceiveMessageResponse>, Vec<Delivery>) {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
-        for d in &deliveries {
+        let mut streamed = Vec::new();
+        for d in deliveries {
             match self.node.broker.read(&p.topic_name, d.queue_id, d.offset) {
                 Ok(Some(e)) => {
-                    let handle = receipt::encode(d);
+                    let handle = receipt::encode(&d);
                     out.push(ReceiveMessageResponse {
-                        content: Some(Content::Message(message(&p.topic, e, d, handle, p.invisible))),
+                        content: Some(Content::Message(message(&p.topic, e, &d, handle, p.invisible))),
                     });
+                    streamed.push(d);
                 }
                 // Retention took it between plan and delivery: nothing to hand out.
                 Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered message failed"),
             }
         }
-        if out.len() == 1 {
-            return nothing();
+        if streamed.is_empty() {
+            return (nothing(), streamed);
         }
         out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
-        out
+        (out, streamed)
     }
 }
 

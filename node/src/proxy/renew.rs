@@ -60,9 +60,13 @@ impl Renewals {
         }
     }
 
-    /// The client settled the delivery (ack, new invisible time, dead letter).
+    /// The delivery `r` names ended (acked, given a new invisible time, dead-lettered) or was
+    /// found stale. A receipt of another delivery of the same message leaves it alone.
     pub fn settled(&self, r: &Receipt) {
-        self.deliveries.lock().expect("renewals lock").remove(&key(r));
+        let mut deliveries = self.deliveries.lock().expect("renewals lock");
+        if deliveries.get(&key(r)).is_some_and(|d| d.receipt.generation == r.generation) {
+            deliveries.remove(&key(r));
+        }
     }
 
     pub fn seen(&self, client: &str) {
@@ -137,6 +141,8 @@ mod tests {
         assert_eq!(r.due().len(), 2);
         assert!(r.due().is_empty(), "not due again until two thirds of the new invisible time");
         r.settled(&receipt(1));
+        // A receipt of an earlier delivery of message 2 does not stop the current one's renewal.
+        r.settled(&Receipt { generation: 3, ..receipt(2) });
         tokio::time::advance(Duration::from_secs(20)).await;
         r.seen("c1");
         assert_eq!(r.due().iter().map(|(x, _)| x.offset).collect::<Vec<_>>(), vec![2]);

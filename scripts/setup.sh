@@ -19,3 +19,12 @@ if ! [ -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/requirements.t
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
   cp "$requirements" "$venv/requirements.txt"
 fi
+
+# The official Node.js client, likewise (its scenarios live in cluster-tests/node/).
+node_dir="${CARGO_TARGET_DIR:-$root/target}/node"
+package="$root/cluster-tests/node/package.json"
+if ! [ -d "$node_dir/node_modules/rocketmq-client-nodejs" ] || ! cmp -s "$package" "$node_dir/package.json"; then
+  mkdir -p "$node_dir"
+  cp "$package" "$node_dir/package.json"
+  npm install --prefix "$node_dir" --no-audit --no-fund --silent
+fi

@@ -326,3 +326,24 @@ pub fn run_python(script: &str, args: &[&str]) -> (bool, String) {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
+
+/// Runs one of the Node.js client scenarios in `cluster-tests/node/` with the client that
+/// `scripts/setup.sh` installed under `target/node`; returns its exit status and what it printed.
+pub fn run_node(script: &str, args: &[&str]) -> (bool, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("../target"));
+    let modules = target.join("node/node_modules");
+    assert!(
+        modules.exists(),
+        "{} is missing: run scripts/setup.sh (it installs the Node.js client)",
+        modules.display()
+    );
+    let out = Command::new("node")
+        .arg(root.join("node").join(script))
+        .args(args)
+        .env("NODE_PATH", &modules)
+        .output()
+        .unwrap_or_else(|e| panic!("running node {script}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}

@@ -210,7 +210,13 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
         ms(h.value_at_quantile(0.99)),
         ms(h.max())
     );
-    if acked < o.messages { Err(format!("only {acked} of {} messages arrived", o.messages)) } else { Ok(()) }
+    if acked < o.messages {
+        // An ack whose answer was lost (a leader change) may still have committed: `group list`
+        // tells whether anything is left.
+        Err(format!("{acked} of {} messages acked with a confirmed answer; see `rockraft group list`", o.messages))
+    } else {
+        Ok(())
+    }
 }
 
 /// One client per endpoint; workers take turns over them.

@@ -30,6 +30,8 @@ pub const MIN_INVISIBLE: Duration = Duration::from_secs(1);
 pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
 const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
 const MAX_BATCH: i32 = 1024;
+/// How long a receive waits before asking again when no leader could take its pop.
+const UNAVAILABLE_RETRY: Duration = Duration::from_millis(250);
 /// The shortest wait between two pops of one receive that found nothing.
 const MIN_WAIT: Duration = Duration::from_millis(20);
 
@@ -240,7 +242,15 @@ impl Proxy {
             let Ok(popped) = tokio::time::timeout_at(deadline, pop::pop(&self.node, &order)).await else {
                 return Ok(Vec::new());
             };
-            let popped = popped?;
+            let popped = match popped {
+                // An election, most likely: keep polling while the client waits.
+                Err(PopError::Unavailable(why)) if Instant::now() + UNAVAILABLE_RETRY < deadline => {
+                    tracing::debug!(%why, "no leader for a pop yet; retrying");
+                    tokio::time::sleep(UNAVAILABLE_RETRY).await;
+                    continue;
+                }
+                other => other?,
+            };
             if !popped.deliveries.is_empty() {
                 return Ok(popped.deliveries);
             }

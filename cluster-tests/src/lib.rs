@@ -42,14 +42,18 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
+/// The workspace's target directory, where the binary and the client installs live.
+fn target_dir() -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
 fn node_binary() -> PathBuf {
     if let Ok(p) = std::env::var("ROCKRAFT_BIN") {
         return p.into();
     }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let bin = target.join("debug/rockraft");
+    let bin = target_dir().join("debug/rockraft");
     assert!(bin.exists(), "{} is missing: run `cargo build -p rockraft` first (scripts/test.sh does)", bin.display());
     bin
 }
@@ -194,14 +198,7 @@ impl Cluster {
     }
 
     pub async fn create_topic(&self, name: &str, queues: u32, kind: TopicKind) {
-        let req = AdminRequest::CreateTopic(TopicConfig { name: name.into(), queues, kind });
-        let addr = self.nodes[0].client_addr.clone();
-        retry(Duration::from_secs(20), || {
-            let req = req.clone();
-            let addr = addr.clone();
-            async move { request(&addr, req).await }
-        })
-        .await;
+        self.admin(AdminRequest::CreateTopic(TopicConfig { name: name.into(), queues, kind })).await;
     }
 
     pub async fn create_group(&self, name: &str, fifo: bool, max_attempts: u32) {
@@ -313,10 +310,8 @@ where
 /// and what it printed.
 pub fn run_python(script: &str, args: &[&str]) -> (bool, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var("ROCKRAFT_PYTHON").map(PathBuf::from).unwrap_or_else(|_| {
-        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("../target"));
-        target.join("python/bin/python")
-    });
+    let python =
+        std::env::var("ROCKRAFT_PYTHON").map(PathBuf::from).unwrap_or_else(|_| target_dir().join("python/bin/python"));
     assert!(python.exists(), "{} is missing: run scripts/setup.sh (it installs the Python client)", python.display());
     let out = Command::new(&python)
         .arg(root.join("python").join(script))
@@ -331,8 +326,7 @@ pub fn run_python(script: &str, args: &[&str]) -> (bool, String) {
 /// `scripts/setup.sh` installed under `target/node`; returns its exit status and what it printed.
 pub fn run_node(script: &str, args: &[&str]) -> (bool, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("../target"));
-    let modules = target.join("node/node_modules");
+    let modules = target_dir().join("node/node_modules");
     assert!(
         modules.exists(),
         "{} is missing: run scripts/setup.sh (it installs the Node.js client)",

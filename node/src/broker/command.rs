@@ -64,10 +64,15 @@ impl Command {
         }
     }
 
+    /// Whether a payload may carry the proposer's clock (a look at its tag: sends never do).
+    pub fn acts_on_time(payload: &[u8]) -> bool {
+        payload.first() == Some(&TAG_CONSUME)
+    }
+
     /// Stamps the proposing leader's clock into a command that acts on time; other payloads come
     /// back unchanged. Run on the leader just before it proposes.
     pub fn stamp_time(payload: Bytes, now_ms: i64) -> Bytes {
-        if payload.first() != Some(&TAG_CONSUME) {
+        if !Command::acts_on_time(&payload) {
             return payload;
         }
         match Command::decode(payload.clone()) {

@@ -154,15 +154,18 @@ impl ConsumeCommand {
         }
     }
 
-    /// The topic whose waiting receivers may have something new after this applies.
-    pub fn topic(&self) -> Option<&str> {
+    /// The topic whose waiting receivers may find something deliverable once this applies to
+    /// `before`: a freed message group, a due time moved, a new position. Pops, renewals and
+    /// unordered acks free nothing, and waking every receiver for them would be wasted work.
+    pub fn wakes<'a>(&'a self, before: &Consumption) -> Option<&'a str> {
         match self {
-            ConsumeCommand::Pop(p) => Some(&p.topic),
-            ConsumeCommand::Ack(r)
-            | ConsumeCommand::ChangeInvisible { receipt: r, .. }
-            | ConsumeCommand::Renew { receipt: r, .. } => Some(&r.topic),
+            ConsumeCommand::Ack(r) => before.frees_message_group(r).then_some(r.topic.as_str()),
+            ConsumeCommand::ChangeInvisible { receipt: r, .. } => Some(&r.topic),
             ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
-            ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. } => None,
+            ConsumeCommand::Pop(_)
+            | ConsumeCommand::Renew { .. }
+            | ConsumeCommand::CreateGroup(_)
+            | ConsumeCommand::DeleteGroup { .. } => None,
         }
     }
 }
@@ -278,6 +281,13 @@ impl Consumption {
             self.topic_created(&dead_letter_topic(&receipt.group), index, changed);
         }
         true
+    }
+
+    /// Whether ending the delivery `r` names lets its message group's next message go out.
+    pub fn frees_message_group(&self, r: &Receipt) -> bool {
+        let q = self.queues.get(&r.key());
+        q.and_then(|q| q.inflight.get(&r.offset))
+            .is_some_and(|f| f.generation == r.generation && !f.message_group.is_empty())
     }
 
     /// Records a topic created at `index`, unless it exists.

@@ -430,6 +430,7 @@ impl Broker {
     }
 
     fn apply_consume(&self, meta: &mut Metadata, dirty: &mut Dirty, index: u64, command: ConsumeCommand) -> Reply {
+        let wakes = command.wakes(&meta.consumption).map(str::to_string);
         let outcome = meta.consumption.apply(index, &command, &mut dirty.consumption);
         if let (ConsumeCommand::CreateGroup(g), ConsumeOutcome::Done) = (&command, &outcome) {
             // The dead-letter topic exists from the start, so it can be subscribed to at once.
@@ -439,8 +440,8 @@ impl Broker {
                 meta.topics.insert(dlq.name.clone(), dlq);
             }
         }
-        if let Some(topic) = command.topic() {
-            self.wake(topic);
+        if let Some(topic) = wakes {
+            self.wake(&topic);
         }
         Reply::Consume(outcome)
     }
@@ -455,10 +456,13 @@ impl Broker {
     ) -> Result<Reply, BrokerError> {
         let receipt = dead_letter_receipt(&d);
         let with_copy = dead_letter_copy(&d).is_some();
+        let frees = meta.consumption.frees_message_group(&receipt);
         if !meta.consumption.dead_letter(index, &receipt, with_copy, &mut dirty.consumption) {
             return Ok(Reply::Consume(ConsumeOutcome::StaleReceipt));
         }
-        self.wake(&d.topic);
+        if frees {
+            self.wake(&d.topic);
+        }
         let dlq = dead_letter_topic_config(&d.group);
         let Some(batch) = dead_letter_copy(&d).cloned() else {
             // The message was gone (retention): the delivery ends all the same.

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod broker;
 pub mod cli;
+pub mod failpoint;
 pub mod node;
 pub mod proxy;
 pub mod raft;

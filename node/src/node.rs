@@ -129,7 +129,7 @@ impl Node {
 
     pub async fn write_bytes(&self, command: Bytes, may_forward: bool) -> Result<Reply, WriteError> {
         // Commands that act on time carry the clock of the leader that proposes them.
-        let command = if Command::acts_on_time(&command) && self.is_leader() {
+        let command = if Command::carries_time(&command) && self.is_leader() {
             Command::stamp_time(command, crate::proxy::now_ms())
         } else {
             command

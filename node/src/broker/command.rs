@@ -64,23 +64,39 @@ impl Command {
         }
     }
 
-    /// Whether a payload may carry the proposer's clock (a look at its tag: sends never do).
-    pub fn acts_on_time(payload: &[u8]) -> bool {
-        payload.first() == Some(&TAG_CONSUME)
+    /// Whether a payload carries the proposer's clock (a look at its tag). The leader stamps its
+    /// time into these just before it proposes them, so apply never reads a clock and the store
+    /// time of a send is the leader's, whichever node received it.
+    pub fn carries_time(payload: &[u8]) -> bool {
+        matches!(payload.first(), Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER)))
     }
 
-    /// Stamps the proposing leader's clock into a command that acts on time; other payloads come
-    /// back unchanged. Run on the leader just before it proposes.
+    /// Sets the time a command acts on or is stored at: the proposing leader's clock.
+    pub fn set_time(&mut self, now_ms: i64) {
+        match self {
+            Command::Send(batch) => batch.store_timestamp_ms = now_ms,
+            Command::DeadLetter(d) => {
+                if let Some(batch) = d.batch.as_mut() {
+                    batch.store_timestamp_ms = now_ms;
+                }
+            }
+            Command::Consume(c) => c.set_time(now_ms),
+            Command::Admin(_) => {}
+        }
+    }
+
+    /// [`Command::set_time`] on encoded bytes (a forwarded command); other payloads come back
+    /// unchanged.
     pub fn stamp_time(payload: Bytes, now_ms: i64) -> Bytes {
-        if !Command::acts_on_time(&payload) {
+        if !Command::carries_time(&payload) {
             return payload;
         }
         match Command::decode(payload.clone()) {
-            Ok(Command::Consume(mut c)) => {
+            Ok(mut c) => {
                 c.set_time(now_ms);
-                Command::Consume(c).encode()
+                c.encode()
             }
-            _ => payload,
+            Err(_) => payload,
         }
     }
 

@@ -8,11 +8,8 @@ use openraft::EntryPayload;
 use openraft::entry::RaftEntry;
 
 use crate::raft::{CommandBytes, Entry, LogId};
+use crate::store::record::{KIND_BLANK, KIND_COMMAND as KIND_NORMAL, KIND_MEMBERSHIP};
 use crate::store::{RecordMeta, StoredRecord};
-
-const KIND_BLANK: u8 = 1;
-const KIND_NORMAL: u8 = 2;
-const KIND_MEMBERSHIP: u8 = 3;
 
 /// The Raft log id a CommitLog record carries.
 pub fn log_id(meta: &RecordMeta) -> LogId {

@@ -20,6 +20,12 @@ pub const HEADER_LEN: usize = 40;
 pub const RECORD_MAGIC: u32 = 0x5252_4543; // "RREC"
 pub const PAD_MAGIC: u32 = 0x5252_5041; // "RRPA"
 
+/// Record kinds: what the payload is. The Raft layer writes them; the broker's snapshot replay
+/// reads them back without knowing Raft's types.
+pub const KIND_BLANK: u8 = 1;
+pub const KIND_COMMAND: u8 = 2;
+pub const KIND_MEMBERSHIP: u8 = 3;
+
 /// What the store keeps about an entry besides its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordMeta {

@@ -17,9 +17,11 @@ use rockraft_proto::rockraft::admin_service_server::AdminServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminServer, NodeConfig};
-use crate::broker::{Broker, BrokerOptions, Command, Reply, StateMachine};
+use crate::broker::{Broker, BrokerOptions, Command, Reply};
 use crate::proxy::Proxy;
-use crate::raft::{CommandBytes, LogStore, Network, NodeId, NodeInfo, Raft, RaftServer, TypeConfig, channel};
+use crate::raft::{
+    CommandBytes, LogStore, Network, NodeId, NodeInfo, Raft, RaftServer, StateMachine, TypeConfig, channel,
+};
 use crate::store::LogReader;
 use crate::store::retention::purge_point;
 
@@ -208,7 +210,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     )
     .map_err(|e| e.to_string())?;
     let log = log_store.commit_log();
-    let state_machine = StateMachine::new(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"));
+    let state_machine = StateMachine::open(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"))
+        .map_err(|e| e.to_string())?;
     let raft_config = Arc::new(raft_config(&config)?);
     let raft =
         Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;

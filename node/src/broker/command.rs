@@ -122,11 +122,6 @@ fn json<T: serde::Serialize>(tag: u8, value: &T) -> Bytes {
     Bytes::from(buf)
 }
 
-/// Whether an entry payload is a message send, without decoding it (replays skip those).
-pub fn is_send(payload: &[u8]) -> bool {
-    payload.first() == Some(&TAG_SEND)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

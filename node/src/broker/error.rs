@@ -16,6 +16,9 @@ pub enum BrokerError {
     CorruptEntry(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Writing state to disk failed in a way that leaves the disk unknown: the node stops.
+    #[error("stopped after a failed write: {0}")]
+    FailStopped(String),
     #[error("metadata: {0}")]
     Meta(#[from] sled::Error),
 }

@@ -1,33 +1,51 @@
-//! The broker: the Raft state machine that turns committed entries into topics, queue offsets and
-//! ConsumeQueue records, and the read side that the proxy serves from.
+//! The broker: the replicated state machine that turns committed entries into topics, queue
+//! offsets, ConsumeQueue records and consumption state, and the reads the services serve.
 //!
-//! Apply is deterministic: it reads nothing but the entry (the leader stamps times into it) and
-//! the state built from earlier entries, so every replica ends with the same ConsumeQueues and
-//! metadata. Metadata lives in sled and is written atomically with `last_applied`.
+//! Structure:
+//! - [`State`] (`state.rs`): every table of replicated state, declared once; `apply.rs`: the
+//!   deterministic `apply(entry) -> Reply` over it, which reads nothing but the entry and the
+//!   state (the leader stamps times into entries) and hands its disk work back as effects;
+//! - [`Table`](table::Table): a persisted table (rows, changes since the last checkpoint, how it
+//!   is stored), the one abstraction every piece of state uses;
+//! - [`Broker`] (`handle.rs`): the live state on this node, with its files; `checkpoint.rs`
+//!   makes it durable, `snapshot.rs` builds the state as of any index and installs one,
+//!   `read.rs` serves reads;
+//! - commands (`command.rs`), topics, groups, POP consumption (`pop.rs`, `pop_plan.rs`), tag
+//!   subscriptions, the dedupe journal.
+//!
+//! The broker knows nothing of Raft: `raft/` adapts it to openraft.
 
+mod apply;
+mod checkpoint;
 mod command;
 mod dedupe_journal;
 mod error;
 pub mod group;
+mod handle;
 pub mod pop;
 mod pop_plan;
 #[cfg(test)]
 mod pop_state_test;
 mod queues;
+mod read;
 mod reply;
+mod snapshot;
+#[cfg(test)]
+mod snapshot_test;
 mod state;
-mod state_machine;
 #[cfg(test)]
 mod state_test;
 pub mod subscription;
+pub mod table;
 pub mod topic;
 
 pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
+pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{PopPlan, PopRequest};
+pub use read::{GroupProgress, QueueStatus, StoredEntry};
 pub use reply::{Reply, SendOutcome};
-pub use state::{Broker, BrokerOptions, GroupProgress, QueueStatus, StoredEntry};
-pub use state_machine::StateMachine;
+pub use state::{LogPosition, MembershipRecord, QueueRange, State};
 pub use topic::{TopicConfig, TopicKind};
 
 /// How many messages one entry may carry: the low 16 bits of a ConsumeQueue position.

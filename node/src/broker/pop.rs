@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::{GroupConfig, dead_letter_topic};
+use crate::broker::table::Table;
 
 /// (group, topic, queue id).
 pub type PopKey = (String, String, u32);
@@ -187,26 +188,18 @@ pub enum ConsumeOutcome {
 }
 
 /// Consumer groups and their POP state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Consumption {
-    pub groups: BTreeMap<String, GroupConfig>,
-    pub queues: BTreeMap<PopKey, PopQueue>,
+    pub groups: Table<String, GroupConfig>,
+    pub queues: Table<PopKey, PopQueue>,
     /// Every existing topic, with the index of the entry that created it: pops and resets name
     /// the one they were planned for.
-    pub topics: BTreeMap<String, u64>,
-}
-
-/// Keys a command changed, for the checkpoint.
-#[derive(Debug, Default)]
-pub struct Changed {
-    pub groups: BTreeSet<String>,
-    pub queues: BTreeSet<PopKey>,
-    pub topics: BTreeSet<String>,
+    pub topics: Table<String, u64>,
 }
 
 impl Consumption {
     /// Applies `command`, committed at `index`.
-    pub fn apply(&mut self, index: u64, command: &ConsumeCommand, changed: &mut Changed) -> ConsumeOutcome {
+    pub fn apply(&mut self, index: u64, command: &ConsumeCommand) -> ConsumeOutcome {
         match command {
             ConsumeCommand::CreateGroup(g) if g.validate().is_err() => {
                 ConsumeOutcome::Invalid(g.validate().err().map(|e| e.to_string()).unwrap_or_default())
@@ -216,9 +209,8 @@ impl Consumption {
                 Some(_) => ConsumeOutcome::GroupExists(g.name.clone()),
                 None => {
                     self.groups.insert(g.name.clone(), g.clone());
-                    changed.groups.insert(g.name.clone());
                     // Its dead-letter topic comes with it (see `Broker::apply_consume`).
-                    self.topic_created(&dead_letter_topic(&g.name), index, changed);
+                    self.topic_created(&dead_letter_topic(&g.name), index);
                     ConsumeOutcome::Done
                 }
             },
@@ -226,8 +218,7 @@ impl Consumption {
                 if self.groups.remove(name).is_none() {
                     return ConsumeOutcome::GroupNotFound(name.clone());
                 }
-                changed.groups.insert(name.clone());
-                self.remove_queues(changed, |(g, _, _)| g == name);
+                self.remove_queues(|(g, _, _)| g == name);
                 ConsumeOutcome::Done
             }
             ConsumeCommand::Pop(pop) => {
@@ -237,22 +228,21 @@ impl Consumption {
                 if self.topics.get(&pop.topic) != Some(&pop.topic_epoch) {
                     return ConsumeOutcome::TopicNotFound(pop.topic.clone());
                 }
-                ConsumeOutcome::Delivered(self.pop(index, pop, changed))
+                ConsumeOutcome::Delivered(self.pop(index, pop))
             }
             ConsumeCommand::Ack(r) => match self.current(r) {
                 Some(q) => {
                     q.inflight.remove(&r.offset);
-                    changed.queues.insert(r.key());
                     ConsumeOutcome::Done
                 }
                 None => ConsumeOutcome::StaleReceipt,
             },
             ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
                 // A new generation: the old receipt handle stops working.
-                self.extend(receipt, Some(index), now_ms.saturating_add(*invisible_ms), changed)
+                self.extend(receipt, Some(index), now_ms.saturating_add(*invisible_ms))
             }
             ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => {
-                self.extend(receipt, None, now_ms.saturating_add(*invisible_ms), changed)
+                self.extend(receipt, None, now_ms.saturating_add(*invisible_ms))
             }
             ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions } => {
                 if !self.groups.contains_key(group) {
@@ -264,7 +254,6 @@ impl Consumption {
                 for (queue_id, position) in positions {
                     let key = (group.clone(), topic.clone(), *queue_id);
                     self.queues.insert(key.clone(), PopQueue { position: *position, ..Default::default() });
-                    changed.queues.insert(key);
                 }
                 ConsumeOutcome::Done
             }
@@ -273,12 +262,11 @@ impl Consumption {
 
     /// Ends the delivery `receipt` names, if it is current: the message goes to the group's
     /// dead-letter topic (created if `with_copy` and it is missing). False if the receipt is stale.
-    pub fn dead_letter(&mut self, index: u64, receipt: &Receipt, with_copy: bool, changed: &mut Changed) -> bool {
+    pub fn dead_letter(&mut self, index: u64, receipt: &Receipt, with_copy: bool) -> bool {
         let Some(q) = self.current(receipt) else { return false };
         q.inflight.remove(&receipt.offset);
-        changed.queues.insert(receipt.key());
         if with_copy {
-            self.topic_created(&dead_letter_topic(&receipt.group), index, changed);
+            self.topic_created(&dead_letter_topic(&receipt.group), index);
         }
         true
     }
@@ -291,32 +279,25 @@ impl Consumption {
     }
 
     /// Records a topic created at `index`, unless it exists.
-    pub fn topic_created(&mut self, topic: &str, index: u64, changed: &mut Changed) {
+    pub fn topic_created(&mut self, topic: &str, index: u64) {
         if !self.topics.contains_key(topic) {
             self.topics.insert(topic.to_string(), index);
-            changed.topics.insert(topic.to_string());
         }
     }
 
     /// Forgets a deleted topic and every group's POP state on it.
-    pub fn topic_deleted(&mut self, topic: &str, changed: &mut Changed) {
-        if self.topics.remove(topic).is_some() {
-            changed.topics.insert(topic.to_string());
-        }
-        self.remove_queues(changed, |(_, t, _)| t == topic);
+    pub fn topic_deleted(&mut self, topic: &str) {
+        if self.topics.remove(topic).is_some() {}
+        self.remove_queues(|(_, t, _)| t == topic);
     }
 
-    fn remove_queues(&mut self, changed: &mut Changed, gone: impl Fn(&PopKey) -> bool) {
-        let keys: Vec<PopKey> = self.queues.keys().filter(|k| gone(k)).cloned().collect();
-        for key in keys {
-            self.queues.remove(&key);
-            changed.queues.insert(key);
-        }
+    fn remove_queues(&mut self, gone: impl Fn(&PopKey) -> bool) {
+        self.queues.remove_where(gone);
     }
 
     /// Sets a current delivery's invisible time (a renewal only ever extends it) and, if given,
     /// its new generation.
-    fn extend(&mut self, r: &Receipt, generation: Option<u64>, until_ms: i64, changed: &mut Changed) -> ConsumeOutcome {
+    fn extend(&mut self, r: &Receipt, generation: Option<u64>, until_ms: i64) -> ConsumeOutcome {
         let Some(q) = self.current(r) else { return ConsumeOutcome::StaleReceipt };
         let f = q.inflight.get_mut(&r.offset).expect("current() checked it");
         match generation {
@@ -333,7 +314,6 @@ impl Consumption {
             generation: f.generation,
             invisible_until_ms: f.invisible_until_ms,
         };
-        changed.queues.insert(r.key());
         ConsumeOutcome::Renewed(renewed)
     }
 
@@ -343,7 +323,7 @@ impl Consumption {
         (q.inflight.get(&r.offset)?.generation == r.generation).then_some(q)
     }
 
-    fn pop(&mut self, index: u64, pop: &Pop, changed: &mut Changed) -> Vec<Delivery> {
+    fn pop(&mut self, index: u64, pop: &Pop) -> Vec<Delivery> {
         let invisible_until_ms = pop.now_ms.saturating_add(pop.invisible_ms);
         let mut out = Vec::new();
         for r in &pop.redeliveries {
@@ -362,7 +342,6 @@ impl Consumption {
                 generation: index,
                 invisible_until_ms,
             });
-            changed.queues.insert(key);
         }
         for take in &pop.takes {
             let key = (pop.group.clone(), pop.topic.clone(), take.queue_id);
@@ -375,7 +354,7 @@ impl Consumption {
             if !fits {
                 continue;
             }
-            let q = self.queues.entry(key.clone()).or_insert_with(fresh);
+            let q = self.queues.get_or_insert_with(key.clone(), fresh);
             for (offset, group) in &take.deliver {
                 q.held.remove(offset);
                 let f = Inflight { attempt: 1, generation: index, invisible_until_ms, message_group: group.clone() };
@@ -392,7 +371,6 @@ impl Consumption {
                 q.held.insert(*offset, group.clone());
             }
             q.position = take.to;
-            changed.queues.insert(key);
         }
         out
     }
@@ -424,8 +402,8 @@ mod tests {
     fn consumption() -> Consumption {
         let mut c = Consumption::default();
         let g = GroupConfig { name: "g".into(), fifo: true, max_attempts: 3 };
-        c.apply(1, &ConsumeCommand::CreateGroup(g), &mut Changed::default());
-        c.topic_created("t", 1, &mut Changed::default());
+        c.apply(1, &ConsumeCommand::CreateGroup(g));
+        c.topic_created("t", 1);
         c
     }
 
@@ -465,131 +443,113 @@ mod tests {
     #[test]
     fn two_proposers_from_one_position_never_deliver_a_message_twice() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        assert_eq!(
-            delivered(c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]), &mut ch)).len(),
-            2
-        );
+        assert_eq!(delivered(c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]))).len(), 2);
         // A second proposer planned from the same, now stale, position.
-        assert!(delivered(c.apply(3, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch)).is_empty());
-        assert_eq!(c.queues[&("g".into(), "t".into(), 0)].position, 2);
+        assert!(delivered(c.apply(3, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]))).is_empty());
+        assert_eq!(c.queues.get(&("g".into(), "t".into(), 0)).unwrap().position, 2);
     }
 
     #[test]
     fn an_ack_needs_the_current_generation_and_works_once() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
-        assert_eq!(c.apply(3, &ConsumeCommand::Ack(receipt(0, 99)), &mut ch), ConsumeOutcome::StaleReceipt);
-        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::Done);
-        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
+        assert_eq!(c.apply(3, &ConsumeCommand::Ack(receipt(0, 99))), ConsumeOutcome::StaleReceipt);
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::StaleReceipt);
     }
 
     #[test]
     fn a_new_invisible_time_replaces_the_receipt() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
         let change = ConsumeCommand::ChangeInvisible { receipt: receipt(0, 2), now_ms: 500, invisible_ms: 100 };
-        let ConsumeOutcome::Renewed(d) = c.apply(3, &change, &mut ch) else { panic!("renewed") };
+        let ConsumeOutcome::Renewed(d) = c.apply(3, &change) else { panic!("renewed") };
         assert_eq!((d.generation, d.invisible_until_ms, d.attempt), (3, 600, 1));
-        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
-        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 3)), &mut ch), ConsumeOutcome::Done);
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::StaleReceipt);
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 3))), ConsumeOutcome::Done);
     }
 
     #[test]
     fn a_renewal_extends_the_invisible_time_and_keeps_the_receipt() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
         let renew = ConsumeCommand::Renew { receipt: receipt(0, 2), now_ms: 900, invisible_ms: 1000 };
-        let ConsumeOutcome::Renewed(d) = c.apply(3, &renew, &mut ch) else { panic!("renewed") };
+        let ConsumeOutcome::Renewed(d) = c.apply(3, &renew) else { panic!("renewed") };
         assert_eq!((d.generation, d.invisible_until_ms), (2, 1900));
         let again = Redelivery { queue_id: 0, offset: 0, generation: 2 };
-        assert!(delivered(c.apply(4, &pop(1500, vec![], vec![again]), &mut ch)).is_empty(), "still invisible");
-        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::Done);
+        assert!(delivered(c.apply(4, &pop(1500, vec![], vec![again]))).is_empty(), "still invisible");
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
     }
 
     #[test]
     fn redelivery_waits_for_the_invisible_time_and_counts_attempts() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut ch);
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
         let again = Redelivery { queue_id: 0, offset: 0, generation: 2 };
-        assert!(delivered(c.apply(3, &pop(999, vec![], vec![again]), &mut ch)).is_empty(), "still invisible");
-        assert_eq!(delivered(c.apply(4, &pop(1000, vec![], vec![again]), &mut ch)), vec![(0, 2, 4)]);
+        assert!(delivered(c.apply(3, &pop(999, vec![], vec![again]))).is_empty(), "still invisible");
+        assert_eq!(delivered(c.apply(4, &pop(1000, vec![], vec![again]))), vec![(0, 2, 4)]);
         // The first delivery's receipt is dead now.
-        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::StaleReceipt);
     }
 
     #[test]
     fn one_message_group_never_has_two_messages_in_flight() {
         let mut c = consumption();
-        let mut ch = Changed::default();
         // Offsets 0 and 1 are group A, 2 is group B: 1 is held, B flows.
         let first = take(0, 3, &[(0, "A"), (2, "B")], &[(1, "A")]);
-        assert_eq!(delivered(c.apply(2, &pop(0, vec![first], vec![]), &mut ch)).len(), 2);
+        assert_eq!(delivered(c.apply(2, &pop(0, vec![first], vec![]))).len(), 2);
         // Releasing 1 while 0 is in flight is refused.
-        assert!(delivered(c.apply(3, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)).is_empty());
+        assert!(delivered(c.apply(3, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]))).is_empty());
         // A take may not put two messages of one group in flight at once either.
         let mut fresh = consumption();
-        assert!(
-            delivered(fresh.apply(2, &pop(0, vec![take(0, 2, &[(0, "A"), (1, "A")], &[])], vec![]), &mut ch))
-                .is_empty()
-        );
-        c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)), &mut ch);
-        assert_eq!(
-            delivered(c.apply(5, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]), &mut ch)),
-            vec![(1, 1, 5)]
-        );
-        assert!(c.queues[&("g".into(), "t".into(), 0)].held.is_empty());
+        assert!(delivered(fresh.apply(2, &pop(0, vec![take(0, 2, &[(0, "A"), (1, "A")], &[])], vec![]))).is_empty());
+        c.apply(4, &ConsumeCommand::Ack(receipt(0, 2)));
+        assert_eq!(delivered(c.apply(5, &pop(0, vec![take(3, 3, &[(1, "A")], &[])], vec![]))), vec![(1, 1, 5)]);
+        assert!(c.queues.get(&("g".into(), "t".into(), 0)).unwrap().held.is_empty());
     }
 
     #[test]
     fn reset_moves_the_position_and_drops_what_was_in_flight() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        c.apply(2, &pop(0, vec![take(0, 5, &[(4, "")], &[])], vec![]), &mut ch);
+        c.apply(2, &pop(0, vec![take(0, 5, &[(4, "")], &[])], vec![]));
         let reset = ConsumeCommand::ResetOffset {
             group: "g".into(),
             topic: "t".into(),
             topic_epoch: 1,
             positions: vec![(0, 1)],
         };
-        assert_eq!(c.apply(3, &reset, &mut ch), ConsumeOutcome::Done);
-        let q = &c.queues[&("g".into(), "t".into(), 0)];
+        assert_eq!(c.apply(3, &reset), ConsumeOutcome::Done);
+        let q = &c.queues.get(&("g".into(), "t".into(), 0)).unwrap();
         assert_eq!((q.position, q.inflight.len()), (1, 0));
-        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(4, 2)), &mut ch), ConsumeOutcome::StaleReceipt);
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(4, 2))), ConsumeOutcome::StaleReceipt);
     }
 
     #[test]
     fn a_pop_planned_before_its_topic_was_deleted_or_recreated_changes_nothing() {
         let mut c = consumption();
-        let mut ch = Changed::default();
-        c.apply(2, &pop(0, vec![take(0, 3, &[(2, "")], &[])], vec![]), &mut ch);
-        c.topic_deleted("t", &mut ch);
+        c.apply(2, &pop(0, vec![take(0, 3, &[(2, "")], &[])], vec![]));
+        c.topic_deleted("t");
         assert!(c.queues.is_empty());
         let late = pop(0, vec![take(3, 5, &[(4, "")], &[])], vec![]);
-        assert_eq!(c.apply(4, &late, &mut ch), ConsumeOutcome::TopicNotFound("t".into()));
-        c.topic_created("t", 5, &mut ch);
-        assert_eq!(c.apply(6, &late, &mut ch), ConsumeOutcome::TopicNotFound("t".into()), "planned for the old topic");
+        assert_eq!(c.apply(4, &late), ConsumeOutcome::TopicNotFound("t".into()));
+        c.topic_created("t", 5);
+        assert_eq!(c.apply(6, &late), ConsumeOutcome::TopicNotFound("t".into()), "planned for the old topic");
         assert!(c.queues.is_empty(), "the new topic starts with no POP state");
     }
 
     #[test]
     fn a_refused_take_leaves_no_trace() {
         let mut c = consumption();
-        let mut ch = Changed::default();
         // A take whose hold lies outside what it looked at.
         let bad = QueueTake { queue_id: 7, from: 0, to: 1, deliver: vec![], hold: vec![(5, "A".into())] };
-        assert!(delivered(c.apply(2, &pop(0, vec![bad], vec![]), &mut ch)).is_empty());
+        assert!(delivered(c.apply(2, &pop(0, vec![bad], vec![]))).is_empty());
         assert!(c.queues.is_empty());
     }
 
     #[test]
     fn pops_for_an_unknown_group_change_nothing() {
         let mut c = Consumption::default();
-        let outcome = c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]), &mut Changed::default());
+        let outcome = c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
         assert_eq!(outcome, ConsumeOutcome::GroupNotFound("g".into()));
         assert!(c.queues.is_empty());
     }

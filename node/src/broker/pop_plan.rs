@@ -57,7 +57,7 @@ impl Broker {
     pub fn plan_pop(&self, r: &PopRequest) -> Result<PopPlan, BrokerError> {
         let topic = r.topic.name.as_str();
         let (topic_epoch, queues): (u64, Vec<(u32, QueueRange, PopQueue)>) = {
-            let meta = self.meta();
+            let meta = self.state();
             // 0 matches no topic: the pop is refused if the topic is gone.
             let epoch = meta.consumption.topics.get(topic).copied().unwrap_or(0);
             let n = r.topic.queues;
@@ -172,7 +172,7 @@ impl Broker {
     /// carrying a copy of the message (none only if retention already took it).
     pub fn dead_letter_of(&self, receipt: &Receipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
         let entry = self.read(&receipt.topic, receipt.queue_id, receipt.offset)?;
-        let start = self.meta().queues.get(&(receipt.topic.clone(), receipt.queue_id)).map_or(0, |r| r.start);
+        let start = self.state().queues.get(&(receipt.topic.clone(), receipt.queue_id)).map_or(0, |r| r.start);
         if entry.is_none() && receipt.offset >= start {
             // Not applied here yet: never dead-letter a message without its copy.
             return Err(BrokerError::BadRequest(format!("message at offset {} is not known here yet", receipt.offset)));

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
-use crate::broker::state_test::{Node, create, lid, node, send};
+use crate::broker::state_test::{Node, create, node, send};
 use crate::broker::subscription::TagFilter;
 use crate::broker::{Command, PopRequest, Reply, TopicConfig};
 
@@ -36,7 +36,7 @@ fn receipt(g: &str, t: &str, d: &Delivery) -> Receipt {
 }
 
 fn consumption(n: &Node) -> Consumption {
-    n.broker.meta().consumption.clone()
+    n.broker.state().consumption.clone()
 }
 
 fn setup(dir: &Path, max_attempts: u32) -> (Node, GroupConfig) {
@@ -85,13 +85,14 @@ fn after_max_attempts_a_copy_goes_to_the_dead_letter_topic_once() {
     n.commit(&send("T", 1, 1, &["doomed"]));
     assert_eq!(pop(&mut n, &g, "T", &TagFilter::All, 1000, 100).len(), 1);
     assert_eq!(pop(&mut n, &g, "T", &TagFilter::All, 1100, 100)[0].attempt, 2);
-    let last = consumption(&n).queues[&("g".to_string(), "T".to_string(), 1)].inflight[&0].clone();
+    let last =
+        consumption(&n).queues.get(&("g".to_string(), "T".to_string(), 1)).unwrap().inflight.get(&0).unwrap().clone();
     // Attempts used up: this pop dead-letters instead of delivering.
     assert!(pop(&mut n, &g, "T", &TagFilter::All, 1200, 100).is_empty());
     let dlq = dead_letter_topic("g");
     let dead = n.broker.read(&dlq, 0, 0).unwrap().expect("a copy in the dead-letter topic");
     assert_eq!((dead.message.message_id.as_str(), &dead.message.body[..]), ("doomed", &b"body of doomed"[..]));
-    assert!(consumption(&n).queues[&("g".to_string(), "T".to_string(), 1)].inflight.is_empty());
+    assert!(consumption(&n).queues.get(&("g".to_string(), "T".to_string(), 1)).unwrap().inflight.is_empty());
     // The same dead letter again (a retry) is stale: no second copy.
     let r = Receipt { group: "g".into(), topic: "T".into(), queue_id: 1, offset: 0, generation: last.generation };
     let again = n.broker.dead_letter_of(&r, 1300);
@@ -135,12 +136,11 @@ fn a_snapshot_at_an_older_index_has_the_consumption_state_of_that_index() {
     pop(&mut n, &g, "T", &TagFilter::All, 9000, 100);
     assert_ne!(consumption(&n), later.1);
 
-    let snap_early = n.broker.snapshot_data_at(lid(early.0), None).unwrap();
-    assert_eq!(crate::broker::state::Metadata::from(snap_early).consumption, early.1);
+    let snap_early = n.broker.state_at(early.0, None).unwrap();
+    assert_eq!(snap_early.consumption, early.1);
     // The next snapshot builds on the previous one.
-    let previous = n.broker.snapshot_data_at(lid(early.0), None).unwrap();
-    let snap_later = n.broker.snapshot_data_at(lid(later.0), Some(previous)).unwrap();
-    assert_eq!(crate::broker::state::Metadata::from(snap_later).consumption, later.1);
+    let snap_later = n.broker.state_at(later.0, Some(snap_early)).unwrap();
+    assert_eq!(snap_later.consumption, later.1);
 }
 
 #[test]
@@ -171,6 +171,6 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
 
     // A snapshot taken now replays the deletion and re-creation the same way.
     let at = n.next_index - 1;
-    let snap = n.broker.snapshot_data_at(lid(at), None).unwrap();
-    assert_eq!(crate::broker::state::Metadata::from(snap).consumption, consumption(&n));
+    let snap = n.broker.state_at(at, None).unwrap();
+    assert_eq!(snap.consumption, consumption(&n));
 }

@@ -37,7 +37,8 @@ impl Queues {
         self.open.write().expect("queues lock").retain(|(t, _), _| t != topic);
         let dir = self.dir.join(topic);
         match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
+            // The removal must survive a crash as much as the files' creation did.
+            Ok(()) => crate::store::sync_dir(&self.dir),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(StoreError::Io { path: dir, source }),
         }

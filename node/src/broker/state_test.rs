@@ -16,8 +16,8 @@ pub(crate) struct Node {
     pub next_index: u64,
 }
 
-pub(crate) fn lid(index: u64) -> crate::raft::LogId {
-    crate::raft::LogId::new(openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 }, index)
+pub(crate) fn lid(index: u64) -> crate::broker::LogPosition {
+    crate::broker::LogPosition { term: 1, leader: 1, index }
 }
 
 fn options(dir: &Path) -> BrokerOptions {
@@ -157,7 +157,7 @@ fn replicas_applying_the_same_log_have_identical_queues_and_metadata() {
     }
     assert_eq!(queue_files(a.path()), queue_files(b.path()));
     assert!(!queue_files(a.path()).is_empty());
-    assert_eq!(*x.broker.meta(), *y.broker.meta());
+    assert_eq!(*x.broker.state(), *y.broker.state());
 }
 
 #[test]

@@ -16,11 +16,6 @@ pub fn log_id(meta: &RecordMeta) -> LogId {
     LogId::new(openraft::impls::leader_id_adv::LeaderId { term: meta.term, node_id: meta.leader }, meta.index)
 }
 
-/// Whether a record holds a client command (not a blank or membership entry).
-pub fn is_command_record(meta: &RecordMeta) -> bool {
-    meta.kind == KIND_NORMAL
-}
-
 pub fn encode(entry: &Entry) -> io::Result<(RecordMeta, Bytes)> {
     let (kind, payload) = match &entry.payload {
         EntryPayload::Blank => (KIND_BLANK, Bytes::new()),

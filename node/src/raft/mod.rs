@@ -1,6 +1,7 @@
 //! Raft, as openraft 0.10 runs it over RockRaft's storage.
 //!
 //! - [`TypeConfig`]: the openraft type configuration of a RockRaft group.
+//! - [`StateMachine`]: `RaftStateMachine` over the broker (`broker/`), which knows nothing of Raft.
 //! - [`LogStore`]: `RaftLogStorage` over the CommitLog (`store/`): every Raft entry is one
 //!   CommitLog record, so the Raft log *is* the message log.
 //!
@@ -12,16 +13,18 @@ mod log_store;
 mod log_store_suite_test;
 mod network;
 mod service;
+mod state_machine;
 mod wire;
 
 use std::fmt;
 
 use bytes::Bytes;
 
-pub use entry_codec::{is_command_record, log_id};
+pub use entry_codec::log_id;
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{Network, channel};
 pub use service::RaftServer;
+pub use state_machine::StateMachine;
 
 /// The payload of a normal entry: a broker command, encoded by `broker/`. The log stores these
 /// bytes as they are and hands them back zero-copy.
@@ -61,7 +64,7 @@ pub type NodeId = u64;
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
-pub type Raft = openraft::Raft<TypeConfig, crate::broker::StateMachine>;
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
 pub type Membership = openraft::Membership<NodeId, NodeInfo>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;

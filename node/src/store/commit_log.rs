@@ -541,6 +541,15 @@ impl LogReader {
         Ok(Some(seg.base_offset + position + HEADER_LEN as u64))
     }
 
+    /// Makes every record up to `index` durable now.
+    pub fn sync_through(&self, index: u64) -> Result<(), StoreError> {
+        let segments: Vec<Arc<Segment>> = self.shared.segments.read().expect("segments lock").clone();
+        for s in segments.iter().rev().filter(|s| s.first_index <= index).take(2) {
+            s.sync()?;
+        }
+        Ok(())
+    }
+
     /// Each live segment's index range, last write time and size, in log order (for retention).
     pub fn segment_stats(&self) -> Vec<crate::store::retention::SegmentStat> {
         let segments: Vec<Arc<Segment>> = self.shared.segments.read().expect("segments lock").clone();

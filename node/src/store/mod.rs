@@ -124,3 +124,5 @@ impl From<StoreError> for std::io::Error {
         std::io::Error::new(kind, e)
     }
 }
+
+pub use segment::sync_dir;

@@ -1,0 +1,235 @@
+//! The deterministic apply step: one committed entry in, the new [`State`], the reply, and the
+//! [`Effects`] the live broker carries out on disk (ConsumeQueue records, removed topics) and in
+//! memory (waking receivers).
+//!
+//! Apply reads nothing but the entry and the state: no clock (the leader stamps times into
+//! entries), no files. The snapshot builder runs this same code over older entries and simply
+//! drops the effects, so a snapshot at any index is exactly the live state at that index.
+
+use bytes::Bytes;
+use prost::Message;
+use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
+
+use crate::broker::command::{AdminCommand, Command};
+use crate::broker::dedupe_journal::Seen;
+use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::state::{LogPosition, MembershipRecord, State};
+use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
+use crate::store::{CqRecord, tag_hash};
+
+/// ConsumeQueue records for consecutive offsets of one queue.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct QueueWrite {
+    pub topic: String,
+    pub queue_id: u32,
+    pub first_offset: u64,
+    pub records: Vec<CqRecord>,
+}
+
+/// What applying an entry does besides changing the state.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub writes: Vec<QueueWrite>,
+    /// Topics whose ConsumeQueue files go.
+    pub removed_topics: Vec<String>,
+    /// Topics whose waiting receivers may now find something.
+    pub wakes: Vec<String>,
+}
+
+impl State {
+    /// Applies a committed command entry at `at`. Commands that are invalid when applied are
+    /// answered, the same way on every replica; an undecodable payload changes nothing.
+    pub(crate) fn apply(&mut self, at: LogPosition, payload: Bytes, fx: &mut Effects) -> Reply {
+        let reply = match Command::decode(payload) {
+            Ok(command) => self.apply_command(at.index, command, fx),
+            Err(e) => {
+                tracing::error!(index = at.index, error = %e, "skipping an entry that is not a broker command");
+                Reply::Rejected(e.to_string())
+            }
+        };
+        self.last_applied = Some(at);
+        reply
+    }
+
+    /// Applies an entry without a command: blank, or a membership change (`config`).
+    pub(crate) fn apply_other(&mut self, at: LogPosition, config: Option<String>) {
+        self.last_applied = Some(at);
+        if let Some(config) = config {
+            self.membership = Some(MembershipRecord { at, config });
+        }
+    }
+
+    fn apply_command(&mut self, index: u64, command: Command, fx: &mut Effects) -> Reply {
+        match command {
+            Command::Send(batch) => {
+                let topic = batch.topic.clone();
+                let reply = self.apply_send(index, batch, true, fx);
+                fx.wakes.push(topic);
+                reply
+            }
+            Command::Consume(c) => self.apply_consume(index, c, fx),
+            Command::DeadLetter(d) => self.apply_dead_letter(index, d, fx),
+            Command::Admin(AdminCommand::CreateTopic(t)) => {
+                if let Err(e) = t.validate() {
+                    return Reply::Rejected(e.to_string());
+                }
+                match self.topics.get(&t.name) {
+                    Some(existing) if *existing == t => Reply::Applied,
+                    Some(_) => Reply::TopicExists(t.name),
+                    None => {
+                        self.consumption.topic_created(&t.name, index);
+                        self.topics.insert(t.name.clone(), t);
+                        Reply::Applied
+                    }
+                }
+            }
+            Command::Admin(AdminCommand::DeleteTopic { name }) => {
+                self.consumption.topic_deleted(&name);
+                if self.topics.remove(&name).is_none() {
+                    return Reply::TopicNotFound(name);
+                }
+                self.queues.remove_where(|(t, _)| *t == name);
+                fx.removed_topics.push(name.clone());
+                fx.wakes.push(name);
+                Reply::Applied
+            }
+        }
+    }
+
+    fn apply_send(&mut self, index: u64, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {
+        let Some(topic) = self.topics.get(&batch.topic) else { return Reply::TopicNotFound(batch.topic) };
+        if batch.queue_id >= topic.queues {
+            return Reply::Rejected(format!("topic {} has no queue {}", batch.topic, batch.queue_id));
+        }
+        if batch.messages.len() > MAX_MESSAGES_PER_ENTRY {
+            return Reply::Rejected(format!("more than {MAX_MESSAGES_PER_ENTRY} messages in one send"));
+        }
+        let mut decoded = Vec::with_capacity(batch.messages.len());
+        for raw in &batch.messages {
+            match StoredMessage::decode(raw.clone()) {
+                Ok(m) => decoded.push(m),
+                Err(e) => return Reply::Rejected(format!("undecodable message: {e}")),
+            }
+        }
+        // Never earlier than what was stored before, whichever leader's clock stamped it.
+        let now = batch.store_timestamp_ms.max(self.max_store_ms);
+        self.max_store_ms = now;
+        self.expire_dedupe(now);
+        let key = (batch.topic.clone(), batch.queue_id);
+        let mut range = self.queues.get(&key).copied().unwrap_or_default();
+        let mut write = QueueWrite {
+            topic: batch.topic.clone(),
+            queue_id: batch.queue_id,
+            first_offset: range.next,
+            records: Vec::with_capacity(decoded.len()),
+        };
+        let mut outcomes = Vec::with_capacity(decoded.len());
+        for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
+            let dedupe_key = (batch.topic.clone(), msg.message_id.clone());
+            // An entry is never a retry of itself: replaying it after a crash finds its own id.
+            if dedupe
+                && !msg.message_id.is_empty()
+                && let Some(seen) = self.dedupe.get(&dedupe_key).filter(|s| s.index < index)
+            {
+                outcomes.push(SendOutcome {
+                    message_id: msg.message_id.clone(),
+                    queue_id: seen.queue_id,
+                    offset: seen.offset,
+                    duplicate: true,
+                });
+                continue;
+            }
+            let offset = range.next;
+            write.records.push(CqRecord {
+                position: queue_position(index, ordinal),
+                size: raw.len() as u32,
+                tag_hash: tag_hash(&msg.tag),
+            });
+            range.next += 1;
+            if dedupe && !msg.message_id.is_empty() {
+                let seen = Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index };
+                self.dedupe.insert(dedupe_key.clone(), seen);
+                self.local.dedupe_order.push_back((now, dedupe_key.0, dedupe_key.1));
+            }
+            outcomes.push(SendOutcome {
+                message_id: msg.message_id.clone(),
+                queue_id: batch.queue_id,
+                offset,
+                duplicate: false,
+            });
+        }
+        if !write.records.is_empty() {
+            fx.writes.push(write);
+        }
+        self.queues.insert(key, range);
+        Reply::Sent(outcomes)
+    }
+
+    fn apply_consume(&mut self, index: u64, command: ConsumeCommand, fx: &mut Effects) -> Reply {
+        let wakes = command.wakes(&self.consumption).map(str::to_string);
+        let outcome = self.consumption.apply(index, &command);
+        if let (ConsumeCommand::CreateGroup(g), ConsumeOutcome::Done) = (&command, &outcome) {
+            // The dead-letter topic exists from the start, so it can be subscribed to at once.
+            let dlq = dead_letter_topic_config(&g.name);
+            if !self.topics.contains_key(&dlq.name) {
+                self.topics.insert(dlq.name.clone(), dlq);
+            }
+        }
+        fx.wakes.extend(wakes);
+        Reply::Consume(outcome)
+    }
+
+    /// Ends the delivery, then stores the message's copy in the group's dead-letter topic.
+    fn apply_dead_letter(&mut self, index: u64, d: DeadLetter, fx: &mut Effects) -> Reply {
+        let receipt = dead_letter_receipt(&d);
+        let with_copy = dead_letter_copy(&d).is_some();
+        let frees = self.consumption.frees_message_group(&receipt);
+        if !self.consumption.dead_letter(index, &receipt, with_copy) {
+            return Reply::Consume(ConsumeOutcome::StaleReceipt);
+        }
+        if frees {
+            fx.wakes.push(d.topic.clone());
+        }
+        let dlq = dead_letter_topic_config(&d.group);
+        let Some(batch) = dead_letter_copy(&d).cloned() else {
+            // The message was gone (retention): the delivery ends all the same.
+            return Reply::Consume(ConsumeOutcome::Done);
+        };
+        if !self.topics.contains_key(&dlq.name) {
+            self.topics.insert(dlq.name.clone(), dlq);
+        }
+        let reply = self.apply_send(index, batch, false, fx);
+        fx.wakes.push(dead_letter_topic(&d.group));
+        match reply {
+            Reply::Sent(_) => Reply::Consume(ConsumeOutcome::Done),
+            other => other,
+        }
+    }
+
+    fn expire_dedupe(&mut self, now_ms: i64) {
+        let Some(before_ms) = now_ms.checked_sub(self.local.dedupe_window_ms) else { return };
+        while self.local.dedupe_order.front().is_some_and(|(ts, _, _)| *ts < before_ms) {
+            let Some((_, t, id)) = self.local.dedupe_order.pop_front() else { break };
+            let key = (t, id);
+            if self.dedupe.get(&key).is_some_and(|s| s.store_timestamp_ms < before_ms) {
+                self.dedupe.remove(&key);
+            }
+        }
+    }
+}
+
+/// The message copy a dead letter carries, if it is one for the group's dead-letter topic.
+pub(crate) fn dead_letter_copy(d: &DeadLetter) -> Option<&SendBatch> {
+    d.batch.as_ref().filter(|b| b.topic == dead_letter_topic(&d.group) && b.queue_id == 0)
+}
+
+fn dead_letter_receipt(d: &DeadLetter) -> Receipt {
+    Receipt {
+        group: d.group.clone(),
+        topic: d.topic.clone(),
+        queue_id: d.queue_id,
+        offset: d.offset,
+        generation: d.generation,
+    }
+}

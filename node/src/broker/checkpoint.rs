@@ -1,0 +1,84 @@
+//! Checkpoints: making the applied state durable, so a restart replays only the log's tail.
+//!
+//! A checkpoint captures, under the state lock, the rows changed since the last one, the dedupe
+//! journal records for them and `last_applied` = A. Then, without the lock:
+//!
+//! 1. the log is made durable through A: `last_applied` must never be on disk ahead of the
+//!    entries it covers (openraft applies entries a majority holds, which may not include this
+//!    node's disk yet, and in `async` mode a power cut would otherwise leave state that points at
+//!    entries this node no longer has);
+//! 2. the ConsumeQueues are synced: they hold every record the captured state counts (and maybe
+//!    later ones, which the state does not claim and a replay rewrites identically);
+//! 3. the journal records are written and synced, past the length the current checkpoint names;
+//! 4. one atomic sled batch writes the rows, A, and the journal's new length, then is flushed.
+//!
+//! A crash before step 4 completes leaves the previous batch in force — its journal length cuts
+//! off what step 3 wrote — so the node restarts exactly at the previous checkpoint and replays
+//! from there. A crash after it restarts at A. There is no point at which part of one checkpoint
+//! is visible. If a step fails, the changes it took are marked changed again for the next
+//! checkpoint; a failed sync of ConsumeQueues or sled means the disk may have dropped written
+//! pages, so the broker fails stop instead of trusting a later sync (see `Broker::failure`).
+
+use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, json};
+use crate::broker::{BrokerError, dedupe_journal::Pending, state::LogPosition};
+
+impl Broker {
+    /// Makes the applied state durable (see the module docs). Runs beside apply, which waits
+    /// only while the changes are captured.
+    pub fn checkpoint(&self) -> Result<(), BrokerError> {
+        let mut journal = self.inner.journal.lock().expect("journal lock");
+        self.refuse_if_failed()?;
+        let (batch, taken, pending, applied) = {
+            let mut state = self.state_mut();
+            let mut batch = sled::Batch::default();
+            let taken: Vec<_> =
+                state.tables().into_iter().map(|(prefix, table)| table.write_changes(prefix, &mut batch)).collect();
+            let changed = state.dedupe.take_changed();
+            let pending = journal.prepare(changed, &state.dedupe);
+            batch.insert(KEY_APPLIED, json(&state.applied()));
+            (batch, taken, pending, state.last_applied)
+        };
+        match self.persist(&mut journal, batch, &pending, applied) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // Nothing of this checkpoint is in force: the next one writes these changes.
+                let mut state = self.state_mut();
+                for ((_, table), taken) in state.tables().into_iter().zip(taken) {
+                    table.give_back(taken);
+                }
+                state.dedupe.mark_changed(pending.keys);
+                journal.abandoned();
+                Err(e)
+            }
+        }
+    }
+
+    fn persist(
+        &self,
+        journal: &mut crate::broker::dedupe_journal::DedupeJournal,
+        mut batch: sled::Batch,
+        pending: &Pending,
+        applied: Option<LogPosition>,
+    ) -> Result<(), BrokerError> {
+        crate::crash_point!("checkpoint::after_capture");
+        if let Some(a) = applied {
+            self.inner.log.sync_through(a.index)?;
+        }
+        crate::crash_point!("checkpoint::after_log_sync");
+        if let Err(e) = self.inner.queues.sync() {
+            return Err(self.fail(format!("syncing ConsumeQueues: {e}")));
+        }
+        crate::crash_point!("checkpoint::after_queue_sync");
+        let mark = journal.write(pending)?;
+        crate::crash_point!("checkpoint::after_journal");
+        batch.insert(KEY_JOURNAL, json(&mark));
+        self.inner.tree.apply_batch(batch)?;
+        crate::crash_point!("checkpoint::after_batch");
+        if let Err(e) = self.inner.db.flush() {
+            return Err(self.fail(format!("flushing metadata: {e}")));
+        }
+        crate::crash_point!("checkpoint::after_flush");
+        journal.committed(mark, pending)?;
+        Ok(())
+    }
+}

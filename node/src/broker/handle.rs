@@ -1,0 +1,242 @@
+//! [`Broker`]: the live state on one node — the [`State`] in memory, its ConsumeQueue files,
+//! its checkpoints in sled and the dedupe journal — shared by the Raft state machine (apply,
+//! snapshots) and the services (reads).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::broker::apply::Effects;
+use crate::broker::dedupe_journal::{DedupeJournal, JournalMark};
+use crate::broker::queues::Queues;
+use crate::broker::state::{Applied, LogPosition, State};
+use crate::broker::{BrokerError, Reply};
+use crate::store::LogReader;
+
+pub struct BrokerOptions {
+    /// Holds `meta/` (sled), `queues/` (ConsumeQueues) and the dedupe journal.
+    pub dir: PathBuf,
+    pub cq_records_per_file: u64,
+    /// A message id already stored in a topic within this window is not stored again. Apply
+    /// depends on it: every node must use the same value.
+    pub dedupe_window: Duration,
+    /// How often applied state is made durable.
+    pub checkpoint_interval: Duration,
+}
+
+/// Sled keys besides the tables' rows.
+pub(crate) const KEY_APPLIED: &str = "@applied";
+pub(crate) const KEY_JOURNAL: &str = "@journal";
+const KEY_SCHEMA: &str = "@schema";
+/// The layout of the sled tree and the journal; a directory written with another is refused.
+const SCHEMA: u32 = 2;
+
+pub(crate) struct Inner {
+    pub tree: sled::Tree,
+    pub db: sled::Db,
+    pub queues: Queues,
+    pub log: LogReader,
+    pub state: RwLock<State>,
+    /// Held through a checkpoint or an install: one at a time, and only they write the journal.
+    pub journal: Mutex<DedupeJournal>,
+    /// Set when writing state to disk failed in a way that leaves the disk unknown (a failed
+    /// fsync, a ConsumeQueue write lost): the node must stop acknowledging, not carry on.
+    pub failure: Mutex<Option<String>>,
+    /// 0: none requested.
+    pub snapshot_target: AtomicU64,
+    pub options: BrokerOptions,
+    /// Per topic, bumped whenever something a waiting receiver may want is applied.
+    pub watchers: Mutex<HashMap<String, tokio::sync::watch::Sender<u64>>>,
+}
+
+/// A cheap, cloneable handle on the broker state.
+#[derive(Clone)]
+pub struct Broker {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("metadata serializes")
+}
+
+fn parse<T: for<'de> serde::Deserialize<'de>>(key: &str, v: &[u8]) -> Result<T, BrokerError> {
+    serde_json::from_slice(v).map_err(|e| BrokerError::CorruptEntry(format!("metadata key {key}: {e}")))
+}
+
+impl Broker {
+    /// Opens the state as the last checkpoint left it. The log from `last_applied` on is then
+    /// applied again by Raft: apply is deterministic, so the replay reaches the state the other
+    /// replicas have.
+    pub fn open(options: BrokerOptions, log: LogReader) -> Result<Broker, BrokerError> {
+        std::fs::create_dir_all(&options.dir)
+            .map_err(|source| crate::store::StoreError::Io { path: options.dir.clone(), source })?;
+        let db =
+            sled::Config::new().path(options.dir.join("meta")).flush_every_ms(None).cache_capacity(16 << 20).open()?;
+        let tree = db.open_tree("broker")?;
+        let mut state = State::default();
+        let mut journal_mark: Option<JournalMark> = None;
+        match tree.get(KEY_SCHEMA)? {
+            Some(v) if parse::<u32>(KEY_SCHEMA, &v)? == SCHEMA => {}
+            None if tree.is_empty() => {
+                tree.insert(KEY_SCHEMA, json(&SCHEMA))?;
+                db.flush()?;
+            }
+            _ => {
+                return Err(BrokerError::CorruptEntry(format!(
+                    "{} was written by another RockRaft version; start the node on an empty data directory",
+                    options.dir.display()
+                )));
+            }
+        }
+        for item in tree.iter() {
+            let (k, v) = item?;
+            let key = String::from_utf8_lossy(&k);
+            match key.as_ref() {
+                KEY_SCHEMA => {}
+                KEY_APPLIED => state.set_applied(parse::<Applied>(&key, &v)?),
+                KEY_JOURNAL => journal_mark = Some(parse(&key, &v)?),
+                _ => {
+                    let mut loaded = false;
+                    for (prefix, table) in state.tables() {
+                        if let Some(row) = k.strip_prefix(prefix.as_bytes()) {
+                            table.load(row, &v).map_err(|e| BrokerError::CorruptEntry(format!("{prefix}: {e}")))?;
+                            loaded = true;
+                            break;
+                        }
+                    }
+                    if !loaded {
+                        return Err(BrokerError::CorruptEntry(format!("unknown metadata key {key}")));
+                    }
+                }
+            }
+        }
+        // Loaded rows are what the last checkpoint wrote: nothing to write again.
+        let mut discard = sled::Batch::default();
+        for (prefix, table) in state.tables() {
+            table.write_changes(prefix, &mut discard);
+        }
+        let (journal, dedupe) = DedupeJournal::open(&options.dir, journal_mark)?;
+        state.dedupe = dedupe;
+        state.dedupe.take_changed();
+        state.local.dedupe_window_ms = options.dedupe_window.as_millis() as i64;
+        state.rebuild_derived();
+        let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
+        let inner = Inner {
+            tree,
+            db,
+            queues,
+            log,
+            state: RwLock::new(state),
+            journal: Mutex::new(journal),
+            failure: Mutex::new(None),
+            snapshot_target: AtomicU64::new(0),
+            options,
+            watchers: Mutex::new(HashMap::new()),
+        };
+        Ok(Broker { inner: Arc::new(inner) })
+    }
+
+    pub(crate) fn state(&self) -> RwLockReadGuard<'_, State> {
+        self.inner.state.read().expect("state lock")
+    }
+
+    pub(crate) fn state_mut(&self) -> RwLockWriteGuard<'_, State> {
+        self.inner.state.write().expect("state lock")
+    }
+
+    /// Why this node stopped writing state, if it did (see [`Inner::failure`]).
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failure.lock().expect("failure lock").clone()
+    }
+
+    pub(crate) fn fail(&self, why: String) -> BrokerError {
+        tracing::error!(reason = %why, "broker state can no longer be written; this node stops acknowledging");
+        self.inner.failure.lock().expect("failure lock").get_or_insert(why.clone());
+        BrokerError::FailStopped(why)
+    }
+
+    pub(crate) fn refuse_if_failed(&self) -> Result<(), BrokerError> {
+        match self.failure() {
+            Some(why) => Err(BrokerError::FailStopped(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Applies one committed command entry and records it as applied, in one step under the
+    /// state lock, so a checkpoint never sees the state without the ConsumeQueue records it
+    /// counts. `Err` only when the node must stop (disk errors): bad commands are answered.
+    pub fn apply(&self, at: LogPosition, payload: Bytes) -> Result<Reply, BrokerError> {
+        self.refuse_if_failed()?;
+        let mut fx = Effects::default();
+        let reply = {
+            let mut state = self.state_mut();
+            let reply = state.apply(at, payload, &mut fx);
+            if let Err(e) = self.carry_out(&fx) {
+                // The state counts records that are not on disk: it must never be checkpointed.
+                return Err(self.fail(format!("applying entry {}: {e}", at.index)));
+            }
+            reply
+        };
+        for topic in &fx.wakes {
+            self.wake(topic);
+        }
+        Ok(reply)
+    }
+
+    /// Records an entry without a command: blank, or a membership change (its payload, as JSON).
+    pub fn apply_other(&self, at: LogPosition, membership: Option<String>) {
+        self.state_mut().apply_other(at, membership);
+    }
+
+    fn carry_out(&self, fx: &Effects) -> Result<(), BrokerError> {
+        for topic in &fx.removed_topics {
+            self.inner.queues.remove_topic(topic)?;
+        }
+        for w in &fx.writes {
+            let queue = self.inner.queues.get(&w.topic, w.queue_id)?;
+            for (i, record) in w.records.iter().enumerate() {
+                queue.put(w.first_offset + i as u64, record)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A receiver of `topic`'s changes: its value moves whenever a message arrives or a
+    /// consumption command for the topic applies.
+    pub fn watch(&self, topic: &str) -> tokio::sync::watch::Receiver<u64> {
+        let mut watchers = self.inner.watchers.lock().expect("watchers lock");
+        watchers.entry(topic.to_string()).or_insert_with(|| tokio::sync::watch::channel(0).0).subscribe()
+    }
+
+    fn wake(&self, topic: &str) {
+        let mut watchers = self.inner.watchers.lock().expect("watchers lock");
+        if let Some(tx) = watchers.get(topic) {
+            if tx.receiver_count() == 0 {
+                watchers.remove(topic);
+            } else {
+                tx.send_modify(|v| *v += 1);
+            }
+        }
+    }
+
+    /// How often [`Broker::checkpoint`] should run.
+    pub fn checkpoint_interval(&self) -> Duration {
+        self.inner.options.checkpoint_interval
+    }
+
+    /// Where the next snapshot is taken: the retention purge point.
+    pub fn set_snapshot_target(&self, index: u64) {
+        self.inner.snapshot_target.fetch_max(index, Ordering::AcqRel);
+    }
+
+    pub fn snapshot_target(&self) -> Option<u64> {
+        match self.inner.snapshot_target.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+}

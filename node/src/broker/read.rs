@@ -1,0 +1,217 @@
+//! What the services read from the broker: topics, queues, messages, groups and progress. Reads
+//! see the state as this node has applied it; callers that need the leader's view catch up first.
+
+use bytes::Bytes;
+use prost::Message;
+use rockraft_proto::rockraft::StoredMessage;
+use serde::{Deserialize, Serialize};
+
+use crate::broker::group::GroupConfig;
+use crate::broker::pop::Receipt;
+use crate::broker::state::{LogPosition, MembershipRecord, QueueRange};
+use crate::broker::topic::TopicConfig;
+use crate::broker::{Broker, BrokerError, Command, split_position};
+use crate::store::CqRecord;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStatus {
+    pub topic: String,
+    pub queue_id: u32,
+    pub start: u64,
+    pub next: u64,
+}
+
+/// How far a group is on one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupProgress {
+    pub group: String,
+    pub topic: String,
+    /// Messages not acked yet: waiting, in flight or held back.
+    pub lag: u64,
+    pub inflight: u64,
+}
+
+/// A message as stored, with where it sits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    pub topic: String,
+    pub queue_id: u32,
+    pub offset: u64,
+    pub store_timestamp_ms: i64,
+    /// Bytes of the encoded message (what the ConsumeQueue's size counts).
+    pub size: u32,
+    pub message: StoredMessage,
+    /// The encoded message, as stored.
+    pub raw: Bytes,
+}
+
+impl Broker {
+    pub fn last_applied(&self) -> Option<LogPosition> {
+        self.state().last_applied
+    }
+
+    /// The last membership entry applied, for the Raft layer.
+    pub fn membership(&self) -> Option<MembershipRecord> {
+        self.state().membership.clone()
+    }
+
+    /// The latest store time applied: a leader stamps no send earlier than this.
+    pub fn max_store_timestamp_ms(&self) -> i64 {
+        self.state().max_store_ms
+    }
+
+    /// A digest of the replicated state as applied here, and the index it is at: replicas at the
+    /// same index must report the same digest.
+    pub fn digest(&self) -> (Option<u64>, u64) {
+        let state = self.state();
+        (state.last_applied.map(|l| l.index), state.digest())
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicConfig> {
+        self.state().topics.get(&name.to_string()).cloned()
+    }
+
+    pub fn topics(&self) -> Vec<TopicConfig> {
+        self.state().topics.values().cloned().collect()
+    }
+
+    fn range(&self, topic: &str, queue_id: u32) -> QueueRange {
+        self.state().queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default()
+    }
+
+    pub fn queue_status(&self, topic: &str) -> Vec<QueueStatus> {
+        let state = self.state();
+        let Some(t) = state.topics.get(&topic.to_string()) else { return Vec::new() };
+        (0..t.queues)
+            .map(|q| {
+                let r = state.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
+                QueueStatus { topic: topic.to_string(), queue_id: q, start: r.start, next: r.next }
+            })
+            .collect()
+    }
+
+    /// The message at `offset` of (`topic`, `queue_id`), read from the log without copying the body.
+    pub fn read(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<StoredEntry>, BrokerError> {
+        let range = self.range(topic, queue_id);
+        if offset < range.start || offset >= range.next {
+            return Ok(None);
+        }
+        let Some(record) = self.inner.queues.get(topic, queue_id)?.get(offset) else { return Ok(None) };
+        let (index, ordinal) = split_position(record.position);
+        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
+        let Some(batch) = Command::decode(entry.payload).ok().and_then(Command::stored_batch) else {
+            return Err(BrokerError::CorruptEntry(format!("queue record points at entry {index}")));
+        };
+        let raw = batch
+            .messages
+            .get(ordinal)
+            .ok_or_else(|| BrokerError::CorruptEntry(format!("entry {index} has no message {ordinal}")))?;
+        let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
+        Ok(Some(StoredEntry {
+            topic: topic.to_string(),
+            queue_id,
+            offset,
+            store_timestamp_ms: batch.store_timestamp_ms,
+            size: raw.len() as u32,
+            message,
+            raw: raw.clone(),
+        }))
+    }
+
+    /// The ConsumeQueue record at `offset`, if it is readable.
+    pub(crate) fn queue_record(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<Option<CqRecord>, BrokerError> {
+        let range = self.range(topic, queue_id);
+        if offset < range.start || offset >= range.next {
+            return Ok(None);
+        }
+        Ok(self.inner.queues.get(topic, queue_id)?.get(offset))
+    }
+
+    /// Whether `r` names a delivery that is in flight now.
+    pub fn is_current(&self, r: &Receipt) -> bool {
+        let state = self.state();
+        let q = state.consumption.queues.get(&r.key());
+        q.and_then(|q| q.inflight.get(&r.offset)).is_some_and(|f| f.generation == r.generation)
+    }
+
+    /// Which incarnation of a topic exists: the index of the entry that created it.
+    pub fn topic_epoch(&self, name: &str) -> Option<u64> {
+        self.state().consumption.topics.get(&name.to_string()).copied()
+    }
+
+    pub fn group(&self, name: &str) -> Option<GroupConfig> {
+        self.state().consumption.groups.get(&name.to_string()).cloned()
+    }
+
+    pub fn groups(&self) -> Vec<GroupConfig> {
+        self.state().consumption.groups.values().cloned().collect()
+    }
+
+    /// Each group's progress on each topic it has consumed.
+    pub fn group_progress(&self) -> Vec<GroupProgress> {
+        let state = self.state();
+        let mut out: Vec<GroupProgress> = Vec::new();
+        for ((group, topic, q), pop) in state.consumption.queues.iter() {
+            let range = state.queues.get(&(topic.clone(), *q)).copied().unwrap_or_default();
+            let waiting = range.next.saturating_sub(pop.position.max(range.start));
+            let inflight = pop.inflight.len() as u64;
+            let held = pop.held.len() as u64;
+            match out.last_mut() {
+                Some(p) if p.group == *group && p.topic == *topic => {
+                    p.lag += waiting + inflight + held;
+                    p.inflight += inflight;
+                }
+                _ => out.push(GroupProgress {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    lag: waiting + inflight + held,
+                    inflight,
+                }),
+            }
+        }
+        out
+    }
+
+    /// The first offset of (`topic`, `queue_id`) stored at or after `time_ms` (the queue's end
+    /// if none): store times never go back along a queue (the leader stamps them, see
+    /// `State::max_store_ms`), so a binary search finds it.
+    pub fn offset_at_time(&self, topic: &str, queue_id: u32, time_ms: i64) -> Result<u64, BrokerError> {
+        let range = self.range(topic, queue_id);
+        let (mut lo, mut hi) = (range.start, range.next);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.read(topic, queue_id, mid)? {
+                Some(e) if e.store_timestamp_ms < time_ms => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Finds a message by id: the dedupe window first, then a scan of every queue.
+    pub fn find(&self, message_id: &str) -> Result<Option<StoredEntry>, BrokerError> {
+        let hit = self.state().dedupe.iter().find(|((_, id), _)| id == message_id).map(|((t, _), s)| (t.clone(), *s));
+        if let Some((topic, seen)) = hit
+            && let Some(e) = self.read(&topic, seen.queue_id, seen.offset)?
+        {
+            return Ok(Some(e));
+        }
+        let queues: Vec<((String, u32), QueueRange)> =
+            self.state().queues.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for ((topic, q), range) in queues {
+            for offset in range.start..range.next {
+                if let Some(e) = self.read(&topic, q, offset)?
+                    && e.message.message_id == message_id
+                {
+                    return Ok(Some(e));
+                }
+            }
+        }
+        Ok(None)
+    }
+}

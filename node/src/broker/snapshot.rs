@@ -1,0 +1,131 @@
+//! Snapshots: the whole [`State`] as of one index.
+//!
+//! Snapshots are taken at the retention purge point, which is usually well behind
+//! `last_applied`, so the live state can't simply be copied. Instead the previous snapshot (or
+//! the empty state) is taken and the log from just after it up to the snapshot index is replayed
+//! onto it with the same apply the live state ran, effects dropped. Every table — those of today
+//! and any added later — is therefore exactly as of the snapshot index, and installing the
+//! snapshot and then applying the rest of the log gives exactly the state of a replica that
+//! applied everything. The entries replayed are still in the log: it is only ever purged up to
+//! a snapshot.
+
+use bytes::Bytes;
+
+use crate::broker::BrokerError;
+use crate::broker::apply::Effects;
+use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, json};
+use crate::broker::state::{LogPosition, State};
+use crate::store::record::{KIND_BLANK, KIND_COMMAND, KIND_MEMBERSHIP};
+
+impl Broker {
+    /// The state right after applying entry `at` (at most `last_applied`): `previous` — a
+    /// snapshot at an earlier index, or none for the start of the log — with the log between
+    /// them replayed onto it.
+    pub fn state_at(&self, at: u64, previous: Option<State>) -> Result<State, BrokerError> {
+        let mut state = previous.unwrap_or_default();
+        state.local.dedupe_window_ms = self.inner.options.dedupe_window.as_millis() as i64;
+        state.rebuild_derived();
+        let from = state.last_applied.map_or(0, |l| l.index + 1);
+        let first = self.inner.log.bounds().first_index;
+        if from < first && from <= at {
+            return Err(BrokerError::CorruptEntry(format!(
+                "a snapshot at {at} needs the log from {from}, but it starts at {first}"
+            )));
+        }
+        let mut discard = Effects::default();
+        for index in from..=at {
+            let record = self.inner.log.read(index)?.ok_or(crate::store::StoreError::Missing(index))?;
+            let position = LogPosition::from(&record.meta);
+            match record.meta.kind {
+                KIND_COMMAND => {
+                    state.apply(position, record.payload, &mut discard);
+                    discard = Effects::default();
+                }
+                KIND_MEMBERSHIP => state.apply_other(position, Some(membership_json(record.payload)?)),
+                KIND_BLANK => state.apply_other(position, None),
+                other => {
+                    return Err(BrokerError::CorruptEntry(format!("log record {index} has unknown kind {other}")));
+                }
+            }
+        }
+        // Below the snapshot the log is purged: no queue keeps an older message.
+        for range in state.queues.values_mut() {
+            range.start = range.next;
+        }
+        Ok(state)
+    }
+
+    /// After the log is purged up to `snapshot`, messages below each queue's `next` there are
+    /// gone: the queue starts there. Local bookkeeping; safe to repeat (and repeated on start).
+    pub fn forget_before(&self, snapshot: &State) -> Result<(), BrokerError> {
+        let mut state = self.state_mut();
+        for ((topic, q), at) in snapshot.queues.iter() {
+            let key = (topic.clone(), *q);
+            let Some(start) = state.queues.get(&key).map(|r| r.start) else { continue };
+            if start < at.next {
+                self.inner.queues.get(topic, *q)?.purge_below(at.next)?;
+                crate::crash_point!("snapshot::forget::after_purge");
+                if let Some(range) = state.queues.get_mut(&key) {
+                    range.start = at.next;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the whole state with `snapshot`, durably and at once: this node's log below the
+    /// snapshot is going, so its queues start at the snapshot's `next`.
+    pub fn install(&self, snapshot: State) -> Result<(), BrokerError> {
+        let mut journal = self.inner.journal.lock().expect("journal lock");
+        self.refuse_if_failed()?;
+        let mut state = self.state_mut();
+        let mut new = snapshot;
+        new.local.dedupe_window_ms = self.inner.options.dedupe_window.as_millis() as i64;
+        new.rebuild_derived();
+        // ConsumeQueue files first: a crash here leaves the old state, whose replay or the next
+        // install rewrites them. A topic recreated since (another epoch) loses its old files.
+        for name in state.topics.keys() {
+            let same = new.consumption.topics.get(name) == state.consumption.topics.get(name);
+            if !new.topics.contains_key(name) || !same {
+                self.inner.queues.remove_topic(name)?;
+            }
+        }
+        for ((topic, q), range) in new.queues.iter_mut() {
+            range.start = range.next;
+            self.inner.queues.get(topic, *q)?.purge_below(range.next)?;
+        }
+        crate::crash_point!("snapshot::install::after_queues");
+        // Then every row at once: one batch replaces the tree, naming a journal generation that
+        // holds exactly the snapshot's dedupe window.
+        journal.abandoned();
+        let pending = journal.prepare(Default::default(), &new.dedupe);
+        let mark = journal.write(&pending)?;
+        crate::crash_point!("snapshot::install::after_journal");
+        let mut batch = sled::Batch::default();
+        for key in self.inner.tree.iter().keys() {
+            let key = key?;
+            if !key.starts_with(b"@schema") {
+                batch.remove(key);
+            }
+        }
+        for (prefix, table) in new.tables() {
+            table.write_all(prefix, &mut batch);
+        }
+        new.dedupe.take_changed();
+        batch.insert(KEY_APPLIED, json(&new.applied()));
+        batch.insert(KEY_JOURNAL, json(&mark));
+        self.inner.tree.apply_batch(batch)?;
+        if let Err(e) = self.inner.db.flush() {
+            return Err(self.fail(format!("flushing metadata: {e}")));
+        }
+        crate::crash_point!("snapshot::install::after_batch");
+        journal.committed(mark, &pending)?;
+        *state = new;
+        Ok(())
+    }
+}
+
+/// A membership record's payload, kept as the JSON text it is.
+fn membership_json(payload: Bytes) -> Result<String, BrokerError> {
+    String::from_utf8(payload.to_vec()).map_err(|e| BrokerError::CorruptEntry(format!("membership entry: {e}")))
+}

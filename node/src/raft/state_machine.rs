@@ -1,0 +1,192 @@
+//! openraft's `RaftStateMachine` over the [`Broker`]: log ids and memberships translated to the
+//! broker's own types, snapshots as serialized broker [`State`].
+//!
+//! Snapshots carry the broker state, not messages: they exist so that a follower that fell
+//! behind the retention purge can start from the state and replicate the rest of the log. The
+//! latest one is kept in `snapshot.json`. Installing one writes that file first and the broker
+//! state second; a node that crashed between the two finds a snapshot newer than its state on
+//! start and installs it again ([`StateMachine::open`]).
+
+use std::io;
+use std::path::PathBuf;
+
+use futures_util::StreamExt;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+
+use crate::broker::{Broker, LogPosition, MembershipRecord, State};
+use crate::raft::{CommandBytes, LogId, SnapshotMeta, StoredMembership, TypeConfig, log_id};
+use crate::store::{LogReader, RecordMeta};
+
+type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotFile {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+#[derive(Clone)]
+pub struct StateMachine {
+    broker: Broker,
+    log: LogReader,
+    snapshot_path: PathBuf,
+}
+
+fn position(id: &LogId) -> LogPosition {
+    LogPosition { term: id.leader_id.term, leader: id.leader_id.node_id, index: id.index }
+}
+
+fn to_log_id(p: &LogPosition) -> LogId {
+    log_id(&RecordMeta { term: p.term, index: p.index, leader: p.leader, kind: 0 })
+}
+
+fn membership(record: Option<MembershipRecord>) -> io::Result<StoredMembership> {
+    let Some(r) = record else { return Ok(StoredMembership::default()) };
+    let config = serde_json::from_str(&r.config)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("stored membership: {e}")))?;
+    Ok(StoredMembership::new(Some(to_log_id(&r.at)), config))
+}
+
+fn invalid(what: &str) -> impl FnOnce(serde_json::Error) -> io::Error + '_ {
+    move |e| io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {e}"))
+}
+
+impl StateMachine {
+    /// The state machine over `broker`, finishing what a crash may have interrupted: a snapshot
+    /// saved but not yet installed is installed, and queue records below the current snapshot
+    /// are forgotten again.
+    pub fn open(broker: Broker, log: LogReader, snapshot_path: PathBuf) -> io::Result<StateMachine> {
+        let sm = StateMachine { broker, log, snapshot_path };
+        if let Some(snapshot) = sm.load_snapshot()? {
+            let state: State = serde_json::from_slice(&snapshot.snapshot).map_err(invalid("snapshot"))?;
+            let applied = sm.broker.last_applied().map(|l| l.index);
+            if state.last_applied.map(|l| l.index) > applied {
+                tracing::info!(at = ?state.last_applied, "finishing the install of a snapshot");
+                sm.broker.install(state.clone())?;
+            }
+            sm.broker.forget_before(&state)?;
+        }
+        Ok(sm)
+    }
+
+    fn load_snapshot(&self) -> io::Result<Option<Snapshot>> {
+        match std::fs::read(&self.snapshot_path) {
+            Ok(bytes) => {
+                let f: SnapshotFile = serde_json::from_slice(&bytes).map_err(invalid("snapshot file"))?;
+                Ok(Some(Snapshot { meta: f.meta, snapshot: f.data }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the snapshot file atomically: temp file, fsync, rename, fsync of the directory.
+    fn save_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let bytes =
+            serde_json::to_vec(&SnapshotFile { meta: meta.clone(), data: data.to_vec() }).map_err(io::Error::other)?;
+        let tmp = self.snapshot_path.with_extension("tmp");
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.snapshot_path)?;
+        let dir = self.snapshot_path.parent().unwrap_or(std::path::Path::new("."));
+        Ok(crate::store::sync_dir(dir)?)
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = Vec<u8>;
+
+    /// Builds the snapshot at the retention purge point, never later: openraft purges the log up
+    /// to whatever snapshot it gets, and messages after the purge point must stay.
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        let current = self.load_snapshot()?;
+        let current_index = current.as_ref().and_then(|s| s.meta.last_log_id).map(|l| l.index);
+        let applied = self.broker.last_applied().map(|l| l.index);
+        let target = self.broker.snapshot_target().min(applied);
+        let at = match target {
+            Some(t) if current_index.is_none_or(|c| t > c) => self.log.read(t)?.map(|r| r.meta.index),
+            _ => None,
+        };
+        let Some(at) = at else {
+            // Nothing new to snapshot: the current one stands (or an empty one before any).
+            return Ok(current.unwrap_or_else(|| Snapshot {
+                meta: SnapshotMeta::default(),
+                snapshot: serde_json::to_vec(&State::default()).unwrap_or_default(),
+            }));
+        };
+        let previous = match &current {
+            Some(s) => Some(serde_json::from_slice::<State>(&s.snapshot).map_err(invalid("snapshot"))?),
+            None => None,
+        };
+        let state = self.broker.state_at(at, previous)?;
+        crate::crash_point!("snapshot::build::after_replay");
+        let meta = SnapshotMeta {
+            last_log_id: state.last_applied.as_ref().map(to_log_id),
+            last_membership: membership(state.membership.clone())?,
+        };
+        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
+        self.save_snapshot(&meta, &bytes)?;
+        crate::crash_point!("snapshot::build::after_save");
+        self.broker.forget_before(&state)?;
+        Ok(Snapshot { meta, snapshot: bytes })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
+        Ok((self.broker.last_applied().as_ref().map(to_log_id), membership(self.broker.membership())?))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
+    where
+        S: futures_util::Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
+    {
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let at = position(&entry.log_id);
+            let reply = match entry.payload {
+                EntryPayload::Blank => {
+                    self.broker.apply_other(at, None);
+                    Default::default()
+                }
+                EntryPayload::Membership(m) => {
+                    // The same JSON the log record carries, so a snapshot replay records it identically.
+                    self.broker.apply_other(at, Some(serde_json::to_string(&m).map_err(io::Error::other)?));
+                    Default::default()
+                }
+                EntryPayload::Normal(CommandBytes(bytes)) => self.broker.apply(at, bytes)?,
+            };
+            if let Some(r) = responder {
+                r.send(reply);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> io::Result<()> {
+        let state: State = serde_json::from_slice(&snapshot).map_err(invalid("snapshot"))?;
+        if state.last_applied.as_ref().map(to_log_id) != meta.last_log_id {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot data and metadata disagree"));
+        }
+        // The file first: a crash after it finishes the install on the next start.
+        self.save_snapshot(meta, &snapshot)?;
+        crate::crash_point!("snapshot::install::after_save");
+        self.broker.install(state)?;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        self.load_snapshot()
+    }
+}

@@ -1,1 +1,246 @@
+//! Snapshots are one point in time: installing the snapshot taken at `at` and applying the log
+//! after it gives exactly the state — every table, every ConsumeQueue record — of a replica that
+//! applied everything (and purged its log at the same point).
 
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use crate::broker::group::GroupConfig;
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::state_test::{Node, create, lid, node, send};
+use crate::broker::subscription::TagFilter;
+use crate::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest, Reply, State};
+
+const TOPICS: [&str; 2] = ["A", "B"];
+const GROUPS: [&str; 2] = ["g", "h"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    CreateTopic { topic: usize, queues: u32 },
+    DeleteTopic { topic: usize },
+    /// Message ids come from a small pool, so retries (duplicates) happen.
+    Send { topic: usize, queue: u32, ids: Vec<u8>, later_ms: i64 },
+    CreateGroup { group: usize, fifo: bool },
+    DeleteGroup { group: usize },
+    Pop { group: usize, topic: usize, later_ms: i64 },
+    /// Acks (or, if `change`, gives a new invisible time to) the group's first delivery in flight.
+    Settle { group: usize, change: bool },
+    Reset { group: usize, topic: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..2usize, 1..4u32).prop_map(|(topic, queues)| Op::CreateTopic { topic, queues }),
+        (0..2usize).prop_map(|topic| Op::DeleteTopic { topic }),
+        (0..2usize, 0..3u32, proptest::collection::vec(0..12u8, 1..4), 0..90_000i64)
+            .prop_map(|(topic, queue, ids, later_ms)| Op::Send { topic, queue, ids, later_ms }),
+        (0..2usize, any::<bool>()).prop_map(|(group, fifo)| Op::CreateGroup { group, fifo }),
+        (0..2usize).prop_map(|group| Op::DeleteGroup { group }),
+        (0..2usize, 0..2usize, 0..3_000i64).prop_map(|(group, topic, later_ms)| Op::Pop { group, topic, later_ms }),
+        (0..2usize, any::<bool>()).prop_map(|(group, change)| Op::Settle { group, change }),
+        (0..2usize, 0..2usize).prop_map(|(group, topic)| Op::Reset { group, topic }),
+    ]
+}
+
+/// Turns `op` into the commands a leader would propose against `n`'s state, and commits them.
+fn run(n: &mut Node, op: &Op, clock: &mut i64) {
+    match op {
+        Op::CreateTopic { topic, queues } => {
+            n.commit(&create(TOPICS[*topic], *queues));
+        }
+        Op::DeleteTopic { topic } => {
+            n.commit(&Command::Admin(AdminCommand::DeleteTopic { name: TOPICS[*topic].into() }));
+        }
+        Op::Send { topic, queue, ids, later_ms } => {
+            *clock += later_ms;
+            let ids: Vec<String> = ids.iter().map(|i| format!("id-{i}")).collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            n.commit(&send(TOPICS[*topic], *queue, *clock, &ids));
+        }
+        Op::CreateGroup { group, fifo } => {
+            let g = GroupConfig { name: GROUPS[*group].into(), fifo: *fifo, max_attempts: 2 };
+            n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+        }
+        Op::DeleteGroup { group } => {
+            n.commit(&Command::Consume(ConsumeCommand::DeleteGroup { name: GROUPS[*group].into() }));
+        }
+        Op::Pop { group, topic, later_ms } => {
+            *clock += later_ms;
+            let (Some(g), Some(t)) = (n.broker.group(GROUPS[*group]), n.broker.topic(TOPICS[*topic])) else { return };
+            let request = PopRequest {
+                group: &g,
+                topic: &t,
+                filter: &TagFilter::All,
+                max_messages: 3,
+                invisible_ms: 1_000,
+                now_ms: *clock,
+                first_queue: 0,
+            };
+            let plan = n.broker.plan_pop(&request).expect("plan");
+            for d in plan.dead_letters {
+                n.commit(&Command::DeadLetter(d));
+            }
+            n.commit(&Command::Consume(ConsumeCommand::Pop(plan.pop)));
+        }
+        Op::Settle { group, change } => {
+            let first = {
+                let state = n.broker.state();
+                state
+                    .consumption
+                    .queues
+                    .iter()
+                    .filter(|((g, _, _), _)| g == GROUPS[*group])
+                    .find_map(|((g, t, q), p)| {
+                        p.inflight.iter().next().map(|(o, f)| Receipt {
+                            group: g.clone(),
+                            topic: t.clone(),
+                            queue_id: *q,
+                            offset: *o,
+                            generation: f.generation,
+                        })
+                    })
+            };
+            let Some(receipt) = first else { return };
+            let command = if *change {
+                ConsumeCommand::ChangeInvisible { receipt, now_ms: *clock, invisible_ms: 500 }
+            } else {
+                ConsumeCommand::Ack(receipt)
+            };
+            n.commit(&Command::Consume(command));
+        }
+        Op::Reset { group, topic } => {
+            let Some(epoch) = n.broker.topic_epoch(TOPICS[*topic]) else { return };
+            let command = ConsumeCommand::ResetOffset {
+                group: GROUPS[*group].into(),
+                topic: TOPICS[*topic].into(),
+                topic_epoch: epoch,
+                positions: vec![(0, 0)],
+            };
+            n.commit(&Command::Consume(command));
+        }
+    }
+}
+
+/// A broker of its own that reads `leader`'s log (it only reads it to serve messages).
+fn follower(dir: &Path, leader: &Node) -> Broker {
+    let options = BrokerOptions {
+        dir: dir.join("broker"),
+        cq_records_per_file: 8,
+        dedupe_window: std::time::Duration::from_secs(120),
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+    };
+    Broker::open(options, leader.log.reader()).expect("open follower")
+}
+
+/// Applies the leader's log entries `from..to` to `b`.
+fn replay(b: &Broker, leader: &Node, from: u64, to: u64) {
+    let reader = leader.log.reader();
+    for index in from..to {
+        let record = reader.read(index).unwrap().unwrap();
+        b.apply(LogPosition::from(&record.meta), record.payload).unwrap();
+    }
+}
+
+/// Every table equal, and every readable ConsumeQueue record byte for byte.
+fn assert_same(a: &Broker, b: &Broker) {
+    let (sa, sb): (State, State) = (a.state().clone(), b.state().clone());
+    assert_eq!(sa, sb);
+    assert_eq!(sa.digest(), sb.digest());
+    for ((topic, q), range) in sa.queues.iter() {
+        for offset in range.start..range.next {
+            assert_eq!(
+                a.queue_record(topic, *q, offset).unwrap(),
+                b.queue_record(topic, *q, offset).unwrap(),
+                "{topic}/{q} offset {offset}"
+            );
+        }
+    }
+}
+
+fn check_install_then_replay(ops: &[Op], at_pick: prop::sample::Index, earlier_pick: prop::sample::Index) {
+    let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut leader = node(ld.path());
+    let mut clock = 1_000_000;
+    for op in ops {
+        run(&mut leader, op, &mut clock);
+    }
+    let end = leader.next_index;
+    if end == 0 {
+        return;
+    }
+    let at = at_pick.index(end as usize) as u64;
+    // Built as retention builds them: on top of an earlier snapshot.
+    let earlier = earlier_pick.index(at as usize + 1) as u64;
+    let previous = leader.broker.state_at(earlier, None).unwrap();
+    let snapshot = leader.broker.state_at(at, Some(previous)).unwrap();
+    assert_eq!(snapshot, leader.broker.state_at(at, None).unwrap(), "the same with or without a base");
+    leader.broker.forget_before(&snapshot).unwrap();
+
+    let f = follower(fd.path(), &leader);
+    f.install(serde_json::from_slice(&serde_json::to_vec(&snapshot).unwrap()).unwrap()).unwrap();
+    replay(&f, &leader, at + 1, end);
+    assert_same(&leader.broker, &f);
+    // And the install was durable: a restart plus the replay of what was not checkpointed.
+    drop(f);
+    let f = follower(fd.path(), &leader);
+    let applied = f.last_applied().map(|l| l.index).unwrap();
+    replay(&f, &leader, applied + 1, end);
+    assert_same(&leader.broker, &f);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn installing_a_snapshot_then_replaying_equals_applying_everything(
+        ops in proptest::collection::vec(op(), 1..40),
+        at in any::<prop::sample::Index>(),
+        earlier in any::<prop::sample::Index>(),
+    ) {
+        // Always start with something to consume, then the random mix.
+        let mut all = vec![
+            Op::CreateTopic { topic: 0, queues: 2 },
+            Op::CreateGroup { group: 0, fifo: false },
+        ];
+        all.extend(ops);
+        check_install_then_replay(&all, at, earlier);
+    }
+}
+
+#[test]
+fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_installed_it() {
+    let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut leader = node(ld.path());
+    leader.commit(&create("Old", 1));
+    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 5 };
+    leader.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    leader.commit(&send("Old", 0, 1_000, &["retry-me"]));
+    let at = leader.next_index - 1;
+    leader.commit(&create("New", 1));
+    leader.commit(&send("New", 0, 2_000, &["n1"]));
+    // A retry of a message sent just before the snapshot point.
+    assert!(matches!(leader.commit(&send("Old", 0, 3_000, &["retry-me"])), Reply::Sent(o) if o[0].duplicate));
+
+    let snapshot = leader.broker.state_at(at, None).unwrap();
+    let f = follower(fd.path(), &leader);
+    f.install(snapshot).unwrap();
+    replay(&f, &leader, at + 1, leader.next_index);
+    assert_eq!(f.topic_epoch("New"), leader.broker.topic_epoch("New"));
+    assert_eq!(f.queue_status("Old")[0].next, 1, "the retry was not stored twice on the replica");
+    // The replica can plan a pop of the new topic that its state accepts.
+    let t = f.topic("New").unwrap();
+    let request = PopRequest {
+        group: &g,
+        topic: &t,
+        filter: &TagFilter::All,
+        max_messages: 8,
+        invisible_ms: 1_000,
+        now_ms: 5_000,
+        first_queue: 0,
+    };
+    let plan = f.plan_pop(&request).unwrap();
+    let mut f_state = f.state().clone();
+    let reply = f_state.apply(lid(leader.next_index), Command::Consume(ConsumeCommand::Pop(plan.pop)).encode(), &mut Default::default());
+    assert!(matches!(reply, Reply::Consume(ConsumeOutcome::Delivered(d)) if d.len() == 1));
+}

@@ -11,7 +11,7 @@ use crate::broker::{AdminCommand, Broker, BrokerOptions, Command, Reply, TopicCo
 use crate::store::{CommitLog, LogConfig, RecordMeta};
 
 pub(crate) struct Node {
-    log: CommitLog,
+    pub log: CommitLog,
     pub broker: Broker,
     pub next_index: u64,
 }

@@ -119,12 +119,7 @@ impl Broker {
     }
 
     /// The ConsumeQueue record at `offset`, if it is readable.
-    pub(crate) fn queue_record(
-        &self,
-        topic: &str,
-        queue_id: u32,
-        offset: u64,
-    ) -> Result<Option<CqRecord>, BrokerError> {
+    pub fn queue_record(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<CqRecord>, BrokerError> {
         let range = self.range(topic, queue_id);
         if offset < range.start || offset >= range.next {
             return Ok(None);

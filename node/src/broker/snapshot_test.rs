@@ -17,16 +17,41 @@ const GROUPS: [&str; 2] = ["g", "h"];
 
 #[derive(Debug, Clone)]
 enum Op {
-    CreateTopic { topic: usize, queues: u32 },
-    DeleteTopic { topic: usize },
+    CreateTopic {
+        topic: usize,
+        queues: u32,
+    },
+    DeleteTopic {
+        topic: usize,
+    },
     /// Message ids come from a small pool, so retries (duplicates) happen.
-    Send { topic: usize, queue: u32, ids: Vec<u8>, later_ms: i64 },
-    CreateGroup { group: usize, fifo: bool },
-    DeleteGroup { group: usize },
-    Pop { group: usize, topic: usize, later_ms: i64 },
+    Send {
+        topic: usize,
+        queue: u32,
+        ids: Vec<u8>,
+        later_ms: i64,
+    },
+    CreateGroup {
+        group: usize,
+        fifo: bool,
+    },
+    DeleteGroup {
+        group: usize,
+    },
+    Pop {
+        group: usize,
+        topic: usize,
+        later_ms: i64,
+    },
     /// Acks (or, if `change`, gives a new invisible time to) the group's first delivery in flight.
-    Settle { group: usize, change: bool },
-    Reset { group: usize, topic: usize },
+    Settle {
+        group: usize,
+        change: bool,
+    },
+    Reset {
+        group: usize,
+        topic: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -86,12 +111,8 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
         Op::Settle { group, change } => {
             let first = {
                 let state = n.broker.state();
-                state
-                    .consumption
-                    .queues
-                    .iter()
-                    .filter(|((g, _, _), _)| g == GROUPS[*group])
-                    .find_map(|((g, t, q), p)| {
+                state.consumption.queues.iter().filter(|((g, _, _), _)| g == GROUPS[*group]).find_map(
+                    |((g, t, q), p)| {
                         p.inflight.iter().next().map(|(o, f)| Receipt {
                             group: g.clone(),
                             topic: t.clone(),
@@ -99,7 +120,8 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
                             offset: *o,
                             generation: f.generation,
                         })
-                    })
+                    },
+                )
             };
             let Some(receipt) = first else { return };
             let command = if *change {
@@ -241,6 +263,10 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     };
     let plan = f.plan_pop(&request).unwrap();
     let mut f_state = f.state().clone();
-    let reply = f_state.apply(lid(leader.next_index), Command::Consume(ConsumeCommand::Pop(plan.pop)).encode(), &mut Default::default());
+    let reply = f_state.apply(
+        lid(leader.next_index),
+        Command::Consume(ConsumeCommand::Pop(plan.pop)).encode(),
+        &mut Default::default(),
+    );
     assert!(matches!(reply, Reply::Consume(ConsumeOutcome::Delivered(d)) if d.len() == 1));
 }

@@ -1,0 +1,311 @@
+//! A crash at every step of a checkpoint, a journal rewrite, a snapshot build and a snapshot
+//! install recovers, after the log is replayed, to exactly the state of a replica that never
+//! crashed: the same tables (digest) and the same messages at the same queue offsets.
+//!
+//! Each crash point is armed with `return`: the operation stops right there with an error, the
+//! test drops every handle — what a process crash leaves, since completed writes stay in the page
+//! cache — and reopens the directory as a restarting node would. Run with
+//! `cargo test -p rockraft --features failpoints --test broker_crash_points`.
+#![cfg(feature = "failpoints")]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::RaftSnapshotBuilder;
+use openraft::storage::RaftStateMachine;
+use prost::Message;
+use rockraft::broker::group::GroupConfig;
+use rockraft::broker::pop::{ConsumeCommand, Receipt};
+use rockraft::broker::subscription::TagFilter;
+use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest, State};
+use rockraft::raft::StateMachine;
+use rockraft::store::{CommitLog, LogConfig, RecordMeta};
+use rockraft_proto::rockraft::{SendBatch, StoredMessage};
+
+/// One node's storage: its log, its broker, and the snapshot file the Raft layer keeps.
+struct Replica {
+    dir: PathBuf,
+    log: CommitLog,
+    broker: Broker,
+    next: u64,
+}
+
+fn options(dir: &Path) -> BrokerOptions {
+    BrokerOptions {
+        dir: dir.join("broker"),
+        cq_records_per_file: 4,
+        dedupe_window: Duration::from_secs(120),
+        checkpoint_interval: Duration::from_secs(3600),
+    }
+}
+
+impl Replica {
+    fn open(dir: &Path) -> Replica {
+        let mut config = LogConfig::new(dir.join("log"));
+        config.segment_size = 1 << 20;
+        let log = CommitLog::open(config, None).expect("open log");
+        let broker = Broker::open(options(dir), log.reader()).expect("open broker");
+        let next = log.bounds().next_index();
+        Replica { dir: dir.to_path_buf(), log, broker, next }
+    }
+
+    /// What a restart does: reopen everything, finish an interrupted install, and re-apply the
+    /// log after the last checkpoint (as openraft does on start).
+    async fn restart(self) -> Replica {
+        let dir = self.dir.clone();
+        drop(self);
+        let r = Replica::open(&dir);
+        StateMachine::open(r.broker.clone(), r.log.reader(), dir.join("snapshot.json")).expect("open state machine");
+        let from = r.broker.last_applied().map_or(0, |l| l.index + 1);
+        r.replay(&r.log.reader(), from, r.next);
+        r
+    }
+
+    fn state_machine(&self) -> StateMachine {
+        StateMachine::open(self.broker.clone(), self.log.reader(), self.dir.join("snapshot.json")).unwrap()
+    }
+
+    fn commit(&mut self, command: &Command) {
+        let bytes = command.encode();
+        let meta = RecordMeta { term: 1, index: self.next, leader: 1, kind: rockraft::store::record::KIND_COMMAND };
+        self.log.append(vec![(meta, bytes.clone())], Box::new(|r| r.expect("append"))).unwrap();
+        self.broker.apply(LogPosition::from(&meta), bytes).unwrap();
+        self.next += 1;
+    }
+
+    /// Applies `from..to` of `log` (its own, or a leader's it is catching up from).
+    fn replay(&self, log: &rockraft::store::LogReader, from: u64, to: u64) {
+        for index in from..to {
+            let record = log.read(index).unwrap().expect("entry present");
+            self.broker.apply(LogPosition::from(&record.meta), record.payload).unwrap();
+        }
+    }
+
+    /// Appends the leader's entries `from..to` to this replica's log and applies them.
+    fn follow(&mut self, leader: &Replica, from: u64, to: u64) {
+        let log = leader.log.reader();
+        for index in from..to {
+            let record = log.read(index).unwrap().unwrap();
+            self.log.append(vec![(record.meta, record.payload.clone())], Box::new(|r| r.expect("append"))).unwrap();
+            self.broker.apply(LogPosition::from(&record.meta), record.payload).unwrap();
+        }
+        self.next = to;
+    }
+}
+
+fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[String]) -> Command {
+    let messages = ids
+        .iter()
+        .map(|id| {
+            let m = StoredMessage {
+                message_id: id.clone(),
+                tag: "T".into(),
+                body: Bytes::from(id.clone()),
+                ..Default::default()
+            };
+            Bytes::from(m.encode_to_vec())
+        })
+        .collect();
+    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, messages })
+}
+
+/// A workload touching every kind of state: topics, queues, retries, groups, pops, acks.
+fn workload(r: &mut Replica, round: u64) {
+    if round == 0 {
+        r.commit(&Command::Admin(AdminCommand::CreateTopic(rockraft::broker::TopicConfig {
+            name: "T".into(),
+            queues: 2,
+            kind: rockraft::broker::TopicKind::Normal,
+        })));
+        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 3 };
+        r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+    }
+    let base = 1_000_000 + round as i64 * 10_000;
+    for i in 0..6u64 {
+        // Every id is sent twice: the retry must be stored once, on every replica.
+        let ids = vec![format!("m{round}-{i}"), format!("m{round}-{}", i.saturating_sub(1))];
+        r.commit(&send("T", (i % 2) as u32, base + i as i64, &ids));
+    }
+    let g = r.broker.group("g").unwrap();
+    let t = r.broker.topic("T").unwrap();
+    let request = PopRequest {
+        group: &g,
+        topic: &t,
+        filter: &TagFilter::All,
+        max_messages: 4,
+        invisible_ms: 60_000,
+        now_ms: base + 100,
+        first_queue: round as u32,
+    };
+    let plan = r.broker.plan_pop(&request).unwrap();
+    let pop = plan.pop.clone();
+    r.commit(&Command::Consume(ConsumeCommand::Pop(plan.pop)));
+    let index = r.next - 1;
+    if let Some(take) = pop.takes.first()
+        && let Some((offset, _)) = take.deliver.first()
+    {
+        let receipt = Receipt {
+            group: "g".into(),
+            topic: "T".into(),
+            queue_id: take.queue_id,
+            offset: *offset,
+            generation: index,
+        };
+        r.commit(&Command::Consume(ConsumeCommand::Ack(receipt)));
+    }
+}
+
+/// Same tables, same messages at the same offsets.
+fn assert_converged(a: &Broker, b: &Broker) {
+    assert_eq!(a.digest(), b.digest(), "replicated state differs");
+    for t in a.topics() {
+        for q in a.queue_status(&t.name) {
+            for offset in q.start..q.next {
+                assert_eq!(
+                    a.queue_record(&t.name, q.queue_id, offset).unwrap(),
+                    b.queue_record(&t.name, q.queue_id, offset).unwrap(),
+                    "{} queue {} offset {offset}",
+                    t.name,
+                    q.queue_id
+                );
+                let (x, y) =
+                    (a.read(&t.name, q.queue_id, offset).unwrap(), b.read(&t.name, q.queue_id, offset).unwrap());
+                assert_eq!(x.map(|e| e.message), y.map(|e| e.message));
+            }
+        }
+    }
+}
+
+const CHECKPOINT_POINTS: [&str; 7] = [
+    "checkpoint::after_capture",
+    "checkpoint::after_log_sync",
+    "checkpoint::after_queue_sync",
+    "journal::append::after_write",
+    "checkpoint::after_journal",
+    "checkpoint::after_batch",
+    "checkpoint::after_flush",
+];
+
+#[tokio::test]
+async fn a_crash_at_any_step_of_a_checkpoint_recovers_to_the_replicas_state() {
+    let _scenario = fail::FailScenario::setup();
+    for point in CHECKPOINT_POINTS {
+        let (rd, cd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut reference = Replica::open(rd.path());
+        let mut crashed = Replica::open(cd.path());
+        for r in [&mut reference, &mut crashed] {
+            workload(r, 0);
+        }
+        crashed.broker.checkpoint().unwrap();
+        for r in [&mut reference, &mut crashed] {
+            workload(r, 1);
+        }
+        fail::cfg(point, "return").unwrap();
+        assert!(crashed.broker.checkpoint().is_err(), "{point} was not reached");
+        fail::remove(point);
+        let mut crashed = crashed.restart().await;
+        assert_converged(&reference.broker, &crashed.broker);
+        // It carries on like the others, and its next checkpoint holds.
+        for r in [&mut reference, &mut crashed] {
+            workload(r, 2);
+        }
+        crashed.broker.checkpoint().unwrap();
+        let crashed = crashed.restart().await;
+        assert_converged(&reference.broker, &crashed.broker);
+    }
+}
+
+#[tokio::test]
+async fn a_crash_while_the_dedupe_journal_is_rewritten_recovers_to_the_replicas_state() {
+    let _scenario = fail::FailScenario::setup();
+    for point in ["journal::rewrite::after_write", "journal::rewrite::before_removing_old"] {
+        let (rd, cd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut reference = Replica::open(rd.path());
+        let mut crashed = Replica::open(cd.path());
+        for r in [&mut reference, &mut crashed] {
+            workload(r, 0);
+        }
+        // A failed checkpoint leaves the journal's tail unknown: the next one rewrites it.
+        fail::cfg("checkpoint::after_journal", "return").unwrap();
+        assert!(crashed.broker.checkpoint().is_err());
+        fail::remove("checkpoint::after_journal");
+        for r in [&mut reference, &mut crashed] {
+            workload(r, 1);
+        }
+        fail::cfg(point, "return").unwrap();
+        assert!(crashed.broker.checkpoint().is_err(), "{point} was not reached");
+        fail::remove(point);
+        let crashed = crashed.restart().await;
+        assert_converged(&reference.broker, &crashed.broker);
+    }
+}
+
+#[tokio::test]
+async fn a_crash_while_a_snapshot_is_built_recovers_to_the_replicas_state() {
+    let _scenario = fail::FailScenario::setup();
+    for point in ["snapshot::build::after_replay", "snapshot::build::after_save", "snapshot::forget::after_purge"] {
+        let (rd, cd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut reference = Replica::open(rd.path());
+        let mut crashed = Replica::open(cd.path());
+        for round in 0..3 {
+            for r in [&mut reference, &mut crashed] {
+                workload(r, round);
+            }
+        }
+        let at = crashed.next - 4;
+        for r in [&reference, &crashed] {
+            r.broker.set_snapshot_target(at);
+        }
+        reference.state_machine().build_snapshot().await.unwrap();
+        fail::cfg(point, "return").unwrap();
+        assert!(crashed.state_machine().build_snapshot().await.is_err(), "{point} was not reached");
+        fail::remove(point);
+        let crashed = crashed.restart().await;
+        // A snapshot that was saved is in force after the restart; one that was not is rebuilt.
+        crashed.broker.set_snapshot_target(at);
+        crashed.state_machine().build_snapshot().await.unwrap();
+        assert_converged(&reference.broker, &crashed.broker);
+    }
+}
+
+#[tokio::test]
+async fn a_crash_while_a_snapshot_is_installed_recovers_to_the_replicas_state() {
+    let _scenario = fail::FailScenario::setup();
+    for point in [
+        "snapshot::install::after_save",
+        "snapshot::install::after_queues",
+        "snapshot::install::after_journal",
+        "snapshot::install::after_batch",
+    ] {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut leader = Replica::open(ld.path());
+        let mut follower = Replica::open(fd.path());
+        workload(&mut leader, 0);
+        // The follower had the start of the log, then fell behind the leader's purge point.
+        follower.follow(&leader, 0, 3);
+        follower.broker.checkpoint().unwrap();
+        for round in 1..3 {
+            workload(&mut leader, round);
+        }
+        let at = leader.next - 5;
+        leader.broker.set_snapshot_target(at);
+        let snapshot = leader.state_machine().build_snapshot().await.unwrap();
+        fail::cfg(point, "return").unwrap();
+        let installed = follower.state_machine().install_snapshot(&snapshot.meta, snapshot.snapshot.clone()).await;
+        assert!(installed.is_err(), "{point} was not reached");
+        fail::remove(point);
+        let mut follower = follower.restart().await;
+        let applied = follower.broker.last_applied().map(|l| l.index);
+        // Either the install finished on restart, or (crashed before the snapshot file) the
+        // follower is where it was and the leader sends the snapshot again.
+        if applied < Some(at) {
+            let state: State = serde_json::from_slice(&snapshot.snapshot).unwrap();
+            follower.broker.install(state).unwrap();
+        }
+        // As openraft does after an install: the log below the snapshot goes, the leader's follows.
+        follower.log.purge(at).unwrap();
+        follower.follow(&leader, at + 1, leader.next);
+        assert_converged(&leader.broker, &follower.broker);
+    }
+}

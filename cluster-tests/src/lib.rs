@@ -36,6 +36,8 @@ pub struct Options {
     pub extra_config: String,
     /// Keys of the `[storage]` table (segments are 1 MiB already).
     pub storage: String,
+    /// Keys of the `[broker]` table.
+    pub broker: String,
 }
 
 fn free_port() -> u16 {
@@ -83,13 +85,14 @@ impl Cluster {
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
                 node.dir.display(),
                 options.extra_config,
                 options.storage,
+                options.broker,
                 members
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
@@ -113,10 +116,21 @@ impl Cluster {
     }
 
     fn spawn(&mut self, id: u64) {
+        self.spawn_with(id, None);
+    }
+
+    /// Starts node `id`, with `FAILPOINTS` set when `crash_points` is given (the node binary of
+    /// the test suite is built with the `failpoints` feature).
+    fn spawn_with(&mut self, id: u64, crash_points: Option<&str>) {
         let bin = self.bin.clone();
         let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(node.dir.join("node.log")).expect("log");
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        match crash_points {
+            Some(f) => command.env("FAILPOINTS", f),
+            None => command.env_remove("FAILPOINTS"),
+        };
+        let child = command
             .arg("node")
             .arg("--config")
             .arg(node.dir.join("config.toml"))
@@ -147,6 +161,33 @@ impl Cluster {
 
     pub fn restart(&mut self, id: u64) {
         self.spawn(id);
+    }
+
+    /// Starts node `id` again on its data with crash points armed (`FAILPOINTS` syntax, e.g.
+    /// `checkpoint::after_journal=3*off->return(abort)`).
+    pub fn restart_with_crash_points(&mut self, id: u64, crash_points: &str) {
+        self.spawn_with(id, Some(crash_points));
+    }
+
+    /// Whether node `id`'s process is running.
+    pub fn is_running(&mut self, id: u64) -> bool {
+        let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
+        match node.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                node.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// This node's applied index and state digest, if it answers.
+    pub async fn digest(&self, id: u64) -> Option<rockraft::admin::api::StateDigest> {
+        match call(&self.node(id).client_addr, &AdminRequest::Digest).await {
+            Ok(AdminResponse::Digest(d)) => Some(d),
+            _ => None,
+        }
     }
 
     /// All client endpoints, comma-separated: the official Rust client's `access_url`.

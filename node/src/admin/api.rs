@@ -52,6 +52,9 @@ pub enum AdminRequest {
         id: String,
         local: bool,
     },
+    /// This node's applied index and a digest of its replicated state: replicas at the same
+    /// index must agree (`rockraft cluster verify`).
+    Digest,
     /// A follower's receive asks the leader to plan and propose a pop.
     Pop(PopOrder),
     /// A follower asks the leader to move a delivery to the dead-letter topic (the leader holds
@@ -87,6 +90,7 @@ pub enum AdminResponse {
     Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
     ReadIndex(u64),
+    Digest(StateDigest),
     Popped(Result<Popped, PopError>),
     DeadLettered(Result<ConsumeOutcome, PopError>),
     Error(String),
@@ -103,6 +107,12 @@ pub struct NodeStatus {
     pub applied: Option<u64>,
     pub purged: Option<u64>,
     pub members: Vec<MemberInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDigest {
+    pub applied: Option<u64>,
+    pub digest: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

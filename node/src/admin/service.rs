@@ -164,6 +164,10 @@ impl AdminServer {
                 }
                 Ok(AdminResponse::Messages(out))
             }
+            AdminRequest::Digest => {
+                let (applied, digest) = node.broker.digest();
+                Ok(AdminResponse::Digest(crate::admin::api::StateDigest { applied, digest }))
+            }
             AdminRequest::ReadIndex => node.read_index().await.map(AdminResponse::ReadIndex),
             AdminRequest::Pop(order) => Ok(AdminResponse::Popped(crate::proxy::pop::pop_here(node, &order).await)),
             AdminRequest::DeadLetter(receipt) => {

@@ -111,6 +111,9 @@ enum ClusterCmd {
         #[arg(long)]
         id: u64,
     },
+    /// Checks that the replicas agree: every member's digest of its replicated state, compared
+    /// once they have applied the same index (exit code 1 if they differ).
+    Verify,
 }
 
 #[derive(Subcommand)]
@@ -204,6 +207,56 @@ async fn request(endpoint: &str, req: AdminRequest) -> Result<AdminResponse, Str
     match call(endpoint, &req).await? {
         AdminResponse::Error(e) => Err(e),
         ok => Ok(ok),
+    }
+}
+
+/// Asks every member for its state digest until they report the same applied index (writes may
+/// be going on), then compares the digests.
+async fn cluster_verify(endpoint: &str) -> Result<(), String> {
+    let AdminResponse::Status(here) = request(endpoint, AdminRequest::Status).await? else {
+        return Err("unexpected answer".into());
+    };
+    let mut members: Vec<(u64, String)> = here.members.iter().map(|m| (m.id, m.client_addr.clone())).collect();
+    if members.is_empty() {
+        members.push((here.id, endpoint.to_string()));
+    }
+    let mut last = Vec::new();
+    for _ in 0..50 {
+        last.clear();
+        for (id, addr) in &members {
+            let answer = tokio::time::timeout(Duration::from_secs(2), call(addr, &AdminRequest::Digest)).await;
+            match answer {
+                Ok(Ok(AdminResponse::Digest(d))) => last.push((*id, Some(d))),
+                _ => last.push((*id, None)),
+            }
+        }
+        let applied: std::collections::BTreeSet<Option<u64>> =
+            last.iter().map(|(_, d)| d.and_then(|d| d.applied)).collect();
+        if applied.len() == 1 && last.iter().all(|(_, d)| d.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (id, d) in &last {
+        match d {
+            Some(d) => println!(
+                "node {id}: applied {} digest {:016x}",
+                d.applied.map_or("-".into(), |a| a.to_string()),
+                d.digest
+            ),
+            None => println!("node {id}: no answer"),
+        }
+    }
+    let answers: Vec<_> = last.iter().filter_map(|(_, d)| *d).collect();
+    let same_index = answers.windows(2).all(|w| w[0].applied == w[1].applied);
+    if !same_index || answers.len() != last.len() {
+        return Err("the replicas did not reach the same applied index; try again when writes pause".into());
+    }
+    if answers.windows(2).all(|w| w[0].digest == w[1].digest) {
+        println!("the replicas agree");
+        Ok(())
+    } else {
+        Err("the replicas' states differ".into())
     }
 }
 
@@ -301,6 +354,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             request(ep, AdminRequest::AddNode { id, raft_addr, client_addr }).await.map(done)
         }
         Top::Cluster(ClusterCmd::RemoveNode { id }) => request(ep, AdminRequest::RemoveNode { id }).await.map(done),
+        Top::Cluster(ClusterCmd::Verify) => cluster_verify(ep).await,
         Top::Topic(TopicCmd::Create { name, queues, kind }) => {
             request(ep, AdminRequest::CreateTopic(TopicConfig { name, queues, kind })).await.map(done)
         }

@@ -61,7 +61,8 @@ fn node_binary() -> PathBuf {
 }
 
 impl Cluster {
-    /// Starts `n` nodes with 1 MiB segments, initialises the group and waits for a leader.
+    /// Starts `n` nodes with 1 MiB segments (so bodies are capped at 512 KiB: a message must fit
+    /// one segment), initialises the group and waits for a leader.
     pub async fn start(n: u64, options: Options) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let nodes: Vec<Node> = (1..=n)

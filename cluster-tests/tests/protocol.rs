@@ -47,7 +47,7 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
 
     let r = send(&mut c, vec![message("Nope", "m1", body(), None)]).await;
     assert_eq!(code(&r), Code::TopicNotFound as i32);
-    let r = send(&mut c, vec![message("Plain", "m2", Bytes::from(vec![0u8; (4 << 20) + 1]), None)]).await;
+    let r = send(&mut c, vec![message("Plain", "m2", Bytes::from(vec![0u8; (512 << 10) + 1]), None)]).await;
     assert_eq!(code(&r), Code::MessageBodyTooLarge as i32);
     let r = send(&mut c, vec![message("Plain", "m3", body(), Some("group"))]).await;
     assert_eq!(code(&r), Code::MessagePropertyConflictWithType as i32);

@@ -9,6 +9,11 @@ use serde::Deserialize;
 use crate::raft::{NodeId, NodeInfo};
 use crate::store::{DEFAULT_SEGMENT_SIZE, Durability, LogConfig};
 
+/// What one message may add to its Raft entry besides its body and user properties: message id,
+/// tag, keys, message group, born host, topic name and the encoding's framing. The proxy bounds
+/// each of those (`proxy/send.rs`) to far less than this.
+pub const MESSAGE_OVERHEAD_BYTES: u64 = 64 << 10;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
@@ -129,7 +134,26 @@ impl NodeConfig {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        self.log_config().validate().map_err(|e| e.to_string())?;
+        let log = self.log_config();
+        log.validate().map_err(|e| e.to_string())?;
+        // A record never spans two segments: a message the proxy accepts but the log cannot hold
+        // would fail at append time, after the client was told nothing better than an error.
+        let largest = self
+            .broker
+            .max_body_bytes
+            .saturating_add(self.broker.max_properties_bytes)
+            .saturating_add(MESSAGE_OVERHEAD_BYTES);
+        if largest > log.max_record_payload() {
+            return Err(format!(
+                "broker.max_body_bytes ({}) + broker.max_properties_bytes ({}) + {MESSAGE_OVERHEAD_BYTES} bytes of \
+                 per-message overhead must fit one log record, at most {} bytes with storage.segment_size = {}: \
+                 lower the limits or raise segment_size",
+                self.broker.max_body_bytes,
+                self.broker.max_properties_bytes,
+                log.max_record_payload(),
+                self.storage.segment_size
+            ));
+        }
         if self.raft.election_timeout_min_ms <= self.raft.heartbeat_ms
             || self.raft.election_timeout_max_ms <= self.raft.election_timeout_min_ms
         {
@@ -168,5 +192,21 @@ mod tests {
         assert!(toml::from_str::<NodeConfig>("node_id = 1\nsegmnet_size = 5").is_err());
         let bad: NodeConfig = toml::from_str("node_id = 1\n[storage]\nsegment_size = 10").unwrap();
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn the_largest_message_a_send_accepts_must_fit_one_segment() {
+        // 1 MiB segments cannot hold the default 4 MiB body.
+        let small = "node_id = 1\n[storage]\nsegment_size = 1048576\n";
+        let c: NodeConfig = toml::from_str(small).unwrap();
+        let err = c.validate().unwrap_err();
+        assert!(err.contains("max_body_bytes"), "{err}");
+        let c: NodeConfig = toml::from_str(&format!("{small}[broker]\nmax_body_bytes = 524288\n")).unwrap();
+        c.validate().unwrap();
+        // Exactly full is fine; one byte more is not.
+        let room = c.log_config().max_record_payload() - MESSAGE_OVERHEAD_BYTES;
+        let at = |body: u64| format!("{small}[broker]\nmax_body_bytes = {body}\nmax_properties_bytes = 0\n");
+        toml::from_str::<NodeConfig>(&at(room)).unwrap().validate().unwrap();
+        assert!(toml::from_str::<NodeConfig>(&at(room + 1)).unwrap().validate().is_err());
     }
 }

@@ -202,3 +202,25 @@ fn the_dedupe_window_survives_a_restart() {
     let mut n = node(dir.path());
     assert_eq!(offsets(&n.commit(&send("T", 0, 2_000, &["b", "c"]))), vec![(1, true), (2, false)]);
 }
+
+#[test]
+fn a_checkpoint_never_makes_last_applied_durable_ahead_of_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LogConfig::new(dir.path().join("log"));
+    config.segment_size = 1 << 20;
+    // The log's own background sync would not come for an hour.
+    config.durability = crate::store::Durability::Async;
+    config.flush_interval = Duration::from_secs(3600);
+    let log = CommitLog::open(config, None).unwrap();
+    let broker = Broker::open(options(dir.path()), log.reader()).unwrap();
+    let mut n = Node { log, broker, next_index: 0 };
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, 1, &["a", "b"]));
+    let applied = n.broker.last_applied().map(|l| l.index);
+    assert!(n.log.reader().durable_index() < applied, "the log has not synced on its own yet");
+    n.broker.checkpoint().unwrap();
+    assert!(
+        n.log.reader().durable_index() >= applied,
+        "the checkpoint made the log durable through last_applied first"
+    );
+}

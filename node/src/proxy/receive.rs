@@ -30,6 +30,9 @@ pub const MIN_INVISIBLE: Duration = Duration::from_secs(1);
 pub const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
 const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
 const MAX_BATCH: i32 = 1024;
+/// Longest filter expression accepted. A filter is compiled and kept for as long as its group
+/// receives, so its size is bounded up front.
+pub const MAX_FILTER_EXPRESSION_BYTES: usize = 4 << 10;
 /// How long a receive waits before asking again when no leader could take its pop.
 const UNAVAILABLE_RETRY: Duration = Duration::from_millis(250);
 /// The shortest wait between two pops of one receive that found nothing.
@@ -58,6 +61,15 @@ fn duration(d: &Option<prost_types::Duration>) -> Option<Duration> {
 /// refused up front rather than delivering everything.
 pub fn filter(expr: Option<&FilterExpression>) -> Result<TagFilter, Rejection> {
     let Some(expr) = expr else { return Ok(TagFilter::All) };
+    if expr.expression.len() > MAX_FILTER_EXPRESSION_BYTES {
+        return Err(Rejection::new(
+            Code::IllegalFilterExpression,
+            format!(
+                "filter expression of {} bytes exceeds the limit of {MAX_FILTER_EXPRESSION_BYTES}",
+                expr.expression.len()
+            ),
+        ));
+    }
     match FilterType::try_from(expr.r#type).unwrap_or(FilterType::Unspecified) {
         FilterType::Tag | FilterType::Unspecified => {
             TagFilter::parse(&expr.expression).map_err(|e| Rejection::new(Code::IllegalFilterExpression, e.to_string()))
@@ -340,8 +352,20 @@ mod tests {
         );
         let empty = Some(FilterExpression { r#type: FilterType::Tag as i32, expression: "||".into() });
         assert_eq!(
-            code(ReceiveMessageRequest { filter_expression: empty, ..good }),
+            code(ReceiveMessageRequest { filter_expression: empty, ..good.clone() }),
             Code::IllegalFilterExpression as i32
         );
+    }
+
+    #[test]
+    fn filter_expressions_are_bounded() {
+        let tags = |expression: String| Some(FilterExpression { r#type: FilterType::Tag as i32, expression });
+        // "TagA || TagA || …" of exactly the limit, then one byte more.
+        let at_limit = (0..).map(|_| "TagA").take(410).collect::<Vec<_>>().join(" || ");
+        let at_limit = format!("{at_limit}{}", "x".repeat(MAX_FILTER_EXPRESSION_BYTES - at_limit.len()));
+        assert_eq!(at_limit.len(), MAX_FILTER_EXPRESSION_BYTES);
+        assert!(filter(tags(at_limit.clone()).as_ref()).is_ok());
+        let too_long = filter(tags(format!("{at_limit}x")).as_ref()).map(drop).unwrap_err();
+        assert_eq!(too_long.0.code, Code::IllegalFilterExpression as i32);
     }
 }

@@ -10,6 +10,21 @@ use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, TopicConfig, TopicKind};
 use crate::proxy::status::Rejection;
 
+/// Longest message id accepted. The id is the client's (the official SDKs make 34-character ids);
+/// its shape is not checked, only bounded, as it is stored with every message.
+pub const MAX_MESSAGE_ID_BYTES: usize = 128;
+/// Longest tag accepted.
+pub const MAX_TAG_BYTES: usize = 128;
+/// Longest key accepted.
+pub const MAX_KEY_BYTES: usize = 128;
+/// Most keys one message may carry.
+pub const MAX_KEYS: usize = 32;
+/// Longest user property key accepted (all properties together are bounded by
+/// `max_properties_bytes`).
+pub const MAX_PROPERTY_KEY_BYTES: usize = 64;
+/// Longest born host accepted (an address or host name).
+pub const MAX_BORN_HOST_BYTES: usize = 256;
+
 pub struct Limits {
     pub max_body_bytes: u64,
     pub max_properties_bytes: u64,
@@ -51,6 +66,12 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
         .system_properties
         .as_ref()
         .ok_or_else(|| Rejection::new(Code::BadRequest, "message without system properties"))?;
+    if sp.message_id.is_empty() || sp.message_id.len() > MAX_MESSAGE_ID_BYTES {
+        return Err(Rejection::new(
+            Code::IllegalMessageId,
+            format!("a message id must have 1 to {MAX_MESSAGE_ID_BYTES} bytes, got {}", sp.message_id.len()),
+        ));
+    }
     if m.body.is_empty() {
         return Err(Rejection::new(Code::BadRequest, "message body is empty"));
     }
@@ -70,13 +91,43 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
     if m.user_properties.keys().any(|k| k.trim().is_empty()) {
         return Err(Rejection::new(Code::IllegalMessagePropertyKey, "blank property key"));
     }
-    if let Some(tag) = &sp.tag
-        && (tag.trim().is_empty() || tag.contains('|'))
-    {
-        return Err(Rejection::new(Code::IllegalMessageTag, format!("illegal tag {tag:?}")));
+    if let Some(k) = m.user_properties.keys().find(|k| k.len() > MAX_PROPERTY_KEY_BYTES) {
+        return Err(Rejection::new(
+            Code::IllegalMessagePropertyKey,
+            format!("property key of {} bytes exceeds the limit of {MAX_PROPERTY_KEY_BYTES}", k.len()),
+        ));
+    }
+    if let Some(tag) = &sp.tag {
+        if tag.len() > MAX_TAG_BYTES {
+            return Err(Rejection::new(
+                Code::IllegalMessageTag,
+                format!("tag of {} bytes exceeds the limit of {MAX_TAG_BYTES}", tag.len()),
+            ));
+        }
+        if tag.trim().is_empty() || tag.contains('|') {
+            return Err(Rejection::new(Code::IllegalMessageTag, format!("illegal tag {tag:?}")));
+        }
+    }
+    if sp.keys.len() > MAX_KEYS {
+        return Err(Rejection::new(
+            Code::IllegalMessageKey,
+            format!("{} keys exceed the limit of {MAX_KEYS} per message", sp.keys.len()),
+        ));
+    }
+    if let Some(k) = sp.keys.iter().find(|k| k.len() > MAX_KEY_BYTES) {
+        return Err(Rejection::new(
+            Code::IllegalMessageKey,
+            format!("key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", k.len()),
+        ));
     }
     if sp.keys.iter().any(|k| k.trim().is_empty()) {
         return Err(Rejection::new(Code::IllegalMessageKey, "blank message key"));
+    }
+    if sp.born_host.len() > MAX_BORN_HOST_BYTES {
+        return Err(Rejection::new(
+            Code::BadRequest,
+            format!("born host of {} bytes exceeds the limit of {MAX_BORN_HOST_BYTES}", sp.born_host.len()),
+        ));
     }
     if let Some(g) = &sp.message_group
         && (g.trim().is_empty() || g.len() > 64)
@@ -213,6 +264,46 @@ mod tests {
             code(&SendMessageRequest { messages: vec![msg("N", "a", None), msg("F", "b", Some("g"))] }),
             Code::BadRequest as i32
         );
+    }
+
+    /// The status a single message to topic `N` gets after `edit`.
+    fn code_after(edit: impl FnOnce(&mut Message, &mut SystemProperties)) -> i32 {
+        let mut m = msg("N", "x", None);
+        let mut sp = m.system_properties.take().unwrap();
+        edit(&mut m, &mut sp);
+        m.system_properties = Some(sp);
+        code(&SendMessageRequest { messages: vec![m] })
+    }
+
+    #[test]
+    fn message_ids_must_be_present_and_bounded() {
+        assert_eq!(code_after(|_, sp| sp.message_id = String::new()), Code::IllegalMessageId as i32);
+        assert_eq!(code_after(|_, sp| sp.message_id = "i".repeat(129)), Code::IllegalMessageId as i32);
+        assert_eq!(code_after(|_, sp| sp.message_id = "not-a-uuid but fine".repeat(6)), Code::Ok as i32);
+    }
+
+    #[test]
+    fn tags_keys_and_property_keys_are_bounded() {
+        assert_eq!(code_after(|_, sp| sp.tag = Some("t".repeat(128))), Code::Ok as i32);
+        assert_eq!(code_after(|_, sp| sp.tag = Some("t".repeat(129))), Code::IllegalMessageTag as i32);
+        assert_eq!(code_after(|_, sp| sp.keys = vec!["k".repeat(128)]), Code::Ok as i32);
+        assert_eq!(code_after(|_, sp| sp.keys = vec!["k".repeat(129)]), Code::IllegalMessageKey as i32);
+        assert_eq!(code_after(|_, sp| sp.keys = (0..32).map(|i| i.to_string()).collect()), Code::Ok as i32);
+        assert_eq!(
+            code_after(|_, sp| sp.keys = (0..33).map(|i| i.to_string()).collect()),
+            Code::IllegalMessageKey as i32
+        );
+        let limits = Limits { max_body_bytes: 16, max_properties_bytes: 1 << 10 };
+        let with_key = |len: usize| {
+            let mut m = msg("N", "x", None);
+            m.user_properties.insert("p".repeat(len), "v".into());
+            plan(&SendMessageRequest { messages: vec![m] }, "", topics, &limits, 0, |_| 0)
+                .err()
+                .map_or(Code::Ok as i32, |r| r.0.code)
+        };
+        assert_eq!(with_key(64), Code::Ok as i32);
+        assert_eq!(with_key(65), Code::IllegalMessagePropertyKey as i32);
+        assert_eq!(code_after(|_, sp| sp.born_host = "h".repeat(257)), Code::BadRequest as i32);
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
         // Recorded first: if the files go but this did not, the log would look like it had a hole.
         save(&self.reader.meta, KEY_LAST_PURGED, &log_id)?;
+        crate::crash_point!("log::purge::after_save");
         Ok(self.log.purge(log_id.index)?)
     }
 }

@@ -6,6 +6,11 @@
 //! first_index(k + 1)`; anything it stores past that was truncated away. Truncation therefore
 //! never rewrites bytes a reader may hold: it starts a new segment whose `first_index` supersedes
 //! the tail of the old one.
+//!
+//! Every segment but the tail is durable: `roll` syncs a segment before it starts the next one,
+//! and `open` syncs what it recovers. So making records durable only ever needs the tail (and
+//! whatever a concurrent roll has just sealed). See `durable.rs` for the durable index and the
+//! fail-stop rule.
 
 use std::fs;
 use std::path::PathBuf;
@@ -13,11 +18,12 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
+use crate::store::durable::{Covers, DurableState};
 use crate::store::flush::{FlushCallback, FlushJob, Flusher};
 use crate::store::index::{IndexSlot, LogIndex};
 use crate::store::record::{self, HEADER_LEN, RecordMeta, Slot};
 use crate::store::segment::{self, FILE_HEADER_LEN, Segment};
-use crate::store::{Durability, LogConfig, StoreError, io_err};
+use crate::store::{Durability, LogConfig, StoreError, create_dir_durable, io_err, sync_dir};
 
 /// A record read back from the log. `payload` points into the segment mapping (no copy) and
 /// stays valid for as long as it is held, even after the record is purged or truncated.
@@ -46,7 +52,9 @@ impl LogBounds {
 struct Shared {
     segments: RwLock<Vec<Arc<Segment>>>,
     index: LogIndex,
+    /// Lock order: `bounds`, then `durable` (a truncation changes both at once).
     bounds: RwLock<LogBounds>,
+    durable: Arc<DurableState>,
 }
 
 /// Where the next record goes.
@@ -62,6 +70,8 @@ pub struct CommitLog {
     shared: Arc<Shared>,
     tail: Option<Tail>,
     next_base_offset: u64,
+    /// The durability epoch appends are made in (see `durable.rs`); only this writer changes it.
+    epoch: u64,
     // Declared last so that it is dropped (and syncs) after everything else is released.
     flusher: Flusher,
 }
@@ -135,7 +145,7 @@ impl CommitLog {
     pub fn open(config: LogConfig, last_purged: Option<u64>) -> Result<CommitLog, StoreError> {
         config.validate()?;
         let segments_dir = config.dir.join("segments");
-        fs::create_dir_all(&segments_dir).map_err(io_err(&segments_dir))?;
+        create_dir_durable(&segments_dir)?;
         let index = LogIndex::open(&config.dir.join("index"), config.index_slots_per_file)?;
 
         let mut found: Vec<(u64, PathBuf)> = Vec::new();
@@ -228,7 +238,12 @@ impl CommitLog {
             fs::remove_file(path).map_err(io_err(path))?;
         }
         if !dropped.is_empty() {
-            segment::sync_dir(&segments_dir)?;
+            sync_dir(&segments_dir)?;
+        }
+        // What a crashed process wrote may still be only in the page cache: the durable index
+        // starts from what is synced here, not from what the files seem to hold.
+        for seg in &chain {
+            seg.sync()?;
         }
 
         let first_index = purged_below.max(chain.first().map_or(0, |s| s.first_index));
@@ -236,14 +251,16 @@ impl CommitLog {
             last = None;
         }
         let bounds = LogBounds { first_index, last };
-        let flusher = Flusher::start(config.durability, config.flush_interval)
+        let durable = Arc::new(DurableState::new(last.map(|l| l.index).max(last_purged)));
+        let flusher = Flusher::start(config.durability, config.flush_interval, Arc::clone(&durable))
             .map_err(|source| StoreError::Io { path: config.dir.clone(), source })?;
         Ok(CommitLog {
             config,
             segments_dir,
-            shared: Arc::new(Shared { segments: RwLock::new(chain), index, bounds: RwLock::new(bounds) }),
+            shared: Arc::new(Shared { segments: RwLock::new(chain), index, bounds: RwLock::new(bounds), durable }),
             tail,
             next_base_offset,
+            epoch: 0,
             flusher,
         })
     }
@@ -263,8 +280,13 @@ impl CommitLog {
             if tail.position + HEADER_LEN as u64 <= tail.segment.size {
                 tail.segment.write_at(tail.position, &[&record::pad_header()])?;
             }
+            crate::crash_point!("log::roll::after_pad");
             tail.segment.sync()?;
             self.shared.index.sync()?;
+            // Every earlier segment was synced when it was sealed, so the whole log up to the old
+            // tail's last record is on disk now.
+            self.shared.durable.advance(Covers { epoch: self.epoch, next_index: tail.next_index });
+            crate::crash_point!("log::roll::after_sync");
         }
         let seg = Arc::new(Segment::create(
             &self.segments_dir,
@@ -272,15 +294,30 @@ impl CommitLog {
             first_index,
             self.config.segment_size,
         )?);
+        crate::crash_point!("log::roll::before_dir_sync");
+        sync_dir(&self.segments_dir)?;
         self.next_base_offset += self.config.segment_size;
         self.shared.segments.write().expect("segments lock").push(Arc::clone(&seg));
         self.tail = Some(Tail { segment: seg, position: FILE_HEADER_LEN, next_index: first_index });
+        crate::crash_point!("log::roll::after");
         Ok(())
     }
 
     /// Appends records, which must continue the log without a gap. They are readable when this
-    /// returns; `done` is called once they are durable (`sync`) or at once (`async`).
+    /// returns; `done` is called once they are durable (`sync`) or at once (`async`). After a
+    /// failed fsync every append fails with [`StoreError::FailStopped`] (and so does `done`).
     pub fn append<I>(&mut self, records: I, done: FlushCallback) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = (RecordMeta, Bytes)>,
+    {
+        if let Err(e) = self.shared.durable.check() {
+            done(Err(std::io::Error::other(e.to_string())));
+            return Err(e);
+        }
+        self.append_records(records, done).map_err(|e| self.shared.durable.note(e))
+    }
+
+    fn append_records<I>(&mut self, records: I, done: FlushCallback) -> Result<(), StoreError>
     where
         I: IntoIterator<Item = (RecordMeta, Bytes)>,
     {
@@ -343,10 +380,12 @@ impl CommitLog {
         }
         match (self.config.durability, &self.tail) {
             (Durability::Sync, Some(t)) => {
-                self.flusher.submit(FlushJob::Sync { segment: Arc::clone(&t.segment), done });
+                let covers = Covers { epoch: self.epoch, next_index: t.next_index };
+                self.flusher.submit(FlushJob::Sync { segment: Arc::clone(&t.segment), covers, done });
             }
             (Durability::Async, Some(t)) => {
-                self.flusher.submit(FlushJob::Dirty(Arc::clone(&t.segment)));
+                let covers = Covers { epoch: self.epoch, next_index: t.next_index };
+                self.flusher.submit(FlushJob::Dirty { segment: Arc::clone(&t.segment), covers });
                 done(Ok(()));
             }
             (_, None) => done(Ok(())),
@@ -374,6 +413,11 @@ impl CommitLog {
 
     /// Removes every record after `keep` (all of them for `None`). Durable when it returns.
     pub fn truncate_after(&mut self, keep: Option<u64>) -> Result<(), StoreError> {
+        self.shared.durable.check()?;
+        self.truncate(keep).map_err(|e| self.shared.durable.note(e))
+    }
+
+    fn truncate(&mut self, keep: Option<u64>) -> Result<(), StoreError> {
         let bounds = self.bounds();
         let Some(last) = bounds.last else { return Ok(()) };
         if keep.is_some_and(|k| k >= last.index) {
@@ -384,10 +428,18 @@ impl CommitLog {
             Some(k) if k >= bounds.first_index => Some(self.reader().read(k)?.ok_or(StoreError::Missing(k))?.meta),
             _ => None,
         };
+        {
+            // Readers stop seeing the doomed records before any file changes, and a sync begun
+            // for them (flusher, `sync_through`) no longer counts: both change under one lock.
+            let mut b = self.shared.bounds.write().expect("bounds lock");
+            b.last = kept_last;
+            self.epoch = self.shared.durable.truncated(keep);
+        }
         // The new segment supersedes the old tail on disk before anything is deleted, so a crash
         // in between still recovers a log without the truncated records.
         self.tail.take().map(|t| t.segment.sync()).transpose()?;
         self.roll(new_first)?;
+        crate::crash_point!("log::truncate::after_new_segment");
         let mut doomed = Vec::new();
         {
             let mut segments = self.shared.segments.write().expect("segments lock");
@@ -404,21 +456,31 @@ impl CommitLog {
         }
         for s in doomed.iter().rev() {
             fs::remove_file(s.path()).map_err(io_err(s.path()))?;
+            crate::crash_point!("log::truncate::after_delete");
         }
-        segment::sync_dir(&self.segments_dir)?;
-        self.shared.bounds.write().expect("bounds lock").last = kept_last;
+        crate::crash_point!("log::truncate::before_dir_sync");
+        sync_dir(&self.segments_dir)?;
+        // Everything kept is on disk: the old tail was synced above, every segment before it when
+        // it was sealed.
+        self.shared.durable.advance(Covers { epoch: self.epoch, next_index: new_first });
         Ok(())
     }
 
     /// Forgets every record up to and including `upto`; whole segments below it are deleted.
     /// The caller records `upto` durably first (see `open`).
     pub fn purge(&mut self, upto: u64) -> Result<(), StoreError> {
+        self.shared.durable.check()?;
+        self.purge_segments(upto).map_err(|e| self.shared.durable.note(e))
+    }
+
+    fn purge_segments(&mut self, upto: u64) -> Result<(), StoreError> {
         {
             let mut b = self.shared.bounds.write().expect("bounds lock");
             b.first_index = b.first_index.max(upto + 1);
             if b.last.is_some_and(|l| l.index <= upto) {
                 b.last = None;
             }
+            self.shared.durable.purged(upto);
         }
         let mut doomed = Vec::new();
         {
@@ -429,18 +491,20 @@ impl CommitLog {
         }
         for s in &doomed {
             fs::remove_file(s.path()).map_err(io_err(s.path()))?;
+            crate::crash_point!("log::purge::after_delete");
         }
         let first = self.bounds().first_index;
         self.shared.index.remove_below(first)?;
+        crate::crash_point!("log::purge::after_index_remove");
+        if !doomed.is_empty() {
+            sync_dir(&self.segments_dir)?;
+        }
         Ok(())
     }
 
     /// Syncs everything written so far, whatever the durability mode.
     pub fn flush(&self) -> Result<(), StoreError> {
-        if let Some(t) = &self.tail {
-            t.segment.sync()?;
-        }
-        Ok(())
+        self.reader().sync_through(u64::MAX)
     }
 }
 
@@ -463,6 +527,56 @@ fn checked_range_end(index: &LogIndex, seg: &Segment, first: u64, last: u64) -> 
 impl LogReader {
     pub fn bounds(&self) -> LogBounds {
         *self.shared.bounds.read().expect("bounds lock")
+    }
+
+    /// The highest index that is on disk together with every record before it (or purged after
+    /// being durably recorded as such), if any. Whatever is persisted as applied must not go
+    /// beyond it, or a power cut could leave the log behind its own state machine.
+    pub fn durable_index(&self) -> Option<u64> {
+        self.shared.durable.through()
+    }
+
+    /// Why the log stopped, once an fsync of its data has failed; the node must then stop
+    /// acknowledging and restart (see `durable.rs`).
+    pub fn failure(&self) -> Option<String> {
+        self.shared.durable.failure()
+    }
+
+    /// Makes every record up to `index` durable now, whatever the durability mode, and advances
+    /// the durable index. Records not yet appended are not waited for. Safe to call from any
+    /// thread while the log is being appended to; returns at once if they already are durable.
+    pub fn sync_through(&self, index: u64) -> Result<(), StoreError> {
+        let durable = &self.shared.durable;
+        // Read under the bounds lock, so that a truncation is either wholly before or wholly
+        // after: the records and the epoch the sync will count for then belong together.
+        let (bounds, (epoch, through)) = {
+            let b = self.shared.bounds.read().expect("bounds lock");
+            (*b, durable.position())
+        };
+        durable.check()?;
+        let Some(last) = bounds.last else { return Ok(()) };
+        let upto = index.min(last.index);
+        let from = through.map_or(0, |t| t + 1).max(bounds.first_index);
+        if from > upto {
+            return Ok(());
+        }
+        // The segments that may hold records `from..=upto`. A concurrent roll or truncation can
+        // leave the list briefly out of order; this then syncs a segment too many, never too few.
+        let segments: Vec<Arc<Segment>> = {
+            let all = self.shared.segments.read().expect("segments lock");
+            all.iter()
+                .enumerate()
+                .filter(|(i, s)| s.first_index <= upto && all.get(i + 1).is_none_or(|n| n.first_index > from))
+                .map(|(_, s)| Arc::clone(s))
+                .collect()
+        };
+        for seg in segments {
+            seg.sync().map_err(|e| durable.note(e))?;
+        }
+        // See `flush.rs`: another thread's failed fsync may have dropped these pages.
+        durable.check()?;
+        durable.advance(Covers { epoch, next_index: upto + 1 });
+        Ok(())
     }
 
     /// The segment that holds `index`: the last one whose first index is not above it.
@@ -539,15 +653,6 @@ impl LogReader {
         }
         let (seg, position, _) = self.read_checked(index)?;
         Ok(Some(seg.base_offset + position + HEADER_LEN as u64))
-    }
-
-    /// Makes every record up to `index` durable now.
-    pub fn sync_through(&self, index: u64) -> Result<(), StoreError> {
-        let segments: Vec<Arc<Segment>> = self.shared.segments.read().expect("segments lock").clone();
-        for s in segments.iter().rev().filter(|s| s.first_index <= index).take(2) {
-            s.sync()?;
-        }
-        Ok(())
     }
 
     /// Each live segment's index range, last write time and size, in log order (for retention).

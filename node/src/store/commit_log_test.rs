@@ -351,3 +351,122 @@ fn async_mode_keeps_records_across_a_clean_restart() {
     let log = CommitLog::open(config(dir.path(), Durability::Async), None).unwrap();
     assert_eq!(last_index(&log), Some(99));
 }
+
+fn quiet_async(dir: &Path) -> CommitLog {
+    // Long enough that the periodic sync never runs during a test: durability comes only from
+    // rolls, truncations and `sync_through`.
+    let mut c = config(dir, Durability::Async);
+    c.flush_interval = std::time::Duration::from_secs(3600);
+    CommitLog::open(c, None).unwrap()
+}
+
+#[test]
+fn sync_mode_reports_each_append_durable_only_once_the_durable_index_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut log = open(dir.path());
+    let reader = log.reader();
+    for batch in 0..40u64 {
+        let records: Vec<_> = (batch * 5..batch * 5 + 5).map(|i| (meta(i, 1), payload(i, 30_000))).collect();
+        let (tx, reader) = (tx.clone(), reader.clone());
+        log.append(records, Box::new(move |r| tx.send((batch * 5 + 4, r.is_ok(), reader.durable_index())).unwrap()))
+            .unwrap();
+    }
+    drop(tx);
+    let reports: Vec<_> = rx.iter().take(40).collect();
+    assert_eq!(reports.len(), 40);
+    for (last, ok, durable) in reports {
+        assert!(ok);
+        assert!(durable >= Some(last), "append through {last} reported done with durable index {durable:?}");
+    }
+    assert_eq!(reader.durable_index(), Some(199));
+}
+
+#[test]
+fn async_mode_durable_index_lags_until_sync_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = quiet_async(dir.path());
+    append(&mut log, 0, 1, &[100; 10]);
+    let reader = log.reader();
+    assert_eq!(reader.durable_index(), None, "async appends are not durable when reported done");
+    reader.sync_through(5).unwrap();
+    assert!(reader.durable_index() >= Some(5));
+    reader.sync_through(1_000).unwrap();
+    assert_eq!(reader.durable_index(), Some(9), "only records that exist become durable");
+    append(&mut log, 10, 1, &[100; 3]);
+    assert_eq!(reader.durable_index(), Some(9));
+    log.flush().unwrap();
+    assert_eq!(reader.durable_index(), Some(12));
+}
+
+#[test]
+fn a_roll_makes_the_sealed_segment_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = quiet_async(dir.path());
+    // 300 KB records: the fourth does not fit a 1 MiB segment.
+    append(&mut log, 0, 1, &[300_000; 3]);
+    assert_eq!(log.reader().durable_index(), None);
+    append(&mut log, 3, 1, &[300_000; 2]);
+    assert_eq!(segment_files(dir.path()).len(), 2);
+    assert_eq!(log.reader().durable_index(), Some(2), "the roll synced records 0..=2, not the new tail");
+}
+
+#[test]
+fn truncation_clamps_the_durable_index_to_what_it_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = quiet_async(dir.path());
+    let reader = log.reader();
+    append(&mut log, 0, 1, &[1000; 50]);
+    reader.sync_through(40).unwrap();
+    assert_eq!(reader.durable_index(), Some(40));
+    log.truncate_after(Some(20)).unwrap();
+    assert_eq!(reader.durable_index(), Some(20));
+    append(&mut log, 21, 2, &[1000; 10]);
+    assert_eq!(reader.durable_index(), Some(20), "the new term-2 records are not synced yet");
+    reader.sync_through(25).unwrap();
+    assert_eq!(reader.durable_index(), Some(25));
+}
+
+#[test]
+fn a_reopened_log_is_durable_through_its_last_record_or_its_purge_point() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = quiet_async(dir.path());
+        append(&mut log, 0, 1, &[100; 10]);
+    }
+    let log = CommitLog::open(config(dir.path(), Durability::Async), None).unwrap();
+    assert_eq!(log.reader().durable_index(), Some(9));
+    drop(log);
+    let mut log = CommitLog::open(config(dir.path(), Durability::Async), None).unwrap();
+    log.purge(30).unwrap();
+    assert_eq!(log.reader().durable_index(), Some(30), "a recorded purge point counts as durable");
+    drop(log);
+    let log = CommitLog::open(config(dir.path(), Durability::Async), Some(30)).unwrap();
+    assert_eq!(log.reader().durable_index(), Some(30));
+}
+
+#[test]
+fn sync_through_from_another_thread_never_runs_ahead_of_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = quiet_async(dir.path());
+    let reader = log.reader();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let syncer = {
+        let (reader, stop) = (reader.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                reader.sync_through(u64::MAX).unwrap();
+                let durable = reader.durable_index();
+                let last = reader.bounds().last.map(|m| m.index);
+                assert!(durable <= last, "durable index {durable:?} past the last record {last:?}");
+            }
+        })
+    };
+    for i in 0..60 {
+        append(&mut log, i * 2, 1, &[40_000; 2]);
+    }
+    stop.store(true, Ordering::SeqCst);
+    syncer.join().unwrap();
+    reader.sync_through(119).unwrap();
+    assert_eq!(reader.durable_index(), Some(119));
+}

@@ -13,6 +13,7 @@ mod commit_log;
 #[cfg(test)]
 mod commit_log_test;
 mod consume_queue;
+mod durable;
 mod flush;
 pub mod index;
 mod meta;
@@ -21,6 +22,7 @@ pub mod retention;
 mod segment;
 mod slot_files;
 
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -81,6 +83,12 @@ impl LogConfig {
         }
         Ok(())
     }
+
+    /// The largest record payload (one Raft entry) a segment can hold: a record never spans two
+    /// segments, so anything larger can never be appended.
+    pub fn max_record_payload(&self) -> u64 {
+        self.segment_size.saturating_sub(segment::FILE_HEADER_LEN + record::HEADER_LEN as u64)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +109,30 @@ pub enum StoreError {
     Config(String),
     #[error("metadata store: {0}")]
     Meta(#[from] sled::Error),
+    /// An fsync failed. The kernel may have dropped the pages it could not write, so the log
+    /// that sees this stops for good (see [`StoreError::FailStopped`]).
+    #[error("fsync of {path} failed: {source}")]
+    SyncFailed { path: PathBuf, source: std::io::Error },
+    /// An earlier fsync of the log failed; nothing more is appended or reported durable until the
+    /// node restarts and recovers from what is really on disk.
+    #[error("the log stopped after a failed fsync: {0}")]
+    FailStopped(String),
+}
+
+impl StoreError {
+    /// An I/O error raised on the way to an fsync (injected ones included) counts as that fsync
+    /// failing.
+    fn into_sync_failure(self) -> StoreError {
+        match self {
+            StoreError::Io { path, source } => StoreError::SyncFailed { path, source },
+            e => e,
+        }
+    }
+}
+
+/// Attaches the path to a failed fsync, for `map_err`.
+fn sync_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::SyncFailed { path: path.to_path_buf(), source }
 }
 
 /// Attaches the path to an I/O error, for `map_err`.
@@ -119,10 +151,45 @@ impl From<StoreError> for std::io::Error {
             StoreError::OutOfOrder { .. } | StoreError::RecordTooLarge { .. } | StoreError::Config(_) => {
                 ErrorKind::InvalidInput
             }
-            StoreError::Meta(_) => ErrorKind::Other,
+            StoreError::SyncFailed { source, .. } => source.kind(),
+            StoreError::Meta(_) | StoreError::FailStopped(_) => ErrorKind::Other,
         };
         std::io::Error::new(kind, e)
     }
 }
 
-pub use segment::sync_dir;
+/// Makes the entries of `dir` (files created, renamed or deleted in it) durable. Creating or
+/// deleting a file is not durable until its directory is synced, whatever was done to the file.
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    let d = File::open(dir).map_err(io_err(dir))?;
+    let sync = || -> Result<(), StoreError> {
+        crate::crash_point!("store::sync_dir");
+        d.sync_all().map_err(io_err(dir))
+    };
+    sync().map_err(StoreError::into_sync_failure)
+}
+
+/// `create_dir_all`, made durable: each directory it creates is recorded in its parent by a sync
+/// of that parent.
+pub fn create_dir_durable(dir: &Path) -> Result<(), StoreError> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.is_dir() {
+        missing.push(at);
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {}
+            // Someone else is creating it: its entry must still be durable before we rely on it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(StoreError::Io { path: d.to_path_buf(), source: e }),
+        }
+        let parent = d.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        sync_dir(parent)?;
+    }
+    Ok(())
+}

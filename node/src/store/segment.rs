@@ -24,7 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memmap2::Mmap;
 
-use crate::store::{StoreError, io_err};
+use crate::store::{StoreError, io_err, sync_err};
 
 pub const FILE_HEADER_LEN: u64 = 64;
 const FILE_MAGIC: &[u8; 8] = b"RRSEG001";
@@ -106,15 +106,17 @@ fn map(file: &File, path: &Path) -> Result<Arc<Mmap>, StoreError> {
 }
 
 impl Segment {
-    /// Creates, preallocates and durably records a new empty segment.
+    /// Creates, preallocates and syncs a new empty segment. Its directory entry is not durable
+    /// until the caller syncs `dir` (see `CommitLog::roll`).
     pub fn create(dir: &Path, base_offset: u64, first_index: u64, size: u64) -> Result<Segment, StoreError> {
         let path = dir.join(file_name(base_offset));
         let file =
             OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(io_err(&path))?;
         preallocate(&file, size, &path)?;
         file.write_all_at(&encode_file_header(base_offset, first_index, size), 0).map_err(io_err(&path))?;
-        file.sync_all().map_err(io_err(&path))?;
-        sync_dir(dir)?;
+        crate::crash_point!("segment::create");
+        // sync_all, not sync_data: the preallocated size is metadata a reopen depends on.
+        file.sync_all().map_err(sync_err(&path))?;
         let map = map(&file, &path)?;
         Ok(Segment { base_offset, first_index, size, path, file, map })
     }
@@ -173,9 +175,14 @@ impl Segment {
         self.file.write_all_at(&buf, position).map_err(io_err(&self.path))
     }
 
-    /// Makes everything written so far durable (data only: the size never changes).
+    /// Makes everything written so far durable (data only: the size never changes). Any failure
+    /// is a [`StoreError::SyncFailed`].
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.file.sync_data().map_err(io_err(&self.path))
+        let sync = || -> Result<(), StoreError> {
+            crate::crash_point!("segment::sync");
+            self.file.sync_data().map_err(io_err(&self.path))
+        };
+        sync().map_err(StoreError::into_sync_failure)
     }
 
     /// The mapped bytes `[position, position + len)`, or `None` if that is outside the file.
@@ -196,8 +203,4 @@ impl Segment {
             end: (position + len) as usize,
         }))
     }
-}
-
-pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
 }

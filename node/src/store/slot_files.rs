@@ -2,6 +2,9 @@
 //! first slot number it covers (20 digits + suffix). Slot `n` lives at byte
 //! `(n mod slots_per_file) × N` of its file. Writes use `pwrite`; reads copy out of a read-only
 //! mapping. The log index and the ConsumeQueue are both built on this.
+//!
+//! Creating or deleting a file syncs the directory, so that a file a caller has written to (and
+//! synced) cannot vanish in a power cut because its directory entry never reached the disk.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -11,7 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use memmap2::Mmap;
 
-use crate::store::{StoreError, io_err};
+use crate::store::{StoreError, create_dir_durable, io_err, sync_dir, sync_err};
 
 struct SlotFile {
     file: File,
@@ -46,9 +49,10 @@ impl<const N: usize> SlotFiles<N> {
         if slots_per_file == 0 {
             return Err(StoreError::Config(format!("{suffix} files need at least one slot each")));
         }
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        create_dir_durable(dir)?;
         let slots = SlotFiles { dir: dir.to_path_buf(), suffix, slots_per_file, files: RwLock::new(BTreeMap::new()) };
         let mut files = BTreeMap::new();
+        let mut discarded = false;
         for entry in fs::read_dir(dir).map_err(io_err(dir))? {
             let entry = entry.map_err(io_err(dir))?;
             let name = entry.file_name();
@@ -58,7 +62,10 @@ impl<const N: usize> SlotFiles<N> {
             };
             if first % slots_per_file != 0 {
                 match misaligned {
-                    Misaligned::Discard => fs::remove_file(entry.path()).map_err(io_err(dir))?,
+                    Misaligned::Discard => {
+                        fs::remove_file(entry.path()).map_err(io_err(dir))?;
+                        discarded = true;
+                    }
                     Misaligned::Refuse => {
                         return Err(StoreError::CorruptSegment {
                             path: entry.path(),
@@ -69,6 +76,9 @@ impl<const N: usize> SlotFiles<N> {
                 continue;
             }
             files.insert(first, Arc::new(slots.open_file(first)?));
+        }
+        if discarded {
+            sync_dir(dir)?;
         }
         *slots.files.write().expect("slot files lock") = files;
         Ok(slots)
@@ -106,6 +116,8 @@ impl<const N: usize> SlotFiles<N> {
             return Ok(Some(Arc::clone(f)));
         }
         let f = Arc::new(self.open_file(first)?);
+        // Not put in the map before its entry is durable: a failed sync is retried next time.
+        sync_dir(&self.dir)?;
         files.insert(first, Arc::clone(&f));
         Ok(Some(f))
     }
@@ -152,17 +164,20 @@ impl<const N: usize> SlotFiles<N> {
     pub fn remove_below(&self, slot: u64) -> Result<(), StoreError> {
         let mut files = self.files.write().expect("slot files lock");
         let doomed: Vec<u64> = files.keys().copied().filter(|&s| s + self.slots_per_file <= slot).collect();
-        for first in doomed {
+        for &first in &doomed {
             if let Some(f) = files.remove(&first) {
                 fs::remove_file(&f.path).map_err(io_err(&f.path))?;
             }
+        }
+        if !doomed.is_empty() {
+            sync_dir(&self.dir)?;
         }
         Ok(())
     }
 
     pub fn sync(&self) -> Result<(), StoreError> {
         for f in self.files.read().expect("slot files lock").values() {
-            f.file.sync_data().map_err(io_err(&f.path))?;
+            f.file.sync_data().map_err(sync_err(&f.path))?;
         }
         Ok(())
     }

@@ -6,12 +6,15 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # The run command itself, end to end (builds the release binary).
 scripts/smoke.sh
+# Tests build with the crash points compiled in (the `failpoints` feature; release builds never
+# have them): the crash-point suites arm them, every other test leaves them off.
+features=(--features rockraft/failpoints)
 # The cluster tests start real node processes: build the binary they run first.
-cargo build --locked -p rockraft --bin rockraft
+cargo build --locked -p rockraft --bin rockraft "${features[@]}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked --exclude rockraft-cluster-tests 2>&1 | tee "$log"
+cargo test --workspace --locked --exclude rockraft-cluster-tests "${features[@]}" 2>&1 | tee "$log"
 # One cluster at a time: each runs three nodes, and the machine may have two cores.
-cargo test --locked -p rockraft-cluster-tests -- --test-threads=1 2>&1 | tee -a "$log"
+cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads=1 2>&1 | tee -a "$log"
 # One closing line for the whole suite.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -45,7 +45,17 @@ impl Replica {
         let mut config = LogConfig::new(dir.join("log"));
         config.segment_size = 1 << 20;
         let log = CommitLog::open(config, None).expect("open log");
-        let broker = Broker::open(options(dir), log.reader()).expect("open broker");
+        // sled's threads may still hold the lock of a handle this process just dropped.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let broker = loop {
+            match Broker::open(options(dir), log.reader()) {
+                Ok(b) => break b,
+                Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("opening the broker: {e}"),
+            }
+        };
         let next = log.bounds().next_index();
         Replica { dir: dir.to_path_buf(), log, broker, next }
     }

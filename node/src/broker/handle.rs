@@ -17,6 +17,7 @@ use crate::broker::state::{Applied, LogPosition, State};
 use crate::broker::{BrokerError, Reply};
 use crate::store::LogReader;
 
+#[derive(Debug, Clone)]
 pub struct BrokerOptions {
     /// Holds `meta/` (sled), `queues/` (ConsumeQueues) and the dedupe journal.
     pub dir: PathBuf,

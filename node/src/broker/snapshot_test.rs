@@ -152,7 +152,7 @@ fn follower(dir: &Path, leader: &Node) -> Broker {
         dedupe_window: std::time::Duration::from_secs(120),
         checkpoint_interval: std::time::Duration::from_secs(3600),
     };
-    Broker::open(options, leader.log.reader()).expect("open follower")
+    crate::broker::state_test::open_broker(options, leader.log.reader())
 }
 
 /// Applies the leader's log entries `from..to` to `b`.

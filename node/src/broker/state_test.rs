@@ -29,11 +29,26 @@ fn options(dir: &Path) -> BrokerOptions {
     }
 }
 
+/// Opens a broker, waiting out sled's file lock while a handle on the same directory that this
+/// process just dropped (a simulated restart) is still being released by sled's threads.
+pub(crate) fn open_broker(options: BrokerOptions, log: crate::store::LogReader) -> Broker {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match Broker::open(options.clone(), log.clone()) {
+            Ok(b) => return b,
+            Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("opening the broker: {e}"),
+        }
+    }
+}
+
 pub(crate) fn node(dir: &Path) -> Node {
     let mut config = LogConfig::new(dir.join("log"));
     config.segment_size = 1 << 20;
     let log = CommitLog::open(config, None).unwrap();
-    let broker = Broker::open(options(dir), log.reader()).unwrap();
+    let broker = open_broker(options(dir), log.reader());
     let next_index = log.bounds().next_index();
     Node { log, broker, next_index }
 }
@@ -212,7 +227,7 @@ fn a_checkpoint_never_makes_last_applied_durable_ahead_of_the_log() {
     config.durability = crate::store::Durability::Async;
     config.flush_interval = Duration::from_secs(3600);
     let log = CommitLog::open(config, None).unwrap();
-    let broker = Broker::open(options(dir.path()), log.reader()).unwrap();
+    let broker = open_broker(options(dir.path()), log.reader());
     let mut n = Node { log, broker, next_index: 0 };
     n.commit(&create("T", 1));
     n.commit(&send("T", 0, 1, &["a", "b"]));

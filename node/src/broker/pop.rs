@@ -218,7 +218,7 @@ impl Consumption {
                 if self.groups.remove(name).is_none() {
                     return ConsumeOutcome::GroupNotFound(name.clone());
                 }
-                self.remove_queues(|(g, _, _)| g == name);
+                self.queues.remove_where(|(g, _, _)| g == name);
                 ConsumeOutcome::Done
             }
             ConsumeCommand::Pop(pop) => {
@@ -287,12 +287,8 @@ impl Consumption {
 
     /// Forgets a deleted topic and every group's POP state on it.
     pub fn topic_deleted(&mut self, topic: &str) {
-        if self.topics.remove(topic).is_some() {}
-        self.remove_queues(|(_, t, _)| t == topic);
-    }
-
-    fn remove_queues(&mut self, gone: impl Fn(&PopKey) -> bool) {
-        self.queues.remove_where(gone);
+        self.topics.remove(topic);
+        self.queues.remove_where(|(_, t, _)| t == topic);
     }
 
     /// Sets a current delivery's invisible time (a renewal only ever extends it) and, if given,

@@ -9,7 +9,8 @@
 #
 # Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; node-to-node: 127.0.0.1:9081-9083.
 # Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA.
-# ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456).
+# ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456); with segments
+# under 8 MiB the largest message body is cut to a quarter of a segment, so that one always fits.
 # ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE move the ports (node N listens on BASE+N;
 # defaults 8080 and 9080).
 set -euo pipefail
@@ -49,6 +50,11 @@ write_config() {
     echo
     echo "[storage]"
     echo "segment_size = $segment_size"
+    if [ "$segment_size" -lt $((8 << 20)) ]; then
+      echo
+      echo "[broker]"
+      echo "max_body_bytes = $((segment_size / 4))"
+    fi
     for m in 1 2 3; do
       echo
       echo "[[members]]"

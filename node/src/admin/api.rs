@@ -92,10 +92,40 @@ pub enum AdminResponse {
     Error(String),
 }
 
+/// What part a node plays in its group right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    /// Replicates but does not vote (a node being added).
+    Learner,
+    ShuttingDown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "Leader",
+            Role::Follower => "Follower",
+            Role::Candidate => "Candidate",
+            Role::Learner => "Learner",
+            Role::ShuttingDown => "ShuttingDown",
+        }
+    }
+}
+
+/// The word scripts match on (`Leader`); `pad` so column widths apply.
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeStatus {
     pub id: NodeId,
-    pub role: String,
+    pub role: Role,
     pub term: u64,
     pub leader: Option<NodeId>,
     pub last_log_index: Option<u64>,
@@ -137,4 +167,19 @@ pub struct MessageLine {
     pub keys: Vec<String>,
     pub body_len: usize,
     pub store_timestamp_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_print_as_the_words_scripts_match_and_cross_the_wire_as_themselves() {
+        assert_eq!(format!("{:<8}|", Role::Leader), "Leader  |");
+        assert_eq!(Role::Follower.to_string(), "Follower");
+        for role in [Role::Leader, Role::Follower, Role::Candidate, Role::Learner, Role::ShuttingDown] {
+            let json = serde_json::to_string(&role).unwrap();
+            assert_eq!(serde_json::from_str::<Role>(&json).unwrap(), role);
+        }
+    }
 }

@@ -7,7 +7,7 @@ use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
-use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, TopicInfo};
+use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, Role, TopicInfo};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::node::{Node, WriteError};
@@ -20,6 +20,16 @@ pub struct AdminServer {
 impl AdminServer {
     pub fn new(node: Node) -> AdminServer {
         AdminServer { node }
+    }
+}
+
+fn role(state: openraft::ServerState) -> Role {
+    match state {
+        openraft::ServerState::Leader => Role::Leader,
+        openraft::ServerState::Follower => Role::Follower,
+        openraft::ServerState::Candidate => Role::Candidate,
+        openraft::ServerState::Learner => Role::Learner,
+        openraft::ServerState::Shutdown => Role::ShuttingDown,
     }
 }
 
@@ -226,7 +236,7 @@ impl AdminServer {
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         NodeStatus {
             id: m.id,
-            role: format!("{:?}", m.state),
+            role: role(m.state),
             term: m.current_term,
             leader: m.current_leader,
             last_log_index: m.last_log_index,

@@ -59,7 +59,8 @@ fn node_binary() -> PathBuf {
 }
 
 impl Cluster {
-    /// Starts `n` nodes with 1 MiB segments, initialises the group and waits for a leader.
+    /// Starts `n` nodes with 1 MiB segments (bodies up to 512 KiB), initialises the group and waits
+    /// for a leader.
     pub async fn start(n: u64, options: Options) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let nodes: Vec<Node> = (1..=n)
@@ -83,7 +84,7 @@ impl Cluster {
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[broker]\nmax_body_bytes = 524288\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,

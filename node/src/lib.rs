@@ -3,6 +3,8 @@
 //! - `store`: segment files, log index, ConsumeQueue, recovery.
 //! - `raft`: the openraft type configuration, log storage over `store`, network over tonic.
 //! - `broker`: the state machine (topics, queue offsets, ConsumeQueue records).
+//! - `cluster`: how a node reaches the leader: forwarded writes, read index, pop planning, the
+//!   leader's clock, typed errors, and the internal `PeerService` (raft port only).
 //! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
 //! - `node`: one node wired together.
@@ -10,6 +12,7 @@
 pub mod admin;
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod failpoint;
 pub mod node;
 pub mod proxy;

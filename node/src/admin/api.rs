@@ -1,11 +1,10 @@
-//! The admin API's requests and answers (JSON over `AdminService.Call`).
+//! The admin API's requests and answers (JSON over `AdminService.Call`): the operator's API only;
+//! what members ask of the leader is `cluster`'s `PeerService`.
 
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
-use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::broker::{GroupProgress, TopicConfig};
-use crate::proxy::pop::{PopError, PopOrder, Popped};
 use crate::raft::NodeId;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -52,14 +51,6 @@ pub enum AdminRequest {
         id: String,
         local: bool,
     },
-    /// A follower's receive asks the leader to plan and propose a pop.
-    Pop(PopOrder),
-    /// A follower asks the leader to move a delivery to the dead-letter topic (the leader holds
-    /// every message retention keeps, so the copy is never missing).
-    DeadLetter(Receipt),
-    /// The leader's commit index, confirmed by a quorum: what a follower must have applied to
-    /// answer a read as the leader would.
-    ReadIndex,
 }
 
 impl AdminRequest {
@@ -69,9 +60,7 @@ impl AdminRequest {
             AdminRequest::AddNode { .. }
             | AdminRequest::RemoveNode { .. }
             | AdminRequest::TransferLeader { .. }
-            | AdminRequest::ResetOffset { .. }
-            | AdminRequest::Pop(_)
-            | AdminRequest::DeadLetter(_) => true,
+            | AdminRequest::ResetOffset { .. } => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -86,9 +75,6 @@ pub enum AdminResponse {
     Topics(Vec<TopicInfo>),
     Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
-    ReadIndex(u64),
-    Popped(Result<Popped, PopError>),
-    DeadLettered(Result<ConsumeOutcome, PopError>),
     Error(String),
 }
 

@@ -13,8 +13,7 @@ use tokio::time::Instant;
 
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::{Command, Reply};
-use crate::node::Node;
-use crate::proxy::now_ms;
+use crate::cluster::{Cluster, now_ms};
 
 /// How long one delivery is kept invisible at most, renewals included.
 pub const MAX_RENEWED: Duration = Duration::from_secs(3600);
@@ -102,7 +101,7 @@ impl Renewals {
 }
 
 /// Renews what is due, every second, until the process ends.
-pub async fn run(node: Node, renewals: Arc<Renewals>) {
+pub async fn run(cluster: Cluster, renewals: Arc<Renewals>) {
     let mut tick = tokio::time::interval(TICK);
     loop {
         tick.tick().await;
@@ -112,7 +111,7 @@ pub async fn run(node: Node, renewals: Arc<Renewals>) {
                 now_ms: now_ms(),
                 invisible_ms: invisible.as_millis() as i64,
             };
-            match node.write(&Command::Consume(command)).await {
+            match cluster.write(&Command::Consume(command)).await {
                 Ok(Reply::Consume(ConsumeOutcome::Renewed(_))) => {}
                 // Settled elsewhere, or redelivered already: nothing left to renew.
                 Ok(_) => renewals.settled(&receipt),

@@ -5,6 +5,8 @@
 //! - `broker`: the state machine (topics, queue offsets, ConsumeQueue records).
 //! - `cluster`: how a node reaches the leader: forwarded writes, read index, pop planning, the
 //!   leader's clock, typed errors, and the internal `PeerService` (raft port only).
+//! - `jobs`: the one owner of background work (checkpoints, retention, renewals, leader-only
+//!   jobs that start and stop with leadership) and the node's fail-stop signal.
 //! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
 //! - `node`: one node wired together.
@@ -14,6 +16,7 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod failpoint;
+pub mod jobs;
 pub mod node;
 pub mod proxy;
 pub mod raft;

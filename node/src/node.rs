@@ -1,5 +1,5 @@
-//! One RockRaft node: storage, broker, Raft, the cluster handle and the two gRPC endpoints, wired
-//! together.
+//! One RockRaft node: storage, broker, Raft, the cluster handle, background jobs, and the two
+//! gRPC endpoints, wired together.
 //!
 //! - raft port: `RaftService` (replication), `PeerService` (what members ask of the leader) and
 //!   `AdminService`;
@@ -7,7 +7,7 @@
 //!   peer call is served here: nothing a client reaches proposes raw command bytes.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use openraft::{Config, SnapshotPolicy};
 use rockraft_proto::rocketmq::messaging_service_server::MessagingServiceServer;
@@ -18,17 +18,20 @@ use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 use crate::admin::{AdminServer, NodeConfig};
 use crate::broker::{Broker, BrokerOptions, StateMachine};
 use crate::cluster::{Cluster, ClusterOptions, PeerServer};
+use crate::jobs::{Jobs, RetentionOptions};
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
 use crate::raft::{LogStore, Network, Raft, RaftServer};
-use crate::store::LogReader;
 use crate::store::record::HEADER_LEN;
-use crate::store::retention::purge_point;
 
-/// A node, opened: Raft runs, retention and checkpoints are started; [`run`] serves it.
+/// A node, opened: Raft runs and the per-node jobs are started; [`run`] serves it.
 pub struct Node {
     pub cluster: Cluster,
     pub config: Arc<NodeConfig>,
+    pub jobs: Jobs,
+    /// `true` while this node leads: leader-only jobs (timers, transaction checks) start with
+    /// `jobs.spawn_leader(name, leadership.clone(), ..)`.
+    pub leadership: tokio::sync::watch::Receiver<bool>,
     /// Deliveries to renew: filled by the proxy, worked through by the renewal job.
     renewals: Arc<Renewals>,
 }
@@ -78,55 +81,24 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         ClusterOptions { node_id: config.node_id, max_entry_bytes: max_entry_bytes(config.storage.segment_size) };
     // wired to the broker's max store time at merge
     let cluster = Cluster::new(raft, broker.clone(), options, || 0);
-    let config = Arc::new(config);
-    tokio::spawn(retention(cluster.clone(), Arc::clone(&config), log));
-    spawn_checkpoints(broker);
-    Ok(Node { cluster, config, renewals: Arc::default() })
-}
 
-/// Makes applied state durable in the background, off the apply path.
-fn spawn_checkpoints(broker: Broker) {
-    let interval = broker.checkpoint_interval();
-    std::thread::Builder::new()
-        .name("rockraft-checkpoint".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(interval);
-                if let Err(e) = broker.checkpoint() {
-                    tracing::error!(error = %e, "checkpoint failed; applied state is re-derived from the log on restart");
-                }
-            }
-        })
-        .map(drop)
-        .unwrap_or_else(|e| tracing::error!(error = %e, "cannot start the checkpoint thread"));
-}
-
-/// Purges whole segments past the retention time or over the disk budget: a snapshot is built
-/// at the purge point (metadata and queue ranges as of then) and openraft purges the log up to it.
-async fn retention(cluster: Cluster, config: Arc<NodeConfig>, log: LogReader) {
+    let jobs = Jobs::new();
+    let renewals = Arc::new(Renewals::default());
+    jobs.spawn("checkpoints", crate::jobs::checkpoints(broker));
     let storage = &config.storage;
-    let max_age = Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(storage.retention_check_secs.max(0.1)));
-    loop {
-        tick.tick().await;
-        let applied = cluster.broker().last_applied().map(|l| l.index);
-        let Some(point) = purge_point(&log.segment_stats(), SystemTime::now(), max_age, storage.disk_budget_bytes)
-        else {
-            continue;
-        };
-        let point = applied.map_or(point, |a| point.min(a));
-        if log.bounds().first_index > point {
-            continue;
-        }
-        tracing::info!(node = cluster.id(), upto = point, "retention: purging the log");
-        cluster.broker().set_snapshot_target(point);
-        if cluster.raft().trigger().snapshot().await.is_err() {
-            return; // Raft has stopped.
-        }
-    }
+    let retention = RetentionOptions {
+        max_age: Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0),
+        check_every: Duration::from_secs_f64(storage.retention_check_secs.max(0.1)),
+        disk_budget_bytes: storage.disk_budget_bytes,
+    };
+    jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log, retention));
+    jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
+    let leadership = jobs.follow_leadership(&cluster);
+    Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
 }
 
-/// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully.
+/// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
+/// the node reports a fatal condition (`Jobs::fail_stop`), then stops at once with that error.
 pub async fn run(config: NodeConfig) -> Result<(), String> {
     let node = open(config).await?;
     let config = Arc::clone(&node.config);
@@ -150,7 +122,6 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         max_properties_bytes: config.broker.max_properties_bytes,
     };
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
-    let renewal_task = tokio::spawn(crate::proxy::renew::run(cluster.clone(), Arc::clone(&node.renewals)));
     let client_server = tonic::transport::Server::builder()
         .add_service(
             MessagingServiceServer::new(proxy)
@@ -162,14 +133,23 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let client_task = tokio::spawn(client_server);
     tracing::info!(node = cluster.id(), raft = %config.raft_addr, client = %config.client_addr, "node started");
 
-    shutdown_signal().await;
+    let fatal = tokio::select! {
+        _ = shutdown_signal() => None,
+        reason = node.jobs.failed() => Some(reason),
+    };
     tracing::info!(node = cluster.id(), "shutting down");
-    hand_over_leadership(cluster).await;
+    if fatal.is_none() {
+        hand_over_leadership(cluster).await;
+    }
     let _ = stop_tx.send(true);
     let _ = raft_task.await;
     let _ = client_task.await;
-    renewal_task.abort();
+    node.jobs.shutdown().await;
     let _ = cluster.raft().shutdown().await;
+    if let Some(reason) = fatal {
+        // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
+        return Err(format!("stopped: {reason}"));
+    }
     cluster.broker().checkpoint().map_err(|e| e.to_string())?;
     Ok(())
 }

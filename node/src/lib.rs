@@ -10,6 +10,10 @@
 //! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
 //! - `node`: one node wired together.
+//!
+//! Layering, `a ← b` meaning "a is imported by b": store ← broker ← raft ← cluster ←
+//! {jobs, proxy, admin} ← node ← cli, and jobs may use proxy's renewal table. No module imports
+//! one that imports it back; `tests/layering.rs` checks.
 
 pub mod admin;
 pub mod broker;

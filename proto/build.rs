@@ -2,8 +2,13 @@
 //! protox (a protobuf compiler in Rust), so no `protoc` is needed on the machine.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["apache/rocketmq/v2/service.proto", "rockraft/v1/raft.proto", "rockraft/v1/broker.proto"];
-    for f in ["apache/rocketmq/v2/definition.proto", files[0], files[1], files[2]] {
+    let files = [
+        "apache/rocketmq/v2/service.proto",
+        "rockraft/v1/raft.proto",
+        "rockraft/v1/broker.proto",
+        "rockraft/v1/peer.proto",
+    ];
+    for f in ["apache/rocketmq/v2/definition.proto", files[0], files[1], files[2], files[3]] {
         println!("cargo:rerun-if-changed={f}");
     }
     let descriptors = protox::compile(files, ["."])?;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus};
+use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus, Role};
 use rockraft::admin::call;
 use rockraft::broker::group::GroupConfig;
 use rockraft::broker::{TopicConfig, TopicKind};
@@ -213,7 +213,7 @@ impl Cluster {
         loop {
             for n in self.nodes.iter().filter(|n| n.child.is_some()) {
                 if let Some(s) = self.status(n.id).await
-                    && s.role == "Leader"
+                    && s.role == Role::Leader
                 {
                     return s.id;
                 }

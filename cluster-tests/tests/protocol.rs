@@ -1,15 +1,19 @@
 //! The proxy endpoint at the wire level: exact RocketMQ status codes for bad input (and no state
-//! change), retried sends deduplicated, graceful shutdown handing leadership over.
+//! change), retried sends deduplicated, graceful shutdown handing leadership over, and no peer
+//! RPC on the client port.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use rockraft::broker::TopicKind;
+use rockraft::cluster::ClusterError;
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{
     Code, Message, MessageType, QueryRouteRequest, Resource, SendMessageRequest, SendMessageResponse, SystemProperties,
 };
+use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
+use rockraft_proto::rockraft::{ReadIndexRequest, WriteRequest};
 use tonic::transport::Channel;
 
 async fn client(addr: &str) -> MessagingServiceClient<Channel> {
@@ -47,6 +51,7 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
 
     let r = send(&mut c, vec![message("Nope", "m1", body(), None)]).await;
     assert_eq!(code(&r), Code::TopicNotFound as i32);
+    // The harness sets max_body_bytes = 512 KiB.
     let r = send(&mut c, vec![message("Plain", "m2", Bytes::from(vec![0u8; (512 << 10) + 1]), None)]).await;
     assert_eq!(code(&r), Code::MessageBodyTooLarge as i32);
     let r = send(&mut c, vec![message("Plain", "m3", body(), Some("group"))]).await;
@@ -139,4 +144,62 @@ async fn a_topic_is_usable_through_every_node_as_soon_as_it_is_created() {
             assert_eq!(code(&sent), Code::Ok as i32, "send through node {id}, topic {name}Send");
         }
     }
+}
+
+/// Messages of `size` bytes for queue 0, so a send of several is one batch, one log entry.
+fn to_queue_0(topic: &str, prefix: &str, n: usize, size: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| {
+            let mut m = message(topic, &format!("{prefix}{i}"), Bytes::from(vec![b'x'; size]), None);
+            m.system_properties.as_mut().expect("set").queue_id = 0;
+            m
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_larger_than_a_log_entry_is_payload_too_large_and_the_node_keeps_serving() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Big", 1, TopicKind::Normal).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    // Three bodies of 400 KiB: each within max_body_bytes, together more than a 1 MiB segment.
+    for id in [leader, follower] {
+        let mut c = client(&cluster.client_addr(id)).await;
+        let r = send(&mut c, to_queue_0("Big", &format!("big-{id}-"), 3, 400 << 10)).await;
+        assert_eq!(code(&r), Code::PayloadTooLarge as i32, "through node {id}: {:?}", r.status);
+        assert!(r.entries.iter().all(|e| e.status.as_ref().map(|s| s.code) == Some(Code::PayloadTooLarge as i32)));
+        let r = send(&mut c, to_queue_0("Big", &format!("small-{id}-"), 2, 1 << 10)).await;
+        assert_eq!(code(&r), Code::Ok as i32, "through node {id} afterwards: {:?}", r.status);
+    }
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+        let stored: Vec<String> =
+            cluster.local_messages(id, "Big", 0).await.into_iter().map(|m| m.message_id).collect();
+        assert_eq!(stored.len(), 4, "node {id} stores only the small sends: {stored:?}");
+        assert!(stored.iter().all(|m| m.starts_with("small-")), "node {id}: {stored:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_port_serves_no_peer_rpcs() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Peers", 1, TopicKind::Normal).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let peer =
+        |addr: String| async move { PeerServiceClient::connect(format!("http://{addr}")).await.expect("connect") };
+    for id in 1..=3 {
+        let mut c = peer(cluster.client_addr(id)).await;
+        let read = c.read_index(ReadIndexRequest {}).await.map(drop).expect_err("no read index on the client port");
+        assert_eq!(read.code(), tonic::Code::Unimplemented, "node {id}");
+        // A raw command: a send to the topic, as a forwarded write would carry it.
+        let command = Bytes::from_static(b"\x01\x0a\x05Peers");
+        let write = c.write(WriteRequest { command }).await.map(drop).expect_err("no raw writes on the client port");
+        assert_eq!(write.code(), tonic::Code::Unimplemented, "node {id}");
+    }
+    // The raft port does serve them: the leader answers its read index.
+    let raft_addr = cluster.nodes.iter().find(|n| n.id == leader).expect("leader").raft_addr.clone();
+    let reply = peer(raft_addr).await.read_index(ReadIndexRequest {}).await.expect("served on the raft port");
+    let index: Result<u64, ClusterError> = serde_json::from_slice(&reply.into_inner().json).expect("a typed result");
+    assert!(index.is_ok_and(|i| i > 0), "the leader's read index");
 }

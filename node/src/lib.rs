@@ -3,14 +3,24 @@
 //! - `store`: segment files, log index, ConsumeQueue, recovery.
 //! - `raft`: the openraft type configuration, log storage over `store`, network over tonic.
 //! - `broker`: the state machine (topics, queue offsets, ConsumeQueue records).
+//! - `cluster`: how a node reaches the leader: forwarded writes, read index, pop planning, the
+//!   leader's clock, typed errors, and the internal `PeerService` (raft port only).
+//! - `jobs`: the one owner of background work (checkpoints, retention, renewals, leader-only
+//!   jobs that start and stop with leadership) and the node's fail-stop signal.
 //! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
 //! - `node`: one node wired together.
+//!
+//! Layering, `a ← b` meaning "a is imported by b": store ← broker ← raft ← cluster ←
+//! {jobs, proxy, admin} ← node ← cli, and jobs may use proxy's renewal table. No module imports
+//! one that imports it back; `tests/layering.rs` checks.
 
 pub mod admin;
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod failpoint;
+pub mod jobs;
 pub mod node;
 pub mod proxy;
 pub mod raft;

@@ -1,182 +1,45 @@
-//! One RockRaft node: storage, broker, Raft, and the two gRPC endpoints, wired together.
+//! One RockRaft node: storage, broker, Raft, the cluster handle, background jobs, and the two
+//! gRPC endpoints, wired together.
 //!
-//! - raft port: `RaftService` (replication) and `AdminService` (forwarded writes, admin);
-//! - client port: the RocketMQ `MessagingService` (proxy) and `AdminService` (for the CLI).
+//! - raft port: `RaftService` (replication), `PeerService` (what members ask of the leader) and
+//!   `AdminService`;
+//! - client port: the RocketMQ `MessagingService` (proxy) and `AdminService` (for the CLI). No
+//!   peer call is served here: nothing a client reaches proposes raw command bytes.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::Bytes;
-use openraft::async_runtime::watch::WatchReceiver;
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::{Config, RaftMetrics, ReadPolicy, SnapshotPolicy};
+use openraft::{Config, SnapshotPolicy};
 use rockraft_proto::rocketmq::messaging_service_server::MessagingServiceServer;
-use rockraft_proto::rockraft::WriteRequest;
-use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::admin_service_server::AdminServiceServer;
+use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminServer, NodeConfig};
-use crate::broker::{Broker, BrokerOptions, Command, Reply};
-use crate::proxy::Proxy;
-use crate::raft::{
-    CommandBytes, LogStore, Network, NodeId, NodeInfo, Raft, RaftServer, StateMachine, TypeConfig, channel,
-};
-use crate::store::LogReader;
-use crate::store::retention::purge_point;
+use crate::broker::{Broker, BrokerOptions};
+use crate::cluster::{Cluster, ClusterOptions, PeerServer};
+use crate::jobs::{Jobs, RetentionOptions};
+use crate::proxy::renew::Renewals;
+use crate::proxy::{Proxy, ProxyOptions};
+use crate::raft::{LogStore, Network, Raft, RaftServer, StateMachine};
+use crate::store::record::HEADER_LEN;
 
-/// Why a write did not happen. Each maps to a client-visible status at the edge.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    #[error("no leader is known right now")]
-    NoLeader,
-    #[error("forwarding to the leader failed: {0}")]
-    Forward(String),
-    #[error("raft: {0}")]
-    Raft(String),
-}
-
-/// What the services share: the Raft handle, the broker state and this node's config.
-#[derive(Clone)]
+/// A node, opened: Raft runs and the per-node jobs are started; [`run`] serves it.
 pub struct Node {
-    pub raft: Raft,
-    pub broker: Broker,
+    pub cluster: Cluster,
     pub config: Arc<NodeConfig>,
-    peers: Arc<Peers>,
-    /// Serializes the pops this node plans as leader, per (group, topic).
-    pub pop_locks: Arc<crate::proxy::pop::PopLocks>,
-    /// Rotates the queue pops start from.
-    round_robin: Arc<std::sync::atomic::AtomicU32>,
+    pub jobs: Jobs,
+    /// `true` while this node leads: leader-only jobs (timers, transaction checks) start with
+    /// `jobs.spawn_leader(name, leadership.clone(), ..)`.
+    pub leadership: tokio::sync::watch::Receiver<bool>,
+    /// Deliveries to renew: filled by the proxy, worked through by the renewal job.
+    renewals: Arc<Renewals>,
 }
 
-impl Node {
-    pub fn id(&self) -> NodeId {
-        self.config.node_id
-    }
-
-    /// What openraft reports about this node right now.
-    pub fn metrics(&self) -> RaftMetrics<TypeConfig> {
-        self.raft.metrics().borrow_watched().clone()
-    }
-
-    /// The leader's id and address, as this node currently knows them.
-    pub fn leader(&self) -> Option<(NodeId, NodeInfo)> {
-        let metrics = self.metrics();
-        let id = metrics.current_leader?;
-        let info = metrics.membership_config.membership().get_node(&id)?.clone();
-        Some((id, info))
-    }
-
-    pub fn is_leader(&self) -> bool {
-        self.leader().is_some_and(|(id, _)| id == self.id())
-    }
-
-    /// On the leader: the commit index, after confirming leadership with a quorum.
-    pub async fn read_index(&self) -> Result<u64, String> {
-        let read = self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await.map_err(|e| e.to_string())?;
-        Ok(read.index())
-    }
-
-    /// A value that moves on with every call, for spreading work over queues.
-    pub fn next_queue(&self) -> u32 {
-        self.round_robin.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Sends an admin request to the leader.
-    pub async fn call_leader(
-        &self,
-        req: &crate::admin::api::AdminRequest,
-    ) -> Result<crate::admin::api::AdminResponse, String> {
-        let (_, leader) = self.leader().ok_or("no leader is known right now")?;
-        let channel = self.peers.channel(&leader.raft_addr)?;
-        crate::admin::call_on(channel, req).await
-    }
-
-    /// Waits until this node has applied everything committed when it was called, so a read of
-    /// its local state sees every write acknowledged before (a follower asks the leader for that
-    /// index). For reads that found nothing locally, e.g. a topic created a moment ago.
-    pub async fn catch_up(&self) -> Result<(), String> {
-        if self.leader().is_none() {
-            // Just started, or an election is running: give it a moment.
-            let _ =
-                self.raft.wait(Some(Duration::from_secs(3))).metrics(|m| m.current_leader.is_some(), "a leader").await;
-        }
-        let index = if self.is_leader() {
-            self.read_index().await?
-        } else {
-            match self.call_leader(&crate::admin::api::AdminRequest::ReadIndex).await? {
-                crate::admin::api::AdminResponse::ReadIndex(i) => i,
-                other => return Err(format!("unexpected answer {other:?}")),
-            }
-        };
-        self.raft
-            .wait(Some(Duration::from_secs(2)))
-            .applied_index_at_least(Some(index), "catching up for a read")
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Waits (briefly) until this node has applied `index`, e.g. an entry the leader applied for
-    /// a write this node forwarded.
-    pub async fn wait_applied(&self, index: u64) {
-        let _ = self.raft.wait(Some(Duration::from_secs(2))).applied_index_at_least(Some(index), "own write").await;
-    }
-
-    /// Proposes `command` and returns its reply once it is committed and applied. A follower
-    /// forwards it to the leader.
-    pub async fn write(&self, command: &Command) -> Result<Reply, WriteError> {
-        self.write_bytes(command.encode(), true).await
-    }
-
-    pub async fn write_bytes(&self, command: Bytes, may_forward: bool) -> Result<Reply, WriteError> {
-        // Commands that act on time carry the clock of the leader that proposes them.
-        let command = if Command::carries_time(&command) && self.is_leader() {
-            Command::stamp_time(command, crate::proxy::now_ms())
-        } else {
-            command
-        };
-        match self.raft.client_write(CommandBytes(command.clone())).await {
-            Ok(resp) => Ok(resp.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fwd))) => {
-                let Some(leader) = fwd.leader_node.filter(|_| may_forward) else { return Err(WriteError::NoLeader) };
-                forward(&self.peers, &leader.raft_addr, command).await
-            }
-            Err(e) => Err(WriteError::Raft(e.to_string())),
-        }
-    }
-}
-
-/// One channel per peer address, reused by every forwarded write.
-#[derive(Default)]
-pub struct Peers {
-    channels: std::sync::Mutex<std::collections::HashMap<String, tonic::transport::Channel>>,
-}
-
-impl Peers {
-    fn channel(&self, addr: &str) -> Result<tonic::transport::Channel, String> {
-        let mut channels = self.channels.lock().expect("peer channels lock");
-        if let Some(c) = channels.get(addr) {
-            return Ok(c.clone());
-        }
-        let c = channel(addr)?;
-        channels.insert(addr.to_string(), c.clone());
-        Ok(c)
-    }
-}
-
-async fn forward(peers: &Peers, raft_addr: &str, command: Bytes) -> Result<Reply, WriteError> {
-    let channel = peers.channel(raft_addr).map_err(WriteError::Forward)?;
-    let mut client =
-        AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX);
-    let reply = match client.write(WriteRequest { command }).await {
-        Ok(r) => r.into_inner(),
-        Err(s) if s.code() == tonic::Code::Unavailable && s.message().contains("no leader") => {
-            return Err(WriteError::NoLeader);
-        }
-        Err(s) => return Err(WriteError::Forward(s.message().to_string())),
-    };
-    serde_json::from_slice(&reply.reply).map_err(|e| WriteError::Forward(e.to_string()))
+/// The largest command one log entry holds: a segment, less the segment file's header (64 bytes,
+/// private to `store/`) and one record header.
+fn max_entry_bytes(segment_size: u64) -> u64 {
+    segment_size.saturating_sub(64 + HEADER_LEN as u64)
 }
 
 fn raft_config(config: &NodeConfig) -> Result<Config, String> {
@@ -195,7 +58,7 @@ fn raft_config(config: &NodeConfig) -> Result<Config, String> {
     .map_err(|e| e.to_string())
 }
 
-/// Opens the node's storage and starts Raft; does not serve yet.
+/// Opens the node's storage, starts Raft and the per-node jobs; does not serve yet.
 pub async fn open(config: NodeConfig) -> Result<Node, String> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
     let log_store = LogStore::open(config.log_config()).map_err(|e| e.to_string())?;
@@ -215,97 +78,83 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let raft_config = Arc::new(raft_config(&config)?);
     let raft =
         Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;
-    let node = Node {
-        raft,
-        broker,
-        config: Arc::new(config),
-        peers: Arc::default(),
-        pop_locks: Arc::default(),
-        round_robin: Arc::default(),
+    let options =
+        ClusterOptions { node_id: config.node_id, max_entry_bytes: max_entry_bytes(config.storage.segment_size) };
+    // A leader stamps no send earlier than the latest store time applied, so store times never go
+    // back along a queue across leader changes.
+    let floor = broker.clone();
+    let cluster = Cluster::new(raft, broker.clone(), options, move || floor.max_store_timestamp_ms());
+
+    let jobs = Jobs::new();
+    let renewals = Arc::new(Renewals::default());
+    jobs.spawn("checkpoints", crate::jobs::checkpoints(broker));
+    let storage = &config.storage;
+    let retention = RetentionOptions {
+        max_age: Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0),
+        check_every: Duration::from_secs_f64(storage.retention_check_secs.max(0.1)),
+        disk_budget_bytes: storage.disk_budget_bytes,
     };
-    tokio::spawn(retention(node.clone(), log));
-    spawn_checkpoints(node.broker.clone());
-    Ok(node)
+    jobs.spawn("health", crate::jobs::watch_health(cluster.clone(), log.clone(), jobs.clone()));
+    jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log, retention));
+    jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
+    let leadership = jobs.follow_leadership(&cluster);
+    Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
 }
 
-/// Makes applied state durable in the background, off the apply path.
-fn spawn_checkpoints(broker: Broker) {
-    let interval = broker.checkpoint_interval();
-    std::thread::Builder::new()
-        .name("rockraft-checkpoint".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(interval);
-                if let Err(e) = broker.checkpoint() {
-                    tracing::error!(error = %e, "checkpoint failed; applied state is re-derived from the log on restart");
-                }
-            }
-        })
-        .map(drop)
-        .unwrap_or_else(|e| tracing::error!(error = %e, "cannot start the checkpoint thread"));
-}
-
-/// Purges whole segments past the retention time or over the disk budget: a snapshot is built
-/// at the purge point (metadata and queue ranges as of then) and openraft purges the log up to it.
-async fn retention(node: Node, log: LogReader) {
-    let storage = &node.config.storage;
-    let max_age = Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(storage.retention_check_secs.max(0.1)));
-    loop {
-        tick.tick().await;
-        let applied = node.broker.last_applied().map(|l| l.index);
-        let Some(point) = purge_point(&log.segment_stats(), SystemTime::now(), max_age, storage.disk_budget_bytes)
-        else {
-            continue;
-        };
-        let point = applied.map_or(point, |a| point.min(a));
-        if log.bounds().first_index > point {
-            continue;
-        }
-        tracing::info!(node = node.id(), upto = point, "retention: purging the log");
-        node.broker.set_snapshot_target(point);
-        if node.raft.trigger().snapshot().await.is_err() {
-            return; // Raft has stopped.
-        }
-    }
-}
-
-/// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully.
+/// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
+/// the node reports a fatal condition (`Jobs::fail_stop`), then stops at once with that error.
 pub async fn run(config: NodeConfig) -> Result<(), String> {
     let node = open(config).await?;
-    let raft_addr = node.config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
-    let client_addr = node.config.client_addr.parse().map_err(|e| format!("client_addr: {e}"))?;
+    let config = Arc::clone(&node.config);
+    let raft_addr = config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
+    let client_addr = config.client_addr.parse().map_err(|e| format!("client_addr: {e}"))?;
     let max = usize::MAX;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let cluster = &node.cluster;
+    let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
     let raft_server = tonic::transport::Server::builder()
-        .add_service(RaftServiceServer::new(RaftServer::new(node.raft.clone())).max_decoding_message_size(max))
-        .add_service(AdminServiceServer::new(AdminServer::new(node.clone())).max_decoding_message_size(max))
+        .add_service(RaftServiceServer::new(RaftServer::new(cluster.raft().clone())).max_decoding_message_size(max))
+        .add_service(PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max))
+        .add_service(admin().max_decoding_message_size(max))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
-    let proxy = Proxy::new(node.clone());
-    let renewal_task = tokio::spawn(crate::proxy::renew::run(node.clone(), proxy.renewals()));
+    let proxy_options = ProxyOptions {
+        group: config.group.clone(),
+        max_body_bytes: config.broker.max_body_bytes,
+        max_properties_bytes: config.broker.max_properties_bytes,
+    };
+    let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
     let client_server = tonic::transport::Server::builder()
         .add_service(
             MessagingServiceServer::new(proxy)
-                .max_decoding_message_size(node.config.broker.max_body_bytes as usize * 2 + (1 << 20)),
+                .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20)),
         )
-        .add_service(AdminServiceServer::new(AdminServer::new(node.clone())).max_decoding_message_size(max))
+        .add_service(admin().max_decoding_message_size(max))
         .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
     let raft_task = tokio::spawn(raft_server);
     let client_task = tokio::spawn(client_server);
-    tracing::info!(node = node.id(), raft = %node.config.raft_addr, client = %node.config.client_addr, "node started");
+    tracing::info!(node = cluster.id(), raft = %config.raft_addr, client = %config.client_addr, "node started");
 
-    shutdown_signal().await;
-    tracing::info!(node = node.id(), "shutting down");
-    hand_over_leadership(&node).await;
+    let fatal = tokio::select! {
+        _ = shutdown_signal() => None,
+        reason = node.jobs.failed() => Some(reason),
+    };
+    tracing::info!(node = cluster.id(), "shutting down");
+    if fatal.is_none() {
+        hand_over_leadership(cluster).await;
+    }
     let _ = stop_tx.send(true);
     let _ = raft_task.await;
     let _ = client_task.await;
-    renewal_task.abort();
-    let _ = node.raft.shutdown().await;
-    node.broker.checkpoint().map_err(|e| e.to_string())?;
+    node.jobs.shutdown().await;
+    let _ = cluster.raft().shutdown().await;
+    if let Some(reason) = fatal {
+        // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
+        return Err(format!("stopped: {reason}"));
+    }
+    cluster.broker().checkpoint().map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -322,23 +171,23 @@ async fn shutdown_signal() {
 
 /// A leader that is asked to stop first hands leadership to the most caught-up voter, so
 /// clients see a short pause instead of an election timeout.
-async fn hand_over_leadership(node: &Node) {
-    if !node.is_leader() {
+async fn hand_over_leadership(cluster: &Cluster) {
+    if !cluster.is_leader() {
         return;
     }
-    let metrics = node.metrics();
+    let metrics = cluster.metrics();
+    let me = cluster.id();
     let target = metrics
         .replication
         .as_ref()
-        .and_then(|r| r.iter().filter(|(id, _)| **id != node.id()).max_by_key(|(_, m)| m.as_ref().map(|l| l.index)))
+        .and_then(|r| r.iter().filter(|(id, _)| **id != me).max_by_key(|(_, m)| m.as_ref().map(|l| l.index)))
         .map(|(id, _)| *id);
     let Some(target) = target else { return };
-    if node.raft.trigger().transfer_leader(target).await.is_err() {
+    if cluster.raft().trigger().transfer_leader(target).await.is_err() {
         return;
     }
-    let me = node.id();
-    let _ = node
-        .raft
+    let _ = cluster
+        .raft()
         .wait(Some(Duration::from_secs(3)))
         .metrics(|m| m.current_leader != Some(me), "leadership handed over")
         .await;

@@ -1,7 +1,7 @@
 //! Generated protobuf and gRPC code.
 //!
 //! - [`rocketmq`]: `apache.rocketmq.v2`, the API the official RocketMQ 5 clients speak.
-//! - [`rockraft`]: `rockraft.v1`, Raft replication and admin calls between nodes.
+//! - [`rockraft`]: `rockraft.v1`, Raft replication, peer calls to the leader and the admin API.
 
 // Generated code: its shapes follow the .proto files, not our lint rules.
 #[allow(clippy::all, clippy::pedantic)]

@@ -1,11 +1,10 @@
-//! The admin API's requests and answers (JSON over `AdminService.Call`).
+//! The admin API's requests and answers (JSON over `AdminService.Call`): the operator's API only;
+//! what members ask of the leader is `cluster`'s `PeerService`.
 
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
-use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::broker::{GroupProgress, TopicConfig};
-use crate::proxy::pop::{PopError, PopOrder, Popped};
 use crate::raft::NodeId;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,14 +54,6 @@ pub enum AdminRequest {
     /// This node's applied index and a digest of its replicated state: replicas at the same
     /// index must agree (`rockraft cluster verify`).
     Digest,
-    /// A follower's receive asks the leader to plan and propose a pop.
-    Pop(PopOrder),
-    /// A follower asks the leader to move a delivery to the dead-letter topic (the leader holds
-    /// every message retention keeps, so the copy is never missing).
-    DeadLetter(Receipt),
-    /// The leader's commit index, confirmed by a quorum: what a follower must have applied to
-    /// answer a read as the leader would.
-    ReadIndex,
 }
 
 impl AdminRequest {
@@ -72,9 +63,7 @@ impl AdminRequest {
             AdminRequest::AddNode { .. }
             | AdminRequest::RemoveNode { .. }
             | AdminRequest::TransferLeader { .. }
-            | AdminRequest::ResetOffset { .. }
-            | AdminRequest::Pop(_)
-            | AdminRequest::DeadLetter(_) => true,
+            | AdminRequest::ResetOffset { .. } => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -89,17 +78,44 @@ pub enum AdminResponse {
     Topics(Vec<TopicInfo>),
     Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
-    ReadIndex(u64),
     Digest(StateDigest),
-    Popped(Result<Popped, PopError>),
-    DeadLettered(Result<ConsumeOutcome, PopError>),
     Error(String),
+}
+
+/// What part a node plays in its group right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    /// Replicates but does not vote (a node being added).
+    Learner,
+    ShuttingDown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "Leader",
+            Role::Follower => "Follower",
+            Role::Candidate => "Candidate",
+            Role::Learner => "Learner",
+            Role::ShuttingDown => "ShuttingDown",
+        }
+    }
+}
+
+/// The word scripts match on (`Leader`); `pad` so column widths apply.
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeStatus {
     pub id: NodeId,
-    pub role: String,
+    pub role: Role,
     pub term: u64,
     pub leader: Option<NodeId>,
     pub last_log_index: Option<u64>,
@@ -147,4 +163,19 @@ pub struct MessageLine {
     pub keys: Vec<String>,
     pub body_len: usize,
     pub store_timestamp_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_print_as_the_words_scripts_match_and_cross_the_wire_as_themselves() {
+        assert_eq!(format!("{:<8}|", Role::Leader), "Leader  |");
+        assert_eq!(Role::Follower.to_string(), "Follower");
+        for role in [Role::Leader, Role::Follower, Role::Candidate, Role::Learner, Role::ShuttingDown] {
+            let json = serde_json::to_string(&role).unwrap();
+            assert_eq!(serde_json::from_str::<Role>(&json).unwrap(), role);
+        }
+    }
 }

@@ -21,7 +21,8 @@ pub struct NodeConfig {
     /// Name of the Raft group; also the broker name clients see in routes.
     #[serde(default = "default_group")]
     pub group: String,
-    /// Node-to-node gRPC (replication, forwarded writes, admin): listen and advertised address.
+    /// Node-to-node gRPC (replication, the peer calls to the leader, admin): listen and advertised
+    /// address.
     #[serde(default = "default_raft_addr")]
     pub raft_addr: String,
     /// The RocketMQ proxy endpoint for clients (and the admin API the CLI uses).

@@ -1,5 +1,5 @@
 //! Operating a node: its configuration and the admin API (`rockraft.v1.AdminService`) that the
-//! CLI and other nodes call.
+//! CLI calls, on either port; a node passes a request that needs the leader on to the leader's.
 
 pub mod api;
 mod config;

@@ -1,25 +1,39 @@
-//! `rockraft.v1.AdminService`: forwarded writes and operator requests.
+//! `rockraft.v1.AdminService`: the operator's requests (the CLI). Served on both ports; one that
+//! needs the leader is passed on to the leader's.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
-use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, TopicInfo};
+use crate::admin::NodeConfig;
+use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, Role, TopicInfo};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
-use crate::node::{Node, WriteError};
+use crate::cluster::Cluster;
 use crate::raft::{NodeInfo, channel};
 
 pub struct AdminServer {
-    node: Node,
+    cluster: Cluster,
+    config: Arc<NodeConfig>,
 }
 
 impl AdminServer {
-    pub fn new(node: Node) -> AdminServer {
-        AdminServer { node }
+    pub fn new(cluster: Cluster, config: Arc<NodeConfig>) -> AdminServer {
+        AdminServer { cluster, config }
+    }
+}
+
+fn role(state: openraft::ServerState) -> Role {
+    match state {
+        openraft::ServerState::Leader => Role::Leader,
+        openraft::ServerState::Follower => Role::Follower,
+        openraft::ServerState::Candidate => Role::Candidate,
+        openraft::ServerState::Learner => Role::Learner,
+        openraft::ServerState::Shutdown => Role::ShuttingDown,
     }
 }
 
@@ -71,11 +85,13 @@ pub async fn call_on(channel: tonic::transport::Channel, req: &AdminRequest) -> 
 
 impl AdminServer {
     async fn handle(&self, req: AdminRequest) -> AdminResponse {
-        let node = &self.node;
-        if req.needs_leader() && !node.is_leader() {
-            return match node.leader() {
-                Some((_, leader)) => call(&leader.raft_addr, &req).await.unwrap_or_else(AdminResponse::Error),
-                None => AdminResponse::Error("no leader is known right now; try again".into()),
+        let cluster = &self.cluster;
+        let raft = cluster.raft();
+        let broker = cluster.broker();
+        if req.needs_leader() && !cluster.is_leader() {
+            return match cluster.leader_channel() {
+                Ok(leader) => call_on(leader, &req).await.unwrap_or_else(AdminResponse::Error),
+                Err(e) => AdminResponse::Error(format!("{e}; try again")),
             };
         }
         let result: Result<AdminResponse, String> = match req {
@@ -83,13 +99,12 @@ impl AdminServer {
             AdminRequest::Init => self.init().await,
             AdminRequest::AddNode { id, raft_addr, client_addr } => {
                 let info = NodeInfo { raft_addr, client_addr };
-                match node.raft.add_learner(id, info, true).await {
+                match raft.add_learner(id, info, true).await {
                     Err(e) => Err(e.to_string()),
                     Ok(_) => {
-                        let mut voters: BTreeSet<u64> = node.metrics().membership_config.voter_ids().collect();
+                        let mut voters: BTreeSet<u64> = cluster.metrics().membership_config.voter_ids().collect();
                         voters.insert(id);
-                        node.raft
-                            .change_membership(voters, false)
+                        raft.change_membership(voters, false)
                             .await
                             .map(|_| AdminResponse::Done(format!("node {id} added")))
                             .map_err(|e| e.to_string())
@@ -97,19 +112,17 @@ impl AdminServer {
                 }
             }
             AdminRequest::RemoveNode { id } => {
-                let mut voters: BTreeSet<u64> = node.metrics().membership_config.voter_ids().collect();
+                let mut voters: BTreeSet<u64> = cluster.metrics().membership_config.voter_ids().collect();
                 if !voters.remove(&id) {
                     Err(format!("node {id} is not a voter"))
                 } else {
-                    node.raft
-                        .change_membership(voters, false)
+                    raft.change_membership(voters, false)
                         .await
                         .map(|_| AdminResponse::Done(format!("node {id} removed")))
                         .map_err(|e| e.to_string())
                 }
             }
-            AdminRequest::TransferLeader { to } => node
-                .raft
+            AdminRequest::TransferLeader { to } => raft
                 .trigger()
                 .transfer_leader(to)
                 .await
@@ -118,12 +131,11 @@ impl AdminServer {
             AdminRequest::CreateTopic(t) => self.write(Command::Admin(AdminCommand::CreateTopic(t))).await,
             AdminRequest::DeleteTopic { name } => self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await,
             AdminRequest::ListTopics => Ok(AdminResponse::Topics(
-                node.broker
+                broker
                     .topics()
                     .into_iter()
                     .map(|config| {
-                        let queues = node
-                            .broker
+                        let queues = broker
                             .queue_status(&config.name)
                             .into_iter()
                             .map(|q| (q.queue_id, q.start, q.next))
@@ -137,9 +149,9 @@ impl AdminServer {
                 self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await
             }
             AdminRequest::ListGroups => {
-                let progress = node.broker.group_progress();
+                let progress = broker.group_progress();
                 Ok(AdminResponse::Groups(
-                    node.broker
+                    broker
                         .groups()
                         .into_iter()
                         .map(|config| GroupInfo {
@@ -153,9 +165,9 @@ impl AdminServer {
             AdminRequest::ListMessages { topic, queue, from, limit, .. } => {
                 let mut out = Vec::new();
                 let mut offset = from;
-                let end = node.broker.queue_status(&topic).get(queue as usize).map_or(0, |q| q.next);
+                let end = broker.queue_status(&topic).get(queue as usize).map_or(0, |q| q.next);
                 while offset < end && (out.len() as u64) < limit {
-                    match node.broker.read(&topic, queue, offset) {
+                    match broker.read(&topic, queue, offset) {
                         Ok(Some(e)) => out.push(line(e)),
                         Ok(None) => {}
                         Err(e) => return AdminResponse::Error(e.to_string()),
@@ -165,15 +177,10 @@ impl AdminServer {
                 Ok(AdminResponse::Messages(out))
             }
             AdminRequest::Digest => {
-                let (applied, digest) = node.broker.digest();
+                let (applied, digest) = broker.digest();
                 Ok(AdminResponse::Digest(crate::admin::api::StateDigest { applied, digest }))
             }
-            AdminRequest::ReadIndex => node.read_index().await.map(AdminResponse::ReadIndex),
-            AdminRequest::Pop(order) => Ok(AdminResponse::Popped(crate::proxy::pop::pop_here(node, &order).await)),
-            AdminRequest::DeadLetter(receipt) => {
-                Ok(AdminResponse::DeadLettered(crate::proxy::pop::dead_letter_here(node, &receipt).await))
-            }
-            AdminRequest::GetMessage { id, .. } => match node.broker.find(&id) {
+            AdminRequest::GetMessage { id, .. } => match broker.find(&id) {
                 Ok(found) => Ok(AdminResponse::Messages(found.into_iter().map(line).collect())),
                 Err(e) => Err(e.to_string()),
             },
@@ -183,7 +190,7 @@ impl AdminServer {
 
     /// On the leader, whose state is current: each queue's first offset at or after the time.
     async fn reset_offset(&self, group: String, topic: String, time_ms: i64) -> Result<AdminResponse, String> {
-        let broker = &self.node.broker;
+        let broker = self.cluster.broker();
         let config = broker.topic(&topic).ok_or_else(|| format!("topic {topic} does not exist"))?;
         if broker.group(&group).is_none() {
             return Err(format!("group {group} does not exist"));
@@ -202,12 +209,12 @@ impl AdminServer {
     }
 
     async fn write(&self, command: Command) -> Result<AdminResponse, String> {
-        self.node.write(&command).await.map(reply_text).map_err(|e| e.to_string())
+        self.cluster.write(&command).await.map(reply_text).map_err(|e| e.to_string())
     }
 
     async fn init(&self) -> Result<AdminResponse, String> {
-        let config = &self.node.config;
-        if self.node.raft.is_initialized().await.map_err(|e| e.to_string())? {
+        let config = &self.config;
+        if self.cluster.raft().is_initialized().await.map_err(|e| e.to_string())? {
             return Ok(AdminResponse::Done("already initialized".into()));
         }
         let members: BTreeMap<u64, NodeInfo> = if config.members.is_empty() {
@@ -220,17 +227,17 @@ impl AdminServer {
                 .collect()
         };
         let n = members.len();
-        self.node.raft.initialize(members).await.map_err(|e| e.to_string())?;
+        self.cluster.raft().initialize(members).await.map_err(|e| e.to_string())?;
         Ok(AdminResponse::Done(format!("initialized a group of {n}")))
     }
 
     fn status(&self) -> NodeStatus {
-        let m = self.node.metrics();
+        let m = self.cluster.metrics();
         let membership = m.membership_config.membership();
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         NodeStatus {
             id: m.id,
-            role: format!("{:?}", m.state),
+            role: role(m.state),
             term: m.current_term,
             leader: m.current_leader,
             last_log_index: m.last_log_index,
@@ -252,16 +259,6 @@ impl AdminServer {
 
 #[tonic::async_trait]
 impl AdminService for AdminServer {
-    async fn write(&self, req: Request<pb::WriteRequest>) -> Result<Response<pb::WriteReply>, Status> {
-        match self.node.write_bytes(req.into_inner().command, false).await {
-            Ok(reply) => Ok(Response::new(pb::WriteReply {
-                reply: serde_json::to_vec(&reply).map_err(|e| Status::internal(e.to_string()))?.into(),
-            })),
-            Err(WriteError::NoLeader) => Err(Status::unavailable("no leader")),
-            Err(e) => Err(Status::internal(e.to_string())),
-        }
-    }
-
     async fn call(&self, req: Request<pb::Json>) -> Result<Response<pb::Json>, Status> {
         let request: AdminRequest =
             serde_json::from_slice(&req.get_ref().json).map_err(|e| Status::invalid_argument(e.to_string()))?;

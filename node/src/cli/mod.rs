@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus};
+use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Role};
 use crate::admin::{NodeConfig, call};
 use crate::broker::group::GroupConfig;
 use crate::broker::{TopicConfig, TopicKind};
@@ -276,8 +276,11 @@ async fn cluster_status(endpoint: &str) -> Result<(), String> {
     if rows.is_empty() {
         rows.push((here.id, endpoint.to_string(), Some(here.clone())));
     }
-    let leader_last =
-        rows.iter().filter_map(|(_, _, s)| s.as_ref()).filter(|s| s.role == "Leader").find_map(|s| s.last_log_index);
+    let leader_last = rows
+        .iter()
+        .filter_map(|(_, _, s)| s.as_ref())
+        .filter(|s| s.role == Role::Leader)
+        .find_map(|s| s.last_log_index);
     println!(
         "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}",
         "id", "endpoint", "role", "term", "last", "committed", "applied", "lag"

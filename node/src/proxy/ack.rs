@@ -11,11 +11,11 @@ use rockraft_proto::rocketmq::{
 
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::{Command, Reply};
-use crate::proxy::pop;
-use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE, pop_status};
+use crate::cluster::now_ms;
+use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
 use crate::proxy::send::topic_name;
-use crate::proxy::status::{Rejection, ok, status, write_failed};
-use crate::proxy::{Proxy, now_ms, receipt};
+use crate::proxy::status::{Rejection, ok, pop_failed, status, write_failed};
+use crate::proxy::{Proxy, receipt};
 
 fn stale() -> Status {
     status(Code::InvalidReceiptHandle, "the receipt handle is not current: acked, redelivered or renewed since")
@@ -66,12 +66,12 @@ impl Proxy {
             async move {
                 let status = match receipt::decode(&e.receipt_handle, group, topic) {
                     None => stale(),
-                    Some(r) => match self.node.write(&Command::Consume(ConsumeCommand::Ack(r.clone()))).await {
+                    Some(r) => match self.cluster.write(&Command::Consume(ConsumeCommand::Ack(r.clone()))).await {
                         Ok(reply) => {
                             self.renewals.settled(&r);
                             outcome_status(reply)
                         }
-                        Err(e) => write_failed(&e),
+                        Err(e) => write_failed(&e, 0),
                     },
                 };
                 AckMessageResultEntry {
@@ -108,10 +108,11 @@ impl Proxy {
         let Some(receipt) = receipt::decode(&req.receipt_handle, &group, &topic) else { return refuse(stale()) };
         let command = ConsumeCommand::ChangeInvisible {
             receipt: receipt.clone(),
+            // The leader stamps its own time when it proposes the change.
             now_ms: now_ms(),
             invisible_ms: invisible.as_millis() as i64,
         };
-        let reply = self.node.write(&Command::Consume(command)).await;
+        let reply = self.cluster.write(&Command::Consume(command)).await;
         if reply.is_ok() {
             // The client now decides this delivery's invisible time.
             self.renewals.settled(&receipt);
@@ -121,7 +122,7 @@ impl Proxy {
                 ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle: receipt::encode(&d) }
             }
             Ok(reply) => refuse(outcome_status(reply)),
-            Err(e) => refuse(write_failed(&e)),
+            Err(e) => refuse(write_failed(&e, 0)),
         }
     }
 
@@ -139,12 +140,12 @@ impl Proxy {
             return stale();
         };
         // The leader builds the dead letter: it holds the message.
-        match pop::dead_letter(&self.node, &receipt).await {
+        match self.cluster.dead_letter(&receipt).await {
             Ok(outcome) => {
                 self.renewals.settled(&receipt);
                 outcome_status(Reply::Consume(outcome))
             }
-            Err(e) => pop_status(e),
+            Err(e) => pop_failed(&e),
         }
     }
 }

@@ -1,12 +1,11 @@
 //! The RocketMQ proxy endpoint: `apache.rocketmq.v2.MessagingService` as the official clients use
-//! it. Every node serves it; writes go through [`Node::write`], which forwards to the leader.
+//! it. Every node serves it; what needs the leader goes through [`Cluster`], which forwards.
 //!
 //! - `route`: QueryRoute and QueryAssignment; `send`: SendMessage checks and batching;
 //!   `telemetry`: the settings handshake; `status`: error → RocketMQ status code;
 //! - `receive`: the POP long poll; `ack`: ack, invisible time, dead letters; `receipt`: handles.
 
 mod ack;
-pub mod pop;
 mod receipt;
 mod receive;
 pub mod renew;
@@ -18,7 +17,6 @@ mod telemetry;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::{Stream, StreamExt};
 use rockraft_proto::rocketmq::messaging_service_server::MessagingService;
@@ -26,18 +24,22 @@ use rockraft_proto::rocketmq::*;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::{Command, Reply};
-use crate::node::Node;
+use crate::cluster::Cluster;
 use status::{Rejection, ok, write_failed};
 
-pub struct Proxy {
-    node: Node,
-    round_robin: AtomicU32,
-    renewals: Arc<renew::Renewals>,
+/// What the proxy needs of the node's configuration.
+pub struct ProxyOptions {
+    /// The group's name: the broker name clients see in routes.
+    pub group: String,
+    pub max_body_bytes: u64,
+    pub max_properties_bytes: u64,
 }
 
-/// Milliseconds since the Unix epoch, by this node's clock.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+pub struct Proxy {
+    cluster: Cluster,
+    options: ProxyOptions,
+    round_robin: AtomicU32,
+    renewals: Arc<renew::Renewals>,
 }
 
 pub(crate) fn timestamp(ms: i64) -> prost_types::Timestamp {
@@ -45,37 +47,31 @@ pub(crate) fn timestamp(ms: i64) -> prost_types::Timestamp {
 }
 
 impl Proxy {
-    pub fn new(node: Node) -> Proxy {
-        Proxy { node, round_robin: AtomicU32::new(0), renewals: Arc::default() }
-    }
-
-    /// What the renewal task (`renew::run`) works through.
-    pub fn renewals(&self) -> Arc<renew::Renewals> {
-        Arc::clone(&self.renewals)
+    /// `renewals` is shared with the job that renews what it holds.
+    pub fn new(cluster: Cluster, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
+        Proxy { cluster, options, round_robin: AtomicU32::new(0), renewals }
     }
 
     fn members_client_addrs(&self) -> Vec<String> {
-        let m = self.node.metrics();
-        m.membership_config.membership().nodes().map(|(_, n)| n.client_addr.clone()).collect()
+        self.cluster.members().into_iter().map(|(_, n)| n.client_addr).collect()
     }
 
     /// The topic's configuration. A topic unknown here may have been created a moment ago, and
     /// this node may not have applied that yet: it catches up to the leader before saying no.
     async fn topic(&self, name: &str) -> Option<crate::broker::TopicConfig> {
-        if let Some(t) = self.node.broker.topic(name) {
+        if let Some(t) = self.cluster.broker().topic(name) {
             return Some(t);
         }
-        if let Err(e) = self.node.catch_up().await {
+        if let Err(e) = self.cluster.catch_up().await {
             tracing::debug!(error = %e, "could not catch up before answering topic-not-found");
         }
-        self.node.broker.topic(name)
+        self.cluster.broker().topic(name)
     }
 
     async fn send(&self, req: &SendMessageRequest, namespace: &str) -> SendMessageResponse {
-        let now_ms = now_ms();
         let limits = send::Limits {
-            max_body_bytes: self.node.config.broker.max_body_bytes,
-            max_properties_bytes: self.node.config.broker.max_properties_bytes,
+            max_body_bytes: self.options.max_body_bytes,
+            max_properties_bytes: self.options.max_properties_bytes,
         };
         // A send carries one topic; resolve it first (catching up if needed) so `plan` stays plain.
         let known = match req.messages.first().and_then(|m| m.topic.as_ref()) {
@@ -87,7 +83,6 @@ impl Proxy {
             namespace,
             |t| known.clone().filter(|k| k.name == t),
             &limits,
-            now_ms,
             |n| self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
         ) {
             Ok(p) => p,
@@ -96,7 +91,7 @@ impl Proxy {
         let writes = plan
             .batches
             .into_iter()
-            .map(|(positions, batch)| async move { (positions, self.node.write(&Command::Send(batch)).await) });
+            .map(|(positions, batch)| async move { (positions, self.cluster.write(&Command::Send(batch)).await) });
         let results = futures_util::future::join_all(writes).await;
         let mut entries = vec![SendResultEntry::default(); req.messages.len()];
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
@@ -107,7 +102,7 @@ impl Proxy {
                     Err(status::status(Code::TopicNotFound, format!("topic {t} does not exist")))
                 }
                 Ok(other) => Err(status::status(Code::InternalServerError, format!("unexpected reply {other:?}"))),
-                Err(e) => Err(write_failed(&e)),
+                Err(e) => Err(write_failed(&e, positions.len())),
             };
             match outcome {
                 Ok(outcomes) => {
@@ -180,7 +175,7 @@ impl MessagingService for Proxy {
             Some(r) => self.topic(&send::topic_name(r, &ns)).await,
             None => None,
         };
-        let reply = route::route(&req, config, &self.node.config.group, &self.members_client_addrs()).unwrap_or_else(
+        let reply = route::route(&req, config, &self.options.group, &self.members_client_addrs()).unwrap_or_else(
             |Rejection(s)| {
                 tracing::debug!(code = s.code, message = %s.message, "QueryRoute refused");
                 QueryRouteResponse { status: Some(s), message_queues: vec![] }
@@ -209,7 +204,7 @@ impl MessagingService for Proxy {
             Some(r) => self.topic(&send::topic_name(r, &ns)).await,
             None => None,
         };
-        let reply = route::assignment(&req, config, &self.node.config.group, &self.members_client_addrs())
+        let reply = route::assignment(&req, config, &self.options.group, &self.members_client_addrs())
             .unwrap_or_else(|Rejection(s)| QueryAssignmentResponse { status: Some(s), assignments: vec![] });
         Ok(Response::new(reply))
     }
@@ -271,8 +266,8 @@ impl MessagingService for Proxy {
         &self,
         req: Request<Streaming<TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
-        let max_body = self.node.config.broker.max_body_bytes;
-        let broker = self.node.broker.clone();
+        let max_body = self.options.max_body_bytes;
+        let broker = self.cluster.broker().clone();
         let ns = namespace(&req);
         // Ends when the client closes its side or sends garbage; answers only Settings.
         let replies = req.into_inner().take_while(|c| std::future::ready(c.is_ok())).filter_map(move |c| {

@@ -18,11 +18,12 @@ use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::{Delivery, Receipt};
 use crate::broker::subscription::TagFilter;
-use crate::proxy::pop::{self, PopError, PopOrder};
+use crate::cluster::now_ms;
+use crate::cluster::pop::{PopError, PopOrder};
 use crate::proxy::receipt;
 use crate::proxy::send::topic_name;
-use crate::proxy::status::{Rejection, ok, status};
-use crate::proxy::{Proxy, now_ms, timestamp};
+use crate::proxy::status::{Rejection, ok, pop_failed, status};
+use crate::proxy::{Proxy, timestamp};
 
 /// Invisible time of receives that name none (PushConsumers).
 pub const DEFAULT_INVISIBLE: Duration = Duration::from_secs(60);
@@ -157,18 +158,6 @@ pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, i
     }
 }
 
-pub(super) fn pop_status(e: PopError) -> rockraft_proto::rocketmq::Status {
-    let code = match &e {
-        PopError::GroupNotFound(_) => Code::ConsumerGroupNotFound,
-        PopError::TopicNotFound(_) => Code::TopicNotFound,
-        PopError::IllegalFilter(_) => Code::IllegalFilterExpression,
-        // Clients retry 5000x codes: the next attempt finds the new leader.
-        PopError::Unavailable(_) => Code::HaNotAvailable,
-        PopError::Internal(_) => Code::InternalServerError,
-    };
-    status(code, e.to_string())
-}
-
 fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
     vec![ReceiveMessageResponse { content: Some(Content::Status(s)) }]
 }
@@ -182,12 +171,14 @@ fn nothing() -> Vec<ReceiveMessageResponse> {
 
 impl Proxy {
     pub(super) async fn consumer_group(&self, name: &str) -> Result<GroupConfig, Rejection> {
-        if let Some(g) = self.node.broker.group(name) {
+        if let Some(g) = self.cluster.broker().group(name) {
             return Ok(g);
         }
-        let _ = self.node.catch_up().await;
-        self.node
-            .broker
+        if let Err(e) = self.cluster.catch_up().await {
+            tracing::debug!(error = %e, "could not catch up before answering group-not-found");
+        }
+        self.cluster
+            .broker()
             .group(name)
             .ok_or_else(|| Rejection::new(Code::ConsumerGroupNotFound, format!("consumer group {name} does not exist")))
     }
@@ -232,7 +223,7 @@ impl Proxy {
                 }
                 responses
             }
-            Err(e) => status_only(pop_status(e)),
+            Err(e) => status_only(pop_failed(&e)),
         }
     }
 
@@ -247,16 +238,16 @@ impl Proxy {
             invisible_ms: p.invisible.as_millis() as i64,
         };
         loop {
-            let mut changes = self.node.broker.watch(&p.topic_name);
+            let mut changes = self.cluster.broker().watch(&p.topic_name);
             changes.borrow_and_update();
             // Bounded: a pop that is still under way at the deadline is abandoned (its deliveries,
             // if it commits, come back after their invisible time).
-            let Ok(popped) = tokio::time::timeout_at(deadline, pop::pop(&self.node, &order)).await else {
+            let Ok(popped) = tokio::time::timeout_at(deadline, self.cluster.pop(&order)).await else {
                 return Ok(Vec::new());
             };
             let popped = match popped {
                 // An election, most likely: keep polling while the client waits.
-                Err(PopError::Unavailable(why)) if Instant::now() + UNAVAILABLE_RETRY < deadline => {
+                Err(PopError::Cluster(why)) if why.is_transient() && Instant::now() + UNAVAILABLE_RETRY < deadline => {
                     tracing::debug!(%why, "no leader for a pop yet; retrying");
                     tokio::time::sleep(UNAVAILABLE_RETRY).await;
                     continue;
@@ -287,7 +278,7 @@ impl Proxy {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let mut streamed = Vec::new();
         for d in deliveries {
-            match self.node.broker.read(&p.topic_name, d.queue_id, d.offset) {
+            match self.cluster.broker().read(&p.topic_name, d.queue_id, d.offset) {
                 Ok(Some(e)) => {
                     let handle = receipt::encode(&d);
                     out.push(ReceiveMessageResponse {

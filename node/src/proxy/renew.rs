@@ -1,26 +1,23 @@
 //! Renewal of deliveries made to receives that asked for `auto_renew` (PushConsumers): while the
 //! client lives and has not settled a delivery, its invisible time is extended before it runs
 //! out, so a slow listener does not get the message twice. Renewal keeps the receipt handle.
+//! This is the table of what to renew; the renewal job (`jobs::renewals`) works through it.
 //!
 //! Renewals live on the node that made the delivery; if that node goes away they stop and the
 //! message is delivered again once its invisible time passes — the at-least-once contract.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
-use crate::broker::{Command, Reply};
-use crate::node::Node;
-use crate::proxy::now_ms;
+use crate::broker::pop::Receipt;
 
 /// How long one delivery is kept invisible at most, renewals included.
 pub const MAX_RENEWED: Duration = Duration::from_secs(3600);
 /// A client not heard from (heartbeat or receive) for this long is gone: its renewals stop.
 const CLIENT_SILENCE: Duration = Duration::from_secs(60);
-const TICK: Duration = Duration::from_secs(1);
 
 type Key = (String, String, u32, u64);
 
@@ -80,8 +77,9 @@ impl Renewals {
         self.deliveries.lock().expect("renewals lock").retain(|_, r| r.client != client);
     }
 
-    /// Deliveries to renew now; those past their limit or of silent clients are dropped.
-    fn due(&self) -> Vec<(Receipt, Duration)> {
+    /// Deliveries to renew now; those past their limit or of silent clients are dropped. The
+    /// renewal job (`jobs::renewals`) asks every second.
+    pub fn due(&self) -> Vec<(Receipt, Duration)> {
         let now = Instant::now();
         let alive: std::collections::HashSet<String> = {
             let mut clients = self.clients.lock().expect("renewals lock");
@@ -98,28 +96,6 @@ impl Renewals {
                 (r.receipt.clone(), r.invisible)
             })
             .collect()
-    }
-}
-
-/// Renews what is due, every second, until the process ends.
-pub async fn run(node: Node, renewals: Arc<Renewals>) {
-    let mut tick = tokio::time::interval(TICK);
-    loop {
-        tick.tick().await;
-        for (receipt, invisible) in renewals.due() {
-            let command = ConsumeCommand::Renew {
-                receipt: receipt.clone(),
-                now_ms: now_ms(),
-                invisible_ms: invisible.as_millis() as i64,
-            };
-            match node.write(&Command::Consume(command)).await {
-                Ok(Reply::Consume(ConsumeOutcome::Renewed(_))) => {}
-                // Settled elsewhere, or redelivered already: nothing left to renew.
-                Ok(_) => renewals.settled(&receipt),
-                // No leader right now: try again next tick.
-                Err(e) => tracing::debug!(error = %e, "renewing a delivery failed"),
-            }
-        }
     }
 }
 

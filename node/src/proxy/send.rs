@@ -164,13 +164,13 @@ fn stored(m: &Message) -> StoredMessage {
 }
 
 /// Checks `req` and groups its messages by target queue. `topic_of` resolves a qualified topic
-/// name; `next_queue` picks a queue for a message that names none that exists.
+/// name; `next_queue` picks a queue for a message that names none that exists. The batches carry
+/// no store time yet: the leader stamps its own when it proposes them.
 pub fn plan(
     req: &SendMessageRequest,
     namespace: &str,
     topic_of: impl Fn(&str) -> Option<TopicConfig>,
     limits: &Limits,
-    now_ms: i64,
     mut next_queue: impl FnMut(u32) -> u32,
 ) -> Result<SendPlan, Rejection> {
     let first = req.messages.first().ok_or_else(|| Rejection::new(Code::BadRequest, "no messages to send"))?;
@@ -204,7 +204,7 @@ pub fn plan(
     let batches = by_queue
         .into_iter()
         .map(|(queue_id, (positions, messages))| {
-            (positions, SendBatch { topic: name.clone(), queue_id, store_timestamp_ms: now_ms, messages })
+            (positions, SendBatch { topic: name.clone(), queue_id, store_timestamp_ms: 0, messages })
         })
         .collect();
     Ok(SendPlan { batches })
@@ -241,7 +241,7 @@ mod tests {
     }
 
     fn code(req: &SendMessageRequest) -> i32 {
-        plan(req, "", topics, &LIMITS, 0, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
+        plan(req, "", topics, &LIMITS, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
     }
 
     #[test]
@@ -297,7 +297,7 @@ mod tests {
         let with_key = |len: usize| {
             let mut m = msg("N", "x", None);
             m.user_properties.insert("p".repeat(len), "v".into());
-            plan(&SendMessageRequest { messages: vec![m] }, "", topics, &limits, 0, |_| 0)
+            plan(&SendMessageRequest { messages: vec![m] }, "", topics, &limits, |_| 0)
                 .err()
                 .map_or(Code::Ok as i32, |r| r.0.code)
         };
@@ -311,11 +311,11 @@ mod tests {
         let req = SendMessageRequest {
             messages: vec![msg("F", "a", Some("g1")), msg("F", "b", Some("g1")), msg("F", "c", Some("g2"))],
         };
-        let p = plan(&req, "", topics, &LIMITS, 5, |_| 0).unwrap();
+        let p = plan(&req, "", topics, &LIMITS, |_| 0).unwrap();
         let queue_of = |pos: usize| p.batches.iter().find(|(ps, _)| ps.contains(&pos)).unwrap().1.queue_id;
         assert_eq!(queue_of(0), queue_of(1));
-        assert!(p.batches.iter().all(|(_, b)| b.store_timestamp_ms == 5 && b.topic == "F"));
-        let again = plan(&req, "", topics, &LIMITS, 6, |_| 3).unwrap();
+        assert!(p.batches.iter().all(|(_, b)| b.topic == "F"));
+        let again = plan(&req, "", topics, &LIMITS, |_| 3).unwrap();
         assert_eq!(
             again.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>(),
             p.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>()
@@ -325,10 +325,10 @@ mod tests {
     #[test]
     fn a_named_queue_is_used_and_a_missing_one_is_picked() {
         let req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
-        assert_eq!(plan(&req, "", topics, &LIMITS, 0, |_| 2).unwrap().batches[0].1.queue_id, 1);
+        assert_eq!(plan(&req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 1);
         let mut m = msg("N", "a", None);
         m.system_properties.as_mut().unwrap().queue_id = 9;
         let req = SendMessageRequest { messages: vec![m] };
-        assert_eq!(plan(&req, "", topics, &LIMITS, 0, |_| 2).unwrap().batches[0].1.queue_id, 2);
+        assert_eq!(plan(&req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
     }
 }

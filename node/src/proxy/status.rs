@@ -3,7 +3,8 @@
 
 use rockraft_proto::rocketmq::{Code, Status};
 
-use crate::node::WriteError;
+use crate::cluster::ClusterError;
+use crate::cluster::pop::PopError;
 
 pub fn ok() -> Status {
     Status { code: Code::Ok as i32, message: "OK".into() }
@@ -13,13 +14,31 @@ pub fn status(code: Code, message: impl Into<String>) -> Status {
     Status { code: code as i32, message: message.into() }
 }
 
-/// A send or admin write that did not reach commit.
-pub fn write_failed(e: &WriteError) -> Status {
-    match e {
+/// A write that did not reach commit; `messages` is how many messages it carried (0 for writes
+/// that carry none), which decides what "too large" is called.
+pub fn write_failed(e: &ClusterError, messages: usize) -> Status {
+    let code = match e {
         // Clients treat 5000x as retriable: the next attempt finds the new leader.
-        WriteError::NoLeader | WriteError::Forward(_) => status(Code::HaNotAvailable, e.to_string()),
-        WriteError::Raft(_) => status(Code::InternalServerError, e.to_string()),
-    }
+        ClusterError::NoLeader | ClusterError::Unreachable { .. } | ClusterError::Lagging { .. } => {
+            Code::HaNotAvailable
+        }
+        ClusterError::TooLarge { .. } if messages == 1 => Code::MessageBodyTooLarge,
+        ClusterError::TooLarge { .. } => Code::PayloadTooLarge,
+        ClusterError::Raft(_) | ClusterError::Internal(_) => Code::InternalServerError,
+    };
+    status(code, e.to_string())
+}
+
+/// A pop or dead letter that failed.
+pub fn pop_failed(e: &PopError) -> Status {
+    let code = match e {
+        PopError::GroupNotFound(_) => Code::ConsumerGroupNotFound,
+        PopError::TopicNotFound(_) => Code::TopicNotFound,
+        PopError::IllegalFilter(_) => Code::IllegalFilterExpression,
+        PopError::Cluster(e) => return write_failed(e, 0),
+        PopError::Internal(_) => Code::InternalServerError,
+    };
+    status(code, e.to_string())
 }
 
 /// A rejected request, with the status it gets; it changed nothing.
@@ -29,5 +48,23 @@ pub struct Rejection(pub Status);
 impl Rejection {
     pub fn new(code: Code, message: impl Into<String>) -> Rejection {
         Rejection(status(code, message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_errors_get_the_status_clients_act_on() {
+        let code = |e: ClusterError, messages| write_failed(&e, messages).code;
+        assert_eq!(code(ClusterError::NoLeader, 1), Code::HaNotAvailable as i32);
+        let gone = ClusterError::Unreachable { addr: "x:1".into(), reason: "refused".into() };
+        assert_eq!(code(gone.clone(), 3), Code::HaNotAvailable as i32);
+        assert_eq!(code(ClusterError::TooLarge { len: 2, max: 1 }, 1), Code::MessageBodyTooLarge as i32);
+        assert_eq!(code(ClusterError::TooLarge { len: 2, max: 1 }, 3), Code::PayloadTooLarge as i32);
+        assert_eq!(code(ClusterError::Raft("stopped".into()), 1), Code::InternalServerError as i32);
+        assert_eq!(pop_failed(&PopError::Cluster(gone)).code, Code::HaNotAvailable as i32);
+        assert_eq!(pop_failed(&PopError::GroupNotFound("g".into())).code, Code::ConsumerGroupNotFound as i32);
     }
 }

@@ -1,0 +1,35 @@
+//! Why a request that needs the leader did not get its answer.
+
+use serde::{Deserialize, Serialize};
+
+/// Typed so that every caller (the proxy, the admin API, a peer across the wire) decides by the
+/// variant, never by the text. It crosses the wire as itself (serde), inside the peer reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterError {
+    /// An election is running, or this node is cut off from the leader.
+    #[error("no leader is known right now")]
+    NoLeader,
+    /// The leader is known but the call to it got no answer.
+    #[error("the leader at {addr} could not be reached: {reason}")]
+    Unreachable { addr: String, reason: String },
+    /// The command is larger than one log entry can be.
+    #[error("{len} bytes exceed the largest log entry, {max} bytes")]
+    TooLarge { len: u64, max: u64 },
+    /// This node did not apply up to `index` in time (it is behind, or very busy).
+    #[error("not applied up to index {index} in time")]
+    Lagging { index: u64 },
+    /// Raft failed the request otherwise (shutting down, an entry discarded by a leader change).
+    #[error("raft: {0}")]
+    Raft(String),
+    /// A peer's answer made no sense.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl ClusterError {
+    /// Whether trying again shortly may succeed, once a leader is elected, reachable or caught up.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ClusterError::NoLeader | ClusterError::Unreachable { .. } | ClusterError::Lagging { .. })
+    }
+}

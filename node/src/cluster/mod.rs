@@ -1,0 +1,290 @@
+//! How a node reaches the leader: the one place that proposes writes (here, or forwarded to the
+//! leader), asks for the read index, plans pops, and says why it could not ([`ClusterError`]).
+//!
+//! - [`Cluster`]: a cheap-clone handle over Raft, the broker, the peer channels, the pop locks and
+//!   the leader's clock; the proxy and the admin API use it alike.
+//! - `clock`: the leader's clock stamped into commands; `pop`: pop planning on the leader;
+//! - `peer`, `service`: `rockraft.v1.PeerService`, the internal calls to the leader, client and
+//!   server (served on the raft port only).
+
+pub mod clock;
+mod error;
+mod peer;
+pub mod pop;
+mod service;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::impls::ProgressResponder;
+use openraft::metrics::WaitError;
+use openraft::{RaftMetrics, ReadPolicy};
+use tonic::transport::Channel;
+
+use crate::broker::{Broker, Command, Reply};
+use crate::raft::{CommandBytes, NodeId, NodeInfo, Raft, TypeConfig};
+pub use clock::{LeaderClock, now_ms};
+pub use error::ClusterError;
+use peer::Peers;
+use pop::PopLocks;
+pub use service::PeerServer;
+
+/// How long a read waits for this node to apply what the leader has committed.
+const APPLY_WAIT: Duration = Duration::from_secs(2);
+/// How long a new leader waits to apply its predecessors' entries before its first stamp; longer
+/// than a read's wait, as a leader elected after a restart may have a long tail to apply.
+const BACKLOG_WAIT: Duration = Duration::from_secs(10);
+/// How long `catch_up` gives an election to produce a leader.
+const ELECTION_WAIT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub node_id: NodeId,
+    /// The largest command one log entry holds; a larger one is refused before it is proposed.
+    pub max_entry_bytes: u64,
+}
+
+/// This node's view of its Raft group, and the way to the leader. Clones share everything.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    options: ClusterOptions,
+    raft: Raft,
+    broker: Broker,
+    metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>,
+    peers: Peers,
+    /// Serializes the pops this node plans as leader, per (group, topic).
+    pop_locks: PopLocks,
+    clock: LeaderClock,
+    /// Held from stamping a command to handing it to Raft, so stamps grow in log order.
+    proposing: tokio::sync::Mutex<()>,
+    /// Rotates the queue pops start from.
+    round_robin: AtomicU32,
+}
+
+/// What proposing on this node came to.
+enum Proposed {
+    Applied(Reply),
+    /// This node does not lead (any more); openraft may know who does.
+    NotLeader(Option<NodeInfo>),
+}
+
+impl Cluster {
+    /// `applied_floor_ms` answers the largest store time applied on this node: the leader never
+    /// stamps below it.
+    pub fn new(
+        raft: Raft,
+        broker: Broker,
+        options: ClusterOptions,
+        applied_floor_ms: impl Fn() -> i64 + Send + Sync + 'static,
+    ) -> Cluster {
+        let metrics = raft.metrics();
+        Cluster {
+            inner: Arc::new(Inner {
+                options,
+                raft,
+                broker,
+                metrics,
+                peers: Peers::default(),
+                pop_locks: PopLocks::default(),
+                clock: LeaderClock::new(now_ms, applied_floor_ms),
+                proposing: tokio::sync::Mutex::new(()),
+                round_robin: AtomicU32::new(0),
+            }),
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.inner.options.node_id
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.inner.raft
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.inner.broker
+    }
+
+    pub fn options(&self) -> &ClusterOptions {
+        &self.inner.options
+    }
+
+    fn peers(&self) -> &Peers {
+        &self.inner.peers
+    }
+
+    fn pop_locks(&self) -> &PopLocks {
+        &self.inner.pop_locks
+    }
+
+    /// A copy of what openraft reports about this node, for status pages.
+    pub fn metrics(&self) -> RaftMetrics<TypeConfig> {
+        self.inner.metrics.borrow_watched().clone()
+    }
+
+    /// The leader's id and address, as this node currently knows them.
+    pub fn leader(&self) -> Option<(NodeId, NodeInfo)> {
+        let m = self.inner.metrics.borrow_watched();
+        let id = m.current_leader?;
+        let info = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, info))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.inner.metrics.borrow_watched().current_leader == Some(self.id())
+    }
+
+    /// Every member's id and addresses.
+    pub fn members(&self) -> Vec<(NodeId, NodeInfo)> {
+        let m = self.inner.metrics.borrow_watched();
+        m.membership_config.membership().nodes().map(|(id, n)| (*id, n.clone())).collect()
+    }
+
+    /// A channel to the leader's raft port, e.g. to pass an operator request on.
+    pub fn leader_channel(&self) -> Result<Channel, ClusterError> {
+        self.peers().channel(&self.leader_addr()?)
+    }
+
+    fn leader_addr(&self) -> Result<String, ClusterError> {
+        self.leader().map(|(_, l)| l.raft_addr).ok_or(ClusterError::NoLeader)
+    }
+
+    /// A value that moves on with every call, for spreading work over queues.
+    pub fn next_queue(&self) -> u32 {
+        self.inner.round_robin.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Proposes `command` and returns its reply once it is committed and applied. The leader
+    /// stamps its time into it; a follower forwards it to the leader.
+    pub async fn write(&self, command: &Command) -> Result<Reply, ClusterError> {
+        let mut leader = None;
+        if self.is_leader() {
+            let stamped = |now| {
+                let mut c = command.clone();
+                c.set_time(now);
+                c.encode()
+            };
+            match self.propose(stamped).await? {
+                Proposed::Applied(reply) => return Ok(reply),
+                Proposed::NotLeader(who) => leader = who,
+            }
+        }
+        let command = command.encode();
+        // Checked here too, so a command that cannot be stored does not cross the network.
+        self.check_size(command.len())?;
+        let addr = match leader {
+            Some(l) => l.raft_addr,
+            None => self.leader_addr()?,
+        };
+        self.peers().write(&addr, command).await
+    }
+
+    /// The leader's side of a write a member forwarded: stamped here, never forwarded again.
+    async fn propose_forwarded(&self, command: Bytes) -> Result<Reply, ClusterError> {
+        match self.propose(|now| Command::stamp_time(command, now)).await? {
+            Proposed::Applied(reply) => Ok(reply),
+            Proposed::NotLeader(_) => Err(ClusterError::NoLeader),
+        }
+    }
+
+    /// Proposes the command `encode` builds for the time given, on this node as leader.
+    async fn propose(&self, encode: impl FnOnce(i64) -> Bytes) -> Result<Proposed, ClusterError> {
+        let leader = match self.raft().as_leader() {
+            Ok(l) => l,
+            Err(f) => return Ok(Proposed::NotLeader(f.leader_node)),
+        };
+        // Before the first stamp of a term: apply what earlier leaders stamped, so the clock's
+        // floor covers their times.
+        let term = leader.leader_id().term;
+        self.inner.clock.ready(term, || self.apply_backlog()).await?;
+        let applied = {
+            let _in_order = self.inner.proposing.lock().await;
+            let command = encode(self.inner.clock.stamp());
+            self.check_size(command.len())?;
+            let (responder, applied) = ProgressResponder::complete_only();
+            self.raft()
+                .write(CommandBytes(command))
+                // Refused if leadership moved since the catch-up above: the stamp may be too low.
+                .with_leader(leader.to_committed_leader_id())
+                .responder(responder)
+                .await
+                .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            applied
+        };
+        match applied.await {
+            Ok(Ok(written)) => Ok(Proposed::Applied(written.data)),
+            Ok(Err(ClientWriteError::ForwardToLeader(f))) => Ok(Proposed::NotLeader(f.leader_node)),
+            Ok(Err(e)) => Err(ClusterError::Raft(e.to_string())),
+            Err(_) => Err(ClusterError::Raft("raft stopped before the write was answered".into())),
+        }
+    }
+
+    /// Refuses what the log cannot store as one entry: a client must never meet a storage error.
+    fn check_size(&self, len: usize) -> Result<(), ClusterError> {
+        let max = self.inner.options.max_entry_bytes;
+        match len as u64 {
+            len if len > max => Err(ClusterError::TooLarge { len, max }),
+            _ => Ok(()),
+        }
+    }
+
+    /// On the leader: applies everything committed before its term.
+    async fn apply_backlog(&self) -> Result<(), ClusterError> {
+        let index = self.read_index_here().await?;
+        self.wait_applied_within(index, BACKLOG_WAIT).await
+    }
+
+    /// The leader's commit index, confirmed by a quorum: what this node must apply to answer a
+    /// read as the leader would. A follower asks the leader.
+    pub async fn read_index(&self) -> Result<u64, ClusterError> {
+        if self.is_leader() {
+            return self.read_index_here().await;
+        }
+        self.peers().read_index(&self.leader_addr()?).await
+    }
+
+    /// [`Cluster::read_index`] on this node, which must lead.
+    async fn read_index_here(&self) -> Result<u64, ClusterError> {
+        match self.raft().ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(read) => Ok(read.index()),
+            Err(RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(_))) => {
+                Err(ClusterError::NoLeader)
+            }
+            Err(e) => Err(ClusterError::Raft(e.to_string())),
+        }
+    }
+
+    /// Waits until this node has applied everything committed when it was called, so a read of
+    /// its local state sees every write acknowledged before. For reads that found nothing locally,
+    /// e.g. a topic created a moment ago.
+    pub async fn catch_up(&self) -> Result<(), ClusterError> {
+        if self.leader().is_none() {
+            // Just started, or an election is running: give it a moment.
+            let _ = self.raft().wait(Some(ELECTION_WAIT)).metrics(|m| m.current_leader.is_some(), "a leader").await;
+        }
+        let index = self.read_index().await?;
+        self.wait_applied(index).await
+    }
+
+    /// Waits (briefly) until this node has applied `index`, e.g. an entry the leader applied for
+    /// a write this node forwarded.
+    pub async fn wait_applied(&self, index: u64) -> Result<(), ClusterError> {
+        self.wait_applied_within(index, APPLY_WAIT).await
+    }
+
+    async fn wait_applied_within(&self, index: u64, within: Duration) -> Result<(), ClusterError> {
+        match self.raft().wait(Some(within)).applied_index_at_least(Some(index), "applying").await {
+            Ok(_) => Ok(()),
+            Err(WaitError::Timeout(..)) => Err(ClusterError::Lagging { index }),
+            Err(e) => Err(ClusterError::Raft(e.to_string())),
+        }
+    }
+}

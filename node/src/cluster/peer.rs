@@ -1,0 +1,132 @@
+//! The client side of `rockraft.v1.PeerService`: one cached channel per peer, and the calls a
+//! member makes to the leader. Replies carry typed results (see `peer.proto`); a gRPC error means
+//! the leader gave no answer at all.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
+use rockraft_proto::rockraft::{Json, ReadIndexRequest, WriteRequest};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::Channel;
+
+use crate::broker::Reply;
+use crate::broker::pop::{ConsumeOutcome, Receipt};
+use crate::cluster::ClusterError;
+use crate::cluster::pop::{PopError, PopOrder, Popped};
+use crate::raft::channel;
+
+/// One channel per peer address, reused by every call.
+#[derive(Default)]
+pub struct Peers {
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl Peers {
+    pub fn channel(&self, addr: &str) -> Result<Channel, ClusterError> {
+        let mut channels = self.channels.lock().expect("peer channels lock");
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = channel(addr).map_err(|reason| ClusterError::Unreachable { addr: addr.to_string(), reason })?;
+        channels.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+
+    fn client(&self, addr: &str) -> Result<PeerServiceClient<Channel>, ClusterError> {
+        // Forwarded writes are as large as the log allows; the proposer checked the size.
+        Ok(PeerServiceClient::new(self.channel(addr)?)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
+    }
+
+    /// Proposes an encoded command through the leader at `addr`.
+    pub async fn write(&self, addr: &str, command: Bytes) -> Result<Reply, ClusterError> {
+        let reply = self.client(addr)?.write(WriteRequest { command }).await;
+        answer(addr, reply)
+    }
+
+    /// The leader's read index.
+    pub async fn read_index(&self, addr: &str) -> Result<u64, ClusterError> {
+        let reply = self.client(addr)?.read_index(ReadIndexRequest {}).await;
+        answer(addr, reply)
+    }
+
+    /// A pop planned and proposed by the leader.
+    pub async fn pop(&self, addr: &str, order: &PopOrder) -> Result<Popped, PopError> {
+        let reply = self.client(addr)?.pop(json(order)?).await;
+        answer(addr, reply)
+    }
+
+    /// A dead letter built and proposed by the leader.
+    pub async fn dead_letter(&self, addr: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+        let reply = self.client(addr)?.dead_letter(json(receipt)?).await;
+        answer(addr, reply)
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> Result<Json, ClusterError> {
+    serde_json::to_vec(value).map(|j| Json { json: j.into() }).map_err(|e| ClusterError::Internal(e.to_string()))
+}
+
+/// The typed result a peer answered, or why there was none.
+fn answer<T, E>(addr: &str, reply: Result<tonic::Response<Json>, tonic::Status>) -> Result<T, E>
+where
+    T: DeserializeOwned,
+    E: DeserializeOwned + From<ClusterError>,
+{
+    let reply = reply.map_err(|status| no_answer(addr, &status))?.into_inner();
+    serde_json::from_slice::<Result<T, E>>(&reply.json)
+        .map_err(|e| ClusterError::Internal(format!("answer from {addr}: {e}")))?
+}
+
+/// A gRPC error from a peer: our request was malformed (a bug), or the call got no answer.
+fn no_answer(addr: &str, status: &tonic::Status) -> ClusterError {
+    match status.code() {
+        tonic::Code::InvalidArgument | tonic::Code::Internal | tonic::Code::DataLoss => {
+            ClusterError::Internal(format!("{addr}: {}", status.message()))
+        }
+        _ => ClusterError::Unreachable { addr: addr.to_string(), reason: status.message().to_string() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(value: &impl Serialize) -> Result<tonic::Response<Json>, tonic::Status> {
+        Ok(tonic::Response::new(Json { json: serde_json::to_vec(value).unwrap().into() }))
+    }
+
+    #[test]
+    fn errors_cross_the_wire_as_themselves() {
+        let errors = [
+            ClusterError::NoLeader,
+            ClusterError::Unreachable { addr: "a:1".into(), reason: "refused".into() },
+            ClusterError::TooLarge { len: 2_000_000, max: 1_048_472 },
+            ClusterError::Lagging { index: 7 },
+            ClusterError::Raft("stopped".into()),
+        ];
+        for e in errors {
+            let back: Result<u64, ClusterError> = answer("a:1", reply(&Err::<u64, _>(e.clone())));
+            assert_eq!(back, Err(e.clone()));
+            let popped: Result<Popped, PopError> =
+                answer("a:1", reply(&Err::<Popped, _>(PopError::Cluster(e.clone()))));
+            assert!(matches!(popped, Err(PopError::Cluster(got)) if got == e));
+        }
+        let ok: Result<u64, ClusterError> = answer("a:1", reply(&Ok::<u64, ClusterError>(42)));
+        assert_eq!(ok, Ok(42));
+    }
+
+    #[test]
+    fn no_answer_is_unreachable_and_a_garbled_one_is_internal() {
+        let down: Result<u64, ClusterError> = answer("a:1", Err(tonic::Status::unavailable("connection refused")));
+        assert!(matches!(down, Err(ClusterError::Unreachable { .. })));
+        let wrong_port: Result<u64, ClusterError> = answer("a:1", Err(tonic::Status::unimplemented("")));
+        assert!(matches!(wrong_port, Err(ClusterError::Unreachable { .. })));
+        let garbled: Result<u64, ClusterError> = answer("a:1", reply(&"not a result"));
+        assert!(matches!(garbled, Err(ClusterError::Internal(_))));
+    }
+}

@@ -1,0 +1,140 @@
+//! One POP attempt: plan from the leader's state and propose the pop. A follower's receive asks
+//! the leader to do it (`PeerService.Pop`) and streams the messages from its own store, so pops
+//! of one group are planned in one place, one at a time, and never race each other across nodes.
+//! (Apply checks each pop's expectations anyway; this keeps them from failing.)
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
+use crate::broker::subscription::TagFilter;
+use crate::broker::{Command, PopRequest, Reply};
+use crate::cluster::clock::now_ms;
+use crate::cluster::{Cluster, ClusterError};
+
+/// What a receive asks for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PopOrder {
+    pub group: String,
+    pub topic: String,
+    /// A tag expression (checked by the receiving node).
+    pub filter: String,
+    pub max_messages: usize,
+    pub invisible_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Popped {
+    pub deliveries: Vec<Delivery>,
+    /// How long until the earliest invisible delivery falls due, if any; relative, as the leader's
+    /// clock and the receiving node's may differ.
+    pub next_due_in_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+pub enum PopError {
+    #[error("consumer group {0} does not exist")]
+    GroupNotFound(String),
+    #[error("topic {0} does not exist")]
+    TopicNotFound(String),
+    #[error("illegal filter expression: {0}")]
+    IllegalFilter(String),
+    /// The leader could not be reached or could not propose.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// One lock per (group, topic): the leader plans and proposes their pops one at a time.
+#[derive(Default)]
+pub struct PopLocks(Mutex<HashMap<(String, String), PopLock>>);
+
+type PopLock = Arc<tokio::sync::Mutex<()>>;
+
+impl PopLocks {
+    fn get(&self, group: &str, topic: &str) -> PopLock {
+        let mut locks = self.0.lock().expect("pop locks");
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        Arc::clone(locks.entry((group.to_string(), topic.to_string())).or_default())
+    }
+}
+
+impl Cluster {
+    /// Pops on the leader, wherever this node is; the deliveries are applied here when it returns.
+    pub async fn pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
+        if self.is_leader() {
+            return self.pop_here(order).await;
+        }
+        let leader = self.leader_addr()?;
+        let popped = self.peers().pop(&leader, order).await?;
+        // The messages are read from this node's store: wait until it has applied the pop.
+        if let Some(last) = popped.deliveries.iter().map(|d| d.generation).max()
+            && let Err(e) = self.wait_applied(last).await
+        {
+            // What is not applied yet is skipped when streaming and delivered again later.
+            tracing::debug!(error = %e, "streaming a pop before it is applied here");
+        }
+        Ok(popped)
+    }
+
+    /// Moves the delivery `receipt` names to its group's dead-letter topic, on the leader.
+    pub async fn dead_letter(&self, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+        if self.is_leader() {
+            return self.dead_letter_here(receipt).await;
+        }
+        let leader = self.leader_addr()?;
+        self.peers().dead_letter(&leader, receipt).await
+    }
+
+    /// Builds the dead letter from this node's store (the leader's) and proposes it.
+    pub async fn dead_letter_here(&self, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+        let broker = self.broker();
+        if !broker.is_current(receipt) {
+            return Ok(ConsumeOutcome::StaleReceipt);
+        }
+        let dead = broker.dead_letter_of(receipt, now_ms()).map_err(|e| PopError::Internal(e.to_string()))?;
+        match self.write(&Command::DeadLetter(dead)).await? {
+            Reply::Consume(outcome) => Ok(outcome),
+            other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Plans and proposes one pop from this node's state (the leader's).
+    pub async fn pop_here(&self, order: &PopOrder) -> Result<Popped, PopError> {
+        let broker = self.broker();
+        let group = broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
+        let topic = broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
+        let filter = TagFilter::parse(&order.filter).map_err(|e| PopError::IllegalFilter(e.to_string()))?;
+        let lock = self.pop_locks().get(&order.group, &order.topic);
+        let _serial = lock.lock().await;
+        let request = PopRequest {
+            group: &group,
+            topic: &topic,
+            filter: &filter,
+            max_messages: order.max_messages,
+            invisible_ms: order.invisible_ms,
+            now_ms: now_ms(),
+            first_queue: self.next_queue(),
+        };
+        let mut plan = broker.plan_pop(&request).map_err(|e| PopError::Internal(e.to_string()))?;
+        for dead in std::mem::take(&mut plan.dead_letters) {
+            // A failure leaves the delivery in flight: the next pop tries again.
+            if let Err(e) = self.write(&Command::DeadLetter(dead)).await {
+                tracing::warn!(error = %e, "moving a message to the dead-letter topic failed");
+            }
+        }
+        let next_due_in_ms = plan.next_due_ms.map(|due| due.saturating_sub(request.now_ms).max(0) as u64);
+        if !plan.changes_state() {
+            return Ok(Popped { deliveries: Vec::new(), next_due_in_ms });
+        }
+        match self.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await? {
+            Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => Ok(Popped { deliveries, next_due_in_ms }),
+            Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
+            Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => Err(PopError::TopicNotFound(t)),
+            other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+}

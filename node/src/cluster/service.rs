@@ -1,0 +1,61 @@
+//! The server side of `rockraft.v1.PeerService`, on the raft port only: the leader answers what
+//! a member asks on behalf of a client. A node that is no longer the leader says `NoLeader`
+//! instead of passing the call on, so a call takes at most one hop; the member retries.
+
+use rockraft_proto::rockraft::peer_service_server::PeerService;
+use rockraft_proto::rockraft::{Json, ReadIndexRequest, WriteRequest};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::{Request, Response, Status};
+
+use crate::broker::pop::Receipt;
+use crate::cluster::pop::{PopError, PopOrder};
+use crate::cluster::{Cluster, ClusterError};
+
+pub struct PeerServer {
+    cluster: Cluster,
+}
+
+impl PeerServer {
+    pub fn new(cluster: Cluster) -> PeerServer {
+        PeerServer { cluster }
+    }
+}
+
+fn request<T: DeserializeOwned>(req: &Json) -> Result<T, Status> {
+    serde_json::from_slice(&req.json).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+fn reply<T: Serialize>(result: &T) -> Result<Response<Json>, Status> {
+    let json = serde_json::to_vec(result).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(Response::new(Json { json: json.into() }))
+}
+
+#[tonic::async_trait]
+impl PeerService for PeerServer {
+    async fn write(&self, req: Request<WriteRequest>) -> Result<Response<Json>, Status> {
+        reply(&self.cluster.propose_forwarded(req.into_inner().command).await)
+    }
+
+    async fn pop(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
+        let order: PopOrder = request(req.get_ref())?;
+        let result = match self.cluster.is_leader() {
+            true => self.cluster.pop_here(&order).await,
+            false => Err(PopError::Cluster(ClusterError::NoLeader)),
+        };
+        reply(&result)
+    }
+
+    async fn dead_letter(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
+        let receipt: Receipt = request(req.get_ref())?;
+        let result = match self.cluster.is_leader() {
+            true => self.cluster.dead_letter_here(&receipt).await,
+            false => Err(PopError::Cluster(ClusterError::NoLeader)),
+        };
+        reply(&result)
+    }
+
+    async fn read_index(&self, _: Request<ReadIndexRequest>) -> Result<Response<Json>, Status> {
+        reply(&self.cluster.read_index_here().await)
+    }
+}

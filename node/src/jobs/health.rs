@@ -1,0 +1,41 @@
+//! Fail-stop: once the log or the broker state could not be written in a way that leaves the
+//! disk unknown (a failed fsync), or Raft itself stopped on a storage error, the node must stop
+//! acknowledging and exit rather than carry on (the lesson of PostgreSQL's and etcd's
+//! "fsyncgate"). This job notices and asks the node to stop.
+
+use std::time::Duration;
+
+use openraft::async_runtime::watch::WatchReceiver;
+
+use crate::cluster::Cluster;
+use crate::jobs::Jobs;
+use crate::store::LogReader;
+
+const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// The first fatal condition of this node, if any.
+pub fn fatal_condition(cluster: &Cluster, log: &LogReader) -> Option<String> {
+    if let Some(why) = log.failure() {
+        return Some(format!("the log stopped after a failed write: {why}"));
+    }
+    if let Some(why) = cluster.broker().failure() {
+        return Some(format!("the broker state stopped after a failed write: {why}"));
+    }
+    match &cluster.raft().metrics().borrow_watched().running_state {
+        Err(fatal) => Some(format!("raft stopped: {fatal}")),
+        Ok(()) => None,
+    }
+}
+
+/// Checks for a fatal condition every 100 ms and reports it to [`Jobs::fail_stop`].
+pub async fn watch_health(cluster: Cluster, log: LogReader, jobs: Jobs) {
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    loop {
+        tick.tick().await;
+        if let Some(why) = fatal_condition(&cluster, &log) {
+            tracing::error!(reason = %why, "stopping this node");
+            jobs.fail_stop(why);
+            return;
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Purges whole segments past the retention time or over the disk budget: a snapshot is built at
+//! the purge point (metadata and queue ranges as of then) and openraft purges the log up to it.
+
+use std::time::{Duration, SystemTime};
+
+use crate::cluster::Cluster;
+use crate::store::LogReader;
+use crate::store::retention::purge_point;
+
+pub struct RetentionOptions {
+    /// Segments whose newest record is older than this are purged.
+    pub max_age: Duration,
+    pub check_every: Duration,
+    /// Purge the oldest segments while the log is larger than this (0: no limit).
+    pub disk_budget_bytes: u64,
+}
+
+pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptions) {
+    let mut tick = tokio::time::interval(options.check_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let applied = cluster.broker().last_applied().map(|l| l.index);
+        let Some(point) =
+            purge_point(&log.segment_stats(), SystemTime::now(), options.max_age, options.disk_budget_bytes)
+        else {
+            continue;
+        };
+        let point = applied.map_or(point, |a| point.min(a));
+        if log.bounds().first_index > point {
+            continue;
+        }
+        tracing::info!(node = cluster.id(), upto = point, "retention: purging the log");
+        cluster.broker().set_snapshot_target(point);
+        if cluster.raft().trigger().snapshot().await.is_err() {
+            return; // Raft has stopped.
+        }
+    }
+}

@@ -211,17 +211,27 @@ const POINTS: &[(&str, Victim)] = &[
     ("checkpoint::after_journal", Victim::Follower),
     ("checkpoint::after_batch", Victim::Follower),
     ("checkpoint::after_flush", Victim::Follower),
+    ("segment::create", Victim::Follower),
+    ("log::roll::after_pad", Victim::Follower),
+    ("log::roll::after_sync", Victim::Follower),
+    ("log::roll::before_dir_sync", Victim::Follower),
+    ("log::roll::after", Victim::Follower),
     ("snapshot::build::after_replay", Victim::Follower),
     ("snapshot::build::after_save", Victim::Follower),
     ("snapshot::forget::after_purge", Victim::Follower),
+    ("log::purge::after_save", Victim::Follower),
+    ("log::purge::after_delete", Victim::Follower),
+    ("log::purge::after_index_remove", Victim::Follower),
     ("snapshot::install::after_save", Victim::Lagging),
     ("snapshot::install::after_queues", Victim::Lagging),
+    ("snapshot::install::after_journal", Victim::Lagging),
     ("snapshot::install::after_batch", Victim::Lagging),
 ];
 
-async fn follower(cluster: &Cluster) -> u64 {
+async fn follower(cluster: &Cluster, rng: &mut Rng) -> u64 {
     let leader = cluster.wait_for_leader(Duration::from_secs(30)).await;
-    (1..=3).find(|&id| id != leader).expect("a follower")
+    let followers: Vec<u64> = (1..=3).filter(|&id| id != leader).collect();
+    followers[rng.below(followers.len() as u64) as usize]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -242,7 +252,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
     for round in 0..rounds {
         for &(point, victim) in POINTS {
             let what = format!("round {round}, {point}");
-            let id = follower(&cluster).await;
+            let id = follower(&cluster, &mut rng).await;
             cluster.kill(id);
             if let Victim::Lagging = victim {
                 let left_at = cluster.status(cluster.wait_for_leader(Duration::from_secs(30)).await).await;
@@ -259,8 +269,14 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
             cluster.restart_with_crash_points(id, &format!("{point}={skip}*off->return(abort)"));
             let crashed = w.run_until(&mut cluster, &mut rng, Duration::from_secs(60), |c| !c.is_running(id)).await;
             assert!(crashed, "{what}: node {id} never reached the crash point");
+            let log = std::fs::read_to_string(cluster.nodes[id as usize - 1].dir.join("node.log")).unwrap_or_default();
+            assert!(log.contains(&format!("crash point {point}: aborting")), "{what}: node {id} stopped elsewhere");
             cluster.restart(id);
             assert_converged(&mut cluster, &w.acked, &what).await;
+            eprintln!(
+                "{what}: node {id} crashed there and converged ({} messages acknowledged so far)",
+                w.acked.0.len()
+            );
         }
         // Crashes at random moments: any node, the leader included, killed mid-workload.
         for k in 0..3 {
@@ -273,9 +289,20 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
             w.run_until(&mut cluster, &mut rng, down_for, |_| false).await;
             cluster.restart(id);
             assert_converged(&mut cluster, &w.acked, &what).await;
+            eprintln!("{what}: node {id} killed, restarted and converged");
         }
     }
-    assert!(w.acked.0.len() > 500, "the workload acknowledged only {} sends", w.acked.0.len());
+    // A failed fsync (the disk lost written pages): the node stops itself instead of carrying on,
+    // and once restarted it converges like after any crash.
+    let id = follower(&cluster, &mut rng).await;
+    cluster.kill(id);
+    cluster.restart_with_crash_points(id, "segment::sync=5*off->return");
+    let stopped = w.run_until(&mut cluster, &mut rng, Duration::from_secs(60), |c| !c.is_running(id)).await;
+    assert!(stopped, "node {id} carried on after a failed fsync");
+    cluster.restart(id);
+    assert_converged(&mut cluster, &w.acked, "after a failed fsync").await;
+    eprintln!("a failed fsync stopped node {id}; restarted, it converged");
+    assert!(w.acked.0.len() > 500, "the workload acknowledged only {} messages", w.acked.0.len());
 }
 
 /// Sends until the leader has purged its log past `left_at`: a node that stopped there can only

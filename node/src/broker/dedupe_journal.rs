@@ -233,21 +233,19 @@ impl DedupeJournal {
 
     /// The checkpoint's batch naming `mark` committed: `mark` is the journal from now on.
     pub fn committed(&mut self, mark: JournalMark, pending: &Pending) -> Result<(), StoreError> {
-        if mark.generation != self.mark.generation {
-            let path = self.dir.join(file_name(mark.generation));
-            self.file = OpenOptions::new().read(true).write(true).open(&path).map_err(io(&path))?;
-            self.records = 0;
-            self.rewrite_next = false;
-            let old = self.mark.generation;
-            self.mark = mark;
-            self.records = pending.records;
-            crate::crash_point!("journal::rewrite::before_removing_old");
-            remove_generation(&self.dir, old)?;
-        } else {
+        let old = self.mark.generation;
+        if mark.generation == old {
             self.mark = mark;
             self.records += pending.records;
+            return Ok(());
         }
-        Ok(())
+        let path = self.dir.join(file_name(mark.generation));
+        self.file = OpenOptions::new().read(true).write(true).open(&path).map_err(io(&path))?;
+        self.mark = mark;
+        self.records = pending.records;
+        self.rewrite_next = false;
+        crate::crash_point!("journal::rewrite::before_removing_old");
+        remove_generation(&self.dir, old)
     }
 
     /// A checkpoint failed after [`DedupeJournal::write`]: its bytes are not covered by any mark,

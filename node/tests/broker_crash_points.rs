@@ -72,6 +72,13 @@ impl Replica {
         r
     }
 
+    /// Reopens from disk only: what the last checkpoint holds.
+    fn restart_without_replay(self) -> Replica {
+        let dir = self.dir.clone();
+        drop(self);
+        Replica::open(&dir)
+    }
+
     fn state_machine(&self) -> StateMachine {
         StateMachine::open(self.broker.clone(), self.log.reader(), self.dir.join("snapshot.json")).unwrap()
     }
@@ -317,5 +324,31 @@ async fn a_crash_while_a_snapshot_is_installed_recovers_to_the_replicas_state() 
         follower.log.purge(at).unwrap();
         follower.follow(&leader, at + 1, leader.next);
         assert_converged(&leader.broker, &follower.broker);
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_that_fails_part_way_leaves_its_changes_to_the_next_one() {
+    let _scenario = fail::FailScenario::setup();
+    for point in CHECKPOINT_POINTS {
+        let (rd, cd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut reference = Replica::open(rd.path());
+        let mut node = Replica::open(cd.path());
+        for r in [&mut reference, &mut node] {
+            workload(r, 0);
+        }
+        // The disk refuses a write (ENOSPC, EIO) part way; the node carries on.
+        fail::cfg(point, "return").unwrap();
+        assert!(node.broker.checkpoint().is_err(), "{point} was not reached");
+        fail::remove(point);
+        for r in [&mut reference, &mut node] {
+            workload(r, 1);
+        }
+        node.broker.checkpoint().unwrap();
+        // Everything is in that checkpoint: a restart has nothing to replay.
+        let applied = node.broker.last_applied();
+        let node = node.restart_without_replay();
+        assert_eq!(node.broker.last_applied(), applied, "{point}");
+        assert_converged(&reference.broker, &node.broker);
     }
 }

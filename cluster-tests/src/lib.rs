@@ -315,6 +315,11 @@ pub fn queue_difference(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // ROCKRAFT_KEEP_DATA=1 keeps the nodes' data and logs of a failed test for a post-mortem.
+        if std::thread::panicking() && std::env::var_os("ROCKRAFT_KEEP_DATA").is_some() {
+            let kept = std::mem::replace(&mut self._dir, tempfile::tempdir().expect("temp dir")).keep();
+            eprintln!("kept the nodes' data in {}", kept.display());
+        }
         for n in &mut self.nodes {
             if let Some(mut c) = n.child.take() {
                 let _ = c.kill();

@@ -352,3 +352,42 @@ async fn a_checkpoint_that_fails_part_way_leaves_its_changes_to_the_next_one() {
         assert_converged(&reference.broker, &node.broker);
     }
 }
+
+/// openraft builds snapshots in their own task, beside the installs of the state machine's: a
+/// build that began before an install must not put its older snapshot back over the installed
+/// one (the node's next build would then need log entries the install purged, and stop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_build_racing_an_install_never_replaces_the_newer_snapshot() {
+    let _scenario = fail::FailScenario::setup();
+    let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut leader = Replica::open(ld.path());
+    let mut follower = Replica::open(fd.path());
+    workload(&mut leader, 0);
+    follower.follow(&leader, 0, leader.next);
+    for round in 1..3 {
+        workload(&mut leader, round);
+    }
+    let newer = leader.next - 2;
+    leader.broker.set_snapshot_target(newer);
+    let snapshot = leader.state_machine().build_snapshot().await.unwrap();
+
+    // The follower starts a build of its own at an older point, and it stalls after its replay.
+    let older = follower.next - 3;
+    follower.broker.set_snapshot_target(older);
+    fail::cfg("snapshot::build::after_replay", "pause").unwrap();
+    // As openraft runs them: the builder is the state machine's own, cloned.
+    let mut installer = follower.state_machine();
+    let mut builder = installer.get_snapshot_builder().await;
+    let build = tokio::spawn(async move { builder.build_snapshot().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let meta = snapshot.meta.clone();
+    let install = tokio::spawn(async move { installer.install_snapshot(&meta, snapshot.snapshot).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fail::remove("snapshot::build::after_replay");
+    build.await.unwrap().unwrap();
+    install.await.unwrap().unwrap();
+
+    let current = follower.state_machine().get_current_snapshot().await.unwrap().expect("a snapshot");
+    assert_eq!(current.meta.last_log_id.map(|l| l.index), Some(newer), "the installed snapshot stands");
+    assert_eq!(follower.broker.last_applied().map(|l| l.index), Some(newer));
+}

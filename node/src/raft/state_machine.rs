@@ -9,6 +9,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -31,6 +32,10 @@ pub struct StateMachine {
     broker: Broker,
     log: LogReader,
     snapshot_path: PathBuf,
+    /// openraft builds snapshots in a task of their own, beside the state machine's (which
+    /// installs them): one at a time, so a build that started before an install can never put
+    /// an older snapshot back in place of the installed one, nor replay a log the install purged.
+    snapshots: Arc<tokio::sync::Mutex<()>>,
 }
 
 fn position(id: &LogId) -> LogPosition {
@@ -57,7 +62,7 @@ impl StateMachine {
     /// saved but not yet installed is installed, and queue records below the current snapshot
     /// are forgotten again.
     pub fn open(broker: Broker, log: LogReader, snapshot_path: PathBuf) -> io::Result<StateMachine> {
-        let sm = StateMachine { broker, log, snapshot_path };
+        let sm = StateMachine { broker, log, snapshot_path, snapshots: Arc::default() };
         if let Some(snapshot) = sm.load_snapshot()? {
             let state: State = serde_json::from_slice(&snapshot.snapshot).map_err(invalid("snapshot"))?;
             let applied = sm.broker.last_applied().map(|l| l.index);
@@ -103,6 +108,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     /// Builds the snapshot at the retention purge point, never later: openraft purges the log up
     /// to whatever snapshot it gets, and messages after the purge point must stay.
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        let _one_at_a_time = self.snapshots.lock().await;
         let current = self.load_snapshot()?;
         let current_index = current.as_ref().and_then(|s| s.meta.last_log_id).map(|l| l.index);
         let applied = self.broker.last_applied().map(|l| l.index);
@@ -179,6 +185,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if state.last_applied.as_ref().map(to_log_id) != meta.last_log_id {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot data and metadata disagree"));
         }
+        let _one_at_a_time = self.snapshots.lock().await;
         // The file first: a crash after it finishes the install on the next start.
         self.save_snapshot(meta, &snapshot)?;
         crate::crash_point!("snapshot::install::after_save");

@@ -270,8 +270,9 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
             let id = follower(&cluster, &mut rng).await;
             cluster.kill(id);
             if let Victim::Lagging = victim {
-                let left_at = cluster.status(cluster.wait_for_leader(Duration::from_secs(30)).await).await;
-                let left_at = left_at.and_then(|s| s.last_log_index).unwrap_or(0);
+                // The leader's last index: at least as far as the stopped node got.
+                let leader = cluster.status(cluster.wait_for_leader(Duration::from_secs(30)).await).await;
+                let left_at = leader.and_then(|s| s.last_log_index).unwrap_or(0);
                 wait_purged_past(&mut cluster, &mut w, &mut rng, left_at).await;
             }
             // Crash at a pass of the point a little way in, so the node has work under way.

@@ -18,7 +18,7 @@ use prost::Message;
 use rockraft::broker::group::GroupConfig;
 use rockraft::broker::pop::{ConsumeCommand, Receipt};
 use rockraft::broker::subscription::TagFilter;
-use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest, State};
+use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest};
 use rockraft::raft::StateMachine;
 use rockraft::store::{CommitLog, LogConfig, RecordMeta};
 use rockraft_proto::rockraft::{SendBatch, StoredMessage};
@@ -313,13 +313,8 @@ async fn a_crash_while_a_snapshot_is_installed_recovers_to_the_replicas_state() 
         assert!(installed.is_err(), "{point} was not reached");
         fail::remove(point);
         let mut follower = follower.restart().await;
-        let applied = follower.broker.last_applied().map(|l| l.index);
-        // Either the install finished on restart, or (crashed before the snapshot file) the
-        // follower is where it was and the leader sends the snapshot again.
-        if applied < Some(at) {
-            let state: State = serde_json::from_slice(&snapshot.snapshot).unwrap();
-            follower.broker.install(state).unwrap();
-        }
+        // Every install step comes after the snapshot file is saved: the restart finishes it.
+        assert_eq!(follower.broker.last_applied().map(|l| l.index), Some(at), "{point}: install not finished");
         // As openraft does after an install: the log below the snapshot goes, the leader's follows.
         follower.log.purge(at).unwrap();
         follower.follow(&leader, at + 1, leader.next);
@@ -374,18 +369,32 @@ async fn a_snapshot_build_racing_an_install_never_replaces_the_newer_snapshot() 
     // The follower starts a build of its own at an older point, and it stalls after its replay.
     let older = follower.next - 3;
     follower.broker.set_snapshot_target(older);
-    fail::cfg("snapshot::build::after_replay", "pause").unwrap();
+    // The follower's build stops right after its replay, until the test lets it go on.
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (reached_tx, go_rx) = (std::sync::Mutex::new(reached_tx), std::sync::Mutex::new(go_rx));
+    fail::cfg_callback("snapshot::build::after_replay", move || {
+        let _ = reached_tx.lock().unwrap().send(());
+        let _ = go_rx.lock().unwrap().recv();
+    })
+    .unwrap();
     // As openraft runs them: the builder is the state machine's own, cloned.
     let mut installer = follower.state_machine();
     let mut builder = installer.get_snapshot_builder().await;
     let build = tokio::spawn(async move { builder.build_snapshot().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::spawn_blocking(move || reached_rx.recv()).await.unwrap().unwrap();
     let meta = snapshot.meta.clone();
-    let install = tokio::spawn(async move { installer.install_snapshot(&meta, snapshot.snapshot).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut install = tokio::spawn(async move { installer.install_snapshot(&meta, snapshot.snapshot).await });
+    // Give an install that does not wait for the build the time to finish first (it must wait).
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut install).await;
+    go_tx.send(()).unwrap();
     fail::remove("snapshot::build::after_replay");
+    if let Ok(done) = early {
+        done.unwrap().unwrap();
+    } else {
+        install.await.unwrap().unwrap();
+    }
     build.await.unwrap().unwrap();
-    install.await.unwrap().unwrap();
 
     let current = follower.state_machine().get_current_snapshot().await.unwrap().expect("a snapshot");
     assert_eq!(current.meta.last_log_id.map(|l| l.index), Some(newer), "the installed snapshot stands");

@@ -189,16 +189,22 @@ impl DedupeJournal {
     pub fn prepare(&self, keys: BTreeSet<Key>, table: &Table<Key, Seen>) -> Pending {
         let mut bytes = Vec::new();
         let n = keys.len() as u64;
-        if !self.rewrite_next && self.records + n <= 4 * table.len() as u64 + 10_000 {
-            for key in &keys {
-                encode(key, table.get(key), &mut bytes);
-            }
-            return Pending { bytes, records: n, rewrite: false, keys };
+        if self.rewrite_next || self.records + n > 4 * table.len() as u64 + 10_000 {
+            return Pending { keys, ..self.prepare_rewrite(table) };
         }
+        for key in &keys {
+            encode(key, table.get(key), &mut bytes);
+        }
+        Pending { bytes, records: n, rewrite: false, keys }
+    }
+
+    /// Encodes the whole table as the next generation (a snapshot install replaces the journal).
+    pub fn prepare_rewrite(&self, table: &Table<Key, Seen>) -> Pending {
+        let mut bytes = Vec::new();
         for (key, seen) in table.iter() {
             encode(key, Some(seen), &mut bytes);
         }
-        Pending { bytes, records: table.len() as u64, rewrite: true, keys }
+        Pending { bytes, records: table.len() as u64, rewrite: true, keys: BTreeSet::new() }
     }
 
     /// Writes and syncs what [`DedupeJournal::prepare`] encoded, and returns the mark the

@@ -115,16 +115,11 @@ impl Broker {
                 }
             }
         }
-        // Loaded rows are what the last checkpoint wrote: nothing to write again.
-        let mut discard = sled::Batch::default();
-        for (prefix, table) in state.tables() {
-            table.write_changes(prefix, &mut discard);
-        }
         let (journal, dedupe) = DedupeJournal::open(&options.dir, journal_mark)?;
         state.dedupe = dedupe;
+        // Loaded rows are what the last checkpoint wrote: nothing to write again.
         state.dedupe.take_changed();
-        state.local.dedupe_window_ms = options.dedupe_window.as_millis() as i64;
-        state.rebuild_derived();
+        state.prepare_local(options.dedupe_window);
         let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
         let inner = Inner {
             tree,

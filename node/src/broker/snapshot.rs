@@ -23,8 +23,7 @@ impl Broker {
     /// them replayed onto it.
     pub fn state_at(&self, at: u64, previous: Option<State>) -> Result<State, BrokerError> {
         let mut state = previous.unwrap_or_default();
-        state.local.dedupe_window_ms = self.inner.options.dedupe_window.as_millis() as i64;
-        state.rebuild_derived();
+        state.prepare_local(self.inner.options.dedupe_window);
         let from = state.last_applied.map_or(0, |l| l.index + 1);
         let first = self.inner.log.bounds().first_index;
         if from < first && from <= at {
@@ -80,8 +79,7 @@ impl Broker {
         self.refuse_if_failed()?;
         let mut state = self.state_mut();
         let mut new = snapshot;
-        new.local.dedupe_window_ms = self.inner.options.dedupe_window.as_millis() as i64;
-        new.rebuild_derived();
+        new.prepare_local(self.inner.options.dedupe_window);
         // ConsumeQueue files first: a crash here leaves the old state, whose replay or the next
         // install rewrites them. A topic recreated since (another epoch) loses its old files.
         for name in state.topics.keys() {
@@ -97,8 +95,7 @@ impl Broker {
         crate::crash_point!("snapshot::install::after_queues");
         // Then every row at once: one batch replaces the tree, naming a journal generation that
         // holds exactly the snapshot's dedupe window.
-        journal.abandoned();
-        let pending = journal.prepare(Default::default(), &new.dedupe);
+        let pending = journal.prepare_rewrite(&new.dedupe);
         let mark = journal.write(&pending)?;
         crate::crash_point!("snapshot::install::after_journal");
         let mut batch = sled::Batch::default();

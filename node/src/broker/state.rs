@@ -121,8 +121,10 @@ impl State {
         self.max_store_ms = a.max_store_ms;
     }
 
-    /// Rebuilds what is derived from the tables (after a load or an install).
-    pub(crate) fn rebuild_derived(&mut self) {
+    /// Sets up what apply needs besides the tables (after a load, for a replay, for an install):
+    /// the node's dedupe window, and what is derived from the tables.
+    pub(crate) fn prepare_local(&mut self, dedupe_window: std::time::Duration) {
+        self.local.dedupe_window_ms = dedupe_window.as_millis() as i64;
         let mut order: Vec<(i64, String, String)> =
             self.dedupe.iter().map(|((t, id), s)| (s.store_timestamp_ms, t.clone(), id.clone())).collect();
         order.sort();

@@ -99,10 +99,6 @@ impl<K: Ord + Clone, V> Table<K, V> {
         self.rows.values()
     }
 
-    pub fn range<'a>(&'a self, range: impl std::ops::RangeBounds<K> + 'a) -> impl Iterator<Item = (&'a K, &'a V)> {
-        self.rows.range(range)
-    }
-
     /// Changes every value in place (all rows count as changed).
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.changed.extend(self.rows.keys().cloned());
@@ -218,14 +214,6 @@ impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for T
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let pairs: Vec<(K, V)> = Vec::deserialize(d)?;
         Ok(Table { rows: pairs.into_iter().collect(), changed: BTreeSet::new() })
-    }
-}
-
-impl<K: Ord + Clone, V> FromIterator<(K, V)> for Table<K, V> {
-    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let rows: BTreeMap<K, V> = iter.into_iter().collect();
-        let changed = rows.keys().cloned().collect();
-        Table { rows, changed }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The official Python client (`rocketmq-python-client`, installed by `scripts/setup.sh`) against
-//! a real three-node cluster: what the Rust client lacks — ChangeInvisibleDuration, and the
-//! PushConsumer with a listener that always fails, whose message must reach the dead-letter topic.
+//! a real three-node cluster: what the Rust client lacks — ChangeInvisibleDuration, the
+//! PushConsumer with a listener that always fails, whose message must reach the dead-letter topic,
+//! RecallMessage of delayed messages, and repeated or wrong EndTransaction resolutions.
 //! Each scenario is a script in `cluster-tests/python/`; it exits 0 only if every check held.
 
 use std::time::Duration;
@@ -43,4 +44,23 @@ async fn python_push_consumer_with_a_failing_listener_reaches_the_dead_letter_to
     };
     let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
     assert!(ok, "push_dlq.py failed:\n{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_producer_recalls_delayed_messages_and_resolves_transactions_itself_or_by_its_checker() {
+    // Open halves are checked after 1 s, then every 2 s.
+    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 2\n".to_string();
+    let cluster = Cluster::start(3, Options { broker, ..Default::default() }).await;
+    cluster.create_topic("Alarms", 2, TopicKind::Delay).await;
+    cluster.create_topic("Deposits", 2, TopicKind::Transaction).await;
+    cluster.create_group("py-delay-tx", false, 16).await;
+    let eps = endpoints(&cluster).await;
+    let run = move || {
+        run_python(
+            "delay_transaction.py",
+            &["--endpoints", &eps, "--delay-topic", "Alarms", "--tx-topic", "Deposits", "--group", "py-delay-tx"],
+        )
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "delay_transaction.py failed:\n{output}");
 }

@@ -8,11 +8,13 @@
 //! - `jobs`: the one owner of background work (checkpoints, retention, renewals, leader-only
 //!   jobs that start and stop with leadership) and the node's fail-stop signal.
 //! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
+//! - `sessions`: the producers whose Telemetry streams this node holds (transaction checks).
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
 //! - `node`: one node wired together.
 //!
 //! Layering, `a ← b` meaning "a is imported by b": store ← broker ← raft ← cluster ←
-//! {jobs, proxy, admin} ← node ← cli, and jobs may use proxy's renewal table. No module imports
+//! {jobs, proxy, admin} ← node ← cli, and jobs may use proxy's renewal table; `sessions` stands
+//! alone and is used by cluster, jobs and proxy. No module imports
 //! one that imports it back; `tests/layering.rs` checks.
 
 pub mod admin;
@@ -24,4 +26,5 @@ pub mod jobs;
 pub mod node;
 pub mod proxy;
 pub mod raft;
+pub mod sessions;
 pub mod store;

@@ -16,13 +16,17 @@ use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminServer, NodeConfig};
+use crate::broker::transaction::{DefaultChecker, TransactionChecker};
 use crate::broker::{Broker, BrokerOptions};
 use crate::cluster::{Cluster, ClusterOptions, PeerServer};
-use crate::jobs::{Jobs, RetentionOptions};
+use crate::jobs::{CheckOptions, Jobs, RetentionOptions};
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
 use crate::raft::{LogStore, Network, Raft, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
+
+/// How long a stopping node lets in-flight calls finish.
+const SERVER_DRAIN: Duration = Duration::from_secs(2);
 
 /// A node, opened: Raft runs and the per-node jobs are started; [`run`] serves it.
 pub struct Node {
@@ -98,6 +102,21 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log, retention));
     jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
     let leadership = jobs.follow_leadership(&cluster);
+    let timers = cluster.clone();
+    jobs.spawn_leader("timers", leadership.clone(), move || crate::jobs::fire_timers(timers.clone()));
+    let broker_config = &config.broker;
+    let checker: Arc<dyn TransactionChecker> = Arc::new(DefaultChecker {
+        max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
+        max_checks: broker_config.transaction_max_checks,
+    });
+    let checks = CheckOptions {
+        interval: Duration::from_secs(broker_config.transaction_check_interval_secs.max(1)),
+        max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
+    };
+    let checking = cluster.clone();
+    jobs.spawn_leader("transaction checks", leadership.clone(), move || {
+        crate::jobs::check_transactions(checking.clone(), Arc::clone(&checker), checks.clone())
+    });
     Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
 }
 
@@ -124,6 +143,8 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         group: config.group.clone(),
         max_body_bytes: config.broker.max_body_bytes,
         max_properties_bytes: config.broker.max_properties_bytes,
+        max_delay: Duration::from_secs(config.broker.max_delay_secs),
+        transaction_recovery: Duration::from_secs(config.broker.transaction_recovery_secs),
     };
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
     let client_server = tonic::transport::Server::builder()
@@ -146,8 +167,14 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         hand_over_leadership(cluster).await;
     }
     let _ = stop_tx.send(true);
-    let _ = raft_task.await;
-    let _ = client_task.await;
+    // Streams never end by themselves (a leader's replication stream, clients' Telemetry streams
+    // and long polls): in-flight calls get a moment to finish, then the servers stop.
+    for task in [raft_task, client_task] {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(SERVER_DRAIN, task).await.is_err() {
+            abort.abort();
+        }
+    }
     node.jobs.shutdown().await;
     let _ = cluster.raft().shutdown().await;
     if let Some(reason) = fatal {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
+use crate::broker::held::{HeldCounts, HeldEntry};
 use crate::broker::{GroupProgress, TopicConfig};
 use crate::raft::NodeId;
 
@@ -54,6 +55,20 @@ pub enum AdminRequest {
     /// This node's applied index and a digest of its replicated state: replicas at the same
     /// index must agree (`rockraft cluster verify`).
     Digest,
+    /// Pending delayed messages (`timers`), or transactional halves: open ones, or all kept
+    /// (`all`: also committed and rolled back ones, e.g. rolled back for age).
+    ListHeld {
+        timers: bool,
+        topic: Option<String>,
+        all: bool,
+        limit: usize,
+    },
+    /// Commits or rolls back a transactional half by message id, as an operator (a half the
+    /// checker rolled back can still be committed while its message is kept).
+    ResolveTransaction {
+        message_id: String,
+        commit: bool,
+    },
 }
 
 impl AdminRequest {
@@ -63,7 +78,9 @@ impl AdminRequest {
             AdminRequest::AddNode { .. }
             | AdminRequest::RemoveNode { .. }
             | AdminRequest::TransferLeader { .. }
-            | AdminRequest::ResetOffset { .. } => true,
+            | AdminRequest::ResetOffset { .. }
+            | AdminRequest::ListHeld { .. }
+            | AdminRequest::ResolveTransaction { .. } => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -79,6 +96,7 @@ pub enum AdminResponse {
     Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
     Digest(StateDigest),
+    Held(Vec<HeldEntry>),
     Error(String),
 }
 
@@ -144,6 +162,9 @@ pub struct TopicInfo {
     pub config: TopicConfig,
     /// `(queue, start, next)` per queue.
     pub queues: Vec<(u32, u64, u64)>,
+    /// Messages stored but not delivered yet: pending timers, open halves.
+    #[serde(default)]
+    pub held: HeldCounts,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -71,6 +71,17 @@ pub struct BrokerConfig {
     pub max_body_bytes: u64,
     pub max_properties_bytes: u64,
     pub checkpoint_interval_ms: u64,
+    /// How far ahead a delayed message may be scheduled; further is ILLEGAL_DELIVERY_TIME.
+    pub max_delay_secs: u64,
+    /// When an unresolved transactional half is first checked, unless the producer set its own
+    /// recovery time.
+    pub transaction_recovery_secs: u64,
+    /// How often an unresolved half is checked again.
+    pub transaction_check_interval_secs: u64,
+    /// An unresolved half this old is rolled back.
+    pub transaction_max_age_secs: u64,
+    /// An unresolved half is rolled back after a producer was asked this often (0: no limit).
+    pub transaction_max_checks: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -115,6 +126,11 @@ impl Default for BrokerConfig {
             max_body_bytes: 4 << 20,
             max_properties_bytes: 16 << 10,
             checkpoint_interval_ms: 200,
+            max_delay_secs: 30 * 24 * 3600,
+            transaction_recovery_secs: 6,
+            transaction_check_interval_secs: 60,
+            transaction_max_age_secs: 4 * 3600,
+            transaction_max_checks: 0,
         }
     }
 }

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use crate::admin::NodeConfig;
 use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, Role, TopicInfo};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
+use crate::broker::transaction::{Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::cluster::Cluster;
 use crate::raft::{NodeInfo, channel};
@@ -64,6 +65,12 @@ fn reply_text(reply: Reply) -> AdminResponse {
         Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => AdminResponse::Error(format!("topic {t} does not exist")),
         Reply::Consume(ConsumeOutcome::Invalid(why)) => AdminResponse::Error(why),
         Reply::Consume(_) => AdminResponse::Done("ok".into()),
+        Reply::Timer(outcome) => AdminResponse::Done(format!("{outcome:?}")),
+        Reply::Transaction(TransactionOutcome::Done) => AdminResponse::Done("ok".into()),
+        Reply::Transaction(TransactionOutcome::Unknown) => AdminResponse::Error("no such transaction".into()),
+        Reply::Transaction(TransactionOutcome::Conflict(state)) => {
+            AdminResponse::Error(format!("the transaction was already resolved: {state:?}"))
+        }
     }
 }
 
@@ -130,7 +137,8 @@ impl AdminServer {
                 .map_err(|e| e.to_string()),
             AdminRequest::CreateTopic(t) => self.write(Command::Admin(AdminCommand::CreateTopic(t))).await,
             AdminRequest::DeleteTopic { name } => self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await,
-            AdminRequest::ListTopics => Ok(AdminResponse::Topics(
+            AdminRequest::ListTopics => Ok(AdminResponse::Topics({
+                let held = broker.held_counts();
                 broker
                     .topics()
                     .into_iter()
@@ -140,10 +148,11 @@ impl AdminServer {
                             .into_iter()
                             .map(|q| (q.queue_id, q.start, q.next))
                             .collect();
-                        TopicInfo { config, queues }
+                        let held = held.iter().find(|(t, _)| *t == config.name).map(|(_, c)| *c).unwrap_or_default();
+                        TopicInfo { config, queues, held }
                     })
-                    .collect(),
-            )),
+                    .collect()
+            })),
             AdminRequest::CreateGroup(g) => self.write(Command::Consume(ConsumeCommand::CreateGroup(g))).await,
             AdminRequest::DeleteGroup { name } => {
                 self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await
@@ -181,7 +190,33 @@ impl AdminServer {
                 Ok(AdminResponse::Digest(crate::admin::api::StateDigest { applied, digest }))
             }
             AdminRequest::GetMessage { id, .. } => match broker.find(&id) {
-                Ok(found) => Ok(AdminResponse::Messages(found.into_iter().map(line).collect())),
+                Ok(Some(found)) => Ok(AdminResponse::Messages(vec![line(found)])),
+                // Not delivered (yet): a pending timer or a half.
+                Ok(None) => broker
+                    .find_held(&id)
+                    .map(|h| AdminResponse::Held(h.into_iter().collect()))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            AdminRequest::ListHeld { timers, topic, all, limit } => {
+                broker.held(timers, topic.as_deref(), all, limit).map(AdminResponse::Held).map_err(|e| e.to_string())
+            }
+            AdminRequest::ResolveTransaction { message_id, commit } => match broker.find_held(&message_id) {
+                Ok(Some(h)) if h.kind == "half" => {
+                    let Some(position) = parse_transaction_id(&h.handle) else {
+                        return AdminResponse::Error(format!("bad transaction id {}", h.handle));
+                    };
+                    let command = TransactionCommand::Resolve {
+                        now_ms: 0,
+                        topic: h.message.topic,
+                        position,
+                        message_id,
+                        commit,
+                        by: Resolver::Operator,
+                    };
+                    self.write(Command::Transaction(command)).await
+                }
+                Ok(_) => Err(format!("no transactional half with message id {message_id}")),
                 Err(e) => Err(e.to_string()),
             },
         };

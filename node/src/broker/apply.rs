@@ -13,9 +13,16 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 use crate::broker::command::{AdminCommand, Command};
 use crate::broker::dedupe_journal::Seen;
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
+use crate::broker::held::HeldMessage;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::reply::Held;
 use crate::broker::state::{LogPosition, MembershipRecord, State};
+use crate::broker::topic::TopicKind;
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
+
+/// The queue id a dedupe row records for a held message (its offset field is then the message's
+/// position): a retry of it answers with the same recall handle or transaction id.
+const HELD_QUEUE: u32 = u32::MAX;
 use crate::store::{CqRecord, tag_hash};
 
 /// ConsumeQueue records for consecutive offsets of one queue.
@@ -35,6 +42,19 @@ pub(crate) struct Effects {
     pub removed_topics: Vec<String>,
     /// Topics whose waiting receivers may now find something.
     pub wakes: Vec<String>,
+    /// Reading a table kept on disk failed: the state may be wrong, so the node must stop.
+    pub failure: Option<String>,
+}
+
+impl Effects {
+    pub(crate) fn fail(&mut self, e: sled::Error) {
+        self.failure.get_or_insert_with(|| format!("reading broker state: {e}"));
+    }
+
+    pub(crate) fn fail_with<T>(&mut self, e: sled::Error, value: T) -> T {
+        self.fail(e);
+        value
+    }
 }
 
 impl State {
@@ -69,6 +89,12 @@ impl State {
                 reply
             }
             Command::Consume(c) => self.apply_consume(index, c, fx),
+            Command::Timer(t) => Reply::Timer(self.apply_timer(t, fx)),
+            Command::Transaction(t) => Reply::Transaction(self.apply_transaction(t, fx)),
+            Command::Admin(AdminCommand::ReleaseHolds { below }) => {
+                self.release_holds(below, fx);
+                Reply::Applied
+            }
             Command::DeadLetter(d) => self.apply_dead_letter(index, d, fx),
             Command::Admin(AdminCommand::CreateTopic(t)) => {
                 if let Err(e) = t.validate() {
@@ -99,6 +125,7 @@ impl State {
 
     fn apply_send(&mut self, index: u64, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {
         let Some(topic) = self.topics.get(&batch.topic) else { return Reply::TopicNotFound(batch.topic) };
+        let kind = topic.kind;
         if batch.queue_id >= topic.queues {
             return Reply::Rejected(format!("topic {} has no queue {}", batch.topic, batch.queue_id));
         }
@@ -132,20 +159,59 @@ impl State {
                 && !msg.message_id.is_empty()
                 && let Some(seen) = self.dedupe.get(&dedupe_key).filter(|s| s.index < index)
             {
+                let held = (seen.queue_id == HELD_QUEUE).then_some(match kind {
+                    TopicKind::Delay => Held::Timer { due_ms: msg.delivery_timestamp_ms, position: seen.offset },
+                    _ => Held::Half { position: seen.offset },
+                });
                 outcomes.push(SendOutcome {
                     message_id: msg.message_id.clone(),
-                    queue_id: seen.queue_id,
-                    offset: seen.offset,
+                    queue_id: if held.is_some() { batch.queue_id } else { seen.queue_id },
+                    offset: if held.is_some() { 0 } else { seen.offset },
                     duplicate: true,
+                    held,
+                });
+                continue;
+            }
+            let position = queue_position(index, ordinal);
+            let held = match kind {
+                TopicKind::Delay if msg.delivery_timestamp_ms > now => {
+                    Some(Held::Timer { due_ms: msg.delivery_timestamp_ms, position })
+                }
+                TopicKind::Transaction => Some(Held::Half { position }),
+                _ => None,
+            };
+            if let Some(held) = held {
+                let m = HeldMessage {
+                    topic: batch.topic.clone(),
+                    queue_id: batch.queue_id,
+                    message_id: msg.message_id.clone(),
+                    size: raw.len() as u32,
+                    tag_hash: tag_hash(&msg.tag),
+                    stored_ms: now,
+                };
+                match held {
+                    Held::Timer { due_ms, .. } => self.add_timer((due_ms, position), m, fx),
+                    // The receiving node filled in its default if the producer set none.
+                    Held::Half { .. } => {
+                        self.add_half(position, m, now.saturating_add(msg.transaction_recovery_ms.max(0)), fx)
+                    }
+                }
+                if dedupe && !msg.message_id.is_empty() {
+                    let seen = Seen { queue_id: HELD_QUEUE, offset: position, store_timestamp_ms: now, index };
+                    self.dedupe.insert(dedupe_key.clone(), seen);
+                    self.local.dedupe_order.push_back((now, dedupe_key.0, dedupe_key.1));
+                }
+                outcomes.push(SendOutcome {
+                    message_id: msg.message_id.clone(),
+                    queue_id: batch.queue_id,
+                    offset: 0,
+                    duplicate: false,
+                    held: Some(held),
                 });
                 continue;
             }
             let offset = range.next;
-            write.records.push(CqRecord {
-                position: queue_position(index, ordinal),
-                size: raw.len() as u32,
-                tag_hash: tag_hash(&msg.tag),
-            });
+            write.records.push(CqRecord { position, size: raw.len() as u32, tag_hash: tag_hash(&msg.tag) });
             range.next += 1;
             if dedupe && !msg.message_id.is_empty() {
                 let seen = Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index };
@@ -157,6 +223,7 @@ impl State {
                 queue_id: batch.queue_id,
                 offset,
                 duplicate: false,
+                held: None,
             });
         }
         if !write.records.is_empty() {

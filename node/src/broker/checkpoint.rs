@@ -39,7 +39,14 @@ impl Broker {
             (batch, taken, pending, state.last_applied)
         };
         match self.persist(&mut journal, batch, &pending, applied) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Tables kept on disk can now read these rows from sled instead of memory.
+                let mut state = self.state_mut();
+                for ((_, table), taken) in state.tables().into_iter().zip(taken) {
+                    table.settle(taken);
+                }
+                Ok(())
+            }
             Err(e) => {
                 // Nothing of this checkpoint is in force: the next one writes these changes.
                 let mut state = self.state_mut();

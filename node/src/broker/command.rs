@@ -5,7 +5,9 @@
 //!   so a ConsumeQueue record can point at one message and reading it copies nothing);
 //! - `TAG_ADMIN`: JSON of [`AdminCommand`] (rare, small);
 //! - `TAG_CONSUME`: JSON of [`ConsumeCommand`] (POP state: small, no message bytes);
-//! - `TAG_DEAD_LETTER`: a protobuf `DeadLetter`, which carries a copy of the message.
+//! - `TAG_DEAD_LETTER`: a protobuf `DeadLetter`, which carries a copy of the message;
+//! - `TAG_TIMER`, `TAG_TRANSACTION`: JSON of [`TimerCommand`] / [`TransactionCommand`] (firing,
+//!   recalling, resolving and checking held messages: keys only, never message bytes).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -13,12 +15,16 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::BrokerError;
 use crate::broker::pop::ConsumeCommand;
+use crate::broker::timer::TimerCommand;
 use crate::broker::topic::TopicConfig;
+use crate::broker::transaction::TransactionCommand;
 
 const TAG_SEND: u8 = 1;
 const TAG_ADMIN: u8 = 2;
 const TAG_CONSUME: u8 = 3;
 const TAG_DEAD_LETTER: u8 = 4;
+const TAG_TIMER: u8 = 5;
+const TAG_TRANSACTION: u8 = 6;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -26,13 +32,22 @@ pub enum Command {
     Admin(AdminCommand),
     Consume(ConsumeCommand),
     DeadLetter(DeadLetter),
+    Timer(TimerCommand),
+    Transaction(TransactionCommand),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AdminCommand {
     CreateTopic(TopicConfig),
-    DeleteTopic { name: String },
+    DeleteTopic {
+        name: String,
+    },
+    /// Forgets what holds back log entries below `below` from retention, where nothing is
+    /// pending any more (the leader's log is purged to there).
+    ReleaseHolds {
+        below: u64,
+    },
 }
 
 impl Command {
@@ -46,6 +61,8 @@ impl Command {
             }
             Command::Admin(admin) => json(TAG_ADMIN, admin),
             Command::Consume(consume) => json(TAG_CONSUME, consume),
+            Command::Timer(t) => json(TAG_TIMER, t),
+            Command::Transaction(t) => json(TAG_TRANSACTION, t),
             Command::DeadLetter(d) => {
                 let mut buf = BytesMut::with_capacity(1 + d.encoded_len());
                 buf.put_u8(TAG_DEAD_LETTER);
@@ -68,7 +85,7 @@ impl Command {
     /// time into these just before it proposes them, so apply never reads a clock and the store
     /// time of a send is the leader's, whichever node received it.
     pub fn carries_time(payload: &[u8]) -> bool {
-        matches!(payload.first(), Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER)))
+        matches!(payload.first(), Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER | TAG_TIMER | TAG_TRANSACTION)))
     }
 
     /// Sets the time a command acts on or is stored at: the proposing leader's clock.
@@ -81,6 +98,8 @@ impl Command {
                 }
             }
             Command::Consume(c) => c.set_time(now_ms),
+            Command::Timer(t) => t.set_time(now_ms),
+            Command::Transaction(t) => t.set_time(now_ms),
             Command::Admin(_) => {}
         }
     }
@@ -107,6 +126,10 @@ impl Command {
             Some(&TAG_SEND) => SendBatch::decode(bytes.slice(1..)).map(Command::Send).map_err(|e| corrupt(&e)),
             Some(&TAG_ADMIN) => serde_json::from_slice(&bytes[1..]).map(Command::Admin).map_err(|e| corrupt(&e)),
             Some(&TAG_CONSUME) => serde_json::from_slice(&bytes[1..]).map(Command::Consume).map_err(|e| corrupt(&e)),
+            Some(&TAG_TIMER) => serde_json::from_slice(&bytes[1..]).map(Command::Timer).map_err(|e| corrupt(&e)),
+            Some(&TAG_TRANSACTION) => {
+                serde_json::from_slice(&bytes[1..]).map(Command::Transaction).map_err(|e| corrupt(&e))
+            }
             Some(&TAG_DEAD_LETTER) => {
                 DeadLetter::decode(bytes.slice(1..)).map(Command::DeadLetter).map_err(|e| corrupt(&e))
             }

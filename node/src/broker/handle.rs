@@ -34,7 +34,7 @@ pub(crate) const KEY_APPLIED: &str = "@applied";
 pub(crate) const KEY_JOURNAL: &str = "@journal";
 const KEY_SCHEMA: &str = "@schema";
 /// The layout of the sled tree and the journal; a directory written with another is refused.
-const SCHEMA: u32 = 2;
+const SCHEMA: u32 = 3;
 
 pub(crate) struct Inner {
     pub tree: sled::Tree,
@@ -93,7 +93,8 @@ impl Broker {
                 )));
             }
         }
-        for item in tree.iter() {
+        // Rows of tables kept on disk (prefixes from `~`) stay there.
+        for item in tree.range(..&b"~"[..]) {
             let (k, v) = item?;
             let key = String::from_utf8_lossy(&k);
             match key.as_ref() {
@@ -120,6 +121,9 @@ impl Broker {
         // Loaded rows are what the last checkpoint wrote: nothing to write again.
         state.dedupe.take_changed();
         state.prepare_local(options.dedupe_window);
+        for (prefix, table) in state.tables() {
+            table.attach(&tree, prefix);
+        }
         let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
         let inner = Inner {
             tree,
@@ -171,6 +175,9 @@ impl Broker {
         let reply = {
             let mut state = self.state_mut();
             let reply = state.apply(at, payload, &mut fx);
+            if let Some(why) = fx.failure.take() {
+                return Err(self.fail(format!("applying entry {}: {why}", at.index)));
+            }
             if let Err(e) = self.carry_out(&fx) {
                 // The state counts records that are not on disk: it must never be checkpointed.
                 return Err(self.fail(format!("applying entry {}: {e}", at.index)));

@@ -10,8 +10,11 @@
 //! - [`Broker`] (`handle.rs`): the live state on this node, with its files; `checkpoint.rs`
 //!   makes it durable, `snapshot.rs` builds the state as of any index and installs one,
 //!   `read.rs` serves reads;
+//! - [`DiskTable`](disk_table::DiskTable): a table whose rows stay in sled (millions of pending
+//!   timers must not fill memory);
 //! - commands (`command.rs`), topics, groups, POP consumption (`pop.rs`, `pop_plan.rs`), tag
-//!   subscriptions, the dedupe journal.
+//!   subscriptions, the dedupe journal; held messages (`held.rs`): delayed messages
+//!   (`timer.rs`) and transactional halves (`transaction.rs`), each stored once.
 //!
 //! The broker knows nothing of Raft: `raft/` adapts it to openraft.
 
@@ -19,9 +22,13 @@ mod apply;
 mod checkpoint;
 mod command;
 mod dedupe_journal;
+mod disk_table;
 mod error;
 pub mod group;
 mod handle;
+pub mod held;
+#[cfg(test)]
+mod held_test;
 pub mod pop;
 mod pop_plan;
 #[cfg(test)]
@@ -37,14 +44,16 @@ mod state;
 mod state_test;
 pub mod subscription;
 pub mod table;
+pub mod timer;
 pub mod topic;
+pub mod transaction;
 
 pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{PopPlan, PopRequest};
 pub use read::{GroupProgress, QueueStatus, StoredEntry};
-pub use reply::{Reply, SendOutcome};
+pub use reply::{Held, Reply, SendOutcome};
 pub use state::{LogPosition, MembershipRecord, QueueRange, State};
 pub use topic::{TopicConfig, TopicKind};
 

@@ -59,6 +59,11 @@ impl Broker {
     pub fn forget_before(&self, snapshot: &State) -> Result<(), BrokerError> {
         let mut state = self.state_mut();
         for ((topic, q), at) in snapshot.queues.iter() {
+            // A topic deleted and created again since the snapshot is another topic: its queues
+            // start afresh.
+            if snapshot.consumption.topics.get(topic) != state.consumption.topics.get(topic) {
+                continue;
+            }
             let key = (topic.clone(), *q);
             let Some(start) = state.queues.get(&key).map(|r| r.start) else { continue };
             if start < at.next {
@@ -117,6 +122,9 @@ impl Broker {
         }
         crate::crash_point!("snapshot::install::after_batch");
         journal.committed(mark, &pending)?;
+        for (prefix, table) in new.tables() {
+            table.attach(&self.inner.tree, prefix);
+        }
         *state = new;
         Ok(())
     }

@@ -10,9 +10,17 @@ use crate::broker::group::GroupConfig;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::state_test::{Node, create, lid, node, send};
 use crate::broker::subscription::TagFilter;
-use crate::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest, Reply, State};
+use crate::broker::timer::{TimerCommand, parse_recall_handle};
+use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
+use crate::broker::{
+    AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest, Reply, State, TopicConfig, TopicKind,
+};
+use prost::Message;
+use rockraft_proto::rockraft::StoredMessage;
 
-const TOPICS: [&str; 2] = ["A", "B"];
+/// Two normal topics, a delay topic and a transaction topic.
+const TOPICS: [&str; 4] = ["A", "B", "D", "X"];
+const KINDS: [TopicKind; 4] = [TopicKind::Normal, TopicKind::Normal, TopicKind::Delay, TopicKind::Transaction];
 const GROUPS: [&str; 2] = ["g", "h"];
 
 #[derive(Debug, Clone)]
@@ -52,19 +60,46 @@ enum Op {
         group: usize,
         topic: usize,
     },
+    /// The leader fires the timers due by then.
+    Fire {
+        later_ms: i64,
+    },
+    /// Recalls the `pick`-th pending timer (or a fired one's key again).
+    Recall {
+        pick: usize,
+    },
+    /// Resolves the `pick`-th half, whatever its state.
+    Resolve {
+        pick: usize,
+        commit: bool,
+        operator: bool,
+    },
+    /// The check job reschedules the halves due by then.
+    Check {
+        later_ms: i64,
+        asked: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0..2usize, 1..4u32).prop_map(|(topic, queues)| Op::CreateTopic { topic, queues }),
-        (0..2usize).prop_map(|topic| Op::DeleteTopic { topic }),
-        (0..2usize, 0..3u32, proptest::collection::vec(0..12u8, 1..4), 0..90_000i64)
+        (0..4usize, 1..4u32).prop_map(|(topic, queues)| Op::CreateTopic { topic, queues }),
+        (0..4usize).prop_map(|topic| Op::DeleteTopic { topic }),
+        (0..4usize, 0..3u32, proptest::collection::vec(0..12u8, 1..4), 0..90_000i64)
             .prop_map(|(topic, queue, ids, later_ms)| Op::Send { topic, queue, ids, later_ms }),
         (0..2usize, any::<bool>()).prop_map(|(group, fifo)| Op::CreateGroup { group, fifo }),
         (0..2usize).prop_map(|group| Op::DeleteGroup { group }),
-        (0..2usize, 0..2usize, 0..3_000i64).prop_map(|(group, topic, later_ms)| Op::Pop { group, topic, later_ms }),
+        (0..2usize, 0..4usize, 0..3_000i64).prop_map(|(group, topic, later_ms)| Op::Pop { group, topic, later_ms }),
         (0..2usize, any::<bool>()).prop_map(|(group, change)| Op::Settle { group, change }),
-        (0..2usize, 0..2usize).prop_map(|(group, topic)| Op::Reset { group, topic }),
+        (0..2usize, 0..4usize).prop_map(|(group, topic)| Op::Reset { group, topic }),
+        (0..4_000i64).prop_map(|later_ms| Op::Fire { later_ms }),
+        (0..4usize).prop_map(|pick| Op::Recall { pick }),
+        (0..4usize, any::<bool>(), any::<bool>()).prop_map(|(pick, commit, operator)| Op::Resolve {
+            pick,
+            commit,
+            operator
+        }),
+        (0..4_000i64, any::<bool>()).prop_map(|(later_ms, asked)| Op::Check { later_ms, asked }),
     ]
 }
 
@@ -72,7 +107,8 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(n: &mut Node, op: &Op, clock: &mut i64) {
     match op {
         Op::CreateTopic { topic, queues } => {
-            n.commit(&create(TOPICS[*topic], *queues));
+            let config = TopicConfig { name: TOPICS[*topic].into(), queues: *queues, kind: KINDS[*topic] };
+            n.commit(&Command::Admin(AdminCommand::CreateTopic(config)));
         }
         Op::DeleteTopic { topic } => {
             n.commit(&Command::Admin(AdminCommand::DeleteTopic { name: TOPICS[*topic].into() }));
@@ -81,7 +117,48 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             *clock += later_ms;
             let ids: Vec<String> = ids.iter().map(|i| format!("id-{i}")).collect();
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            n.commit(&send(TOPICS[*topic], *queue, *clock, &ids));
+            let mut command = send(TOPICS[*topic], *queue, *clock, &ids);
+            // Delayed messages due up to 5 s ahead (some already due); halves checked after 1 s.
+            if let Command::Send(batch) = &mut command {
+                for (i, raw) in batch.messages.iter_mut().enumerate() {
+                    let mut m = StoredMessage::decode(raw.clone()).unwrap();
+                    m.delivery_timestamp_ms = *clock + (i as i64 * 1_700 + later_ms) % 5_000 - 500;
+                    m.transaction_recovery_ms = 1_000;
+                    *raw = m.encode_to_vec().into();
+                }
+            }
+            n.commit(&command);
+        }
+        Op::Fire { later_ms } => {
+            *clock += later_ms;
+            let due = n.broker.due_timers(*clock, 16).unwrap();
+            n.commit(&Command::Timer(TimerCommand::Fire { now_ms: *clock, timers: due }));
+        }
+        Op::Recall { pick } => {
+            let timers = n.broker.held(true, None, true, 8).unwrap();
+            let Some(t) = timers.get(pick % timers.len().max(1)) else { return };
+            let key = parse_recall_handle(&t.handle).unwrap();
+            let topic = t.message.topic.clone();
+            n.commit(&Command::Timer(TimerCommand::Recall { now_ms: *clock, topic, timer: key }));
+        }
+        Op::Resolve { pick, commit, operator } => {
+            let halves = n.broker.held(false, None, true, 8).unwrap();
+            let Some(h) = halves.get(pick % halves.len().max(1)) else { return };
+            let command = TransactionCommand::Resolve {
+                now_ms: *clock,
+                topic: h.message.topic.clone(),
+                position: parse_transaction_id(&h.handle).unwrap(),
+                message_id: h.message.message_id.clone(),
+                commit: *commit,
+                by: if *operator { Resolver::Operator } else { Resolver::Checker },
+            };
+            n.commit(&Command::Transaction(command));
+        }
+        Op::Check { later_ms, asked } => {
+            *clock += later_ms;
+            let due = n.broker.due_checks(*clock, 16).unwrap();
+            let halves = due.into_iter().map(|(p, h)| (p, h.checks, *clock + 2_000)).collect();
+            n.commit(&Command::Transaction(TransactionCommand::Checked { now_ms: *clock, halves, asked: *asked }));
         }
         Op::CreateGroup { group, fifo } => {
             let g = GroupConfig { name: GROUPS[*group].into(), fifo: *fifo, max_attempts: 2 };

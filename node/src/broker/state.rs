@@ -15,9 +15,13 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::dedupe_journal::{Key as DedupeKey, Seen};
+use crate::broker::disk_table::DiskTable;
+use crate::broker::held::{HeldCounts, HeldMessage, Hold};
 use crate::broker::pop::Consumption;
 use crate::broker::table::{Persisted, Table};
+use crate::broker::timer::TimerKey;
 use crate::broker::topic::TopicConfig;
+use crate::broker::transaction::Half;
 use crate::store::RecordMeta;
 
 /// Where an entry sits in the replicated log: the broker's own name for a Raft log id.
@@ -67,6 +71,16 @@ pub struct State {
     /// Message ids stored within the dedupe window, per topic.
     pub dedupe: Table<DedupeKey, Seen>,
     pub consumption: Consumption,
+    /// Pending delayed messages, by (due time, position).
+    pub timers: DiskTable<TimerKey, HeldMessage>,
+    /// Transactional halves by position: open, or resolved and kept until their entry is purged.
+    pub halves: DiskTable<u64, Half>,
+    /// When each open half is checked next: (time, position).
+    pub checks: DiskTable<(i64, u64), ()>,
+    /// Log entries retention must keep, by index.
+    pub holds: DiskTable<u64, Hold>,
+    /// Held messages per topic.
+    pub held_counts: Table<String, HeldCounts>,
     #[serde(skip)]
     pub(crate) local: Local,
 }
@@ -97,13 +111,20 @@ pub(crate) struct Applied {
 
 impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 5] {
+    /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
+    /// loading the others reads none of their rows.
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 10] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
             ("group/", &mut self.consumption.groups),
             ("pop/", &mut self.consumption.queues),
             ("epoch/", &mut self.consumption.topics),
+            ("held/", &mut self.held_counts),
+            ("~timer/", &mut self.timers),
+            ("~half/", &mut self.halves),
+            ("~check/", &mut self.checks),
+            ("~hold/", &mut self.holds),
         ]
     }
 
@@ -134,13 +155,32 @@ impl State {
     /// A digest of the replicated state: equal on replicas that applied the same entries. Queue
     /// starts are left out (each node purges its own log).
     pub fn digest(&self) -> u64 {
-        let mut replicated = self.clone();
-        for r in replicated.queues.values_mut() {
-            r.start = 0;
-        }
-        let bytes = serde_json::to_vec(&replicated).expect("state serializes");
-        let lo = crc32c::crc32c(&bytes) as u64;
-        let hi = crc32c::crc32c_append(0x5253_5441, &bytes) as u64;
-        (hi << 32) | lo
+        let replicated_queues: Vec<(&(String, u32), u64)> = self.queues.iter().map(|(k, r)| (k, r.next)).collect();
+        let mut hash = DigestWriter(0, 0x5253_5441);
+        serde_json::to_writer(
+            &mut hash,
+            &(
+                (&self.last_applied, &self.membership, self.max_store_ms, &self.topics, &replicated_queues),
+                (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
+                (&self.holds, &self.held_counts),
+            ),
+        )
+        .expect("state serializes");
+        (u64::from(hash.1) << 32) | u64::from(hash.0)
+    }
+}
+
+/// Two CRC32C's of everything written, without holding the bytes (the state may be large).
+struct DigestWriter(u32, u32);
+
+impl std::io::Write for DigestWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = crc32c::crc32c_append(self.0, buf);
+        self.1 = crc32c::crc32c_append(self.1, buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }

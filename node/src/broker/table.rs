@@ -141,6 +141,10 @@ pub(crate) trait Persisted: Send + Sync {
     fn give_back(&mut self, taken: Taken);
     /// Writes every row into `batch` under `prefix` (snapshot install) and forgets what changed.
     fn write_all(&mut self, prefix: &str, batch: &mut sled::Batch);
+    /// The batch with the rows [`Persisted::write_changes`] took is durable.
+    fn settle(&mut self, _taken: Taken) {}
+    /// Reads its rows from `tree` from now on (tables whose rows stay on disk).
+    fn attach(&mut self, _tree: &sled::Tree, _prefix: &'static str) {}
 }
 
 /// The sled key of a row: the table's prefix, then the key as JSON (collision-free for any key).

@@ -220,7 +220,9 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
 }
 
 /// One client per endpoint; workers take turns over them.
-async fn connect(endpoints: &[String]) -> Result<Vec<MessagingServiceClient<tonic::transport::Channel>>, String> {
+pub(super) async fn connect(
+    endpoints: &[String],
+) -> Result<Vec<MessagingServiceClient<tonic::transport::Channel>>, String> {
     let mut clients = Vec::new();
     for e in endpoints {
         let c = MessagingServiceClient::connect(format!("http://{e}")).await.map_err(|err| format!("{e}: {err}"))?;
@@ -229,6 +231,6 @@ async fn connect(endpoints: &[String]) -> Result<Vec<MessagingServiceClient<toni
     Ok(clients)
 }
 
-fn resource(name: &str) -> Option<Resource> {
+pub(super) fn resource(name: &str) -> Option<Resource> {
     Some(Resource { resource_namespace: String::new(), name: name.to_string() })
 }

@@ -2,6 +2,7 @@
 //! generate load.
 
 mod bench;
+mod bench_delay;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use clap::{Parser, Subcommand};
 use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Role};
 use crate::admin::{NodeConfig, call};
 use crate::broker::group::GroupConfig;
+use crate::broker::held::HeldEntry;
 use crate::broker::{TopicConfig, TopicKind};
 
 #[derive(Parser)]
@@ -40,6 +42,12 @@ enum Top {
     Group(GroupCmd),
     #[command(subcommand)]
     Message(MessageCmd),
+    /// Delayed messages waiting for their delivery time.
+    #[command(subcommand)]
+    Timer(TimerCmd),
+    /// Transactional halves: list, and commit or roll back a stuck one.
+    #[command(subcommand)]
+    Transaction(TransactionCmd),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -86,6 +94,9 @@ enum BenchCmd {
         #[arg(long)]
         endpoints: Option<String>,
     },
+    /// Delayed messages: delivery lateness (`--mode spread|burst`), or send throughput with many
+    /// timers pending (`--mode pending`).
+    Delay(bench_delay::DelayArgs),
 }
 
 #[derive(Subcommand)]
@@ -171,6 +182,72 @@ fn parse_time(s: &str) -> Result<i64, String> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("--to-time {s:?}: expected RFC 3339 or epoch milliseconds ({e})"))?;
     Ok((t.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+#[derive(Subcommand)]
+enum TimerCmd {
+    /// Pending timers, earliest first: due time, topic, queue, message id, recall handle.
+    List {
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum TransactionCmd {
+    /// Open halves (with `--all`, also committed and rolled back ones still kept).
+    List {
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long)]
+        all: bool,
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Commits a half by message id: it is delivered. Also resumes one the checker rolled back.
+    Commit {
+        #[arg(long)]
+        id: String,
+    },
+    /// Rolls a half back by message id: it is never delivered.
+    Rollback {
+        #[arg(long)]
+        id: String,
+    },
+}
+
+fn print_held(entries: &[HeldEntry]) {
+    for h in entries {
+        let state = match &h.state {
+            None => "pending".to_string(),
+            Some(s) => {
+                serde_json::to_value(s).ok().and_then(|v| v["state"].as_str().map(str::to_string)).unwrap_or_default()
+            }
+        };
+        println!(
+            "{}\t{}\ttopic={}\tqueue={}\tid={}\t{}={}\tstate={}\tchecks={}\tbody_bytes={}",
+            h.kind,
+            format_ms(h.at_ms),
+            h.message.topic,
+            h.message.queue_id,
+            h.message.message_id,
+            if h.kind == "timer" { "recall_handle" } else { "transaction_id" },
+            h.handle,
+            state,
+            h.checks,
+            h.message.size
+        );
+    }
+}
+
+/// Milliseconds since the epoch as RFC 3339 (UTC).
+fn format_ms(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
 }
 
 #[derive(Subcommand)]
@@ -348,6 +425,10 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             })
             .await
         }
+        Top::Bench(BenchCmd::Delay(args)) => {
+            let endpoints = endpoint_list(args.endpoints.clone(), ep);
+            bench_delay::run(args, endpoints).await
+        }
         Top::Cluster(ClusterCmd::Status) => cluster_status(ep).await,
         Top::Cluster(ClusterCmd::Init) => request(ep, AdminRequest::Init).await.map(done),
         Top::Cluster(ClusterCmd::TransferLeader { to }) => {
@@ -366,7 +447,10 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             if let AdminResponse::Topics(topics) = request(ep, AdminRequest::ListTopics).await? {
                 for t in topics {
                     let messages: u64 = t.queues.iter().map(|(_, start, next)| next - start).sum();
-                    println!("{}\t{}\tqueues={}\tmessages={}", t.config.name, t.config.kind, t.config.queues, messages);
+                    println!(
+                        "{}\t{}\tqueues={}\tmessages={}\ttimers={}\topen_halves={}",
+                        t.config.name, t.config.kind, t.config.queues, messages, t.held.timers, t.held.open_halves
+                    );
                 }
             }
             Ok(())
@@ -417,8 +501,34 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                     }
                     Ok(())
                 }
+                AdminResponse::Held(held) if !held.is_empty() => {
+                    print_held(&held);
+                    Ok(())
+                }
                 _ => Err(format!("message {id} not found")),
             }
+        }
+        Top::Timer(TimerCmd::List { topic, limit }) => {
+            if let AdminResponse::Held(held) =
+                request(ep, AdminRequest::ListHeld { timers: true, topic, all: false, limit }).await?
+            {
+                print_held(&held);
+            }
+            Ok(())
+        }
+        Top::Transaction(TransactionCmd::List { topic, all, limit }) => {
+            if let AdminResponse::Held(held) =
+                request(ep, AdminRequest::ListHeld { timers: false, topic, all, limit }).await?
+            {
+                print_held(&held);
+            }
+            Ok(())
+        }
+        Top::Transaction(TransactionCmd::Commit { id }) => {
+            request(ep, AdminRequest::ResolveTransaction { message_id: id, commit: true }).await.map(done)
+        }
+        Top::Transaction(TransactionCmd::Rollback { id }) => {
+            request(ep, AdminRequest::ResolveTransaction { message_id: id, commit: false }).await.map(done)
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod clock;
 mod error;
 mod peer;
 pub mod pop;
+mod producers;
 mod service;
 
 use std::sync::Arc;
@@ -27,10 +28,12 @@ use tonic::transport::Channel;
 
 use crate::broker::{Broker, Command, Reply};
 use crate::raft::{CommandBytes, NodeId, NodeInfo, Raft, TypeConfig};
+use crate::sessions::ProducerSessions;
 pub use clock::{LeaderClock, now_ms};
 pub use error::ClusterError;
 use peer::Peers;
 use pop::PopLocks;
+pub use producers::AskProducer;
 pub use service::PeerServer;
 
 /// How long a read waits for this node to apply what the leader has committed.
@@ -67,6 +70,8 @@ struct Inner {
     proposing: tokio::sync::Mutex<()>,
     /// Rotates the queue pops start from.
     round_robin: AtomicU32,
+    /// The producers whose Telemetry streams this node holds.
+    sessions: Arc<ProducerSessions>,
 }
 
 /// What proposing on this node came to.
@@ -97,6 +102,7 @@ impl Cluster {
                 clock: LeaderClock::new(now_ms, applied_floor_ms),
                 proposing: tokio::sync::Mutex::new(()),
                 round_robin: AtomicU32::new(0),
+                sessions: Arc::default(),
             }),
         }
     }
@@ -115,6 +121,11 @@ impl Cluster {
 
     pub fn options(&self) -> &ClusterOptions {
         &self.inner.options
+    }
+
+    /// The producers connected to this node (the proxy registers them).
+    pub fn sessions(&self) -> &Arc<ProducerSessions> {
+        &self.inner.sessions
     }
 
     fn peers(&self) -> &Peers {

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::broker::pop::Receipt;
 use crate::cluster::pop::{PopError, PopOrder};
-use crate::cluster::{Cluster, ClusterError};
+use crate::cluster::{AskProducer, Cluster, ClusterError};
 
 pub struct PeerServer {
     cluster: Cluster,
@@ -57,5 +57,10 @@ impl PeerService for PeerServer {
 
     async fn read_index(&self, _: Request<ReadIndexRequest>) -> Result<Response<Json>, Status> {
         reply(&self.cluster.read_index_here().await)
+    }
+
+    async fn ask_producer(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
+        let ask: AskProducer = request(req.get_ref())?;
+        reply(&self.cluster.ask_producer_here(&ask))
     }
 }

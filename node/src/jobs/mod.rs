@@ -5,6 +5,8 @@
 //!
 //! - `checkpoint`: makes applied broker state durable; `retention`: purges old segments;
 //! - `renewals`: extends the invisible time of deliveries to auto-renewing receives;
+//! - leader only: `timers` fires due delayed messages; `transaction_checks` checks unresolved
+//!   transactional halves;
 //! - `health`: notices a failed fsync of the log or the broker state, or Raft stopping, and
 //!   fail-stops the node.
 //!
@@ -15,6 +17,8 @@ mod checkpoint;
 mod health;
 mod renewals;
 mod retention;
+mod timers;
+mod transaction_checks;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -28,6 +32,8 @@ pub use checkpoint::checkpoints;
 pub use health::watch_health;
 pub use renewals::renewals;
 pub use retention::{RetentionOptions, retention};
+pub use timers::fire_timers;
+pub use transaction_checks::{CheckOptions, check_transactions};
 
 /// Cheap to clone; clones share the jobs.
 #[derive(Clone)]

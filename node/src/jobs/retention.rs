@@ -3,7 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::cluster::Cluster;
+use crate::broker::{AdminCommand, Command};
+use crate::cluster::{Cluster, now_ms};
 use crate::store::LogReader;
 use crate::store::retention::purge_point;
 
@@ -27,6 +28,20 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
             continue;
         };
         let point = applied.map_or(point, |a| point.min(a));
+        // Held messages (pending timers, open halves, and those delivered within the retention
+        // time) keep their entries.
+        let max_age_ms = options.max_age.as_millis().min(i64::MAX as u128) as i64;
+        let point = match cluster.broker().first_held_index(now_ms(), max_age_ms) {
+            Ok(Some(held)) => match held.checked_sub(1) {
+                Some(below) => point.min(below),
+                None => continue,
+            },
+            Ok(None) => point,
+            Err(e) => {
+                tracing::error!(error = %e, "retention: reading held messages failed");
+                continue;
+            }
+        };
         if log.bounds().first_index > point {
             continue;
         }
@@ -34,6 +49,13 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
         cluster.broker().set_snapshot_target(point);
         if cluster.raft().trigger().snapshot().await.is_err() {
             return; // Raft has stopped.
+        }
+        if cluster.is_leader() {
+            // What held the purged entries back is done with: forget it, on every replica.
+            let release = Command::Admin(AdminCommand::ReleaseHolds { below: point + 1 });
+            if let Err(e) = cluster.write(&release).await {
+                tracing::debug!(error = %e, "retention: releasing holds failed; retried at the next purge");
+            }
         }
     }
 }

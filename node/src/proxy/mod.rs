@@ -13,6 +13,7 @@ mod route;
 mod send;
 mod status;
 mod telemetry;
+mod transaction;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,7 +24,9 @@ use rockraft_proto::rocketmq::messaging_service_server::MessagingService;
 use rockraft_proto::rocketmq::*;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::broker::{Command, Reply};
+use crate::broker::timer::recall_handle;
+use crate::broker::transaction::transaction_id;
+use crate::broker::{Command, Held, Reply};
 use crate::cluster::Cluster;
 use status::{Rejection, ok, write_failed};
 
@@ -33,6 +36,8 @@ pub struct ProxyOptions {
     pub group: String,
     pub max_body_bytes: u64,
     pub max_properties_bytes: u64,
+    pub max_delay: std::time::Duration,
+    pub transaction_recovery: std::time::Duration,
 }
 
 pub struct Proxy {
@@ -72,6 +77,9 @@ impl Proxy {
         let limits = send::Limits {
             max_body_bytes: self.options.max_body_bytes,
             max_properties_bytes: self.options.max_properties_bytes,
+            max_delay_ms: self.options.max_delay.as_millis() as i64,
+            now_ms: crate::cluster::now_ms(),
+            transaction_recovery_ms: self.options.transaction_recovery.as_millis() as i64,
         };
         // A send carries one topic; resolve it first (catching up if needed) so `plan` stays plain.
         let known = match req.messages.first().and_then(|m| m.topic.as_ref()) {
@@ -107,12 +115,19 @@ impl Proxy {
             match outcome {
                 Ok(outcomes) => {
                     for (pos, o) in positions.into_iter().zip(outcomes) {
+                        let (transaction_id, recall_handle) = match o.held {
+                            Some(Held::Half { position }) => (transaction_id(position), String::new()),
+                            Some(Held::Timer { due_ms, position }) => {
+                                (String::new(), recall_handle((due_ms, position)))
+                            }
+                            None => (String::new(), String::new()),
+                        };
                         entries[pos] = SendResultEntry {
                             status: Some(ok()),
                             message_id: o.message_id,
-                            transaction_id: String::new(),
+                            transaction_id,
                             offset: o.offset as i64,
-                            recall_handle: String::new(),
+                            recall_handle,
                         };
                     }
                 }
@@ -255,9 +270,11 @@ impl MessagingService for Proxy {
 
     async fn end_transaction(
         &self,
-        _: Request<EndTransactionRequest>,
+        req: Request<EndTransactionRequest>,
     ) -> Result<Response<EndTransactionResponse>, Status> {
-        not_yet("EndTransaction")
+        let ns = namespace(&req);
+        let status = self.end_transaction(req.get_ref(), &ns).await;
+        Ok(Response::new(EndTransactionResponse { status: Some(status) }))
     }
 
     type TelemetryStream = BoxStream<TelemetryCommand>;
@@ -266,15 +283,15 @@ impl MessagingService for Proxy {
         &self,
         req: Request<Streaming<TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
-        let max_body = self.options.max_body_bytes;
-        let broker = self.cluster.broker().clone();
         let ns = namespace(&req);
-        // Ends when the client closes its side or sends garbage; answers only Settings.
-        let replies = req.into_inner().take_while(|c| std::future::ready(c.is_ok())).filter_map(move |c| {
-            let group_of = |name: &str| broker.group(&send::qualified(&ns, name)).or_else(|| broker.group(name));
-            std::future::ready(c.ok().and_then(|c| telemetry::reply(c, max_body, &group_of)).map(Ok))
-        });
-        Ok(Response::new(Box::pin(replies)))
+        let commands = telemetry::serve(
+            req.into_inner(),
+            self.cluster.broker().clone(),
+            std::sync::Arc::clone(self.cluster.sessions()),
+            self.options.max_body_bytes,
+            ns,
+        );
+        Ok(Response::new(Box::pin(commands.map(Ok))))
     }
 
     async fn notify_client_termination(
@@ -295,9 +312,10 @@ impl MessagingService for Proxy {
 
     async fn recall_message(
         &self,
-        _: Request<RecallMessageRequest>,
+        req: Request<RecallMessageRequest>,
     ) -> Result<Response<RecallMessageResponse>, Status> {
-        not_yet("RecallMessage")
+        let ns = namespace(&req);
+        Ok(Response::new(self.recall(req.get_ref(), &ns).await))
     }
 
     async fn sync_lite_subscription(

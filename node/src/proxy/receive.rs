@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use md5::{Digest as _, Md5};
 use rockraft_proto::rocketmq::{
     Code, Digest, DigestType, Encoding, FilterExpression, FilterType, Message, MessageType, ReceiveMessageRequest,
     ReceiveMessageResponse, Resource, SystemProperties, receive_message_response::Content,
@@ -118,10 +117,7 @@ pub fn poll_budget(long_polling: Duration, grpc_timeout: Option<Duration>) -> Du
     limit.saturating_sub(margin)
 }
 
-/// Upper-case hex MD5 of the body, as the clients check it.
-pub fn body_md5(body: &[u8]) -> String {
-    Md5::digest(body).iter().map(|b| format!("{b:02X}")).collect()
-}
+pub use crate::sessions::body_md5;
 
 /// The message as a client receives it.
 pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, invisible: Duration) -> Message {

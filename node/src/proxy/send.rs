@@ -28,6 +28,12 @@ pub const MAX_BORN_HOST_BYTES: usize = 256;
 pub struct Limits {
     pub max_body_bytes: u64,
     pub max_properties_bytes: u64,
+    /// How far ahead a delayed message may be due.
+    pub max_delay_ms: i64,
+    /// The node's clock, for the delay limit.
+    pub now_ms: i64,
+    /// When an unresolved half is first checked, unless the message says.
+    pub transaction_recovery_ms: i64,
 }
 
 /// The batches to propose: per queue, the request positions of its messages and the batch.
@@ -141,15 +147,47 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
             format!("a {} message cannot go to {} topic {}", kind.as_str_name(), topic.kind, topic.name),
         ));
     }
-    if matches!(topic.kind, TopicKind::Delay | TopicKind::Transaction) {
-        return Err(Rejection::new(Code::Unsupported, format!("{} messages are not supported yet", topic.kind)));
+    if topic.kind == TopicKind::Delay {
+        let due =
+            sp.delivery_timestamp.as_ref().map(|t| ms(&Some(*t))).ok_or_else(|| {
+                Rejection::new(Code::IllegalDeliveryTime, "a delay message needs a delivery timestamp")
+            })?;
+        let latest = limits.now_ms.saturating_add(limits.max_delay_ms);
+        if due > latest {
+            return Err(Rejection::new(
+                Code::IllegalDeliveryTime,
+                format!(
+                    "delivery time {due} is more than {} s ahead (the limit is max_delay_secs)",
+                    limits.max_delay_ms / 1000
+                ),
+            ));
+        }
+    } else if sp.delivery_timestamp.is_some() {
+        return Err(Rejection::new(
+            Code::MessagePropertyConflictWithType,
+            format!("a delivery timestamp needs a delay topic, {} is {}", topic.name, topic.kind),
+        ));
+    }
+    if let Some(d) = &sp.orphaned_transaction_recovery_duration
+        && (d.seconds < 0 || d.nanos < 0)
+    {
+        return Err(Rejection::new(Code::BadRequest, "negative transaction recovery duration"));
     }
     Ok(())
 }
 
-fn stored(m: &Message) -> StoredMessage {
+fn stored(m: &Message, limits: &Limits) -> StoredMessage {
     let sp = m.system_properties.clone().unwrap_or_default();
+    let recovery = sp
+        .orphaned_transaction_recovery_duration
+        .filter(|d| d.seconds > 0 || d.nanos > 0)
+        .map(|d| d.seconds.saturating_mul(1000).saturating_add(i64::from(d.nanos) / 1_000_000));
     StoredMessage {
+        transaction_recovery_ms: if declared_type(m) == MessageType::Transaction {
+            recovery.unwrap_or(limits.transaction_recovery_ms)
+        } else {
+            0
+        },
         message_id: sp.message_id,
         tag: sp.tag.unwrap_or_default(),
         keys: sp.keys,
@@ -199,7 +237,7 @@ pub fn plan(
         };
         let entry = by_queue.entry(queue).or_default();
         entry.0.push(i);
-        entry.1.push(stored(m).encode_to_vec().into());
+        entry.1.push(stored(m, limits).encode_to_vec().into());
     }
     let batches = by_queue
         .into_iter()
@@ -215,7 +253,13 @@ mod tests {
     use super::*;
     use rockraft_proto::rocketmq::SystemProperties;
 
-    const LIMITS: Limits = Limits { max_body_bytes: 16, max_properties_bytes: 32 };
+    const LIMITS: Limits = Limits {
+        max_body_bytes: 16,
+        max_properties_bytes: 32,
+        max_delay_ms: 1000,
+        now_ms: 10_000,
+        transaction_recovery_ms: 6000,
+    };
 
     fn msg(topic: &str, body: &str, group: Option<&str>) -> Message {
         Message {
@@ -236,6 +280,7 @@ mod tests {
         match name {
             "N" => Some(TopicConfig { name: "N".into(), queues: 4, kind: TopicKind::Normal }),
             "F" => Some(TopicConfig { name: "F".into(), queues: 4, kind: TopicKind::Fifo }),
+            "D" => Some(TopicConfig { name: "D".into(), queues: 4, kind: TopicKind::Delay }),
             _ => None,
         }
     }
@@ -293,7 +338,7 @@ mod tests {
             code_after(|_, sp| sp.keys = (0..33).map(|i| i.to_string()).collect()),
             Code::IllegalMessageKey as i32
         );
-        let limits = Limits { max_body_bytes: 16, max_properties_bytes: 1 << 10 };
+        let limits = Limits { max_properties_bytes: 1 << 10, ..LIMITS };
         let with_key = |len: usize| {
             let mut m = msg("N", "x", None);
             m.user_properties.insert("p".repeat(len), "v".into());
@@ -304,6 +349,25 @@ mod tests {
         assert_eq!(with_key(64), Code::Ok as i32);
         assert_eq!(with_key(65), Code::IllegalMessagePropertyKey as i32);
         assert_eq!(code_after(|_, sp| sp.born_host = "h".repeat(257)), Code::BadRequest as i32);
+    }
+
+    #[test]
+    fn delivery_times_are_bounded_once_at_the_edge() {
+        let delayed = |due: Option<i64>| {
+            let mut m = msg("D", "x", None);
+            let sp = m.system_properties.as_mut().unwrap();
+            sp.message_type = MessageType::Delay as i32;
+            sp.delivery_timestamp = due.map(crate::proxy::timestamp);
+            code(&SendMessageRequest { messages: vec![m] })
+        };
+        // LIMITS: now 10 s, at most 1 s ahead.
+        assert_eq!(delayed(Some(11_000)), Code::Ok as i32);
+        assert_eq!(delayed(Some(1)), Code::Ok as i32, "a time in the past delivers at once");
+        assert_eq!(delayed(Some(11_001)), Code::IllegalDeliveryTime as i32);
+        assert_eq!(delayed(None), Code::IllegalDeliveryTime as i32);
+        let mut normal = msg("N", "x", None);
+        normal.system_properties.as_mut().unwrap().delivery_timestamp = Some(crate::proxy::timestamp(11_000));
+        assert_eq!(code(&SendMessageRequest { messages: vec![normal] }), Code::MessagePropertyConflictWithType as i32);
     }
 
     #[test]

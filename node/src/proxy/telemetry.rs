@@ -1,6 +1,8 @@
-//! `Telemetry`: the client's settings handshake. Response headers go out at once (the Rust client
-//! waits for them without a timeout); each `Settings` command is answered on the same stream with
-//! the settings filled in the way the official clients need.
+//! `Telemetry`: the client's settings handshake, and the server's way to reach a producer.
+//! Response headers go out at once (the Rust client waits for them without a timeout); each
+//! `Settings` command is answered on the same stream with the settings filled in the way the
+//! official clients need. A producer's stream is registered with the topics it publishes, so the
+//! leader can send it `RecoverOrphanedTransactionCommand` while the stream lives.
 
 use std::time::Duration;
 
@@ -9,9 +11,54 @@ use rockraft_proto::rocketmq::{
     settings, telemetry_command,
 };
 
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::broker::Broker;
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
-use crate::proxy::send::topic_name;
+use crate::proxy::send::{qualified, topic_name};
 use crate::proxy::status::ok;
+use crate::sessions::ProducerSessions;
+
+/// Commands waiting to go out on one stream.
+const OUTBOX: usize = 64;
+
+/// Serves one Telemetry stream: the commands to send back, until the client closes its side or
+/// sends garbage.
+pub fn serve(
+    mut inbound: tonic::Streaming<TelemetryCommand>,
+    broker: Broker,
+    sessions: Arc<ProducerSessions>,
+    max_body_bytes: u64,
+    namespace: String,
+) -> ReceiverStream<TelemetryCommand> {
+    let (outbox, commands) = mpsc::channel(OUTBOX);
+    tokio::spawn(async move {
+        let mut registration = None;
+        while let Some(Ok(command)) = inbound.next().await {
+            if let Some(telemetry_command::Command::Settings(Settings {
+                pub_sub: Some(settings::PubSub::Publishing(p)),
+                ..
+            })) = &command.command
+            {
+                drop(registration.take());
+                let topics = p.topics.iter().map(|r| (topic_name(r, &namespace), r.clone())).collect();
+                registration = Some(sessions.register(topics, outbox.clone()));
+            }
+            let group_of = |name: &str| broker.group(&qualified(&namespace, name)).or_else(|| broker.group(name));
+            if let Some(reply) = reply(command, max_body_bytes, &group_of)
+                && outbox.send(reply).await.is_err()
+            {
+                break;
+            }
+        }
+        drop(registration);
+    });
+    ReceiverStream::new(commands)
+}
 
 const RECEIVE_BATCH: i32 = 32;
 const LONG_POLLING: Duration = Duration::from_secs(20);

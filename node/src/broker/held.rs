@@ -1,0 +1,276 @@
+//! Messages stored now and delivered later — delayed messages until their timer fires,
+//! transactional halves until they are committed — and the log entries they hold back from
+//! retention.
+//!
+//! A held message is written once, in its send entry. Nothing points at it from a ConsumeQueue
+//! until it is delivered; delivering adds the ConsumeQueue record under the real topic pointing
+//! at the same stored bytes, so there is never a second copy of the body. Its log entry must
+//! outlive retention until then, and for a retention period after (consumers read it from
+//! there): [`Hold`] rows say so, per log index.
+
+use serde::{Deserialize, Serialize};
+
+use prost::Message;
+use rockraft_proto::rockraft::StoredMessage;
+
+use crate::broker::apply::{Effects, QueueWrite};
+use crate::broker::state::State;
+use crate::broker::timer::{TimerKey, recall_handle};
+use crate::broker::transaction::{Half, transaction_id};
+use crate::broker::{Broker, BrokerError, Command, split_position};
+use crate::store::CqRecord;
+
+/// What is needed to deliver a held message without reading it: where it goes and its
+/// ConsumeQueue record's fields. The message itself stays in its send entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldMessage {
+    pub topic: String,
+    pub queue_id: u32,
+    pub message_id: String,
+    pub size: u32,
+    pub tag_hash: u64,
+    /// When the send was stored (the leader's clock).
+    pub stored_ms: i64,
+}
+
+/// Why a log entry must not be purged yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// Messages of the entry still waiting for a timer or a transaction's end.
+    pub pending: u32,
+    /// When the last of them was delivered or dropped: the entry is then kept for a retention
+    /// period from this time, like a message stored then.
+    pub released_ms: i64,
+}
+
+impl Hold {
+    /// Whether the entry must still be kept, for a node whose retention time is `max_age_ms`.
+    pub fn blocks(&self, now_ms: i64, max_age_ms: i64) -> bool {
+        self.pending > 0 || self.released_ms.saturating_add(max_age_ms) > now_ms
+    }
+}
+
+/// Per topic: how many messages are held (shown by `topic list`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldCounts {
+    pub timers: u64,
+    pub open_halves: u64,
+}
+
+impl State {
+    /// A message of entry `index` is now held.
+    pub(crate) fn hold(&mut self, index: u64, fx: &mut Effects) {
+        match self.holds.get(&index) {
+            Ok(h) => {
+                let mut h = h.unwrap_or_default();
+                h.pending += 1;
+                self.holds.insert(index, h);
+            }
+            Err(e) => fx.fail(e),
+        }
+    }
+
+    /// A held message of entry `index` was delivered or dropped at `now_ms`.
+    pub(crate) fn release(&mut self, index: u64, now_ms: i64, fx: &mut Effects) {
+        match self.holds.get(&index) {
+            Ok(Some(mut h)) => {
+                h.pending = h.pending.saturating_sub(1);
+                h.released_ms = h.released_ms.max(now_ms);
+                self.holds.insert(index, h);
+            }
+            Ok(None) => {}
+            Err(e) => fx.fail(e),
+        }
+    }
+
+    pub(crate) fn count_held(&mut self, topic: &str, change: impl FnOnce(&mut HeldCounts)) {
+        let counts = self.held_counts.get_or_insert_with(topic.to_string(), HeldCounts::default);
+        change(counts);
+        if *counts == HeldCounts::default() {
+            self.held_counts.remove(topic);
+        }
+    }
+
+    /// Delivers a held message stored at `position`: a ConsumeQueue record under its topic
+    /// pointing at the stored bytes. `None` if its topic or queue no longer exists.
+    pub(crate) fn deliver(&mut self, m: &HeldMessage, position: u64, fx: &mut Effects) -> Option<u64> {
+        let topic = self.topics.get(&m.topic)?;
+        if m.queue_id >= topic.queues {
+            return None;
+        }
+        let key = (m.topic.clone(), m.queue_id);
+        let mut range = self.queues.get(&key).copied().unwrap_or_default();
+        let offset = range.next;
+        range.next += 1;
+        self.queues.insert(key, range);
+        fx.writes.push(QueueWrite {
+            topic: m.topic.clone(),
+            queue_id: m.queue_id,
+            first_offset: offset,
+            records: vec![CqRecord { position, size: m.size, tag_hash: m.tag_hash }],
+        });
+        fx.wakes.push(m.topic.clone());
+        Some(offset)
+    }
+
+    /// Forgets holds of entries below `below` that block nothing any more, and resolved halves
+    /// stored there (the leader asks once its log is purged to there).
+    pub(crate) fn release_holds(&mut self, below: u64, fx: &mut Effects) {
+        let gone_holds = self.holds.range_from(&0, usize::MAX).map(|rows| {
+            rows.into_iter().take_while(|(i, _)| *i < below).filter(|(_, h)| h.pending == 0).map(|(i, _)| i).collect()
+        });
+        let below_position = crate::broker::queue_position(below, 0);
+        let gone_halves = self.halves.range_from(&0, usize::MAX).map(|rows| {
+            rows.into_iter()
+                .take_while(|(p, _)| *p < below_position)
+                .filter(|(_, h)| !h.is_open())
+                .map(|(p, _)| p)
+                .collect()
+        });
+        let (gone_holds, gone_halves): (Vec<u64>, Vec<u64>) = match (gone_holds, gone_halves) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return fx.fail(e),
+        };
+        for index in gone_holds {
+            if let Err(e) = self.holds.remove(&index) {
+                return fx.fail(e);
+            }
+        }
+        for position in gone_halves {
+            if let Err(e) = self.halves.remove(&position) {
+                return fx.fail(e);
+            }
+        }
+    }
+}
+
+/// A held message as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldEntry {
+    pub message: HeldMessage,
+    /// `timer` or `half`.
+    pub kind: String,
+    /// Delayed messages: when due. Halves: the next check while open.
+    pub at_ms: i64,
+    /// The recall handle or transaction id.
+    pub handle: String,
+    /// Halves: open, or how it was resolved; checks so far.
+    pub state: Option<crate::broker::transaction::HalfState>,
+    pub checks: u32,
+}
+
+fn disk(e: sled::Error) -> BrokerError {
+    BrokerError::CorruptEntry(format!("reading broker state: {e}"))
+}
+
+impl Broker {
+    /// Up to `limit` timers due by `now_ms`, earliest first.
+    pub fn due_timers(&self, now_ms: i64, limit: usize) -> Result<Vec<TimerKey>, BrokerError> {
+        Ok(self.state().due_timers(now_ms, limit).map_err(disk)?.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// Up to `limit` open halves due for a check by `now_ms`.
+    pub fn due_checks(&self, now_ms: i64, limit: usize) -> Result<Vec<(u64, Half)>, BrokerError> {
+        self.state().due_checks(now_ms, limit).map_err(disk)
+    }
+
+    pub fn half(&self, position: u64) -> Result<Option<Half>, BrokerError> {
+        self.state().halves.get(&position).map_err(disk)
+    }
+
+    /// The lowest log index retention must keep for held messages (`max_age_ms`: this node's
+    /// retention time), if any.
+    pub fn first_held_index(&self, now_ms: i64, max_age_ms: i64) -> Result<Option<u64>, BrokerError> {
+        let state = self.state();
+        let mut from = 0;
+        loop {
+            let rows = state.holds.range_from(&from, 1024).map_err(disk)?;
+            let Some((last, _)) = rows.last() else { return Ok(None) };
+            let next = last + 1;
+            if let Some((index, _)) = rows.iter().find(|(_, h)| h.blocks(now_ms, max_age_ms)) {
+                return Ok(Some(*index));
+            }
+            from = next;
+        }
+    }
+
+    /// Held messages per topic.
+    pub fn held_counts(&self) -> Vec<(String, HeldCounts)> {
+        self.state().held_counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// The stored message at `position` (a held message's), straight from the log.
+    pub fn message_at(&self, position: u64) -> Result<Option<(StoredMessage, i64)>, BrokerError> {
+        let (index, ordinal) = split_position(position);
+        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
+        let Some(batch) = Command::decode(entry.payload).ok().and_then(Command::stored_batch) else {
+            return Ok(None);
+        };
+        let Some(raw) = batch.messages.get(ordinal) else { return Ok(None) };
+        let m = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
+        Ok(Some((m, batch.store_timestamp_ms)))
+    }
+
+    /// Pending timers (`timers`) or halves (`!timers`; open ones only unless `all`) of `topic`
+    /// (any if `None`), up to `limit`.
+    pub fn held(
+        &self,
+        timers: bool,
+        topic: Option<&str>,
+        all: bool,
+        limit: usize,
+    ) -> Result<Vec<HeldEntry>, BrokerError> {
+        let state = self.state();
+        let wanted = |m: &HeldMessage| topic.is_none_or(|t| m.topic == t);
+        let mut out = Vec::new();
+        if timers {
+            let mut from = (i64::MIN, 0);
+            while out.len() < limit {
+                let rows = state.timers.range_from(&from, 1024).map_err(disk)?;
+                let Some((last, _)) = rows.last() else { break };
+                from = (last.0, last.1 + 1);
+                for (key, m) in rows.into_iter().filter(|(_, m)| wanted(m)).take(limit - out.len()) {
+                    out.push(HeldEntry {
+                        message: m,
+                        kind: "timer".into(),
+                        at_ms: key.0,
+                        handle: recall_handle(key),
+                        state: None,
+                        checks: 0,
+                    });
+                }
+            }
+        } else {
+            let mut from = 0;
+            while out.len() < limit {
+                let rows = state.halves.range_from(&from, 1024).map_err(disk)?;
+                let Some((last, _)) = rows.last() else { break };
+                from = last + 1;
+                let shown = rows.into_iter().filter(|(_, h)| wanted(&h.message) && (all || h.is_open()));
+                for (position, h) in shown.take(limit - out.len()) {
+                    out.push(HeldEntry {
+                        kind: "half".into(),
+                        at_ms: h.next_check_ms,
+                        handle: transaction_id(position),
+                        state: Some(h.state),
+                        checks: h.checks,
+                        message: h.message,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Finds a held message (pending timer, or half in any state) by message id.
+    pub fn find_held(&self, message_id: &str) -> Result<Option<HeldEntry>, BrokerError> {
+        for timers in [true, false] {
+            let hit =
+                self.held(timers, None, true, usize::MAX)?.into_iter().find(|e| e.message.message_id == message_id);
+            if hit.is_some() {
+                return Ok(hit);
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,220 @@
+//! Held messages through apply: timers fire once and never early, recalls and resolutions are
+//! decided by the first entry, checks count once, holds keep entries from retention, and all of
+//! it survives a checkpoint and restart.
+
+use prost::Message;
+use rockraft_proto::rockraft::StoredMessage;
+
+use crate::broker::held::HeldCounts;
+use crate::broker::state_test::{Node, node, open_broker, send};
+use crate::broker::timer::{TimerCommand, TimerOutcome};
+use crate::broker::transaction::{HalfState, Resolver, TransactionCommand, TransactionOutcome};
+use crate::broker::{AdminCommand, Command, Held, Reply, TopicConfig, TopicKind, queue_position, split_position};
+
+const NOW: i64 = 1_000_000;
+
+fn topic(n: &mut Node, name: &str, kind: TopicKind) {
+    let config = TopicConfig { name: name.into(), queues: 2, kind };
+    assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(config))), Reply::Applied);
+}
+
+/// Sends `ids` to queue 0 of `topic` at `NOW`, each due at `due_ms` (delay topics).
+fn send_held(n: &mut Node, topic: &str, ids: &[&str], due_ms: i64) -> Vec<Held> {
+    let mut command = send(topic, 0, NOW, ids);
+    if let Command::Send(batch) = &mut command {
+        for raw in &mut batch.messages {
+            let mut m = StoredMessage::decode(raw.clone()).unwrap();
+            m.delivery_timestamp_ms = due_ms;
+            m.transaction_recovery_ms = 5_000;
+            *raw = m.encode_to_vec().into();
+        }
+    }
+    match n.commit(&command) {
+        Reply::Sent(outcomes) => outcomes.into_iter().map(|o| o.held.expect("held")).collect(),
+        other => panic!("not sent: {other:?}"),
+    }
+}
+
+fn delivered(n: &Node, topic: &str) -> Vec<String> {
+    let next = n.broker.queue_status(topic)[0].next;
+    (0..next).filter_map(|o| n.broker.read(topic, 0, o).unwrap()).map(|e| e.message.message_id).collect()
+}
+
+fn fire(n: &mut Node, at: i64) -> TimerOutcome {
+    let timers = n.broker.due_timers(at, 100).unwrap();
+    match n.commit(&Command::Timer(TimerCommand::Fire { now_ms: at, timers })) {
+        Reply::Timer(o) => o,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_timer_fires_once_at_its_time_pointing_at_the_bytes_stored_with_the_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    let held = send_held(&mut n, "D", &["a", "b"], NOW + 10_000);
+    let Held::Timer { due_ms, position } = held[0] else { panic!("a timer") };
+    assert_eq!(due_ms, NOW + 10_000);
+    assert_eq!(n.broker.held_counts(), vec![("D".to_string(), HeldCounts { timers: 2, open_halves: 0 })]);
+    assert!(delivered(&n, "D").is_empty(), "nothing visible before the time");
+    // A fire proposed too early (a confused leader) delivers nothing.
+    let early = Command::Timer(TimerCommand::Fire { now_ms: NOW + 9_999, timers: vec![(due_ms, position)] });
+    assert_eq!(n.commit(&early), Reply::Timer(TimerOutcome::Fired(0)));
+    assert_eq!(fire(&mut n, NOW + 10_000), TimerOutcome::Fired(2));
+    assert_eq!(delivered(&n, "D"), vec!["a", "b"]);
+    let record = n.broker.queue_record("D", 0, 0).unwrap().unwrap();
+    assert_eq!(record.position, position, "the record points at the send entry: no second copy");
+    // The same fire again (a new leader proposing what the old one did) delivers nothing twice.
+    let again = Command::Timer(TimerCommand::Fire { now_ms: NOW + 20_000, timers: vec![(due_ms, position)] });
+    assert_eq!(n.commit(&again), Reply::Timer(TimerOutcome::Fired(0)));
+    assert_eq!(delivered(&n, "D").len(), 2);
+    assert!(n.broker.held_counts().is_empty());
+}
+
+#[test]
+fn a_recalled_timer_never_fires_and_a_due_or_unknown_one_cannot_be_recalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    let held = send_held(&mut n, "D", &["x", "y"], NOW + 10_000);
+    let key = |h: Held| match h {
+        Held::Timer { due_ms, position } => (due_ms, position),
+        _ => panic!(),
+    };
+    let recall = |timer, at| Command::Timer(TimerCommand::Recall { now_ms: at, topic: "D".into(), timer });
+    assert_eq!(
+        n.commit(&recall(key(held[0]), NOW + 1)),
+        Reply::Timer(TimerOutcome::Recalled { message_id: "x".into() })
+    );
+    assert_eq!(n.commit(&recall(key(held[0]), NOW + 2)), Reply::Timer(TimerOutcome::NotFound));
+    let wrong_topic = Command::Timer(TimerCommand::Recall { now_ms: NOW, topic: "E".into(), timer: key(held[1]) });
+    assert_eq!(n.commit(&wrong_topic), Reply::Timer(TimerOutcome::NotFound));
+    assert_eq!(n.commit(&recall(key(held[1]), NOW + 10_000)), Reply::Timer(TimerOutcome::AlreadyDue));
+    fire(&mut n, NOW + 10_000);
+    assert_eq!(delivered(&n, "D"), vec!["y"]);
+}
+
+#[test]
+fn a_delivery_time_already_passed_delivers_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    let reply = n.commit(&send("D", 0, NOW, &["now"]));
+    let Reply::Sent(o) = reply else { panic!() };
+    assert_eq!(o[0].held, None);
+    assert_eq!(delivered(&n, "D"), vec!["now"]);
+}
+
+fn resolve(n: &mut Node, position: u64, id: &str, commit: bool, by: Resolver) -> TransactionOutcome {
+    let command =
+        TransactionCommand::Resolve { now_ms: NOW + 1, topic: "X".into(), position, message_id: id.into(), commit, by };
+    match n.commit(&Command::Transaction(command)) {
+        Reply::Transaction(o) => o,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_first_resolution_of_a_half_wins_and_repeating_it_is_harmless() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "X", TopicKind::Transaction);
+    let held = send_held(&mut n, "X", &["c", "r", "aged"], 0);
+    let pos = |i: usize| match held[i] {
+        Held::Half { position } => position,
+        _ => panic!(),
+    };
+    assert!(delivered(&n, "X").is_empty(), "halves are invisible");
+    assert_eq!(resolve(&mut n, pos(0), "c", true, Resolver::Producer), TransactionOutcome::Done);
+    assert_eq!(resolve(&mut n, pos(0), "c", true, Resolver::ProducerCheck), TransactionOutcome::Done);
+    assert!(matches!(resolve(&mut n, pos(0), "c", false, Resolver::Producer), TransactionOutcome::Conflict(_)));
+    assert_eq!(resolve(&mut n, pos(1), "r", false, Resolver::Producer), TransactionOutcome::Done);
+    assert!(matches!(resolve(&mut n, pos(1), "r", true, Resolver::Operator), TransactionOutcome::Conflict(_)));
+    assert_eq!(resolve(&mut n, pos(1), "not-r", true, Resolver::Producer), TransactionOutcome::Unknown);
+    // One the checker gave up on can be resumed by an operator.
+    assert_eq!(resolve(&mut n, pos(2), "aged", false, Resolver::Checker), TransactionOutcome::Done);
+    assert_eq!(resolve(&mut n, pos(2), "aged", true, Resolver::Operator), TransactionOutcome::Done);
+    assert_eq!(delivered(&n, "X"), vec!["c", "aged"]);
+    assert!(matches!(n.broker.half(pos(1)).unwrap().unwrap().state, HalfState::RolledBack { .. }));
+    assert!(n.broker.due_checks(i64::MAX, 10).unwrap().is_empty(), "resolved halves are never checked");
+}
+
+#[test]
+fn checks_count_once_per_proposal_and_never_before_their_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "X", TopicKind::Transaction);
+    let Held::Half { position } = send_held(&mut n, "X", &["h"], 0)[0] else { panic!() };
+    assert!(n.broker.due_checks(NOW + 4_999, 10).unwrap().is_empty(), "first check after the recovery time");
+    let due = n.broker.due_checks(NOW + 5_000, 10).unwrap();
+    assert_eq!(due.len(), 1);
+    let checked = Command::Transaction(TransactionCommand::Checked {
+        now_ms: NOW + 5_000,
+        halves: vec![(position, 0, NOW + 65_000)],
+        asked: true,
+    });
+    n.commit(&checked);
+    // The same proposal again (a retry after failover) does not count twice.
+    n.commit(&checked);
+    assert_eq!(n.broker.half(position).unwrap().unwrap().checks, 1);
+    assert!(n.broker.due_checks(NOW + 64_999, 10).unwrap().is_empty());
+    assert_eq!(n.broker.due_checks(NOW + 65_000, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn held_entries_are_kept_from_retention_until_delivered_plus_the_retention_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    n.commit(&send("D", 0, NOW, &["plain"]));
+    let Held::Timer { due_ms, position } = send_held(&mut n, "D", &["later"], NOW + 10_000)[0] else { panic!() };
+    let index = split_position(position).0;
+    let max_age = 60_000;
+    assert_eq!(n.broker.first_held_index(NOW, max_age).unwrap(), Some(index));
+    fire(&mut n, due_ms);
+    assert_eq!(n.broker.first_held_index(due_ms + max_age - 1, max_age).unwrap(), Some(index), "kept after delivery");
+    assert_eq!(n.broker.first_held_index(due_ms + max_age, max_age).unwrap(), None);
+    n.commit(&Command::Admin(AdminCommand::ReleaseHolds { below: index + 1 }));
+    assert!(n.broker.state().holds.all().unwrap().is_empty());
+}
+
+#[test]
+fn pending_timers_and_halves_survive_a_checkpoint_and_restart_and_fire_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    topic(&mut n, "X", TopicKind::Transaction);
+    send_held(&mut n, "D", &["t1", "t2"], NOW + 10_000);
+    let Held::Half { position } = send_held(&mut n, "X", &["half"], 0)[0] else { panic!() };
+    n.broker.checkpoint().unwrap();
+    // Changed after the checkpoint: replayed on restart.
+    send_held(&mut n, "D", &["t3"], NOW + 20_000);
+    let digest = n.broker.digest();
+    let next_index = n.next_index;
+    let log = n.log;
+    drop(n.broker);
+    let options = crate::broker::BrokerOptions {
+        dir: dir.path().join("broker"),
+        cq_records_per_file: 8,
+        dedupe_window: std::time::Duration::from_secs(120),
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+    };
+    let broker = open_broker(options, log.reader());
+    let applied = broker.last_applied().unwrap().index;
+    for index in applied + 1..next_index {
+        let record = log.reader().read(index).unwrap().unwrap();
+        broker.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
+    }
+    assert_eq!(broker.digest(), digest);
+    let mut n = Node { log, broker, next_index };
+    assert_eq!(n.broker.due_timers(i64::MAX, 10).unwrap().len(), 3);
+    assert_eq!(fire(&mut n, NOW + 20_000), TimerOutcome::Fired(3));
+    assert_eq!(fire(&mut n, NOW + 30_000), TimerOutcome::Fired(0));
+    assert_eq!(resolve(&mut n, position, "half", true, Resolver::Producer), TransactionOutcome::Done);
+    let mut ids = delivered(&n, "D");
+    ids.sort();
+    assert_eq!(ids, vec!["t1", "t2", "t3"]);
+    assert_eq!(delivered(&n, "X"), vec!["half"]);
+    assert_eq!(queue_position(split_position(position).0, 0), position);
+}

@@ -1,0 +1,55 @@
+//! Reaching a producer to resolve an orphaned transaction: the leader's check job asks one
+//! connected to this node, else each other member in turn (`PeerService.AskProducer`), since a
+//! producer's Telemetry stream may be held by any node.
+
+use rockraft_proto::rockraft::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::broker::transaction::transaction_id;
+use crate::cluster::{Cluster, ClusterError};
+
+/// Which half to ask about, and the topic whose producers can answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AskProducer {
+    pub topic: String,
+    pub position: u64,
+}
+
+impl Cluster {
+    /// Asks one live producer of the topic, wherever it is connected; whether one was asked.
+    pub async fn ask_producer(&self, ask: &AskProducer) -> bool {
+        if self.ask_producer_here(ask) {
+            return true;
+        }
+        for (id, node) in self.members() {
+            if id == self.id() {
+                continue;
+            }
+            match self.ask_producer_at(&node.raft_addr, ask).await {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(e) => tracing::debug!(node = id, error = %e, "could not ask a member for its producers"),
+            }
+        }
+        false
+    }
+
+    /// Sends `RecoverOrphanedTransactionCommand` to a producer of the topic connected here.
+    pub fn ask_producer_here(&self, ask: &AskProducer) -> bool {
+        let Ok(Some((message, store_ms))) = self.broker().message_at(ask.position) else { return false };
+        let id = transaction_id(ask.position);
+        self.sessions()
+            .ask(&ask.topic, |resource| crate::sessions::recover_command(resource, message.clone(), store_ms, &id))
+    }
+
+    async fn ask_producer_at(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {
+        use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
+        let json = serde_json::to_vec(ask).map_err(|e| ClusterError::Internal(e.to_string()))?;
+        let mut client = PeerServiceClient::new(self.peers().channel(addr)?);
+        let reply = client
+            .ask_producer(Json { json: json.into() })
+            .await
+            .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
+        serde_json::from_slice(&reply.into_inner().json).map_err(|e| ClusterError::Internal(e.to_string()))
+    }
+}

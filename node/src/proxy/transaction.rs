@@ -1,0 +1,94 @@
+//! `EndTransaction` (commit or roll back a half) and `RecallMessage` (cancel a delayed message):
+//! the two ways a producer settles a message it stored for later.
+
+use rockraft_proto::rocketmq::{
+    Code, EndTransactionRequest, RecallMessageRequest, RecallMessageResponse, Resource, Status, TransactionResolution,
+    TransactionSource,
+};
+
+use crate::broker::timer::{TimerCommand, TimerOutcome, parse_recall_handle};
+use crate::broker::transaction::{HalfState, Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
+use crate::broker::{Command, Reply};
+use crate::proxy::Proxy;
+use crate::proxy::send::topic_name;
+use crate::proxy::status::{ok, status, write_failed};
+
+fn resolved_as(state: HalfState) -> &'static str {
+    match state {
+        HalfState::Open => "open",
+        HalfState::Committed { .. } => "committed",
+        HalfState::RolledBack { .. } => "rolled back",
+    }
+}
+
+impl Proxy {
+    /// The qualified name of a request's topic, if it names an existing one.
+    async fn existing_topic(&self, topic: Option<&Resource>, ns: &str) -> Result<String, Status> {
+        let name = topic.map(|r| topic_name(r, ns)).filter(|n| !n.is_empty());
+        let name = name.ok_or_else(|| status(Code::BadRequest, "no topic"))?;
+        match self.topic(&name).await {
+            Some(_) => Ok(name),
+            None => Err(status(Code::TopicNotFound, format!("topic {name} does not exist"))),
+        }
+    }
+
+    pub(super) async fn end_transaction(&self, req: &EndTransactionRequest, ns: &str) -> Status {
+        let topic = match self.existing_topic(req.topic.as_ref(), ns).await {
+            Ok(t) => t,
+            Err(s) => return s,
+        };
+        let Some(position) = parse_transaction_id(&req.transaction_id) else {
+            return status(Code::InvalidTransactionId, format!("{:?} is not a transaction id", req.transaction_id));
+        };
+        let commit = match TransactionResolution::try_from(req.resolution) {
+            Ok(TransactionResolution::Commit) => true,
+            Ok(TransactionResolution::Rollback) => false,
+            // A checker that does not know yet (the Rust client sends 0): checked again later.
+            _ => return ok(),
+        };
+        let by = match TransactionSource::try_from(req.source) {
+            Ok(TransactionSource::SourceServerCheck) => Resolver::ProducerCheck,
+            _ => Resolver::Producer,
+        };
+        let command =
+            TransactionCommand::Resolve { now_ms: 0, topic, position, message_id: req.message_id.clone(), commit, by };
+        match self.cluster.write(&Command::Transaction(command)).await {
+            Ok(Reply::Transaction(TransactionOutcome::Done)) => ok(),
+            Ok(Reply::Transaction(TransactionOutcome::Unknown)) => status(
+                Code::InvalidTransactionId,
+                format!("no transaction {} for message {}", req.transaction_id, req.message_id),
+            ),
+            Ok(Reply::Transaction(TransactionOutcome::Conflict(state))) => {
+                status(Code::PreconditionFailed, format!("the transaction was already {}", resolved_as(state)))
+            }
+            Ok(other) => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
+            Err(e) => write_failed(&e, 1),
+        }
+    }
+
+    pub(super) async fn recall(&self, req: &RecallMessageRequest, ns: &str) -> RecallMessageResponse {
+        let answer = |s: Status, message_id: String| RecallMessageResponse { status: Some(s), message_id };
+        let topic = match self.existing_topic(req.topic.as_ref(), ns).await {
+            Ok(t) => t,
+            Err(s) => return answer(s, String::new()),
+        };
+        let Some(timer) = parse_recall_handle(&req.recall_handle) else {
+            return answer(status(Code::BadRequest, "not a recall handle"), String::new());
+        };
+        let command = TimerCommand::Recall { now_ms: 0, topic, timer };
+        match self.cluster.write(&Command::Timer(command)).await {
+            Ok(Reply::Timer(TimerOutcome::Recalled { message_id })) => answer(ok(), message_id),
+            Ok(Reply::Timer(TimerOutcome::AlreadyDue)) => {
+                answer(status(Code::MessageNotFound, "the message is due and being delivered"), String::new())
+            }
+            Ok(Reply::Timer(_)) => answer(
+                status(Code::MessageNotFound, "no pending delayed message: delivered, recalled, or never sent"),
+                String::new(),
+            ),
+            Ok(other) => {
+                answer(status(Code::InternalServerError, format!("unexpected reply {other:?}")), String::new())
+            }
+            Err(e) => answer(write_failed(&e, 1), String::new()),
+        }
+    }
+}

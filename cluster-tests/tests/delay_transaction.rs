@@ -580,3 +580,79 @@ async fn fill(p: &Producer, n: usize) {
         p.send(msg).await.expect("filler send");
     }
 }
+
+/// The operator's view: pending timers and open halves are listed and counted per topic, found
+/// by message id; a half the checker rolled back for its age is still listed and an operator can
+/// resume (commit) it; a stuck half can be rolled back by id and then never arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id() {
+    use rockraft::admin::api::AdminResponse;
+    use rockraft::broker::transaction::{HalfState, Resolver};
+    // Halves are checked after 1 s and rolled back by the checker at 3 s of age.
+    let cluster = Cluster::start(3, options(&format!("{QUICK_CHECKS}transaction_max_age_secs = 3\n"))).await;
+    cluster.create_topic("Scheduled", 2, TopicKind::Delay).await;
+    cluster.create_topic("Orders", 2, TopicKind::Transaction).await;
+    cluster.create_group("ops", false, 16).await;
+    let url = cluster.access_url();
+    let p = producer(&url, &["Scheduled"]).await;
+    let timer_id = send_delayed(&p, "Scheduled", "in-an-hour", now_secs() + 3600).await;
+    let checks: Checks = Arc::default();
+    let tp = tx_producer(&url, "Orders", &checks, unknown).await;
+    let aged = send_half(&tp, "Orders", "aged-out").await.message_id().to_string();
+    let stuck = send_half(&tp, "Orders", "stuck").await.message_id().to_string();
+
+    let held = |timers: bool, all: bool| {
+        let cluster = &cluster;
+        async move {
+            match cluster.admin(AdminRequest::ListHeld { timers, topic: None, all, limit: 100 }).await {
+                AdminResponse::Held(h) => h,
+                other => panic!("ListHeld: {other:?}"),
+            }
+        }
+    };
+    let timers = held(true, false).await;
+    assert_eq!(timers.len(), 1);
+    assert_eq!(timers[0].message.message_id, timer_id);
+    assert_eq!(held(false, false).await.len(), 2, "both halves are open");
+    match cluster.admin(AdminRequest::ListTopics).await {
+        AdminResponse::Topics(topics) => {
+            let of = |name: &str| topics.iter().find(|t| t.config.name == name).unwrap().held;
+            assert_eq!(of("Scheduled").timers, 1);
+            assert_eq!(of("Orders").open_halves, 2);
+        }
+        other => panic!("ListTopics: {other:?}"),
+    }
+    match cluster.admin(AdminRequest::GetMessage { id: timer_id.clone(), local: false }).await {
+        AdminResponse::Held(h) => assert_eq!(h[0].kind, "timer"),
+        other => panic!("GetMessage of a pending timer: {other:?}"),
+    }
+
+    // An operator rolls one back at once; the checker rolls the other back at 3 s of age.
+    let rollback = AdminRequest::ResolveTransaction { message_id: stuck.clone(), commit: false };
+    assert!(matches!(cluster.admin(rollback).await, AdminResponse::Done(_)));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let rolled_back_by_checker = loop {
+        let all = held(false, true).await;
+        let state = all.iter().find(|h| h.message.message_id == aged).and_then(|h| h.state);
+        if let Some(HalfState::RolledBack { by: Resolver::Checker, .. }) = state {
+            break all;
+        }
+        assert!(Instant::now() < deadline, "the checker never rolled back the aged half: {all:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(held(false, false).await.is_empty(), "no half is open any more");
+    let stuck_state = rolled_back_by_checker.iter().find(|h| h.message.message_id == stuck).unwrap().state;
+    assert!(matches!(stuck_state, Some(HalfState::RolledBack { by: Resolver::Operator, .. })));
+    let asked = checks_of(&checks, &aged).len();
+
+    // Resumed by the operator: delivered once; the one rolled back by the operator never.
+    let resume = AdminRequest::ResolveTransaction { message_id: aged.clone(), commit: true };
+    assert!(matches!(cluster.admin(resume).await, AdminResponse::Done(_)), "an aged-out half can be resumed");
+    let c = consumer(&url, "ops", "Orders").await;
+    let got =
+        collect(&c, "Orders", &["aged-out"], Duration::from_secs(3), Instant::now() + Duration::from_secs(20)).await;
+    assert_eq!(once(&got, "aged-out").message_id, aged);
+    never(&got, "stuck");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(checks_of(&checks, &aged).len(), asked, "a resolved half is never checked again");
+}

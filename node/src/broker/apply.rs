@@ -190,7 +190,7 @@ impl State {
                     stored_ms: now,
                 };
                 match held {
-                    Held::Timer { due_ms, .. } => self.add_timer((due_ms, position), m, fx),
+                    Held::Timer { due_ms, .. } => self.add_timer(due_ms, position, m, fx),
                     // The receiving node filled in its default if the producer set none.
                     Held::Half { .. } => {
                         self.add_half(position, m, now.saturating_add(msg.transaction_recovery_ms.max(0)), fx)

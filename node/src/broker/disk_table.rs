@@ -119,8 +119,18 @@ where
 
     /// Up to `limit` rows with keys in `from..`, in key order.
     pub fn range_from(&self, from: &K, limit: usize) -> DiskResult<Vec<(K, V)>> {
+        self.range_while(from, limit, |_| true)
+    }
+
+    /// Up to `limit` rows with keys in `from..`, in key order, stopping at the first key `keep`
+    /// refuses (no row past it is read).
+    pub fn range_while(&self, from: &K, limit: usize, keep: impl Fn(&K) -> bool) -> DiskResult<Vec<(K, V)>> {
         let mut out = Vec::new();
-        let mut recent = self.recent.range((Bound::Included(from.clone()), Bound::Unbounded)).peekable();
+        let mut recent = self
+            .recent
+            .range((Bound::Included(from.clone()), Bound::Unbounded))
+            .take_while(|(k, _)| keep(k))
+            .peekable();
         let mut stored: Box<dyn Iterator<Item = DiskResult<(K, V)>>> = match &self.tree {
             Some((tree, prefix)) => {
                 let start = Self::sled_key(prefix, from);
@@ -128,7 +138,8 @@ where
                 Box::new(
                     tree.range(start..)
                         .take_while(move |r| r.as_ref().map_or(true, |(k, _)| k.starts_with(prefix.as_bytes())))
-                        .map(move |r| r.and_then(|(k, v)| Self::decode_row(prefix, &k, &v))),
+                        .map(move |r| r.and_then(|(k, v)| Self::decode_row(prefix, &k, &v)))
+                        .take_while(|r| r.as_ref().map_or(true, |(k, _)| keep(k))),
                 )
             }
             None => Box::new(std::iter::empty()),

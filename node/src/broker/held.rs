@@ -116,31 +116,45 @@ impl State {
     /// Forgets holds of entries below `below` that block nothing any more, and resolved halves
     /// stored there (the leader asks once its log is purged to there).
     pub(crate) fn release_holds(&mut self, below: u64, fx: &mut Effects) {
-        let gone_holds = self.holds.range_from(&0, usize::MAX).map(|rows| {
-            rows.into_iter().take_while(|(i, _)| *i < below).filter(|(_, h)| h.pending == 0).map(|(i, _)| i).collect()
-        });
+        if let Err(e) = self.release_holds_below(below) {
+            fx.fail(e);
+        }
+    }
+}
+
+impl State {
+    fn release_holds_below(&mut self, below: u64) -> Result<(), sled::Error> {
+        // In chunks: these tables may be far larger than memory should hold at once.
+        let mut from = 0;
+        loop {
+            let rows = self.holds.range_from(&from, 1024)?;
+            let Some((last, _)) = rows.last() else { break };
+            from = last + 1;
+            for (index, h) in &rows {
+                if *index < below && h.pending == 0 {
+                    self.holds.remove(index)?;
+                }
+            }
+            if from >= below {
+                break;
+            }
+        }
         let below_position = crate::broker::queue_position(below, 0);
-        let gone_halves = self.halves.range_from(&0, usize::MAX).map(|rows| {
-            rows.into_iter()
-                .take_while(|(p, _)| *p < below_position)
-                .filter(|(_, h)| !h.is_open())
-                .map(|(p, _)| p)
-                .collect()
-        });
-        let (gone_holds, gone_halves): (Vec<u64>, Vec<u64>) = match (gone_holds, gone_halves) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return fx.fail(e),
-        };
-        for index in gone_holds {
-            if let Err(e) = self.holds.remove(&index) {
-                return fx.fail(e);
+        let mut from = 0;
+        loop {
+            let rows = self.halves.range_from(&from, 1024)?;
+            let Some((last, _)) = rows.last() else { break };
+            from = last + 1;
+            for (position, half) in &rows {
+                if *position < below_position && !half.is_open() {
+                    self.halves.remove(position)?;
+                }
+            }
+            if from >= below_position {
+                break;
             }
         }
-        for position in gone_halves {
-            if let Err(e) = self.halves.remove(&position) {
-                return fx.fail(e);
-            }
-        }
+        Ok(())
     }
 }
 
@@ -229,12 +243,12 @@ impl Broker {
                 let rows = state.timers.range_from(&from, 1024).map_err(disk)?;
                 let Some((last, _)) = rows.last() else { break };
                 from = (last.0, last.1 + 1);
-                for (key, m) in rows.into_iter().filter(|(_, m)| wanted(m)).take(limit - out.len()) {
+                for (key, t) in rows.into_iter().filter(|(_, t)| wanted(&t.message)).take(limit - out.len()) {
                     out.push(HeldEntry {
-                        message: m,
+                        message: t.message,
                         kind: "timer".into(),
-                        at_ms: key.0,
-                        handle: recall_handle(key),
+                        at_ms: t.due_ms,
+                        handle: recall_handle(t.due_ms, key.1),
                         state: None,
                         checks: 0,
                     });

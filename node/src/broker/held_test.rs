@@ -7,7 +7,7 @@ use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::held::HeldCounts;
 use crate::broker::state_test::{Node, node, open_broker, send};
-use crate::broker::timer::{TimerCommand, TimerOutcome};
+use crate::broker::timer::{TimerCommand, TimerOutcome, timer_key};
 use crate::broker::transaction::{HalfState, Resolver, TransactionCommand, TransactionOutcome};
 use crate::broker::{AdminCommand, Command, Held, Reply, TopicConfig, TopicKind, queue_position, split_position};
 
@@ -59,14 +59,14 @@ fn a_timer_fires_once_at_its_time_pointing_at_the_bytes_stored_with_the_send() {
     assert_eq!(n.broker.held_counts(), vec![("D".to_string(), HeldCounts { timers: 2, open_halves: 0 })]);
     assert!(delivered(&n, "D").is_empty(), "nothing visible before the time");
     // A fire proposed too early (a confused leader) delivers nothing.
-    let early = Command::Timer(TimerCommand::Fire { now_ms: NOW + 9_999, timers: vec![(due_ms, position)] });
+    let early = Command::Timer(TimerCommand::Fire { now_ms: NOW + 9_999, timers: vec![timer_key(due_ms, position)] });
     assert_eq!(n.commit(&early), Reply::Timer(TimerOutcome::Fired(0)));
     assert_eq!(fire(&mut n, NOW + 10_000), TimerOutcome::Fired(2));
     assert_eq!(delivered(&n, "D"), vec!["a", "b"]);
     let record = n.broker.queue_record("D", 0, 0).unwrap().unwrap();
     assert_eq!(record.position, position, "the record points at the send entry: no second copy");
     // The same fire again (a new leader proposing what the old one did) delivers nothing twice.
-    let again = Command::Timer(TimerCommand::Fire { now_ms: NOW + 20_000, timers: vec![(due_ms, position)] });
+    let again = Command::Timer(TimerCommand::Fire { now_ms: NOW + 20_000, timers: vec![timer_key(due_ms, position)] });
     assert_eq!(n.commit(&again), Reply::Timer(TimerOutcome::Fired(0)));
     assert_eq!(delivered(&n, "D").len(), 2);
     assert!(n.broker.held_counts().is_empty());
@@ -79,7 +79,7 @@ fn a_recalled_timer_never_fires_and_a_due_or_unknown_one_cannot_be_recalled() {
     topic(&mut n, "D", TopicKind::Delay);
     let held = send_held(&mut n, "D", &["x", "y"], NOW + 10_000);
     let key = |h: Held| match h {
-        Held::Timer { due_ms, position } => (due_ms, position),
+        Held::Timer { due_ms, position } => timer_key(due_ms, position),
         _ => panic!(),
     };
     let recall = |timer, at| Command::Timer(TimerCommand::Recall { now_ms: at, topic: "D".into(), timer });

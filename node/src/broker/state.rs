@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::dedupe_journal::{Key as DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
-use crate::broker::held::{HeldCounts, HeldMessage, Hold};
+use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::pop::Consumption;
 use crate::broker::table::{Persisted, Table};
-use crate::broker::timer::TimerKey;
+use crate::broker::timer::{Timer, TimerKey};
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::Half;
 use crate::store::RecordMeta;
@@ -71,8 +71,8 @@ pub struct State {
     /// Message ids stored within the dedupe window, per topic.
     pub dedupe: Table<DedupeKey, Seen>,
     pub consumption: Consumption,
-    /// Pending delayed messages, by (due time, position).
-    pub timers: DiskTable<TimerKey, HeldMessage>,
+    /// Pending delayed messages, by (due second, position).
+    pub timers: DiskTable<TimerKey, Timer>,
     /// Transactional halves by position: open, or resolved and kept until their entry is purged.
     pub halves: DiskTable<u64, Half>,
     /// When each open half is checked next: (time, position).

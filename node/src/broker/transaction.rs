@@ -155,10 +155,7 @@ impl State {
     /// Up to `limit` open halves due for a check by `now_ms`, earliest first.
     pub(crate) fn due_checks(&self, now_ms: i64, limit: usize) -> Result<Vec<(u64, Half)>, sled::Error> {
         let mut out = Vec::new();
-        for ((at, position), ()) in self.checks.range_from(&(i64::MIN, 0), limit)? {
-            if at > now_ms {
-                break;
-            }
+        for ((_, position), ()) in self.checks.range_while(&(i64::MIN, 0), limit, |k| k.0 <= now_ms)? {
             if let Some(h) = self.halves.get(&position)?.filter(Half::is_open) {
                 out.push((position, h));
             }

@@ -117,9 +117,7 @@ impl Proxy {
                     for (pos, o) in positions.into_iter().zip(outcomes) {
                         let (transaction_id, recall_handle) = match o.held {
                             Some(Held::Half { position }) => (transaction_id(position), String::new()),
-                            Some(Held::Timer { due_ms, position }) => {
-                                (String::new(), recall_handle((due_ms, position)))
-                            }
+                            Some(Held::Timer { due_ms, position }) => (String::new(), recall_handle(due_ms, position)),
                             None => (String::new(), String::new()),
                         };
                         entries[pos] = SendResultEntry {

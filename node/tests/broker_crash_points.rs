@@ -127,9 +127,72 @@ fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[String]) -> Command {
     Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, messages })
 }
 
-/// A workload touching every kind of state: topics, queues, retries, groups, pops, acks.
+/// Delayed messages due `delays_ms` after `at_ms`, or (no delays) one transactional half.
+fn send_held(topic: &str, at_ms: i64, id: &str, delays_ms: &[i64]) -> Command {
+    let one = |due: i64, n: usize| {
+        let m = StoredMessage {
+            message_id: format!("{id}-{n}"),
+            body: Bytes::from(id.to_string()),
+            delivery_timestamp_ms: due,
+            transaction_recovery_ms: 2_000,
+            ..Default::default()
+        };
+        Bytes::from(m.encode_to_vec())
+    };
+    let messages = if delays_ms.is_empty() {
+        vec![one(0, 0)]
+    } else {
+        delays_ms.iter().enumerate().map(|(n, d)| one(at_ms + d, n)).collect()
+    };
+    Command::Send(SendBatch { topic: topic.into(), queue_id: 0, store_timestamp_ms: at_ms, messages })
+}
+
+/// Timers set, fired and recalled, halves stored, checked and resolved: the tables kept on disk.
+fn held_workload(r: &mut Replica, round: u64, base: i64) {
+    use rockraft::broker::timer::{TimerCommand, parse_recall_handle};
+    use rockraft::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
+    r.commit(&send_held("D", base, &format!("d{round}"), &[5_000, 25_000, 45_000]));
+    r.commit(&send_held("X", base, &format!("x{round}"), &[]));
+    let now = base + 200;
+    let timers = r.broker.due_timers(now, 100).unwrap();
+    r.commit(&Command::Timer(TimerCommand::Fire { now_ms: now, timers }));
+    // Recall the latest timer of every other round.
+    if round % 2 == 1
+        && let Some(t) = r.broker.held(true, Some("D"), false, 100).unwrap().last()
+    {
+        let timer = parse_recall_handle(&t.handle).unwrap();
+        r.commit(&Command::Timer(TimerCommand::Recall { now_ms: now, topic: "D".into(), timer }));
+    }
+    let due = r.broker.due_checks(now, 100).unwrap();
+    let halves = due.iter().map(|(p, h)| (*p, h.checks, now + 3_000)).collect();
+    r.commit(&Command::Transaction(TransactionCommand::Checked { now_ms: now, halves, asked: true }));
+    // Resolve the oldest open half: commit or roll back, by turns.
+    if let Some(h) = r.broker.held(false, Some("X"), false, 1).unwrap().first() {
+        let command = TransactionCommand::Resolve {
+            now_ms: now,
+            topic: "X".into(),
+            position: parse_transaction_id(&h.handle).unwrap(),
+            message_id: h.message.message_id.clone(),
+            commit: round % 2 == 0,
+            by: Resolver::Producer,
+        };
+        r.commit(&Command::Transaction(command));
+    }
+    // The workload does reach every path: timers fired, halves committed, timers still pending.
+    assert!(r.broker.queue_status("X")[0].next > 0, "a half was committed");
+    assert!(round == 0 || r.broker.queue_status("D")[0].next > 0, "timers fired");
+    assert!(!r.broker.held(true, Some("D"), false, 1).unwrap().is_empty(), "timers are pending");
+}
+
+/// A workload touching every kind of state: topics, queues, retries, groups, pops, acks, timers
+/// and transactional halves.
 fn workload(r: &mut Replica, round: u64) {
     if round == 0 {
+        for (name, kind) in [("D", rockraft::broker::TopicKind::Delay), ("X", rockraft::broker::TopicKind::Transaction)]
+        {
+            let config = rockraft::broker::TopicConfig { name: name.into(), queues: 1, kind };
+            r.commit(&Command::Admin(AdminCommand::CreateTopic(config)));
+        }
         r.commit(&Command::Admin(AdminCommand::CreateTopic(rockraft::broker::TopicConfig {
             name: "T".into(),
             queues: 2,
@@ -139,6 +202,7 @@ fn workload(r: &mut Replica, round: u64) {
         r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
     }
     let base = 1_000_000 + round as i64 * 10_000;
+    held_workload(r, round, base);
     for i in 0..6u64 {
         // Every id is sent twice: the retry must be stored once, on every replica.
         let ids = vec![format!("m{round}-{i}"), format!("m{round}-{}", i.saturating_sub(1))];

@@ -157,7 +157,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
     let timers = r.broker.due_timers(now, 100).unwrap();
     r.commit(&Command::Timer(TimerCommand::Fire { now_ms: now, timers }));
     // Recall the latest timer of every other round.
-    if round % 2 == 1
+    if !round.is_multiple_of(2)
         && let Some(t) = r.broker.held(true, Some("D"), false, 100).unwrap().last()
     {
         let timer = parse_recall_handle(&t.handle).unwrap();
@@ -173,7 +173,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
             topic: "X".into(),
             position: parse_transaction_id(&h.handle).unwrap(),
             message_id: h.message.message_id.clone(),
-            commit: round % 2 == 0,
+            commit: round.is_multiple_of(2),
             by: Resolver::Producer,
         };
         r.commit(&Command::Transaction(command));

@@ -80,34 +80,45 @@ pub fn body_md5(body: &[u8]) -> String {
     Md5::digest(body).iter().map(|b| format!("{b:02X}")).collect()
 }
 
-fn timestamp(ms: i64) -> prost_types::Timestamp {
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
-/// `RecoverOrphanedTransactionCommand` for a half: the whole message and its transaction id.
-pub fn recover_command(topic: &Resource, m: StoredMessage, store_ms: i64, transaction_id: &str) -> TelemetryCommand {
+/// A stored message as clients see it: every system property it was stored with. Deliveries add
+/// their receipt handle, queue position and attempt.
+pub fn client_message(topic: &Resource, m: StoredMessage, store_ms: i64) -> Message {
+    let kind = MessageType::try_from(m.message_type).unwrap_or(MessageType::Normal);
     let system_properties = SystemProperties {
         tag: (!m.tag.is_empty()).then_some(m.tag),
         keys: m.keys,
         message_id: m.message_id,
         body_digest: Some(Digest { r#type: DigestType::Md5 as i32, checksum: body_md5(&m.body) }),
         body_encoding: Encoding::Identity as i32,
-        message_type: MessageType::Transaction as i32,
+        message_type: kind as i32,
         born_timestamp: Some(timestamp(m.born_timestamp_ms)),
         born_host: m.born_host,
         store_timestamp: Some(timestamp(store_ms)),
+        delivery_timestamp: (m.delivery_timestamp_ms > 0).then(|| timestamp(m.delivery_timestamp_ms)),
+        message_group: (!m.message_group.is_empty()).then_some(m.message_group),
         ..Default::default()
     };
-    let message = Message {
+    Message {
         topic: Some(topic.clone()),
         user_properties: m.properties,
         system_properties: Some(system_properties),
         body: m.body,
-    };
+    }
+}
+
+/// `RecoverOrphanedTransactionCommand` for a half: the whole message and its transaction id.
+pub fn recover_command(topic: &Resource, m: StoredMessage, store_ms: i64, transaction_id: &str) -> TelemetryCommand {
     TelemetryCommand {
         status: None,
         command: Some(telemetry_command::Command::RecoverOrphanedTransactionCommand(
-            RecoverOrphanedTransactionCommand { message: Some(message), transaction_id: transaction_id.to_string() },
+            RecoverOrphanedTransactionCommand {
+                message: Some(client_message(topic, m, store_ms)),
+                transaction_id: transaction_id.to_string(),
+            },
         )),
     }
 }
@@ -115,6 +126,11 @@ pub fn recover_command(topic: &Resource, m: StoredMessage, store_ms: i64, transa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_are_upper_case_md5() {
+        assert_eq!(body_md5(b"hello"), "5D41402ABC4B2A76B9719D911017C592");
+    }
 
     #[test]
     fn only_live_producers_of_the_topic_are_asked_and_ended_streams_are_forgotten() {

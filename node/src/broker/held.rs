@@ -200,11 +200,10 @@ impl Broker {
         loop {
             let rows = state.holds.range_from(&from, 1024).map_err(disk)?;
             let Some((last, _)) = rows.last() else { return Ok(None) };
-            let next = last + 1;
+            from = last + 1;
             if let Some((index, _)) = rows.iter().find(|(_, h)| h.blocks(now_ms, max_age_ms)) {
                 return Ok(Some(*index));
             }
-            from = next;
         }
     }
 

@@ -47,9 +47,7 @@ pub struct Proxy {
     renewals: Arc<renew::Renewals>,
 }
 
-pub(crate) fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
-}
+pub(crate) use crate::sessions::timestamp;
 
 impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.

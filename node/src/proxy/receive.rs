@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use rockraft_proto::rocketmq::{
-    Code, Digest, DigestType, Encoding, FilterExpression, FilterType, Message, MessageType, ReceiveMessageRequest,
-    ReceiveMessageResponse, Resource, SystemProperties, receive_message_response::Content,
+    Code, FilterExpression, FilterType, Message, ReceiveMessageRequest, ReceiveMessageResponse, Resource,
+    receive_message_response::Content,
 };
 use tokio::time::Instant;
 
@@ -117,41 +117,17 @@ pub fn poll_budget(long_polling: Duration, grpc_timeout: Option<Duration>) -> Du
     limit.saturating_sub(margin)
 }
 
-pub use crate::sessions::body_md5;
-
-/// The message as a client receives it.
+/// The message as a client receives it in a delivery.
 pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, invisible: Duration) -> Message {
-    let m = e.message;
-    let kind = MessageType::try_from(m.message_type).unwrap_or(MessageType::Normal);
-    let system_properties = SystemProperties {
-        tag: (!m.tag.is_empty()).then_some(m.tag),
-        keys: m.keys,
-        message_id: m.message_id,
-        body_digest: Some(Digest { r#type: DigestType::Md5 as i32, checksum: body_md5(&m.body) }),
-        body_encoding: Encoding::Identity as i32,
-        message_type: kind as i32,
-        born_timestamp: Some(timestamp(m.born_timestamp_ms)),
-        born_host: m.born_host,
-        store_timestamp: Some(timestamp(e.store_timestamp_ms)),
-        store_host: String::new(),
-        delivery_timestamp: (m.delivery_timestamp_ms > 0).then(|| timestamp(m.delivery_timestamp_ms)),
-        receipt_handle: Some(handle),
-        queue_id: e.queue_id as i32,
-        queue_offset: Some(e.offset as i64),
-        invisible_duration: Some(prost_types::Duration {
-            seconds: invisible.as_secs() as i64,
-            nanos: invisible.subsec_nanos() as i32,
-        }),
-        delivery_attempt: Some(d.attempt as i32),
-        message_group: (!m.message_group.is_empty()).then_some(m.message_group),
-        ..Default::default()
-    };
-    Message {
-        topic: Some(topic.clone()),
-        user_properties: m.properties,
-        system_properties: Some(system_properties),
-        body: m.body,
-    }
+    let mut message = crate::sessions::client_message(topic, e.message, e.store_timestamp_ms);
+    let sp = message.system_properties.as_mut().expect("client_message sets system properties");
+    sp.receipt_handle = Some(handle);
+    sp.queue_id = e.queue_id as i32;
+    sp.queue_offset = Some(e.offset as i64);
+    sp.invisible_duration =
+        Some(prost_types::Duration { seconds: invisible.as_secs() as i64, nanos: invisible.subsec_nanos() as i32 });
+    sp.delivery_attempt = Some(d.attempt as i32);
+    message
 }
 
 fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
@@ -304,11 +280,6 @@ mod tests {
         assert_eq!(poll_budget(Duration::from_secs(20), None), Duration::from_secs(18));
         assert_eq!(poll_budget(Duration::from_secs(30), Some(Duration::from_secs(5))), Duration::from_millis(4500));
         assert!(poll_budget(Duration::from_millis(100), None) < Duration::from_millis(100));
-    }
-
-    #[test]
-    fn digests_are_upper_case_md5() {
-        assert_eq!(body_md5(b"hello"), "5D41402ABC4B2A76B9719D911017C592");
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod failpoint;
 pub mod jobs;
 pub mod node;
+pub mod plugin;
 pub mod proxy;
 pub mod raft;
 pub mod sessions;

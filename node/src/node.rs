@@ -16,10 +16,12 @@ use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminServer, NodeConfig};
-use crate::broker::transaction::{DefaultChecker, TransactionChecker};
+use crate::broker::transaction::TransactionChecker;
 use crate::broker::{Broker, BrokerOptions};
 use crate::cluster::{Cluster, ClusterOptions, PeerServer};
 use crate::jobs::{CheckOptions, Jobs, RetentionOptions};
+use crate::plugin::PluginHost;
+use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
 use crate::raft::{LogStore, Network, Raft, RaftServer, StateMachine};
@@ -82,8 +84,12 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let raft_config = Arc::new(raft_config(&config)?);
     let raft =
         Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;
-    let options =
-        ClusterOptions { node_id: config.node_id, max_entry_bytes: max_entry_bytes(config.storage.segment_size) };
+    let plugins = Arc::new(PluginHost::new(config.plugins).map_err(|e| e.to_string())?);
+    let options = ClusterOptions {
+        node_id: config.node_id,
+        max_entry_bytes: max_entry_bytes(config.storage.segment_size),
+        plugins: Arc::clone(&plugins),
+    };
     // A leader stamps no send earlier than the latest store time applied, so store times never go
     // back along a queue across leader changes.
     let floor = broker.clone();
@@ -105,10 +111,12 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let timers = cluster.clone();
     jobs.spawn_leader("timers", leadership.clone(), move || crate::jobs::fire_timers(timers.clone()));
     let broker_config = &config.broker;
-    let checker: Arc<dyn TransactionChecker> = Arc::new(DefaultChecker {
-        max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
-        max_checks: broker_config.transaction_max_checks,
-    });
+    let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
+        plugins,
+        cluster.broker().clone(),
+        Duration::from_secs(broker_config.transaction_max_age_secs),
+        broker_config.transaction_max_checks,
+    ));
     let checks = CheckOptions {
         interval: Duration::from_secs(broker_config.transaction_check_interval_secs.max(1)),
         max_age: Duration::from_secs(broker_config.transaction_max_age_secs),

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, HeldEntry};
 use crate::broker::{GroupProgress, TopicConfig};
+use crate::plugin::PluginKind;
 use crate::raft::NodeId;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,6 +70,51 @@ pub enum AdminRequest {
         message_id: String,
         commit: bool,
     },
+    /// Checks the module on the leader (it compiles, speaks this ABI, is a `kind`), then
+    /// replicates it.
+    RegisterPlugin {
+        name: String,
+        kind: PluginKind,
+        #[serde(with = "crate::plugin::registry::base64_bytes")]
+        module: Vec<u8>,
+    },
+    RemovePlugin {
+        name: String,
+    },
+    ListPlugins,
+    /// Binds a group to a filter or a transaction topic to a checker (`plugin: None` unbinds);
+    /// the leader first opens the plugin with `config`, so a configuration it refuses is not bound.
+    BindPlugin {
+        target: BindTarget,
+        plugin: Option<String>,
+        #[serde(default)]
+        config: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BindTarget {
+    Group(String),
+    Topic(String),
+}
+
+/// A plugin as `plugin list` shows it: built in or registered, what uses it, and this node's
+/// counts of its calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub kind: PluginKind,
+    pub version: String,
+    pub builtin: bool,
+    pub size: usize,
+    pub hash: String,
+    pub registered_ms: i64,
+    /// `group G` / `topic T`.
+    pub bound_to: Vec<String>,
+    pub calls: u64,
+    pub messages: u64,
+    pub failures: u64,
 }
 
 impl AdminRequest {
@@ -80,7 +126,9 @@ impl AdminRequest {
             | AdminRequest::TransferLeader { .. }
             | AdminRequest::ResetOffset { .. }
             | AdminRequest::ListHeld { .. }
-            | AdminRequest::ResolveTransaction { .. } => true,
+            | AdminRequest::ResolveTransaction { .. }
+            | AdminRequest::RegisterPlugin { .. }
+            | AdminRequest::BindPlugin { .. } => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -97,6 +145,7 @@ pub enum AdminResponse {
     Messages(Vec<MessageLine>),
     Digest(StateDigest),
     Held(Vec<HeldEntry>),
+    Plugins(Vec<PluginInfo>),
     Error(String),
 }
 

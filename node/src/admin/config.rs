@@ -39,6 +39,9 @@ pub struct NodeConfig {
     pub broker: BrokerConfig,
     #[serde(default)]
     pub raft: RaftTimings,
+    /// Limits on filter and transaction-checker plugins.
+    #[serde(default)]
+    pub plugins: crate::plugin::PluginLimits,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -10,11 +10,18 @@ use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::admin::NodeConfig;
-use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, MemberInfo, MessageLine, NodeStatus, Role, TopicInfo};
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::admin::api::{
+    AdminRequest, AdminResponse, BindTarget, GroupInfo, MemberInfo, MessageLine, NodeStatus, PluginInfo, Role,
+    TopicInfo,
+};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::transaction::{Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::cluster::Cluster;
+use crate::plugin::registry::{Binding, PluginCommand};
+use crate::plugin::{PluginKind, blocking, builtin, module_hash};
 use crate::raft::{NodeInfo, channel};
 
 pub struct AdminServer {
@@ -219,8 +226,110 @@ impl AdminServer {
                 Ok(_) => Err(format!("no transactional half with message id {message_id}")),
                 Err(e) => Err(e.to_string()),
             },
+            AdminRequest::RegisterPlugin { name, kind, module } => self.register_plugin(name, kind, module).await,
+            AdminRequest::RemovePlugin { name } => self.write(Command::Plugin(PluginCommand::Remove { name })).await,
+            AdminRequest::ListPlugins => Ok(AdminResponse::Plugins(self.list_plugins())),
+            AdminRequest::BindPlugin { target, plugin, config } => self.bind_plugin(target, plugin, config).await,
         };
         result.unwrap_or_else(AdminResponse::Error)
+    }
+
+    /// Compiles and checks the module here (the leader) before it is replicated: every node then
+    /// runs bytes that are known to load.
+    async fn register_plugin(&self, name: String, kind: PluginKind, module: Vec<u8>) -> Result<AdminResponse, String> {
+        let host = self.cluster.plugins();
+        if builtin::module(&name).is_some() {
+            return Err(format!("{name} is the name of a built-in plugin"));
+        }
+        let loaded = blocking(|| host.load(&module, kind)).map_err(|e| e.to_string())?;
+        let version = loaded.manifest.version.clone();
+        self.write(Command::Plugin(PluginCommand::Register { name, kind, version, now_ms: 0, module })).await
+    }
+
+    async fn bind_plugin(
+        &self,
+        target: BindTarget,
+        plugin: Option<String>,
+        config: String,
+    ) -> Result<AdminResponse, String> {
+        let kind = match target {
+            BindTarget::Group(_) => PluginKind::Filter,
+            BindTarget::Topic(_) => PluginKind::TxChecker,
+        };
+        let binding = match plugin {
+            None => None,
+            Some(plugin) => {
+                let module = {
+                    let state = self.cluster.broker().state();
+                    self.cluster.plugins().resolve(&state.plugins, &plugin, kind)
+                };
+                let module = module.map_err(|e| e.to_string())?;
+                blocking(|| module.check_expression(&config))
+                    .map_err(|e| format!("plugin {plugin} refuses the configuration {config:?}: {e}"))?;
+                Some(Binding { plugin, config })
+            }
+        };
+        let command = match target {
+            BindTarget::Group(group) => PluginCommand::BindGroup { group, binding },
+            BindTarget::Topic(topic) => PluginCommand::BindTopic { topic, binding },
+        };
+        self.write(Command::Plugin(command)).await
+    }
+
+    fn list_plugins(&self) -> Vec<PluginInfo> {
+        let host = self.cluster.plugins();
+        let state = self.cluster.broker().state();
+        let tables = &state.plugins;
+        let bound_to = |name: &str| -> Vec<String> {
+            let groups =
+                tables.group_filters.iter().filter(|(_, b)| b.plugin == name).map(|(g, _)| format!("group {g}"));
+            let topics =
+                tables.topic_checkers.iter().filter(|(_, b)| b.plugin == name).map(|(t, _)| format!("topic {t}"));
+            groups.chain(topics).collect()
+        };
+        let loaded = host.loaded();
+        let counts = |hash: &str, builtin: bool| {
+            let m = loaded.iter().find(|m| if builtin { m.hash == format!("builtin:{hash}") } else { m.hash == hash });
+            m.map_or((0, 0, 0), |m| {
+                let c = &m.counters;
+                (c.calls.load(Relaxed), c.messages.load(Relaxed), c.failures.load(Relaxed))
+            })
+        };
+        let mut out = Vec::new();
+        for name in builtin::NAMES {
+            let (bytes, kind) = builtin::module(name).expect("built-in names resolve");
+            let (calls, messages, failures) = counts(name, true);
+            out.push(PluginInfo {
+                name: name.to_string(),
+                kind,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                builtin: true,
+                size: bytes.len(),
+                hash: module_hash(bytes),
+                registered_ms: 0,
+                bound_to: bound_to(name),
+                calls,
+                messages,
+                failures,
+            });
+        }
+        for (name, r) in tables.modules.iter() {
+            let (calls, messages, failures) = counts(&r.hash, false);
+            out.push(PluginInfo {
+                name: name.clone(),
+                kind: r.kind,
+                version: r.version.clone(),
+                builtin: false,
+                size: r.module.len(),
+                hash: r.hash.clone(),
+                registered_ms: r.registered_ms,
+                bound_to: bound_to(name),
+                calls,
+                messages,
+                failures,
+            });
+        }
+        out
     }
 
     /// On the leader, whose state is current: each queue's first offset at or after the time.

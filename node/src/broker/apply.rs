@@ -96,6 +96,10 @@ impl State {
                 Reply::Applied
             }
             Command::DeadLetter(d) => self.apply_dead_letter(index, d, fx),
+            Command::Plugin(p) => {
+                let groups = &self.consumption.groups;
+                self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))
+            }
             Command::Admin(AdminCommand::CreateTopic(t)) => {
                 if let Err(e) = t.validate() {
                     return Reply::Rejected(e.to_string());
@@ -112,6 +116,7 @@ impl State {
             }
             Command::Admin(AdminCommand::DeleteTopic { name }) => {
                 self.consumption.topic_deleted(&name);
+                self.plugins.topic_deleted(&name);
                 if self.topics.remove(&name).is_none() {
                     return Reply::TopicNotFound(name);
                 }
@@ -242,6 +247,9 @@ impl State {
             if !self.topics.contains_key(&dlq.name) {
                 self.topics.insert(dlq.name.clone(), dlq);
             }
+        }
+        if let (ConsumeCommand::DeleteGroup { name }, ConsumeOutcome::Done) = (&command, &outcome) {
+            self.plugins.group_filters.remove(name);
         }
         fx.wakes.extend(wakes);
         Reply::Consume(outcome)

@@ -7,7 +7,8 @@
 //! - `TAG_CONSUME`: JSON of [`ConsumeCommand`] (POP state: small, no message bytes);
 //! - `TAG_DEAD_LETTER`: a protobuf `DeadLetter`, which carries a copy of the message;
 //! - `TAG_TIMER`, `TAG_TRANSACTION`: JSON of [`TimerCommand`] / [`TransactionCommand`] (firing,
-//!   recalling, resolving and checking held messages: keys only, never message bytes).
+//!   recalling, resolving and checking held messages: keys only, never message bytes);
+//! - `TAG_PLUGIN`: JSON of [`PluginCommand`] (registering a module carries its bytes, base64).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -18,6 +19,7 @@ use crate::broker::pop::ConsumeCommand;
 use crate::broker::timer::TimerCommand;
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::TransactionCommand;
+use crate::plugin::registry::PluginCommand;
 
 const TAG_SEND: u8 = 1;
 const TAG_ADMIN: u8 = 2;
@@ -25,6 +27,7 @@ const TAG_CONSUME: u8 = 3;
 const TAG_DEAD_LETTER: u8 = 4;
 const TAG_TIMER: u8 = 5;
 const TAG_TRANSACTION: u8 = 6;
+const TAG_PLUGIN: u8 = 7;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -34,6 +37,7 @@ pub enum Command {
     DeadLetter(DeadLetter),
     Timer(TimerCommand),
     Transaction(TransactionCommand),
+    Plugin(PluginCommand),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,6 +67,7 @@ impl Command {
             Command::Consume(consume) => json(TAG_CONSUME, consume),
             Command::Timer(t) => json(TAG_TIMER, t),
             Command::Transaction(t) => json(TAG_TRANSACTION, t),
+            Command::Plugin(p) => json(TAG_PLUGIN, p),
             Command::DeadLetter(d) => {
                 let mut buf = BytesMut::with_capacity(1 + d.encoded_len());
                 buf.put_u8(TAG_DEAD_LETTER);
@@ -85,7 +90,10 @@ impl Command {
     /// time into these just before it proposes them, so apply never reads a clock and the store
     /// time of a send is the leader's, whichever node received it.
     pub fn carries_time(payload: &[u8]) -> bool {
-        matches!(payload.first(), Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER | TAG_TIMER | TAG_TRANSACTION)))
+        matches!(
+            payload.first(),
+            Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER | TAG_TIMER | TAG_TRANSACTION | TAG_PLUGIN))
+        )
     }
 
     /// Sets the time a command acts on or is stored at: the proposing leader's clock.
@@ -100,7 +108,8 @@ impl Command {
             Command::Consume(c) => c.set_time(now_ms),
             Command::Timer(t) => t.set_time(now_ms),
             Command::Transaction(t) => t.set_time(now_ms),
-            Command::Admin(_) => {}
+            Command::Plugin(PluginCommand::Register { now_ms: at, .. }) => *at = now_ms,
+            Command::Admin(_) | Command::Plugin(_) => {}
         }
     }
 
@@ -130,6 +139,7 @@ impl Command {
             Some(&TAG_TRANSACTION) => {
                 serde_json::from_slice(&bytes[1..]).map(Command::Transaction).map_err(|e| corrupt(&e))
             }
+            Some(&TAG_PLUGIN) => serde_json::from_slice(&bytes[1..]).map(Command::Plugin).map_err(|e| corrupt(&e)),
             Some(&TAG_DEAD_LETTER) => {
                 DeadLetter::decode(bytes.slice(1..)).map(Command::DeadLetter).map_err(|e| corrupt(&e))
             }

@@ -42,7 +42,6 @@ mod snapshot_test;
 mod state;
 #[cfg(test)]
 mod state_test;
-pub mod subscription;
 pub mod table;
 pub mod timer;
 pub mod topic;

@@ -13,19 +13,24 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
 use crate::broker::state::QueueRange;
-use crate::broker::subscription::TagFilter;
-use crate::broker::{Broker, BrokerError, TopicConfig};
+use crate::broker::{Broker, BrokerError, StoredEntry, TopicConfig};
+use crate::plugin::PluginHost;
+use crate::plugin::subscription::Subscription;
 
 /// How many new queue records one plan looks at per queue, so a heavily filtered queue still
 /// makes a small entry.
 const SCAN_LIMIT: u64 = 2048;
 /// Dead letters one plan proposes at most (each is an entry carrying a message).
 const DEAD_LETTERS_PER_PLAN: usize = 64;
+/// Queue records one filter window covers at least, so a small receive still filters in batches.
+const MIN_WINDOW: u64 = 32;
 
 pub struct PopRequest<'a> {
     pub group: &'a GroupConfig,
     pub topic: &'a TopicConfig,
-    pub filter: &'a TagFilter,
+    pub filter: &'a Subscription,
+    /// Runs the filter's plugins.
+    pub plugins: &'a PluginHost,
     pub max_messages: usize,
     pub invisible_ms: i64,
     pub now_ms: i64,
@@ -129,18 +134,25 @@ impl Broker {
             let mut offset = pop.position.max(range.start);
             let end = range.next.min(offset.saturating_add(SCAN_LIMIT));
             while budget > 0 && offset < end {
-                if let Some(group) = self.wanted(r, queue_id, offset, orderly)? {
+                // Filters run over a window at a time; what lies past the budget is left untaken.
+                let to = end.min(offset.saturating_add((budget as u64).max(MIN_WINDOW)));
+                let mut next = to;
+                for (at, group) in self.screen(r, queue_id, offset, to, orderly)? {
+                    if budget == 0 {
+                        next = at;
+                        break;
+                    }
                     if !group.is_empty() && blocked.contains(&group) {
-                        take.hold.push((offset, group));
+                        take.hold.push((at, group));
                     } else {
                         if !group.is_empty() {
                             blocked.insert(group.clone());
                         }
-                        take.deliver.push((offset, group));
+                        take.deliver.push((at, group));
                         budget -= 1;
                     }
                 }
-                offset += 1;
+                offset = next;
             }
             take.to = offset.max(take.from);
             if take.to != take.from || !take.deliver.is_empty() {
@@ -150,22 +162,47 @@ impl Broker {
         Ok(plan)
     }
 
-    /// If the message at `offset` passes the filter: its message group when deliveries are
-    /// orderly, else "". `None` if filtered out (or gone).
-    fn wanted(&self, r: &PopRequest, queue_id: u32, offset: u64, orderly: bool) -> Result<Option<String>, BrokerError> {
+    /// The messages in `from..to` of a queue that pass the filter, with their message group
+    /// when deliveries are orderly (else ""), in queue order.
+    fn screen(
+        &self,
+        r: &PopRequest,
+        queue_id: u32,
+        from: u64,
+        to: u64,
+        orderly: bool,
+    ) -> Result<Vec<(u64, String)>, BrokerError> {
         let topic = r.topic.name.as_str();
-        let Some(record) = self.queue_record(topic, queue_id, offset)? else { return Ok(None) };
-        if !r.filter.may_match(record.tag_hash) {
-            return Ok(None);
+        let mut wanted = Vec::new();
+        let mut read = Vec::new();
+        for offset in from..to {
+            let Some(record) = self.queue_record(topic, queue_id, offset)? else { continue };
+            if !r.filter.may_match(record.tag_hash) {
+                continue;
+            }
+            if !r.filter.reads_messages() && !orderly {
+                wanted.push((offset, String::new()));
+                continue;
+            }
+            if let Some(entry) = self.read(topic, queue_id, offset)? {
+                read.push(entry);
+            }
         }
-        if r.filter.is_all() && !orderly {
-            return Ok(Some(String::new()));
+        if read.is_empty() {
+            return Ok(wanted);
         }
-        let Some(entry) = self.read(topic, queue_id, offset)? else { return Ok(None) };
-        if !r.filter.matches(&entry.message.tag) {
-            return Ok(None);
+        let passed = if r.filter.reads_messages() {
+            let entries: Vec<&StoredEntry> = read.iter().collect();
+            r.filter.passes(r.plugins, &entries, r.now_ms)
+        } else {
+            vec![true; read.len()]
+        };
+        for (entry, pass) in read.into_iter().zip(passed) {
+            if pass {
+                wanted.push((entry.offset, if orderly { entry.message.message_group } else { String::new() }));
+            }
         }
-        Ok(Some(if orderly { entry.message.message_group } else { String::new() }))
+        Ok(wanted)
     }
 
     /// The command that moves the delivery `receipt` names to the group's dead-letter topic,

@@ -22,6 +22,7 @@ use crate::broker::table::{Persisted, Table};
 use crate::broker::timer::{Timer, TimerKey};
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::Half;
+use crate::plugin::registry::PluginTables;
 use crate::store::RecordMeta;
 
 /// Where an entry sits in the replicated log: the broker's own name for a Raft log id.
@@ -81,6 +82,9 @@ pub struct State {
     pub holds: DiskTable<u64, Hold>,
     /// Held messages per topic.
     pub held_counts: Table<String, HeldCounts>,
+    /// Registered plugin modules and what groups and topics are bound to.
+    #[serde(default)]
+    pub plugins: PluginTables,
     #[serde(skip)]
     pub(crate) local: Local,
 }
@@ -113,7 +117,7 @@ impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
     /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
     /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 10] {
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 13] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
@@ -121,6 +125,9 @@ impl State {
             ("pop/", &mut self.consumption.queues),
             ("epoch/", &mut self.consumption.topics),
             ("held/", &mut self.held_counts),
+            ("plugin/", &mut self.plugins.modules),
+            ("group_filter/", &mut self.plugins.group_filters),
+            ("topic_checker/", &mut self.plugins.topic_checkers),
             ("~timer/", &mut self.timers),
             ("~half/", &mut self.halves),
             ("~check/", &mut self.checks),
@@ -162,7 +169,7 @@ impl State {
             &(
                 (&self.last_applied, &self.membership, self.max_store_ms, &self.topics, &replicated_queues),
                 (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
-                (&self.holds, &self.held_counts),
+                (&self.holds, &self.held_counts, &self.plugins),
             ),
         )
         .expect("state serializes");

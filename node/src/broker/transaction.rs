@@ -175,14 +175,11 @@ pub fn parse_transaction_id(id: &str) -> Option<u64> {
 }
 
 /// What a transaction checker sees of a half.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HalfView {
     pub topic: String,
-    pub message_id: String,
-    pub tag: String,
-    pub keys: Vec<String>,
-    pub properties: std::collections::BTreeMap<String, String>,
-    pub body_len: u32,
+    pub store_ms: i64,
+    pub message: rockraft_proto::rockraft::StoredMessage,
 }
 
 /// A checker's answer for an unresolved half.
@@ -204,24 +201,6 @@ pub trait TransactionChecker: Send + Sync {
     fn decide(&self, half: &HalfView, age: Duration, checks: u32) -> Decision;
 }
 
-/// RocketMQ's policy: ask a producer at every check, roll back once the half is `max_age` old
-/// or has been asked about `max_checks` times (0: no limit).
-#[derive(Debug, Clone)]
-pub struct DefaultChecker {
-    pub max_age: Duration,
-    pub max_checks: u32,
-}
-
-impl TransactionChecker for DefaultChecker {
-    fn decide(&self, _: &HalfView, age: Duration, checks: u32) -> Decision {
-        if age >= self.max_age || (self.max_checks > 0 && checks >= self.max_checks) {
-            Decision::Rollback
-        } else {
-            Decision::AskProducer
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,23 +212,5 @@ mod tests {
         for bad in ["", "T", "Tzz", "7", "R12"] {
             assert_eq!(parse_transaction_id(bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn the_default_checker_asks_until_the_age_or_count_limit_then_rolls_back() {
-        let c = DefaultChecker { max_age: Duration::from_secs(100), max_checks: 3 };
-        let v = HalfView {
-            topic: "T".into(),
-            message_id: "m".into(),
-            tag: String::new(),
-            keys: vec![],
-            properties: Default::default(),
-            body_len: 1,
-        };
-        assert_eq!(c.decide(&v, Duration::from_secs(10), 0), Decision::AskProducer);
-        assert_eq!(c.decide(&v, Duration::from_secs(10), 3), Decision::Rollback);
-        assert_eq!(c.decide(&v, Duration::from_secs(100), 0), Decision::Rollback);
-        let unlimited = DefaultChecker { max_checks: 0, ..c };
-        assert_eq!(unlimited.decide(&v, Duration::from_secs(99), 1000), Decision::AskProducer);
     }
 }

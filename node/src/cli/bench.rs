@@ -106,6 +106,8 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
 
 pub struct ConsumeOptions {
     pub endpoints: Vec<String>,
+    /// The subscription's expression; `None` receives everything.
+    pub filter: Option<rockraft_proto::rocketmq::FilterExpression>,
     pub topic: String,
     pub group: String,
     /// Stop after this many acks (or after `idle` without a message).
@@ -134,6 +136,7 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
         let (acked, failed, bytes, latencies, bar) =
             (acked.clone(), failed.clone(), bytes.clone(), latencies.clone(), bar.clone());
         let (group, topic, total, batch, idle) = (resource(&o.group), resource(&o.topic), o.messages, o.batch, o.idle);
+        let filter = o.filter.clone();
         let client_id = format!("bench-consume-{}-{worker}", std::process::id());
         tasks.push(tokio::spawn(async move {
             let mut last_message = Instant::now();
@@ -142,7 +145,7 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
                 let mut req = tonic::Request::new(ReceiveMessageRequest {
                     group: group.clone(),
                     message_queue: Some(MessageQueue { topic: topic.clone(), ..Default::default() }),
-                    filter_expression: None,
+                    filter_expression: filter.clone(),
                     batch_size: batch,
                     invisible_duration: Some(prost_types::Duration { seconds: 30, nanos: 0 }),
                     auto_renew: false,

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_delay;
+mod plugin;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,6 +49,9 @@ enum Top {
     /// Transactional halves: list, and commit or roll back a stuck one.
     #[command(subcommand)]
     Transaction(TransactionCmd),
+    /// Filter and transaction-checker plugins (WASM): register, bind, try one locally.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCmd),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -93,6 +97,12 @@ enum BenchCmd {
         /// Client endpoints to spread the load over (comma-separated); default: --endpoint.
         #[arg(long)]
         endpoints: Option<String>,
+        /// Subscribe with this SQL92 expression (e.g. `TRUE` to measure the filter's own cost).
+        #[arg(long, conflicts_with = "tag")]
+        sql: Option<String>,
+        /// Subscribe with this tag expression.
+        #[arg(long)]
+        tag: Option<String>,
     },
     /// Delayed messages: delivery lateness (`--mode spread|burst`), or send throughput with many
     /// timers pending (`--mode pending`).
@@ -412,9 +422,26 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             })
             .await
         }
-        Top::Bench(BenchCmd::Consume { topic, group, messages, concurrency, batch, idle_secs, endpoints }) => {
+        Top::Bench(BenchCmd::Consume {
+            topic,
+            group,
+            messages,
+            concurrency,
+            batch,
+            idle_secs,
+            endpoints,
+            sql,
+            tag,
+        }) => {
             let endpoints = endpoint_list(endpoints, ep);
+            use rockraft_proto::rocketmq::{FilterExpression, FilterType};
+            let filter = match (sql, tag) {
+                (Some(expression), _) => Some(FilterExpression { r#type: FilterType::Sql as i32, expression }),
+                (None, Some(expression)) => Some(FilterExpression { r#type: FilterType::Tag as i32, expression }),
+                (None, None) => None,
+            };
             bench::consume(bench::ConsumeOptions {
+                filter,
                 endpoints,
                 topic,
                 group,
@@ -530,12 +557,26 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         Top::Transaction(TransactionCmd::Rollback { id }) => {
             request(ep, AdminRequest::ResolveTransaction { message_id: id, commit: false }).await.map(done)
         }
+        Top::Plugin(cmd) => request(ep, plugin::request(cmd)?).await.map(plugin::print),
     }
 }
 
 /// Entry point of the binary; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    if let Top::Plugin(plugin::PluginCmd::Eval { plugin, expr, message }) = &cli.command {
+        // Prints on stdout either way: scripts read one line.
+        return match plugin::eval(plugin, expr, message) {
+            Ok(answer) => {
+                println!("{answer}");
+                0
+            }
+            Err(e) => {
+                println!("error: {e}");
+                1
+            }
+        };
+    }
     if matches!(cli.command, Top::Node { .. }) {
         tracing_subscriber::fmt()
             .with_env_filter(

@@ -49,6 +49,8 @@ pub struct ClusterOptions {
     pub node_id: NodeId,
     /// The largest command one log entry holds; a larger one is refused before it is proposed.
     pub max_entry_bytes: u64,
+    /// Runs the filters and transaction checkers.
+    pub plugins: std::sync::Arc<crate::plugin::PluginHost>,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -113,6 +115,10 @@ impl Cluster {
 
     pub fn raft(&self) -> &Raft {
         &self.inner.raft
+    }
+
+    pub fn plugins(&self) -> &crate::plugin::PluginHost {
+        &self.inner.options.plugins
     }
 
     pub fn broker(&self) -> &Broker {

@@ -9,18 +9,21 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
-use crate::broker::subscription::TagFilter;
 use crate::broker::{Command, PopRequest, Reply};
 use crate::cluster::clock::now_ms;
 use crate::cluster::{Cluster, ClusterError};
+use crate::plugin::blocking;
+use crate::plugin::subscription::{FilterKind, Subscription};
 
 /// What a receive asks for.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PopOrder {
     pub group: String,
     pub topic: String,
-    /// A tag expression (checked by the receiving node).
+    /// The subscription's expression (checked by the receiving node).
     pub filter: String,
+    #[serde(default)]
+    pub filter_kind: FilterKind,
     pub max_messages: usize,
     pub invisible_ms: i64,
 }
@@ -102,24 +105,36 @@ impl Cluster {
         }
     }
 
+    /// The order's filter, compiled (its plugins cache what they compile), with the filter the
+    /// group is bound to.
+    pub fn subscription(&self, order: &PopOrder) -> Result<Subscription, PopError> {
+        let host = self.plugins();
+        let illegal = |e: crate::plugin::PluginError| PopError::IllegalFilter(e.to_string());
+        let compiled = blocking(|| Subscription::compile(host, order.filter_kind, &order.filter)).map_err(illegal)?;
+        let state = self.broker().state();
+        compiled.with_group_filter(host, &state.plugins, &order.group).map_err(|e| PopError::Internal(e.to_string()))
+    }
+
     /// Plans and proposes one pop from this node's state (the leader's).
     pub async fn pop_here(&self, order: &PopOrder) -> Result<Popped, PopError> {
         let broker = self.broker();
         let group = broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
         let topic = broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
-        let filter = TagFilter::parse(&order.filter).map_err(|e| PopError::IllegalFilter(e.to_string()))?;
+        let filter = self.subscription(order)?;
         let lock = self.pop_locks().get(&order.group, &order.topic);
         let _serial = lock.lock().await;
         let request = PopRequest {
             group: &group,
             topic: &topic,
             filter: &filter,
+            plugins: self.plugins(),
             max_messages: order.max_messages,
             invisible_ms: order.invisible_ms,
             now_ms: now_ms(),
             first_queue: self.next_queue(),
         };
-        let mut plan = broker.plan_pop(&request).map_err(|e| PopError::Internal(e.to_string()))?;
+        // Filters may spend a plugin call's limit of CPU: off the async workers.
+        let mut plan = blocking(|| broker.plan_pop(&request)).map_err(|e| PopError::Internal(e.to_string()))?;
         for dead in std::mem::take(&mut plan.dead_letters) {
             // A failure leaves the delivery in flight: the next pop tries again.
             if let Err(e) = self.write(&Command::DeadLetter(dead)).await {

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::transaction::{Decision, Half, HalfView, Resolver, TransactionChecker, TransactionCommand};
+use rockraft_proto::rockraft::StoredMessage;
+
 use crate::broker::{Command, split_position};
 use crate::cluster::{AskProducer, Cluster, now_ms};
 
@@ -46,18 +48,10 @@ pub async fn check_transactions(cluster: Cluster, checker: Arc<dyn TransactionCh
 
 fn view(cluster: &Cluster, position: u64, half: &Half) -> HalfView {
     let stored = cluster.broker().message_at(position).ok().flatten();
-    let (tag, keys, properties, body_len) = match stored {
-        Some((m, _)) => (m.tag, m.keys, m.properties.into_iter().collect(), m.body.len() as u32),
-        None => (String::new(), Vec::new(), Default::default(), 0),
-    };
-    HalfView {
-        topic: half.message.topic.clone(),
-        message_id: half.message.message_id.clone(),
-        tag,
-        keys,
-        properties,
-        body_len,
-    }
+    let message = stored
+        .map(|(m, _)| m)
+        .unwrap_or_else(|| StoredMessage { message_id: half.message.message_id.clone(), ..Default::default() });
+    HalfView { topic: half.message.topic.clone(), store_ms: half.message.stored_ms, message }
 }
 
 async fn check(

@@ -16,9 +16,10 @@ use tokio::time::Instant;
 use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::{Delivery, Receipt};
-use crate::broker::subscription::TagFilter;
 use crate::cluster::now_ms;
 use crate::cluster::pop::{PopError, PopOrder};
+use crate::plugin::subscription::{FilterKind, Subscription};
+use crate::plugin::{PluginError, blocking};
 use crate::proxy::receipt;
 use crate::proxy::send::topic_name;
 use crate::proxy::status::{Rejection, ok, pop_failed, status};
@@ -44,8 +45,9 @@ pub struct ReceiveParams {
     pub group: String,
     pub topic: Resource,
     pub topic_name: String,
-    /// A tag expression, already checked.
+    /// The subscription's expression (its size and type checked; it is compiled by its plugin).
     pub filter_expression: String,
+    pub filter_kind: FilterKind,
     pub batch: usize,
     pub invisible: Duration,
     pub long_polling: Duration,
@@ -57,10 +59,10 @@ fn duration(d: &Option<prost_types::Duration>) -> Option<Duration> {
     Some(Duration::from_nanos(nanos.clamp(0, i128::from(u64::MAX)) as u64))
 }
 
-/// The filter of a subscription. SQL92 filters arrive with the plugin host; until then they are
-/// refused up front rather than delivering everything.
-pub fn filter(expr: Option<&FilterExpression>) -> Result<TagFilter, Rejection> {
-    let Some(expr) = expr else { return Ok(TagFilter::All) };
+/// The kind and text of a subscription's expression, bounded in size. (Whether it compiles is
+/// for its plugin to say: [`Subscription::compile`].)
+pub fn filter(expr: Option<&FilterExpression>) -> Result<(FilterKind, String), Rejection> {
+    let Some(expr) = expr else { return Ok((FilterKind::Tag, String::new())) };
     if expr.expression.len() > MAX_FILTER_EXPRESSION_BYTES {
         return Err(Rejection::new(
             Code::IllegalFilterExpression,
@@ -70,14 +72,23 @@ pub fn filter(expr: Option<&FilterExpression>) -> Result<TagFilter, Rejection> {
             ),
         ));
     }
-    match FilterType::try_from(expr.r#type).unwrap_or(FilterType::Unspecified) {
-        FilterType::Tag | FilterType::Unspecified => {
-            TagFilter::parse(&expr.expression).map_err(|e| Rejection::new(Code::IllegalFilterExpression, e.to_string()))
-        }
-        FilterType::Sql => {
-            Err(Rejection::new(Code::IllegalFilterExpression, "SQL92 filter expressions are not supported yet"))
-        }
-    }
+    let kind = match FilterType::try_from(expr.r#type).unwrap_or(FilterType::Unspecified) {
+        FilterType::Tag | FilterType::Unspecified => FilterKind::Tag,
+        FilterType::Sql => FilterKind::Sql92,
+    };
+    Ok((kind, expr.expression.clone()))
+}
+
+/// Compiles a subscription's expression with its plugin, as a client would be answered.
+pub fn compile(
+    host: &crate::plugin::PluginHost,
+    kind: FilterKind,
+    expression: &str,
+) -> Result<Subscription, Rejection> {
+    blocking(|| Subscription::compile(host, kind, expression)).map_err(|e| match e {
+        PluginError::Rejected(reason) => Rejection::new(Code::IllegalFilterExpression, reason),
+        other => Rejection::new(Code::InternalServerError, other.to_string()),
+    })
 }
 
 impl ReceiveParams {
@@ -96,12 +107,13 @@ impl ReceiveParams {
                 format!("invisible duration must be {MIN_INVISIBLE:?} to {MAX_INVISIBLE:?}"),
             ));
         }
-        filter(req.filter_expression.as_ref())?;
+        let (filter_kind, filter_expression) = filter(req.filter_expression.as_ref())?;
         Ok(ReceiveParams {
             group: topic_name(group, namespace),
             topic_name: topic_name(&topic, namespace),
             topic,
-            filter_expression: req.filter_expression.as_ref().map(|f| f.expression.clone()).unwrap_or_default(),
+            filter_expression,
+            filter_kind,
             batch: req.batch_size as usize,
             invisible,
             long_polling: duration(&req.long_polling_timeout).unwrap_or(DEFAULT_LONG_POLLING),
@@ -176,6 +188,9 @@ impl Proxy {
         if self.topic(&params.topic_name).await.is_none() {
             return status_only(status(Code::TopicNotFound, format!("topic {} does not exist", params.topic_name)));
         };
+        if let Err(Rejection(s)) = compile(self.cluster.plugins(), params.filter_kind, &params.filter_expression) {
+            return status_only(s);
+        }
         match self.poll(&params, deadline).await {
             Ok(deliveries) if deliveries.is_empty() => nothing(),
             Ok(deliveries) => {
@@ -206,6 +221,7 @@ impl Proxy {
             group: p.group.clone(),
             topic: p.topic_name.clone(),
             filter: p.filter_expression.clone(),
+            filter_kind: p.filter_kind,
             max_messages: p.batch,
             invisible_ms: p.invisible.as_millis() as i64,
         };
@@ -304,15 +320,8 @@ mod tests {
             Code::IllegalInvisibleTime as i32
         );
         let sql = Some(FilterExpression { r#type: FilterType::Sql as i32, expression: "a > 1".into() });
-        assert_eq!(
-            code(ReceiveMessageRequest { filter_expression: sql, ..good.clone() }),
-            Code::IllegalFilterExpression as i32
-        );
-        let empty = Some(FilterExpression { r#type: FilterType::Tag as i32, expression: "||".into() });
-        assert_eq!(
-            code(ReceiveMessageRequest { filter_expression: empty, ..good.clone() }),
-            Code::IllegalFilterExpression as i32
-        );
+        let p = ReceiveParams::check(&ReceiveMessageRequest { filter_expression: sql, ..good.clone() }, "").unwrap();
+        assert_eq!((p.filter_kind, p.filter_expression.as_str()), (FilterKind::Sql92, "a > 1"));
     }
 
     #[test]

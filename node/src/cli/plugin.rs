@@ -1,0 +1,184 @@
+//! `rockraft plugin …`: register, list, bind and remove plugins on a cluster, and `eval`, which
+//! runs a plugin on one message locally (no node needed).
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use clap::Subcommand;
+use rockraft_plugin_sdk::Decision;
+use rockraft_proto::rockraft::StoredMessage;
+use serde::Deserialize;
+
+use crate::admin::api::{AdminRequest, AdminResponse, BindTarget};
+use crate::broker::StoredEntry;
+use crate::plugin::subscription::{FilterKind, Subscription};
+use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, PluginLimits, builtin};
+
+#[derive(Subcommand)]
+pub enum PluginCmd {
+    /// Registers a module built with rockraft-plugin-sdk (wasm32-unknown-unknown) on the cluster.
+    Register {
+        #[arg(long)]
+        name: String,
+        /// `filter` or `tx-checker`.
+        #[arg(long)]
+        kind: PluginKind,
+        file: PathBuf,
+    },
+    /// Built-in and registered plugins: kind, version, size, what uses them, this node's counts.
+    List,
+    /// Removes a registered plugin (unbind it first).
+    Remove {
+        #[arg(long)]
+        name: String,
+    },
+    /// Binds a consumer group to a filter (run after each subscription's own expression), or a
+    /// transaction topic to a checker. `--config` is what the plugin is opened with.
+    Bind {
+        #[arg(long, conflicts_with = "topic", required_unless_present = "topic")]
+        group: Option<String>,
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long)]
+        plugin: String,
+        #[arg(long, default_value = "")]
+        config: String,
+    },
+    /// Removes a group's filter or a topic's checker (topics fall back to the default checker).
+    Unbind {
+        #[arg(long, conflicts_with = "topic", required_unless_present = "topic")]
+        group: Option<String>,
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// Runs a plugin on one message, here: prints `true`/`false` for a filter (the decision for
+    /// a transaction checker), or `error: …` and exits 1.
+    Eval {
+        /// A built-in plugin (`tag`, `sql92`, `default-tx-checker`) or a `.wasm` file.
+        #[arg(long)]
+        plugin: String,
+        /// The expression (filters) or configuration (checkers) the plugin is opened with.
+        #[arg(long, default_value = "")]
+        expr: String,
+        /// `{"topic": "T", "tag": "A", "keys": ["k"], "properties": {"a": "1"}, "body": "text",
+        /// "age_ms": 0, "checks": 0}`, every field optional.
+        #[arg(long, default_value = "{}")]
+        message: String,
+    },
+}
+
+fn target(group: Option<String>, topic: Option<String>) -> Result<BindTarget, String> {
+    match (group, topic) {
+        (Some(g), None) => Ok(BindTarget::Group(g)),
+        (None, Some(t)) => Ok(BindTarget::Topic(t)),
+        _ => Err("name either --group or --topic".into()),
+    }
+}
+
+/// The admin request a cluster command makes (`Eval` makes none).
+pub fn request(cmd: PluginCmd) -> Result<AdminRequest, String> {
+    Ok(match cmd {
+        PluginCmd::Register { name, kind, file } => {
+            let module = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            AdminRequest::RegisterPlugin { name, kind, module }
+        }
+        PluginCmd::List => AdminRequest::ListPlugins,
+        PluginCmd::Remove { name } => AdminRequest::RemovePlugin { name },
+        PluginCmd::Bind { group, topic, plugin, config } => {
+            AdminRequest::BindPlugin { target: target(group, topic)?, plugin: Some(plugin), config }
+        }
+        PluginCmd::Unbind { group, topic } => {
+            AdminRequest::BindPlugin { target: target(group, topic)?, plugin: None, config: String::new() }
+        }
+        PluginCmd::Eval { .. } => return Err("eval runs locally".into()),
+    })
+}
+
+pub fn print(response: AdminResponse) {
+    match response {
+        AdminResponse::Plugins(plugins) => {
+            for p in plugins {
+                let origin = if p.builtin { "built-in" } else { "registered" };
+                let bound = if p.bound_to.is_empty() { "-".to_string() } else { p.bound_to.join(",") };
+                println!(
+                    "{}\t{}\t{origin}\tversion={}\tbytes={}\tsha256={:.12}\tbound_to={bound}\tcalls={}\tmessages={}\tfailures={}",
+                    p.name, p.kind, p.version, p.size, p.hash, p.calls, p.messages, p.failures
+                );
+            }
+        }
+        AdminResponse::Done(text) => println!("{text}"),
+        _ => {}
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct EvalMessage {
+    topic: String,
+    tag: String,
+    keys: Vec<String>,
+    properties: std::collections::HashMap<String, String>,
+    body: String,
+    age_ms: i64,
+    checks: u32,
+}
+
+/// `plugin eval`: the line to print, or the error.
+pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
+    let m: EvalMessage = serde_json::from_str(message).map_err(|e| format!("--message: {e}"))?;
+    let host = PluginHost::new(PluginLimits::default()).map_err(|e| e.to_string())?;
+    let entry = StoredEntry {
+        topic: m.topic.clone(),
+        queue_id: 0,
+        offset: 0,
+        store_timestamp_ms: 0,
+        size: 0,
+        message: StoredMessage {
+            tag: m.tag,
+            keys: m.keys,
+            properties: m.properties,
+            body: Bytes::from(m.body.into_bytes()),
+            ..Default::default()
+        },
+        raw: Bytes::new(),
+    };
+    let show = |e: PluginError| e.to_string();
+    // The built-in filters run exactly as a subscription does, host-side tag prefilter included.
+    let kind = match plugin {
+        builtin::TAG => Some(FilterKind::Tag),
+        builtin::SQL92 => Some(FilterKind::Sql92),
+        _ => None,
+    };
+    if let Some(kind) = kind {
+        let sub = Subscription::compile(&host, kind, expr).map_err(show)?;
+        let tag_ok = sub.may_match(crate::store::tag_hash(&entry.message.tag));
+        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&host, &[&entry], 0)[0]);
+        return Ok(passed.to_string());
+    }
+    let module: std::sync::Arc<LoadedModule> = if let Some((bytes, kind)) = builtin::module(plugin) {
+        host.load(bytes, kind).map_err(show)?
+    } else {
+        let bytes = std::fs::read(plugin).map_err(|e| format!("{plugin}: {e} (not a built-in plugin either)"))?;
+        match host.load(&bytes, PluginKind::Filter) {
+            Ok(m) => m,
+            Err(as_filter) => host.load(&bytes, PluginKind::TxChecker).map_err(|_| show(as_filter))?,
+        }
+    };
+    module.check_expression(expr).map_err(show)?;
+    match module.kind {
+        PluginKind::Filter => {
+            let answer = host.filter_one(&module, expr, &entry, 0).map_err(show)?;
+            Ok(answer.to_string())
+        }
+        PluginKind::TxChecker => {
+            let d = host.check(&module, expr, &entry, m.age_ms, m.checks, m.age_ms).map_err(show)?;
+            Ok(match d {
+                Decision::Commit => "commit",
+                Decision::Rollback => "rollback",
+                Decision::AskProducer => "ask-producer",
+                Decision::Wait => "wait",
+            }
+            .to_string())
+        }
+    }
+}

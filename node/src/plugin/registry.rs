@@ -1,0 +1,202 @@
+//! The replicated plugin registry: registered modules and bindings, changed only by Raft entries.
+//!
+//! A registration carries the module's bytes, so every replica — and a node that becomes leader
+//! after a failover — runs exactly the module the operator registered. The leader compiles and
+//! checks a module before proposing it (`admin/service.rs`); apply only enforces what is
+//! deterministic: names, sizes, counts, kinds and what is bound to what.
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::Reply;
+use crate::broker::table::Table;
+use crate::broker::topic::{TopicConfig, TopicKind, validate_name};
+use crate::plugin::{PluginKind, builtin, module_hash};
+
+/// Registered plugins at most.
+pub const MAX_PLUGINS: usize = 32;
+/// The largest module any node accepts in an entry, whatever its configured limit.
+pub const MAX_MODULE_BYTES: usize = 4 << 20;
+/// Longest configuration a binding carries.
+pub const MAX_BINDING_CONFIG_BYTES: usize = 4 << 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRecord {
+    pub kind: PluginKind,
+    /// From the module's manifest, as the leader read it.
+    pub version: String,
+    /// Hex SHA-256 of the module.
+    pub hash: String,
+    pub registered_ms: i64,
+    #[serde(with = "base64_bytes")]
+    pub module: Vec<u8>,
+}
+
+/// A plugin a group or topic is bound to, with the configuration it is opened with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub plugin: String,
+    #[serde(default)]
+    pub config: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PluginTables {
+    pub modules: Table<String, PluginRecord>,
+    /// Consumer group → a filter applied after the subscription's own expression.
+    pub group_filters: Table<String, Binding>,
+    /// Transaction topic → the checker that decides its unresolved halves.
+    pub topic_checkers: Table<String, Binding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PluginCommand {
+    Register {
+        name: String,
+        kind: PluginKind,
+        version: String,
+        now_ms: i64,
+        #[serde(with = "base64_bytes")]
+        module: Vec<u8>,
+    },
+    Remove {
+        name: String,
+    },
+    /// `None` unbinds.
+    BindGroup {
+        group: String,
+        binding: Option<Binding>,
+    },
+    BindTopic {
+        topic: String,
+        binding: Option<Binding>,
+    },
+}
+
+/// What a binding may name: a registered plugin, or a built-in one.
+fn plugin_kind(modules: &Table<String, PluginRecord>, name: &str) -> Option<PluginKind> {
+    modules.get(name).map(|r| r.kind).or_else(|| builtin::module(name).map(|(_, k)| k))
+}
+
+impl PluginTables {
+    pub fn apply(
+        &mut self,
+        command: PluginCommand,
+        topics: &Table<String, TopicConfig>,
+        group_exists: impl Fn(&str) -> bool,
+    ) -> Reply {
+        match command {
+            PluginCommand::Register { name, kind, version, now_ms, module } => {
+                if validate_name(&name).is_err() {
+                    return Reply::Rejected(format!("illegal plugin name {name:?}: 1-127 of [A-Za-z0-9_%|-]"));
+                }
+                if builtin::module(&name).is_some() {
+                    return Reply::Rejected(format!("{name} is the name of a built-in plugin"));
+                }
+                if module.len() > MAX_MODULE_BYTES {
+                    return Reply::Rejected(format!("module of {} bytes exceeds {MAX_MODULE_BYTES}", module.len()));
+                }
+                let hash = module_hash(&module);
+                match self.modules.get(&name) {
+                    Some(r) if r.hash == hash && r.kind == kind => return Reply::Applied,
+                    Some(_) => {
+                        return Reply::Rejected(format!("a different plugin {name} is registered; remove it first"));
+                    }
+                    None if self.modules.len() >= MAX_PLUGINS => {
+                        return Reply::Rejected(format!(
+                            "{MAX_PLUGINS} plugins are registered, the most a cluster keeps"
+                        ));
+                    }
+                    None => {}
+                }
+                self.modules.insert(name, PluginRecord { kind, version, hash, registered_ms: now_ms, module });
+                Reply::Applied
+            }
+            PluginCommand::Remove { name } => {
+                if self.modules.get(&name).is_none() {
+                    return Reply::Rejected(format!("no plugin named {name}"));
+                }
+                let users = self.group_filters.iter().map(|(g, b)| ("group", g, b));
+                let users = users.chain(self.topic_checkers.iter().map(|(t, b)| ("topic", t, b)));
+                let bound: Vec<String> =
+                    users.filter(|(_, _, b)| b.plugin == name).map(|(w, n, _)| format!("{w} {n}")).collect();
+                if !bound.is_empty() {
+                    return Reply::Rejected(format!("plugin {name} is bound to {}; unbind it first", bound.join(", ")));
+                }
+                self.modules.remove(&name);
+                Reply::Applied
+            }
+            PluginCommand::BindGroup { group, binding } => {
+                if !group_exists(&group) {
+                    return Reply::Rejected(format!("consumer group {group} does not exist"));
+                }
+                match binding {
+                    None => {
+                        self.group_filters.remove(&group);
+                        Reply::Applied
+                    }
+                    Some(b) => match self.check_binding(&b, PluginKind::Filter) {
+                        Err(reason) => Reply::Rejected(reason),
+                        Ok(()) => {
+                            self.group_filters.insert(group, b);
+                            Reply::Applied
+                        }
+                    },
+                }
+            }
+            PluginCommand::BindTopic { topic, binding } => {
+                match topics.get(&topic) {
+                    None => return Reply::TopicNotFound(topic),
+                    Some(t) if t.kind != TopicKind::Transaction => {
+                        return Reply::Rejected(format!("topic {topic} is not a transaction topic"));
+                    }
+                    Some(_) => {}
+                }
+                match binding {
+                    None => {
+                        self.topic_checkers.remove(&topic);
+                        Reply::Applied
+                    }
+                    Some(b) => match self.check_binding(&b, PluginKind::TxChecker) {
+                        Err(reason) => Reply::Rejected(reason),
+                        Ok(()) => {
+                            self.topic_checkers.insert(topic, b);
+                            Reply::Applied
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    fn check_binding(&self, b: &Binding, kind: PluginKind) -> Result<(), String> {
+        if b.config.len() > MAX_BINDING_CONFIG_BYTES {
+            return Err(format!("configuration longer than {MAX_BINDING_CONFIG_BYTES} bytes"));
+        }
+        match plugin_kind(&self.modules, &b.plugin) {
+            None => Err(format!("no plugin named {}", b.plugin)),
+            Some(k) if k != kind => Err(format!("plugin {} is a {k}, not a {kind}", b.plugin)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Bindings of a topic that is gone.
+    pub fn topic_deleted(&mut self, topic: &str) {
+        self.topic_checkers.remove(topic);
+    }
+}
+
+/// Module bytes as base64 in the JSON entries and rows (a JSON array of numbers is 3-4× larger).
+pub(crate) mod base64_bytes {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,113 @@
+//! A consumer's filter as pop planning uses it: the subscription's TAG or SQL92 expression, run
+//! by the built-in `tag` or `sql92` plugin, then the filter the group is bound to, if any.
+//!
+//! For tag expressions the host first compares the ConsumeQueue record's tag hash with the
+//! expression's tags, so a message that cannot match is passed over before it is read. A match-all
+//! subscription (`*`, empty) without a group filter reads nothing and calls no plugin.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::StoredEntry;
+use crate::plugin::registry::PluginTables;
+use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, builtin};
+use crate::store::tag_hash;
+
+/// The language of a subscription's expression.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilterKind {
+    #[default]
+    Tag,
+    Sql92,
+}
+
+/// A plugin opened with an expression or configuration.
+#[derive(Clone)]
+pub struct Opened {
+    pub module: Arc<LoadedModule>,
+    pub expression: String,
+}
+
+#[derive(Clone, Default)]
+pub struct Subscription {
+    /// Hashes of the tags a tag expression names; `None`: any tag may match.
+    tag_hashes: Option<BTreeSet<u64>>,
+    /// The plugin evaluating the subscription's expression; `None` for match-all.
+    expression: Option<Opened>,
+    /// The group's own filter, applied to what the expression lets through.
+    group_filter: Option<Opened>,
+}
+
+impl Subscription {
+    /// Every message, nothing read.
+    pub fn all() -> Subscription {
+        Subscription::default()
+    }
+
+    /// Compiles an expression with the built-in plugin for its kind. `Err(Rejected)` carries the
+    /// reason a client is shown with ILLEGAL_FILTER_EXPRESSION.
+    pub fn compile(host: &PluginHost, kind: FilterKind, expression: &str) -> Result<Subscription, PluginError> {
+        let (plugin, tag_hashes) = match kind {
+            FilterKind::Tag => {
+                let trimmed = expression.trim();
+                if trimmed.is_empty() || trimmed == "*" {
+                    return Ok(Subscription::all());
+                }
+                let hashes: BTreeSet<u64> =
+                    trimmed.split("||").map(str::trim).filter(|t| !t.is_empty()).map(tag_hash).collect();
+                (builtin::TAG, (!hashes.is_empty()).then_some(hashes))
+            }
+            FilterKind::Sql92 => (builtin::SQL92, None),
+        };
+        let module = host.builtin(plugin)?;
+        module.check_expression(expression)?;
+        Ok(Subscription {
+            tag_hashes,
+            expression: Some(Opened { module, expression: expression.to_string() }),
+            group_filter: None,
+        })
+    }
+
+    /// Adds the filter `group` is bound to, if any.
+    pub fn with_group_filter(
+        mut self,
+        host: &PluginHost,
+        plugins: &PluginTables,
+        group: &str,
+    ) -> Result<Self, PluginError> {
+        if let Some(binding) = plugins.group_filters.get(group) {
+            let module = host.resolve(plugins, &binding.plugin, PluginKind::Filter)?;
+            self.group_filter = Some(Opened { module, expression: binding.config.clone() });
+        }
+        Ok(self)
+    }
+
+    /// False only if no message with this tag hash can pass.
+    pub fn may_match(&self, hash: u64) -> bool {
+        self.tag_hashes.as_ref().is_none_or(|h| h.contains(&hash))
+    }
+
+    /// Whether deciding needs the messages themselves (else the tag hash settles it).
+    pub fn reads_messages(&self) -> bool {
+        self.expression.is_some() || self.group_filter.is_some()
+    }
+
+    /// Which entries pass, in order.
+    pub fn passes(&self, host: &PluginHost, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
+        let mut passed = vec![true; entries.len()];
+        for stage in [&self.expression, &self.group_filter].into_iter().flatten() {
+            let (idx, left): (Vec<usize>, Vec<&StoredEntry>) =
+                entries.iter().enumerate().filter(|(i, _)| passed[*i]).map(|(i, e)| (i, *e)).unzip();
+            if left.is_empty() {
+                break;
+            }
+            for (i, ok) in idx.into_iter().zip(host.filter(&stage.module, &stage.expression, &left, now_ms)) {
+                passed[i] = ok;
+            }
+        }
+        passed
+    }
+}

@@ -10,6 +10,12 @@ for component in rustfmt clippy; do
   fi
 done
 
+# Plugins (built-in and examples) are built for WebAssembly; the node's build embeds the
+# built-in ones (node/build.rs also adds the target itself if it is missing).
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  rustup target add wasm32-unknown-unknown
+fi
+
 # The official Python client, for the cluster tests that use it, in its own virtualenv.
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${CARGO_TARGET_DIR:-$root/target}/python"

@@ -14,6 +14,10 @@ cargo build --locked -p rockraft --bin rockraft "${features[@]}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked --exclude rockraft-cluster-tests "${features[@]}" 2>&1 | tee "$log"
+# The plugins' own unit tests (built-in ones and the examples), natively.
+for dir in plugins examples/plugins/json-field-filter examples/plugins/order-checker; do
+  (cd "$dir" && cargo test --locked) 2>&1 | tee -a "$log"
+done
 # One cluster at a time: each runs three nodes, and the machine may have two cores.
 cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads=1 2>&1 | tee -a "$log"
 # One closing line for the whole suite.

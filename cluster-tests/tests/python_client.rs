@@ -64,3 +64,20 @@ async fn python_producer_recalls_delayed_messages_and_resolves_transactions_itse
     let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
     assert!(ok, "delay_transaction.py failed:\n{output}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_simple_consumer_subscribes_with_sql92_and_an_invalid_expression_is_refused() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Shipments", 2, TopicKind::Normal).await;
+    cluster.create_group("py-sql", false, 16).await;
+    cluster.create_group("py-sql-bad", false, 16).await;
+    let eps = endpoints(&cluster).await;
+    let run = move || {
+        run_python(
+            "sql92.py",
+            &["--endpoints", &eps, "--topic", "Shipments", "--group", "py-sql", "--bad-group", "py-sql-bad"],
+        )
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "sql92.py failed:\n{output}");
+}

@@ -137,7 +137,11 @@ pub fn run_filter<F: Filter>(filter: &F, batch: &[u8], out: &mut [u8]) -> Result
         *slot = match m.map_err(|e| e.to_string()).and_then(|m| filter.matches(&m)) {
             Ok(true) => 1,
             Ok(false) => 0,
-            Err(_) => 0xFF,
+            Err(reason) => {
+                // Kept for the host to ask (`plugin eval` shows it); the last one wins.
+                fail(reason);
+                0xFF
+            }
         };
     }
     Ok(())

@@ -62,8 +62,12 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default()))
     }
     fn str(&mut self) -> Result<&'a str, ViewError> {
+        core::str::from_utf8(self.short()?).map_err(|_| ViewError("a string is not UTF-8"))
+    }
+    /// A u16-length-prefixed byte string, not validated (skipping is cheaper than checking).
+    fn short(&mut self) -> Result<&'a [u8], ViewError> {
         let n = self.u16()? as usize;
-        core::str::from_utf8(self.take(n)?).map_err(|_| ViewError("a string is not UTF-8"))
+        self.take(n)
     }
     fn long(&mut self) -> Result<&'a [u8], ViewError> {
         let n = self.u32()? as usize;
@@ -73,7 +77,7 @@ impl<'a> Reader<'a> {
     fn strs(&mut self, n: usize) -> Result<&'a [u8], ViewError> {
         let start = self.bytes;
         for _ in 0..n {
-            self.str()?;
+            self.short()?;
         }
         Ok(&start[..start.len() - self.bytes.len()])
     }
@@ -172,8 +176,8 @@ pub struct Message<'a> {
     pub attempts: u32,
     /// For transaction checkers: how long ago the half message was stored.
     pub age_ms: i64,
-    pub topic: &'a str,
-    tag: &'a str,
+    topic: &'a [u8],
+    tag: &'a [u8],
     key_count: u16,
     keys: &'a [u8],
     property_count: u16,
@@ -197,14 +201,15 @@ impl<'a> Message<'a> {
         let queue_id = f.u32()?;
         let _flags = f.u32()?;
         let age_ms = f.u64()? as i64;
-        let topic = r.str()?;
-        let tag = r.str()?;
+        // Strings are checked to be UTF-8 when read, not here: most plugins read few of them.
+        let topic = r.short()?;
+        let tag = r.short()?;
         let key_count = r.u16()?;
         let keys = r.strs(key_count as usize)?;
         let property_count = r.u16()?;
         let start = r.bytes;
         for _ in 0..property_count {
-            r.str()?;
+            r.short()?;
             r.long()?;
         }
         let properties = &start[..start.len() - r.bytes.len()];
@@ -227,9 +232,13 @@ impl<'a> Message<'a> {
         })
     }
 
+    pub fn topic(&self) -> &'a str {
+        core::str::from_utf8(self.topic).unwrap_or_default()
+    }
+
     /// The message's tag; `None` if it has none.
     pub fn tag(&self) -> Option<&'a str> {
-        (!self.tag.is_empty()).then_some(self.tag)
+        if self.tag.is_empty() { None } else { core::str::from_utf8(self.tag).ok() }
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &'a str> + 'a {
@@ -237,9 +246,18 @@ impl<'a> Message<'a> {
         (0..self.key_count).map_while(move |_| r.str().ok())
     }
 
-    /// The user property `name`, if set.
+    /// The user property `name`, if set. Keys are compared as bytes; only the value found is
+    /// checked to be UTF-8 (filters look properties up per message, so this is the hot path).
     pub fn property(&self, name: &str) -> Option<&'a str> {
-        self.properties().find(|(k, _)| *k == name).map(|(_, v)| v)
+        let mut r = Reader { bytes: self.properties };
+        for _ in 0..self.property_count {
+            let key = r.short().ok()?;
+            let value = r.long().ok()?;
+            if key == name.as_bytes() {
+                return core::str::from_utf8(value).ok();
+            }
+        }
+        None
     }
 
     /// All user properties, in the order the producer set them.
@@ -303,16 +321,27 @@ impl<'b> BatchWriter<'b> {
     pub fn push_with<'p>(&mut self, m: &MessageData, properties: impl ExactSizeIterator<Item = (&'p str, &'p str)>) {
         let start = self.out.len();
         let out = &mut *self.out;
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&FIXED_LEN.to_le_bytes());
-        out.extend_from_slice(&m.queue_offset.to_le_bytes());
-        out.extend_from_slice(&m.store_ms.to_le_bytes());
-        out.extend_from_slice(&m.born_ms.to_le_bytes());
-        out.extend_from_slice(&(m.body.len().min(u32::MAX as usize) as u32).to_le_bytes());
-        out.extend_from_slice(&m.attempts.to_le_bytes());
-        out.extend_from_slice(&m.queue_id.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&m.age_ms.to_le_bytes());
+        // The record length (patched below), then the fixed part, in one copy.
+        let mut head = [0u8; 4 + 2 + FIXED_LEN as usize];
+        let fields: [&[u8]; 9] = [
+            &FIXED_LEN.to_le_bytes(),
+            &m.queue_offset.to_le_bytes(),
+            &m.store_ms.to_le_bytes(),
+            &m.born_ms.to_le_bytes(),
+            &(m.body.len().min(u32::MAX as usize) as u32).to_le_bytes(),
+            &m.attempts.to_le_bytes(),
+            &m.queue_id.to_le_bytes(),
+            &0u32.to_le_bytes(),
+            &m.age_ms.to_le_bytes(),
+        ];
+        let mut at = 4;
+        for f in fields {
+            head[at..at + f.len()].copy_from_slice(f);
+            at += f.len();
+        }
+        let body = if self.bodies { m.body.len() } else { 0 };
+        out.reserve(head.len() + 16 + m.topic.len() + m.tag.len() + properties.len() * 16 + body);
+        out.extend_from_slice(&head);
         put_str(out, m.topic);
         put_str(out, m.tag);
         let keys = m.keys.len().min(u16::MAX as usize);
@@ -342,6 +371,7 @@ impl<'b> BatchWriter<'b> {
     }
 }
 
+#[inline]
 fn put_str(out: &mut Vec<u8>, s: &str) {
     let mut n = s.len().min(u16::MAX as usize);
     while !s.is_char_boundary(n) {
@@ -351,6 +381,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&s.as_bytes()[..n]);
 }
 
+#[inline]
 fn put_long(out: &mut Vec<u8>, b: &[u8]) {
     let n = b.len().min(u32::MAX as usize);
     out.extend_from_slice(&(n as u32).to_le_bytes());
@@ -394,11 +425,11 @@ mod tests {
                 (m.queue_offset, m.queue_id, m.store_ms, m.born_ms, m.attempts, m.age_ms),
                 (7, 3, 1000, 900, 2, 5)
             );
-            assert_eq!((m.topic, m.tag(), m.body_len), ("Orders", Some("paid"), 14));
+            assert_eq!((m.topic(), m.tag(), m.body_len), ("Orders", Some("paid"), 14));
             assert_eq!(m.keys().collect::<Vec<_>>(), ["k1", "k2"]);
             assert_eq!((m.property("region"), m.property("a"), m.property("b")), (Some("eu"), Some(""), None));
             assert_eq!(m.body(), bodies.then_some(&b"{\"amount\": 12}"[..]));
-            assert_eq!((all[1].topic, all[1].tag(), all[1].properties().count()), ("Other", None, 0));
+            assert_eq!((all[1].topic(), all[1].tag(), all[1].properties().count()), ("Other", None, 0));
         }
     }
 
@@ -434,6 +465,6 @@ mod tests {
         longer.extend_from_slice(&(rec.len() as u32).to_le_bytes());
         longer.extend_from_slice(&rec);
         let m = Batch::parse(&longer).unwrap().messages().next().unwrap().unwrap();
-        assert_eq!((m.topic, m.tag()), ("T", Some("x")));
+        assert_eq!((m.topic(), m.tag()), ("T", Some("x")));
     }
 }

@@ -41,7 +41,7 @@ mod snapshot;
 mod snapshot_test;
 mod state;
 #[cfg(test)]
-mod state_test;
+pub(crate) mod state_test;
 pub mod table;
 pub mod timer;
 pub mod topic;

@@ -230,6 +230,17 @@ impl LoadedModule {
         }
     }
 
+    /// The reason the guest gave for its last failure or "error" answer, asked of the instance
+    /// that just answered (the most recently returned one).
+    pub fn last_reason(&self) -> Option<String> {
+        let mut guest = self.idle.lock().expect("idle instances").pop()?;
+        let reason =
+            guest.store.set_fuel(SETUP_FUEL).ok().and_then(|()| guest.last_error.call(&mut guest.store, ()).ok());
+        let text = reason.and_then(|packed| guest.text(packed).ok());
+        self.give_back(guest);
+        text.filter(|t| !t.is_empty())
+    }
+
     /// Runs the module's batch call (`rockraft_filter` or `rockraft_tx_check`) on an encoded
     /// batch of `count` messages; one answer byte per message.
     pub fn call(&self, expression: &str, batch: &[u8], count: usize, fuel: u64) -> Result<Vec<u8>, PluginError> {

@@ -16,6 +16,8 @@ pub mod host;
 #[cfg(test)]
 mod plugin_test;
 pub mod registry;
+#[cfg(test)]
+mod registry_test;
 pub mod subscription;
 
 use std::collections::HashMap;
@@ -147,6 +149,16 @@ impl fmt::Debug for PluginHost {
     }
 }
 
+thread_local! {
+    static BATCH_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Extra fuel per body byte for plugins that read bodies: scanning a body costs per byte.
+const FUEL_PER_BODY_BYTE: u64 = 32;
+
+/// The largest encoding buffer a thread keeps between calls (bodies can make one large).
+const MAX_KEPT_BUFFER: usize = 1 << 20;
+
 /// Modules compiled and kept at most (registered ones are few; see `registry::MAX_PLUGINS`).
 const MAX_LOADED: usize = 128;
 
@@ -232,7 +244,8 @@ impl PluginHost {
     /// message at a time so only the message it fails on is affected.
     pub fn filter(&self, module: &LoadedModule, expression: &str, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
         let mut passed = Vec::with_capacity(entries.len());
-        let mut buf = Vec::new();
+        // The encoding buffer is kept per thread: pops filter often.
+        let mut buf = BATCH_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
         for chunk in entries.chunks(self.limits.filter_batch.max(1)) {
             match self.filter_call(module, expression, chunk, now_ms, &mut buf) {
                 Ok(answers) => passed.extend(answers),
@@ -248,6 +261,9 @@ impl PluginHost {
                     passed.push(false);
                 }
             }
+        }
+        if buf.capacity() <= MAX_KEPT_BUFFER {
+            BATCH_BUFFER.with(|b| *b.borrow_mut() = buf);
         }
         passed
     }
@@ -279,7 +295,10 @@ impl PluginHost {
         for e in entries {
             push_entry(&mut w, e, 0, 0);
         }
-        let fuel = self.limits.filter_fuel_per_call + self.limits.filter_fuel_per_message * entries.len() as u64;
+        let mut fuel = self.limits.filter_fuel_per_call + self.limits.filter_fuel_per_message * entries.len() as u64;
+        if module.manifest.bodies {
+            fuel += FUEL_PER_BODY_BYTE * entries.iter().map(|e| e.message.body.len() as u64).sum::<u64>();
+        }
         let answers = module.call(expression, buf, entries.len(), fuel)?;
         answers
             .iter()
@@ -301,7 +320,11 @@ impl PluginHost {
         now_ms: i64,
     ) -> Result<bool, PluginError> {
         let answers = self.filter_answers(module, expression, &[entry], now_ms, &mut Vec::new())?;
-        answers[0].ok_or_else(|| PluginError::Failed("the filter could not evaluate this message".into()))
+        answers[0].ok_or_else(|| {
+            PluginError::Failed(
+                module.last_reason().unwrap_or_else(|| "the filter could not evaluate this message".into()),
+            )
+        })
     }
 
     /// Asks a transaction checker about one half message.

@@ -36,9 +36,10 @@
 //!
 //! # Cost
 //!
-//! Parsing is one pass over the body without recursion, so its cost grows with the body's
-//! length. The broker bounds each filter call with fuel (see the README for the body size the
-//! default limits allow).
+//! Parsing is one pass over the body without recursion (8 bytes at a time inside strings and
+//! skipped values), so its cost grows with the body's length. The broker bounds each call with
+//! fuel: with the default limits a message evaluated alone may have about 6 KB of typical JSON
+//! (the README has the measurements); a message over its fuel is not delivered.
 
 use rockraft_plugin_sdk::{Filter, Message, filter};
 
@@ -75,7 +76,10 @@ enum Literal {
 #[derive(Clone, Copy, Debug)]
 enum Value<'a> {
     /// The bytes between the quotes; `escaped` if they contain a backslash.
-    Str { raw: &'a [u8], escaped: bool },
+    Str {
+        raw: &'a [u8],
+        escaped: bool,
+    },
     /// The number's text, valid JSON.
     Num(&'a [u8]),
     Bool(bool),
@@ -203,7 +207,7 @@ fn field_name(expression: &str, i: usize) -> Result<(Vec<u8>, usize), String> {
     if matches!(s.get(end), Some(b'.' | b'[')) {
         return Err(format!(
             "only top-level fields can be compared: {} is a path (quote a key that contains '.' or '[')",
-            expression[i..].split_whitespace().next().unwrap_or_default()
+            expression.get(i..).unwrap_or_default().split_whitespace().next().unwrap_or_default()
         ));
     }
     Ok((s[i..end].to_vec(), end))
@@ -330,8 +334,9 @@ fn scan_object<'a>(body: &'a [u8], mut visit: impl FnMut(&'a [u8], bool, Value<'
             }
         }
     }
-    if ws(body, i) != body.len() {
-        return err(i, "unexpected bytes after the object");
+    let end = ws(body, i);
+    if end != body.len() {
+        return err(end, "unexpected bytes after the object");
     }
     Ok(())
 }
@@ -357,12 +362,70 @@ fn value(s: &[u8], i: usize) -> Result<(Value<'_>, usize), SyntaxError> {
     })
 }
 
+// Word-at-a-time search. Fuel counts WebAssembly instructions, and a byte-by-byte loop costs
+// about 25 of them per byte; testing 8 bytes per step makes long strings and skipped nested
+// values about 4 times cheaper. Each mask has the high bit set in the bytes that match; bytes
+// above a match may be flagged wrongly (a borrow), but the lowest flagged byte always matches.
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Flags the bytes of `w` below `n` (`n` ≤ 0x80).
+fn lt_bytes(w: u64, n: u8) -> u64 {
+    w.wrapping_sub(LO * u64::from(n)) & !w & HI
+}
+
+/// Flags the bytes of `w` equal to `c`.
+fn eq_bytes(w: u64, c: u8) -> u64 {
+    lt_bytes(w ^ (LO * u64::from(c)), 1)
+}
+
+/// Where a string's scan stops: a quote, a backslash or a control character.
+fn is_string_stop(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+fn string_stops(w: u64) -> u64 {
+    eq_bytes(w, b'"') | eq_bytes(w, b'\\') | lt_bytes(w, 0x20)
+}
+
+/// Where skipping a nested value stops: a bracket or the start of a string.
+fn is_bracket_stop(b: u8) -> bool {
+    matches!(b, b'{' | b'[' | b'}' | b']' | b'"')
+}
+
+fn bracket_stops(w: u64) -> u64 {
+    // Setting bit 5 maps `[` onto `{` and `]` onto `}` (and no other byte onto either).
+    let folded = w | (LO * 0x20);
+    eq_bytes(folded, b'{') | eq_bytes(folded, b'}') | eq_bytes(w, b'"')
+}
+
+/// The first position at or after `i` whose byte `wanted` accepts (`s.len()` if none); `mask`
+/// flags the same bytes in a little-endian word.
+fn find(s: &[u8], mut i: usize, mask: impl Fn(u64) -> u64, wanted: impl Fn(u8) -> bool) -> usize {
+    while let Some((word, _)) = s.get(i..).and_then(<[u8]>::split_first_chunk::<8>) {
+        let m = mask(u64::from_le_bytes(*word));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&b) = s.get(i) {
+        if wanted(b) {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
 /// `s[i]` is an opening quote: the position after the closing one, and whether the string has
 /// escapes. Checks the escapes and refuses raw control characters.
 fn string_end(s: &[u8], i: usize) -> Result<(usize, bool), SyntaxError> {
     let mut j = i + 1;
     let mut escaped = false;
     loop {
+        j = find(s, j, string_stops, is_string_stop);
         match s.get(j) {
             Some(b'"') => return Ok((j + 1, escaped)),
             Some(b'\\') => {
@@ -426,6 +489,7 @@ fn composite_end(s: &[u8], mut i: usize) -> Result<usize, SyntaxError> {
     let mut stack: u128 = 0;
     let mut depth = 0usize;
     loop {
+        i = find(s, i, bracket_stops, is_bracket_stop);
         match s.get(i) {
             Some(&b @ (b'{' | b'[')) => {
                 if depth == MAX_DEPTH {
@@ -569,7 +633,8 @@ mod tests {
         // A field named twice is read once.
         let f = JsonFieldFilter::open(r#"a != 1 && a != 2 && "\u0061" != 3"#).unwrap();
         assert_eq!((f.fields.len(), f.conditions.len()), (1, 3));
-        let f = JsonFieldFilter::open(r#"note == "a && b \"q\" \u00e9 \ud83d\ude00" && ok == true && no == false"#).unwrap();
+        let f = JsonFieldFilter::open(r#"note == "a && b \"q\" \u00e9 \ud83d\ude00" && ok == true && no == false"#)
+            .unwrap();
         assert_eq!(f.conditions[0].value, Literal::Str("a && b \"q\" é 😀".as_bytes().to_vec()));
         assert_eq!(f.conditions.len(), 3);
     }
@@ -657,7 +722,8 @@ mod tests {
             assert_eq!(run(&format!("n == {expr}"), body.as_bytes()), Ok(true), "{expr} == {body}");
             assert_eq!(run(&format!("n != {expr}"), body.as_bytes()), Ok(false), "{expr} != {body}");
         }
-        let different = [("1", "-1"), ("1", "10"), ("0.1", "0.01"), ("9007199254740993", "9007199254740992"), ("1", "1.000001")];
+        let different =
+            [("1", "-1"), ("1", "10"), ("0.1", "0.01"), ("9007199254740993", "9007199254740992"), ("1", "1.000001")];
         for (expr, body) in different {
             let body = format!(r#"{{"n": {body}}}"#);
             assert_eq!(run(&format!("n == {expr}"), body.as_bytes()), Ok(false), "{expr} == {body}");
@@ -743,6 +809,30 @@ mod tests {
         assert_eq!(run("a != 1", b"{}"), Ok(true));
     }
 
+    #[test]
+    fn word_search_agrees_with_a_byte_loop() {
+        let mut seed: u64 = 7;
+        let mut data = Vec::new();
+        for _ in 0..20_000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            // Mostly plain bytes, sometimes a special one, any value at all now and then.
+            let r = (seed >> 33) as u8;
+            data.push(match seed >> 60 {
+                0 => b"\"{}[]\\\x00\x1f{[]}"[usize::from(r) % 10],
+                1 => r,
+                _ => (b'a' + r % 26) | (r & 0x80),
+            });
+        }
+        let agree = |mask: fn(u64) -> u64, stop: fn(u8) -> bool| {
+            for start in 0..data.len() {
+                let slow = start + data[start..].iter().position(|&b| stop(b)).unwrap_or(data.len() - start);
+                assert_eq!(find(&data, start, mask, stop), slow, "from {start}");
+            }
+        };
+        agree(string_stops, is_string_stop);
+        agree(bracket_stops, is_bracket_stop);
+    }
+
     const SAMPLES: &[&str] = &[
         r#"{"status":"paid","amount":12.5,"items":[{"sku":"a\"]}","n":1},[true,false,null]],"meta":{},"note":"\u00e9\ud83d\ude00\\","z":null}"#,
         r#"{ "a" : -0.5e-3 , "b" : [ ] , "c" : { "d" : [ { } ] } , "e" : "x" }"#,
@@ -781,7 +871,9 @@ mod tests {
                     let byte = alphabet[next() as usize % alphabet.len()];
                     match next() % 3 {
                         0 if !body.is_empty() => body[at] = byte,
-                        1 if !body.is_empty() => drop(body.remove(at)),
+                        1 if !body.is_empty() => {
+                            body.remove(at);
+                        }
                         _ => body.insert(at.min(body.len()), byte),
                     }
                 }
@@ -794,7 +886,8 @@ mod tests {
     #[test]
     fn arbitrary_expressions_never_panic() {
         let mut seed: u64 = 42;
-        let pieces = ["a", "\"a\"", "==", "!=", "&&", "1", "-", ".", "e", "\"", "\\", "u", "d800", "true", " ", "é", "{", "["];
+        let pieces =
+            ["a", "\"a\"", "==", "!=", "&&", "1", "-", ".", "e", "\"", "\\", "u", "d800", "true", " ", "é", "{", "["];
         for _ in 0..20_000 {
             let mut expression = String::new();
             for _ in 0..seed % 9 {

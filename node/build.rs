@@ -16,7 +16,9 @@ fn main() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     ensure_target(&rustc);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let target_dir = out.join("plugins-target");
+    // One wasm build shared by the debug, release and clippy builds of the node: OUT_DIR is
+    // <target>/<profile>/build/<crate>-<hash>/out.
+    let target_dir = out.ancestors().nth(4).map_or_else(|| out.join("plugins-target"), |t| t.join("wasm-plugins"));
     let mut build = Command::new(cargo);
     build
         .args(["build", "--release", "--locked", "--target", TARGET, "--manifest-path"])

@@ -15,8 +15,10 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked --exclude rockraft-cluster-tests "${features[@]}" 2>&1 | tee "$log"
 # The plugins' own unit tests (built-in ones and the examples), natively.
+# They share one target directory of their own (so their common crates build once).
+plugin_target="${CARGO_TARGET_DIR:-$PWD/target}/plugin-workspaces"
 for dir in plugins examples/plugins/json-field-filter examples/plugins/order-checker; do
-  (cd "$dir" && cargo test --locked) 2>&1 | tee -a "$log"
+  (cd "$dir" && CARGO_TARGET_DIR="$plugin_target" cargo test --locked) 2>&1 | tee -a "$log"
 done
 # One cluster at a time: each runs three nodes, and the machine may have two cores.
 cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads=1 2>&1 | tee -a "$log"

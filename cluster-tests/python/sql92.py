@@ -3,8 +3,8 @@
 
 - A producer sends messages with user properties (amount, region, and for some vip); a
   SimpleConsumer of --group subscribes with FilterExpression(EXPRESSION, FilterType.SQL) and
-  receives exactly the messages the expression selects, each once (a message without a property
-  the expression compares is not selected).
+  receives exactly the messages the expression selects, each once (three-valued logic, and
+  RocketMQ's typing of string properties against number literals).
 - A SimpleConsumer of --bad-group subscribing with an expression that does not parse is refused
   at receive with ILLEGAL_FILTER_EXPRESSION (40010).
 
@@ -31,6 +31,9 @@ RUN = uuid.uuid4().hex[:8]  # keeps bodies unique if the topic is reused
 MESSAGES = [
     ("eu-big", {"region": "eu", "amount": "250"}, True),
     ("uk-vip", {"region": "uk", "amount": "5", "vip": "gold"}, True),
+    ("uk-just-over", {"region": "uk", "amount": "101"}, True),
+    # amount > 100 is NULL without amount; NULL OR TRUE is TRUE.
+    ("eu-vip-no-amount", {"region": "eu", "vip": "silver"}, True),
     # As in RocketMQ: a property that does not parse as the literal's type (an integer here) is
     # an evaluation error, and the message is not delivered.
     ("eu-decimal", {"region": "eu", "amount": "100.5"}, False),

@@ -23,7 +23,7 @@ pub mod subscription;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rockraft_plugin_sdk::{BatchWriter, MessageData};
 use serde::{Deserialize, Serialize};
@@ -137,8 +137,8 @@ pub fn module_hash(bytes: &[u8]) -> String {
 pub struct PluginHost {
     engine: Engine,
     limits: PluginLimits,
-    /// Compiled modules by (hash, kind).
-    loaded: Mutex<HashMap<(String, PluginKind), Arc<LoadedModule>>>,
+    /// Compiled modules (or why they do not load) by (hash, kind).
+    loaded: Mutex<HashMap<(String, PluginKind), Arc<OnceLock<Result<Arc<LoadedModule>, PluginError>>>>>,
     /// When a plugin failure was last logged, so a poison message does not flood the log.
     last_logged_ms: AtomicI64,
 }
@@ -211,22 +211,24 @@ impl PluginHost {
 
     /// `load` with the module's hash known (registered modules carry it; hashing is not free).
     fn load_hashed(&self, hash: String, bytes: &[u8], kind: PluginKind) -> Result<Arc<LoadedModule>, PluginError> {
-        let key = (hash, kind);
-        if let Some(m) = self.loaded.lock().expect("loaded modules").get(&key) {
-            return Ok(Arc::clone(m));
-        }
-        // Compiled outside the lock: it takes milliseconds (a second in debug builds).
-        let module = Arc::new(LoadedModule::load(&self.engine, key.0.clone(), bytes, kind, self.limits)?);
-        let mut loaded = self.loaded.lock().expect("loaded modules");
-        if loaded.len() >= MAX_LOADED {
-            loaded.clear();
-        }
-        Ok(Arc::clone(loaded.entry(key).or_insert(module)))
+        let cell = {
+            let mut loaded = self.loaded.lock().expect("loaded modules");
+            if loaded.len() >= MAX_LOADED && !loaded.contains_key(&(hash.clone(), kind)) {
+                loaded.clear();
+            }
+            Arc::clone(loaded.entry((hash.clone(), kind)).or_default())
+        };
+        // Compiled outside the map's lock (it takes tens of milliseconds) and once: concurrent
+        // first users of a module wait for the one compilation.
+        let compiled =
+            cell.get_or_init(|| LoadedModule::load(&self.engine, hash, bytes, kind, self.limits).map(Arc::new));
+        compiled.clone()
     }
 
     /// Every module compiled here, for metrics.
     pub fn loaded(&self) -> Vec<Arc<LoadedModule>> {
-        self.loaded.lock().expect("loaded modules").values().cloned().collect()
+        let loaded = self.loaded.lock().expect("loaded modules");
+        loaded.values().filter_map(|c| c.get().and_then(|r| r.as_ref().ok()).cloned()).collect()
     }
 
     fn log_failure(&self, module: &LoadedModule, e: &PluginError) {

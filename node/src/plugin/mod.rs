@@ -133,12 +133,15 @@ pub fn module_hash(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A module being compiled, compiled, or refused: set once by whoever asks first.
+type Compiling = OnceLock<Result<Arc<LoadedModule>, PluginError>>;
+
 /// Compiles and caches modules, and runs them with the node's limits.
 pub struct PluginHost {
     engine: Engine,
     limits: PluginLimits,
     /// Compiled modules (or why they do not load) by (hash, kind).
-    loaded: Mutex<HashMap<(String, PluginKind), Arc<OnceLock<Result<Arc<LoadedModule>, PluginError>>>>>,
+    loaded: Mutex<HashMap<(String, PluginKind), Arc<Compiling>>>,
     /// When a plugin failure was last logged, so a poison message does not flood the log.
     last_logged_ms: AtomicI64,
 }

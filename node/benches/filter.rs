@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rockraft::broker::StoredEntry;
+use rockraft::broker::{MessageFilter, StoredEntry};
 use rockraft::plugin::subscription::{FilterKind, Subscription};
 use rockraft::plugin::{PluginHost, PluginLimits};
 use rockraft_proto::rockraft::StoredMessage;
@@ -48,7 +48,7 @@ fn entry(i: u64) -> StoredEntry {
 }
 
 fn filters(c: &mut Criterion) {
-    let host = PluginHost::new(PluginLimits::default()).expect("plugin engine");
+    let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default()).expect("plugin engine"));
     let cases = [
         ("sql92 a > 5 AND b = 'abc'", FilterKind::Sql92, "a > 5 AND b = 'abc'"),
         (
@@ -68,7 +68,7 @@ fn filters(c: &mut Criterion) {
         for (name, kind, expression) in cases {
             let sub = Subscription::compile(&host, kind, expression).expect("expression compiles");
             group.bench_with_input(BenchmarkId::new(name, batch), &refs, |b, refs| {
-                b.iter(|| sub.passes(&host, refs, 0));
+                b.iter(|| sub.passes(refs, 0));
             });
         }
     }

@@ -15,11 +15,10 @@ use bytes::Bytes;
 use openraft::RaftSnapshotBuilder;
 use openraft::storage::RaftStateMachine;
 use prost::Message;
+use rockraft::broker::MatchAll;
 use rockraft::broker::group::GroupConfig;
 use rockraft::broker::pop::{ConsumeCommand, Receipt};
 use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest};
-use rockraft::plugin::subscription::Subscription;
-use rockraft::plugin::{PluginHost, PluginLimits};
 use rockraft::raft::StateMachine;
 use rockraft::store::{CommitLog, LogConfig, RecordMeta};
 use rockraft_proto::rockraft::{SendBatch, StoredMessage};
@@ -211,13 +210,10 @@ fn workload(r: &mut Replica, round: u64) {
     }
     let g = r.broker.group("g").unwrap();
     let t = r.broker.topic("T").unwrap();
-    // Match-all: the host compiles nothing.
-    let plugins = PluginHost::new(PluginLimits::default()).unwrap();
     let request = PopRequest {
         group: &g,
         topic: &t,
-        filter: &Subscription::all(),
-        plugins: &plugins,
+        filter: &MatchAll,
         max_messages: 4,
         invisible_ms: 60_000,
         now_ms: base + 100,

@@ -75,7 +75,7 @@ pub enum AdminRequest {
     RegisterPlugin {
         name: String,
         kind: PluginKind,
-        #[serde(with = "crate::plugin::registry::base64_bytes")]
+        #[serde(with = "crate::broker::plugins::base64_bytes")]
         module: Vec<u8>,
     },
     RemovePlugin {

@@ -16,11 +16,11 @@ use crate::admin::api::{
     AdminRequest, AdminResponse, BindTarget, GroupInfo, MemberInfo, MessageLine, NodeStatus, PluginInfo, Role,
     TopicInfo,
 };
+use crate::broker::plugins::{Binding, PluginCommand};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::transaction::{Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::cluster::Cluster;
-use crate::plugin::registry::{Binding, PluginCommand};
 use crate::plugin::{PluginKind, blocking, builtin, module_hash};
 use crate::raft::{NodeInfo, channel};
 

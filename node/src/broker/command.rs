@@ -15,11 +15,11 @@ use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::BrokerError;
+use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::timer::TimerCommand;
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::TransactionCommand;
-use crate::plugin::registry::PluginCommand;
 
 const TAG_SEND: u8 = 1;
 const TAG_ADMIN: u8 = 2;

@@ -29,6 +29,9 @@ mod handle;
 pub mod held;
 #[cfg(test)]
 mod held_test;
+pub mod plugins;
+#[cfg(test)]
+mod plugins_test;
 pub mod pop;
 mod pop_plan;
 #[cfg(test)]
@@ -50,7 +53,7 @@ pub mod transaction;
 pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
-pub use pop_plan::{PopPlan, PopRequest};
+pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
 pub use read::{GroupProgress, QueueStatus, StoredEntry};
 pub use reply::{Held, Reply, SendOutcome};
 pub use state::{LogPosition, MembershipRecord, QueueRange, State};

@@ -14,8 +14,6 @@ use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
 use crate::broker::state::QueueRange;
 use crate::broker::{Broker, BrokerError, StoredEntry, TopicConfig};
-use crate::plugin::PluginHost;
-use crate::plugin::subscription::Subscription;
 
 /// How many new queue records one plan looks at per queue, so a heavily filtered queue still
 /// makes a small entry.
@@ -25,12 +23,35 @@ const DEAD_LETTERS_PER_PLAN: usize = 64;
 /// Queue records one filter window covers at least, so a small receive still filters in batches.
 const MIN_WINDOW: u64 = 32;
 
+/// Which messages a subscription wants (the plugin host implements it with WASM filters).
+pub trait MessageFilter: Sync {
+    /// False only if no message with this tag hash can pass.
+    fn may_match(&self, tag_hash: u64) -> bool;
+    /// Whether deciding needs the messages themselves (else the tag hash settles it).
+    fn reads_messages(&self) -> bool;
+    /// Which entries pass, in order.
+    fn passes(&self, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool>;
+}
+
+/// Every message, none read.
+pub struct MatchAll;
+
+impl MessageFilter for MatchAll {
+    fn may_match(&self, _: u64) -> bool {
+        true
+    }
+    fn reads_messages(&self) -> bool {
+        false
+    }
+    fn passes(&self, entries: &[&StoredEntry], _: i64) -> Vec<bool> {
+        vec![true; entries.len()]
+    }
+}
+
 pub struct PopRequest<'a> {
     pub group: &'a GroupConfig,
     pub topic: &'a TopicConfig,
-    pub filter: &'a Subscription,
-    /// Runs the filter's plugins.
-    pub plugins: &'a PluginHost,
+    pub filter: &'a dyn MessageFilter,
     pub max_messages: usize,
     pub invisible_ms: i64,
     pub now_ms: i64,
@@ -193,7 +214,7 @@ impl Broker {
         }
         let passed = if r.filter.reads_messages() {
             let entries: Vec<&StoredEntry> = read.iter().collect();
-            r.filter.passes(r.plugins, &entries, r.now_ms)
+            r.filter.passes(&entries, r.now_ms)
         } else {
             vec![true; read.len()]
         };

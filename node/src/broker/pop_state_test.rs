@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
+use crate::broker::StoredEntry;
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
+use crate::broker::pop_plan::{MatchAll, MessageFilter};
 use crate::broker::state_test::{Node, create, node, send};
 use crate::broker::{Command, PopRequest, Reply, TopicConfig};
-use crate::plugin::subscription::{FilterKind, Subscription};
-use crate::plugin::test_host;
 
 fn group(name: &str, max_attempts: u32) -> GroupConfig {
     GroupConfig { name: name.into(), fifo: false, max_attempts }
@@ -19,18 +19,16 @@ fn topic(n: &Node, name: &str) -> TopicConfig {
 }
 
 /// Plans a pop as a receive would, commits its dead letters and the pop, returns the deliveries.
-fn pop(n: &mut Node, g: &GroupConfig, t: &str, filter: &Subscription, now_ms: i64, invisible_ms: i64) -> Vec<Delivery> {
+fn pop(
+    n: &mut Node,
+    g: &GroupConfig,
+    t: &str,
+    filter: &dyn MessageFilter,
+    now_ms: i64,
+    invisible_ms: i64,
+) -> Vec<Delivery> {
     let t = topic(n, t);
-    let request = PopRequest {
-        group: g,
-        topic: &t,
-        filter,
-        plugins: test_host(),
-        max_messages: 32,
-        invisible_ms,
-        now_ms,
-        first_queue: 0,
-    };
+    let request = PopRequest { group: g, topic: &t, filter, max_messages: 32, invisible_ms, now_ms, first_queue: 0 };
     let plan = n.broker.plan_pop(&request).unwrap();
     for d in plan.dead_letters {
         n.commit(&Command::DeadLetter(d));
@@ -63,17 +61,32 @@ fn a_group_gets_each_message_once_until_its_invisible_time_passes() {
     let (mut n, g) = setup(dir.path(), 16);
     n.commit(&send("T", 0, 1, &["a", "b"]));
     n.commit(&send("T", 1, 1, &["c"]));
-    let first = pop(&mut n, &g, "T", &Subscription::all(), 1000, 500);
+    let first = pop(&mut n, &g, "T", &MatchAll, 1000, 500);
     assert_eq!(first.len(), 3);
-    assert!(pop(&mut n, &g, "T", &Subscription::all(), 1400, 500).is_empty(), "all in flight");
+    assert!(pop(&mut n, &g, "T", &MatchAll, 1400, 500).is_empty(), "all in flight");
     n.commit(&Command::Consume(ConsumeCommand::Ack(receipt("g", "T", &first[0]))));
-    let again = pop(&mut n, &g, "T", &Subscription::all(), 1500, 500);
+    let again = pop(&mut n, &g, "T", &MatchAll, 1500, 500);
     assert_eq!(again.len(), 2, "the two unacked come back");
     assert!(again.iter().all(|d| d.attempt == 2));
     // Another group has its own progress.
     let other = group("h", 16);
     n.commit(&Command::Consume(ConsumeCommand::CreateGroup(other.clone())));
-    assert_eq!(pop(&mut n, &other, "T", &Subscription::all(), 1500, 500).len(), 3);
+    assert_eq!(pop(&mut n, &other, "T", &MatchAll, 1500, 500).len(), 3);
+}
+
+/// Passes messages with exactly this tag (the plugin host's tag filter does this in WASM).
+struct OnlyTag(&'static str);
+
+impl MessageFilter for OnlyTag {
+    fn may_match(&self, hash: u64) -> bool {
+        hash == crate::store::tag_hash(self.0)
+    }
+    fn reads_messages(&self) -> bool {
+        true
+    }
+    fn passes(&self, entries: &[&StoredEntry], _: i64) -> Vec<bool> {
+        entries.iter().map(|e| e.message.tag == self.0).collect()
+    }
 }
 
 #[test]
@@ -81,7 +94,7 @@ fn filtered_out_messages_are_passed_over_for_good() {
     let dir = tempfile::tempdir().unwrap();
     let (mut n, g) = setup(dir.path(), 16);
     n.commit(&send("T", 0, 1, &["a", "b", "c"])); // all tagged TagA
-    let none = pop(&mut n, &g, "T", &Subscription::compile(test_host(), FilterKind::Tag, "TagB").unwrap(), 1000, 500);
+    let none = pop(&mut n, &g, "T", &OnlyTag("TagB"), 1000, 500);
     assert!(none.is_empty());
     let progress = n.broker.group_progress();
     assert_eq!(progress.iter().map(|p| p.lag + p.inflight).sum::<u64>(), 0, "nothing left to consume");
@@ -93,12 +106,12 @@ fn after_max_attempts_a_copy_goes_to_the_dead_letter_topic_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut n, g) = setup(dir.path(), 2);
     n.commit(&send("T", 1, 1, &["doomed"]));
-    assert_eq!(pop(&mut n, &g, "T", &Subscription::all(), 1000, 100).len(), 1);
-    assert_eq!(pop(&mut n, &g, "T", &Subscription::all(), 1100, 100)[0].attempt, 2);
+    assert_eq!(pop(&mut n, &g, "T", &MatchAll, 1000, 100).len(), 1);
+    assert_eq!(pop(&mut n, &g, "T", &MatchAll, 1100, 100)[0].attempt, 2);
     let last =
         consumption(&n).queues.get(&("g".to_string(), "T".to_string(), 1)).unwrap().inflight.get(&0).unwrap().clone();
     // Attempts used up: this pop dead-letters instead of delivering.
-    assert!(pop(&mut n, &g, "T", &Subscription::all(), 1200, 100).is_empty());
+    assert!(pop(&mut n, &g, "T", &MatchAll, 1200, 100).is_empty());
     let dlq = dead_letter_topic("g");
     let dead = n.broker.read(&dlq, 0, 0).unwrap().expect("a copy in the dead-letter topic");
     assert_eq!((dead.message.message_id.as_str(), &dead.message.body[..]), ("doomed", &b"body of doomed"[..]));
@@ -118,7 +131,7 @@ fn consumption_state_survives_a_restart() {
     let before = {
         let (mut n, g) = setup(dir.path(), 16);
         n.commit(&send("T", 0, 1, &["a", "b"]));
-        let d = pop(&mut n, &g, "T", &Subscription::all(), 1000, 60_000);
+        let d = pop(&mut n, &g, "T", &MatchAll, 1000, 60_000);
         n.commit(&Command::Consume(ConsumeCommand::Ack(receipt("g", "T", &d[0]))));
         n.broker.checkpoint().unwrap();
         consumption(&n)
@@ -133,17 +146,17 @@ fn a_snapshot_at_an_older_index_has_the_consumption_state_of_that_index() {
     let dir = tempfile::tempdir().unwrap();
     let (mut n, g) = setup(dir.path(), 2);
     n.commit(&send("T", 0, 1, &["a", "b", "c"]));
-    let d = pop(&mut n, &g, "T", &Subscription::all(), 1000, 100);
+    let d = pop(&mut n, &g, "T", &MatchAll, 1000, 100);
     n.commit(&Command::Consume(ConsumeCommand::Ack(receipt("g", "T", &d[0]))));
     let early = (n.next_index - 1, consumption(&n));
-    pop(&mut n, &g, "T", &Subscription::all(), 1200, 100);
+    pop(&mut n, &g, "T", &MatchAll, 1200, 100);
     let change = ConsumeCommand::ChangeInvisible { receipt: receipt("g", "T", &d[1]), now_ms: 1300, invisible_ms: 5 };
     n.commit(&Command::Consume(change));
     let later = (n.next_index - 1, consumption(&n));
     // Dead letters, new messages and deliveries after both points.
     n.commit(&send("T", 1, 1, &["d"]));
-    pop(&mut n, &g, "T", &Subscription::all(), 5000, 100);
-    pop(&mut n, &g, "T", &Subscription::all(), 9000, 100);
+    pop(&mut n, &g, "T", &MatchAll, 5000, 100);
+    pop(&mut n, &g, "T", &MatchAll, 9000, 100);
     assert_ne!(consumption(&n), later.1);
 
     let snap_early = n.broker.state_at(early.0, None).unwrap();
@@ -159,9 +172,8 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
     let (mut n, g) = setup(dir.path(), 16);
     n.commit(&send("T", 0, 1, &["old-1", "old-2"]));
     let t = topic(&n, "T");
-    let filter = Subscription::all();
+    let filter = MatchAll;
     let request = PopRequest {
-        plugins: test_host(),
         group: &g,
         topic: &t,
         filter: &filter,
@@ -177,7 +189,7 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
     assert_eq!(reply, Reply::Consume(ConsumeOutcome::TopicNotFound("T".into())));
     assert!(consumption(&n).queues.is_empty(), "no POP state carried over to the new topic");
     n.commit(&send("T", 0, 1, &["new-1"]));
-    let fresh = pop(&mut n, &g, "T", &Subscription::all(), 2, 100);
+    let fresh = pop(&mut n, &g, "T", &MatchAll, 2, 100);
     assert_eq!(fresh.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0], "the new topic is read from its start");
 
     // A snapshot taken now replays the deletion and re-creation the same way.

@@ -8,14 +8,13 @@ use proptest::prelude::*;
 
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::pop_plan::MatchAll;
 use crate::broker::state_test::{Node, create, lid, node, send};
 use crate::broker::timer::{TimerCommand, parse_recall_handle};
 use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
 use crate::broker::{
     AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest, Reply, State, TopicConfig, TopicKind,
 };
-use crate::plugin::subscription::Subscription;
-use crate::plugin::test_host;
 use prost::Message;
 use rockraft_proto::rockraft::StoredMessage;
 
@@ -172,10 +171,9 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             *clock += later_ms;
             let (Some(g), Some(t)) = (n.broker.group(GROUPS[*group]), n.broker.topic(TOPICS[*topic])) else { return };
             let request = PopRequest {
-                plugins: test_host(),
                 group: &g,
                 topic: &t,
-                filter: &Subscription::all(),
+                filter: &MatchAll,
                 max_messages: 3,
                 invisible_ms: 1_000,
                 now_ms: *clock,
@@ -332,10 +330,9 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     // The replica can plan a pop of the new topic that its state accepts.
     let t = f.topic("New").unwrap();
     let request = PopRequest {
-        plugins: test_host(),
         group: &g,
         topic: &t,
-        filter: &Subscription::all(),
+        filter: &MatchAll,
         max_messages: 8,
         invisible_ms: 1_000,
         now_ms: 5_000,

@@ -17,12 +17,12 @@ use serde::{Deserialize, Serialize};
 use crate::broker::dedupe_journal::{Key as DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
 use crate::broker::held::{HeldCounts, Hold};
+use crate::broker::plugins::PluginTables;
 use crate::broker::pop::Consumption;
 use crate::broker::table::{Persisted, Table};
 use crate::broker::timer::{Timer, TimerKey};
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::Half;
-use crate::plugin::registry::PluginTables;
 use crate::store::RecordMeta;
 
 /// Where an entry sits in the replicated log: the broker's own name for a Raft log id.

@@ -10,7 +10,7 @@ use rockraft_proto::rockraft::StoredMessage;
 use serde::Deserialize;
 
 use crate::admin::api::{AdminRequest, AdminResponse, BindTarget};
-use crate::broker::StoredEntry;
+use crate::broker::{MessageFilter, StoredEntry};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, PluginLimits, builtin};
 
@@ -126,7 +126,7 @@ struct EvalMessage {
 /// `plugin eval`: the line to print, or the error.
 pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
     let m: EvalMessage = serde_json::from_str(message).map_err(|e| format!("--message: {e}"))?;
-    let host = PluginHost::new(PluginLimits::default()).map_err(|e| e.to_string())?;
+    let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default()).map_err(|e| e.to_string())?);
     let entry = StoredEntry {
         topic: m.topic.clone(),
         queue_id: 0,
@@ -152,7 +152,7 @@ pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
     if let Some(kind) = kind {
         let sub = Subscription::compile(&host, kind, expr).map_err(show)?;
         let tag_ok = sub.may_match(crate::store::tag_hash(&entry.message.tag));
-        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&host, &[&entry], 0)[0]);
+        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&[&entry], 0)[0]);
         return Ok(passed.to_string());
     }
     let module: std::sync::Arc<LoadedModule> = if let Some((bytes, kind)) = builtin::module(plugin) {

@@ -117,7 +117,7 @@ impl Cluster {
         &self.inner.raft
     }
 
-    pub fn plugins(&self) -> &crate::plugin::PluginHost {
+    pub fn plugins(&self) -> &std::sync::Arc<crate::plugin::PluginHost> {
         &self.inner.options.plugins
     }
 

@@ -127,7 +127,6 @@ impl Cluster {
             group: &group,
             topic: &topic,
             filter: &filter,
-            plugins: self.plugins(),
             max_messages: order.max_messages,
             invisible_ms: order.invisible_ms,
             now_ms: now_ms(),

@@ -12,7 +12,7 @@ use rockraft_plugin_sdk::{KIND_FILTER, KIND_TX_CHECKER};
 use serde::{Deserialize, Serialize};
 use wasmtime::{Engine, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc};
 
-use crate::plugin::{PluginError, PluginKind, PluginLimits};
+use crate::plugin::{PluginError, PluginKind, PluginLimits, call_export};
 
 /// Fuel for a call that only allocates or compiles an expression.
 const SETUP_FUEL: u64 = 5_000_000;
@@ -122,7 +122,7 @@ impl LoadedModule {
                 None => format!("the module has no {ABI_MARKER} export: build it with rockraft-plugin-sdk"),
             }));
         }
-        let call = kind.call_export();
+        let call = call_export(kind);
         for needed in [
             "memory",
             "rockraft_manifest",
@@ -174,7 +174,7 @@ impl LoadedModule {
         let instance = Instance::new(&mut store, &self.module, &[]).map_err(fault)?;
         let memory =
             instance.get_memory(&mut store, "memory").ok_or_else(|| PluginError::Invalid("no memory".into()))?;
-        let call = self.kind.call_export();
+        let call = call_export(self.kind);
         let typed =
             |what: &str, e: wasmtime::Error| PluginError::Invalid(format!("{what} has the wrong signature: {e}"));
         Ok(Guest {

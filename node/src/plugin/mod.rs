@@ -3,8 +3,8 @@
 //! - `host.rs` compiles modules, keeps instances and bounds every call (fuel, memory).
 //! - `builtin.rs` holds the modules built into the node (`tag`, `sql92`, `default-tx-checker`),
 //!   built from `plugins/` with the same SDK and ABI as user plugins.
-//! - `registry.rs` is the replicated part: registered modules and what groups and topics are
-//!   bound to, changed only through Raft entries so every node runs the same bytes.
+//! - The replicated part (registered modules, what groups and topics are bound to) is broker
+//!   state: `broker/plugins.rs`.
 //! - `subscription.rs` is a consumer's filter as pop planning uses it.
 //! - `checker.rs` is the transaction checker the leader's check job asks.
 //!
@@ -15,9 +15,6 @@ pub mod checker;
 pub mod host;
 #[cfg(test)]
 mod plugin_test;
-pub mod registry;
-#[cfg(test)]
-mod registry_test;
 pub mod subscription;
 
 use std::collections::HashMap;
@@ -27,49 +24,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rockraft_plugin_sdk::{BatchWriter, MessageData};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 
 use crate::broker::StoredEntry;
+pub use crate::broker::plugins::{PluginKind, module_hash};
 pub use host::{LoadedModule, Manifest};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PluginKind {
-    Filter,
-    TxChecker,
-}
-
-impl PluginKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PluginKind::Filter => "filter",
-            PluginKind::TxChecker => "tx-checker",
-        }
-    }
-
-    fn call_export(self) -> &'static str {
-        match self {
-            PluginKind::Filter => "rockraft_filter",
-            PluginKind::TxChecker => "rockraft_tx_check",
-        }
-    }
-}
-
-impl fmt::Display for PluginKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for PluginKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "filter" => Ok(PluginKind::Filter),
-            "tx-checker" => Ok(PluginKind::TxChecker),
-            other => Err(format!("unknown plugin kind {other:?} (filter, tx-checker)")),
-        }
+fn call_export(kind: PluginKind) -> &'static str {
+    match kind {
+        PluginKind::Filter => "rockraft_filter",
+        PluginKind::TxChecker => "rockraft_tx_check",
     }
 }
 
@@ -126,11 +90,6 @@ impl Default for PluginLimits {
             max_module_bytes: 1 << 20,
         }
     }
-}
-
-/// The hex SHA-256 of a module: how the node caches what it compiled.
-pub fn module_hash(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A module being compiled, compiled, or refused: set once by whoever asks first.
@@ -193,7 +152,7 @@ impl PluginHost {
     /// The plugin `name`: registered in `tables`, or built in.
     pub fn resolve(
         &self,
-        tables: &registry::PluginTables,
+        tables: &crate::broker::plugins::PluginTables,
         name: &str,
         kind: PluginKind,
     ) -> Result<Arc<LoadedModule>, PluginError> {
@@ -235,7 +194,8 @@ impl PluginHost {
     }
 
     fn log_failure(&self, module: &LoadedModule, e: &PluginError) {
-        let now = crate::cluster::now_ms();
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let last = self.last_logged_ms.load(Ordering::Relaxed);
         if now - last >= 1000
             && self.last_logged_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
@@ -387,7 +347,7 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
 
 /// One host for a test process: compiling the built-in modules takes a while in debug builds.
 #[cfg(test)]
-pub fn test_host() -> &'static PluginHost {
-    static HOST: std::sync::OnceLock<PluginHost> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| PluginHost::new(PluginLimits::default()).expect("plugin engine"))
+pub fn test_host() -> &'static Arc<PluginHost> {
+    static HOST: OnceLock<Arc<PluginHost>> = OnceLock::new();
+    HOST.get_or_init(|| Arc::new(PluginHost::new(PluginLimits::default()).expect("plugin engine")))
 }

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use rockraft_proto::rockraft::StoredMessage;
 
-use crate::broker::StoredEntry;
+use crate::broker::{MessageFilter, StoredEntry};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, PluginHost, PluginKind, PluginLimits, test_host};
 use crate::store::tag_hash;
@@ -30,7 +30,7 @@ fn entry(offset: u64, tag: &str, properties: &[(&str, &str)]) -> StoredEntry {
 
 /// Whether a message is delivered to a subscription, the way pop planning decides.
 fn delivered(sub: &Subscription, e: &StoredEntry) -> bool {
-    sub.may_match(tag_hash(&e.message.tag)) && (!sub.reads_messages() || sub.passes(test_host(), &[e], 0)[0])
+    sub.may_match(tag_hash(&e.message.tag)) && (!sub.reads_messages() || sub.passes(&[e], 0)[0])
 }
 
 /// Lines of a conformance file: the repository's copy, and the shared original beside the
@@ -90,7 +90,7 @@ fn batches_answer_per_message_in_order() {
     let entries: Vec<StoredEntry> =
         (0..700).map(|i| entry(i, "", &[("a", &i.to_string()), ("b", if i % 3 == 0 { "x" } else { "y" })])).collect();
     let refs: Vec<&StoredEntry> = entries.iter().collect();
-    let passed = sub.passes(test_host(), &refs, 0);
+    let passed = sub.passes(&refs, 0);
     let expected: Vec<bool> = (0..700).map(|i| i > 5 && i % 3 == 0).collect();
     assert_eq!(passed, expected);
 }
@@ -224,4 +224,12 @@ fn modules_of_another_abi_or_with_imports_are_refused_with_the_reason() {
         .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("exceeds the limit"), "{err}");
+}
+
+#[test]
+fn the_built_in_modules_are_the_kinds_the_registry_reserves() {
+    for (name, kind) in crate::broker::plugins::BUILT_IN {
+        assert_eq!(crate::plugin::builtin::module(name).map(|(_, k)| k), Some(kind), "{name}");
+    }
+    assert_eq!(crate::broker::plugins::BUILT_IN.len(), crate::plugin::builtin::NAMES.len());
 }

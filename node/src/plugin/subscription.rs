@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::StoredEntry;
-use crate::plugin::registry::PluginTables;
+use crate::broker::plugins::PluginTables;
+use crate::broker::{MessageFilter, StoredEntry};
 use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, builtin};
 use crate::store::tag_hash;
 
@@ -33,6 +33,8 @@ pub struct Opened {
 
 #[derive(Clone, Default)]
 pub struct Subscription {
+    /// Runs the plugins (none for match-all).
+    host: Option<Arc<PluginHost>>,
     /// Hashes of the tags a tag expression names; `None`: any tag may match.
     tag_hashes: Option<BTreeSet<u64>>,
     /// The plugin evaluating the subscription's expression; `None` for match-all.
@@ -49,7 +51,7 @@ impl Subscription {
 
     /// Compiles an expression with the built-in plugin for its kind. `Err(Rejected)` carries the
     /// reason a client is shown with ILLEGAL_FILTER_EXPRESSION.
-    pub fn compile(host: &PluginHost, kind: FilterKind, expression: &str) -> Result<Subscription, PluginError> {
+    pub fn compile(host: &Arc<PluginHost>, kind: FilterKind, expression: &str) -> Result<Subscription, PluginError> {
         let (plugin, tag_hashes) = match kind {
             FilterKind::Tag => {
                 let trimmed = expression.trim();
@@ -65,6 +67,7 @@ impl Subscription {
         let module = host.builtin(plugin)?;
         module.check_expression(expression)?;
         Ok(Subscription {
+            host: Some(Arc::clone(host)),
             tag_hashes,
             expression: Some(Opened { module, expression: expression.to_string() }),
             group_filter: None,
@@ -74,30 +77,31 @@ impl Subscription {
     /// Adds the filter `group` is bound to, if any.
     pub fn with_group_filter(
         mut self,
-        host: &PluginHost,
+        host: &Arc<PluginHost>,
         plugins: &PluginTables,
         group: &str,
     ) -> Result<Self, PluginError> {
         if let Some(binding) = plugins.group_filters.get(group) {
+            self.host = Some(Arc::clone(host));
             let module = host.resolve(plugins, &binding.plugin, PluginKind::Filter)?;
             self.group_filter = Some(Opened { module, expression: binding.config.clone() });
         }
         Ok(self)
     }
+}
 
-    /// False only if no message with this tag hash can pass.
-    pub fn may_match(&self, hash: u64) -> bool {
+impl MessageFilter for Subscription {
+    fn may_match(&self, hash: u64) -> bool {
         self.tag_hashes.as_ref().is_none_or(|h| h.contains(&hash))
     }
 
-    /// Whether deciding needs the messages themselves (else the tag hash settles it).
-    pub fn reads_messages(&self) -> bool {
+    fn reads_messages(&self) -> bool {
         self.expression.is_some() || self.group_filter.is_some()
     }
 
-    /// Which entries pass, in order.
-    pub fn passes(&self, host: &PluginHost, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
+    fn passes(&self, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
         let mut passed = vec![true; entries.len()];
+        let Some(host) = &self.host else { return passed };
         for stage in [&self.expression, &self.group_filter].into_iter().flatten() {
             let (idx, left): (Vec<usize>, Vec<&StoredEntry>) =
                 entries.iter().enumerate().filter(|(i, _)| passed[*i]).map(|(i, e)| (i, *e)).unzip();

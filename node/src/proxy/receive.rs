@@ -81,7 +81,7 @@ pub fn filter(expr: Option<&FilterExpression>) -> Result<(FilterKind, String), R
 
 /// Compiles a subscription's expression with its plugin, as a client would be answered.
 pub fn compile(
-    host: &crate::plugin::PluginHost,
+    host: &std::sync::Arc<crate::plugin::PluginHost>,
     kind: FilterKind,
     expression: &str,
 ) -> Result<Subscription, Rejection> {

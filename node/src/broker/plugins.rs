@@ -1,4 +1,5 @@
 //! The replicated plugin registry: registered modules and bindings, changed only by Raft entries.
+//! (Running plugins is `crate::plugin`'s; this is the state every replica keeps about them.)
 //!
 //! A registration carries the module's bytes, so every replica — and a node that becomes leader
 //! after a failover — runs exactly the module the operator registered. The leader compiles and
@@ -7,10 +8,57 @@
 
 use serde::{Deserialize, Serialize};
 
+use sha2::{Digest, Sha256};
+
 use crate::broker::Reply;
 use crate::broker::table::Table;
 use crate::broker::topic::{TopicConfig, TopicKind, validate_name};
-use crate::plugin::{PluginKind, builtin, module_hash};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginKind {
+    Filter,
+    TxChecker,
+}
+
+impl PluginKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginKind::Filter => "filter",
+            PluginKind::TxChecker => "tx-checker",
+        }
+    }
+}
+
+impl std::fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PluginKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "filter" => Ok(PluginKind::Filter),
+            "tx-checker" => Ok(PluginKind::TxChecker),
+            other => Err(format!("unknown plugin kind {other:?} (filter, tx-checker)")),
+        }
+    }
+}
+
+/// The plugins built into every node, by name; their names are reserved.
+pub const BUILT_IN: [(&str, PluginKind); 3] =
+    [("tag", PluginKind::Filter), ("sql92", PluginKind::Filter), ("default-tx-checker", PluginKind::TxChecker)];
+
+fn built_in_kind(name: &str) -> Option<PluginKind> {
+    BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+}
+
+/// The hex SHA-256 of a module: its identity in the registry and in each node's compiled cache.
+pub fn module_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Registered plugins at most.
 pub const MAX_PLUGINS: usize = 32;
@@ -74,7 +122,7 @@ pub enum PluginCommand {
 
 /// What a binding may name: a registered plugin, or a built-in one.
 fn plugin_kind(modules: &Table<String, PluginRecord>, name: &str) -> Option<PluginKind> {
-    modules.get(name).map(|r| r.kind).or_else(|| builtin::module(name).map(|(_, k)| k))
+    modules.get(name).map(|r| r.kind).or_else(|| built_in_kind(name))
 }
 
 impl PluginTables {
@@ -89,7 +137,7 @@ impl PluginTables {
                 if validate_name(&name).is_err() {
                     return Reply::Rejected(format!("illegal plugin name {name:?}: 1-127 of [A-Za-z0-9_%|-]"));
                 }
-                if builtin::module(&name).is_some() {
+                if built_in_kind(&name).is_some() {
                     return Reply::Rejected(format!("{name} is the name of a built-in plugin"));
                 }
                 if module.len() > MAX_MODULE_BYTES {

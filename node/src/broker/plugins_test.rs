@@ -3,11 +3,12 @@
 //! restart byte for byte.
 
 use crate::broker::group::GroupConfig;
+use crate::broker::plugins::{
+    Binding, MAX_MODULE_BYTES, MAX_PLUGINS, PluginCommand, PluginKind, PluginTables, module_hash,
+};
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::state_test::{Node, node, open_broker};
 use crate::broker::{AdminCommand, BrokerOptions, Command, LogPosition, Reply, TopicConfig, TopicKind};
-use crate::plugin::PluginKind;
-use crate::plugin::registry::{Binding, MAX_MODULE_BYTES, MAX_PLUGINS, PluginCommand, PluginTables};
 
 fn register(n: &mut Node, name: &str, kind: PluginKind, module: &[u8]) -> Reply {
     let command =
@@ -69,7 +70,7 @@ fn registrations_are_checked_alike_on_every_replica() {
     let state = n.broker.state();
     let r = state.plugins.modules.get("json").unwrap();
     assert_eq!((r.module.as_slice(), r.registered_ms, r.kind), (&b"module-1"[..], 7, PluginKind::Filter));
-    assert_eq!(r.hash, crate::plugin::module_hash(b"module-1"));
+    assert_eq!(r.hash, module_hash(b"module-1"));
 }
 
 #[test]

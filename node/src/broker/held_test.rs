@@ -6,7 +6,7 @@ use prost::Message;
 use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::held::HeldCounts;
-use crate::broker::state_test::{Node, node, open_broker, send};
+use crate::broker::state_test::{Node, node, send};
 use crate::broker::timer::{TimerCommand, TimerOutcome, timer_key};
 use crate::broker::transaction::{HalfState, Resolver, TransactionCommand, TransactionOutcome};
 use crate::broker::{AdminCommand, Command, Held, Reply, TopicConfig, TopicKind, split_position};
@@ -191,23 +191,8 @@ fn pending_timers_and_halves_survive_a_checkpoint_and_restart_and_fire_once() {
     // Changed after the checkpoint: replayed on restart.
     send_held(&mut n, "D", &["t3"], NOW + 20_000);
     let digest = n.broker.digest();
-    let next_index = n.next_index;
-    let log = n.log;
-    drop(n.broker);
-    let options = crate::broker::BrokerOptions {
-        dir: dir.path().join("broker"),
-        cq_records_per_file: 8,
-        dedupe_window: std::time::Duration::from_secs(120),
-        checkpoint_interval: std::time::Duration::from_secs(3600),
-    };
-    let broker = open_broker(options, log.reader());
-    let applied = broker.last_applied().unwrap().index;
-    for index in applied + 1..next_index {
-        let record = log.reader().read(index).unwrap().unwrap();
-        broker.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
-    }
-    assert_eq!(broker.digest(), digest);
-    let mut n = Node { log, broker, next_index };
+    let mut n = n.restart(dir.path());
+    assert_eq!(n.broker.digest(), digest);
     assert_eq!(n.broker.due_timers(i64::MAX, 10).unwrap().len(), 3);
     assert_eq!(fire(&mut n, NOW + 20_000), TimerOutcome::Fired(3));
     assert_eq!(fire(&mut n, NOW + 30_000), TimerOutcome::Fired(0));

@@ -7,8 +7,8 @@ use crate::broker::plugins::{
     Binding, MAX_MODULE_BYTES, MAX_PLUGINS, PluginCommand, PluginKind, PluginTables, module_hash,
 };
 use crate::broker::pop::ConsumeCommand;
-use crate::broker::state_test::{Node, node, open_broker};
-use crate::broker::{AdminCommand, BrokerOptions, Command, LogPosition, Reply, TopicConfig, TopicKind};
+use crate::broker::state_test::{Node, node};
+use crate::broker::{AdminCommand, Command, Reply, TopicConfig, TopicKind};
 
 fn register(n: &mut Node, name: &str, kind: PluginKind, module: &[u8]) -> Reply {
     let command =
@@ -113,22 +113,9 @@ fn registrations_and_bindings_survive_a_checkpoint_and_restart() {
     // After the checkpoint: replayed from the log on restart.
     assert_eq!(bind_group(&mut n, "g", Some("json")), Reply::Applied);
     let digest = n.broker.digest();
-    let (log, next_index) = (n.log, n.next_index);
-    drop(n.broker);
-    let options = BrokerOptions {
-        dir: dir.path().join("broker"),
-        cq_records_per_file: 8,
-        dedupe_window: std::time::Duration::from_secs(120),
-        checkpoint_interval: std::time::Duration::from_secs(3600),
-    };
-    let broker = open_broker(options, log.reader());
-    let applied = broker.last_applied().unwrap().index;
-    for index in applied + 1..next_index {
-        let record = log.reader().read(index).unwrap().unwrap();
-        broker.apply(LogPosition::from(&record.meta), record.payload).unwrap();
-    }
-    assert_eq!(broker.digest(), digest);
-    let state = broker.state();
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.digest(), digest);
+    let state = n.broker.state();
     assert_eq!(state.plugins.modules.get("json").unwrap().module, [0, 1, 2, 255, 254]);
     assert_eq!(state.plugins.group_filters.get("g").unwrap().plugin, "json");
 }

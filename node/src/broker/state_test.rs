@@ -63,6 +63,19 @@ impl Node {
         self.next_index += 1;
         self.broker.apply(lid(index), bytes).unwrap()
     }
+
+    /// A restart: the broker reopens from its last checkpoint in `dir` and replays the log after it.
+    pub fn restart(self, dir: &Path) -> Node {
+        let Node { log, broker, next_index } = self;
+        drop(broker);
+        let broker = open_broker(options(dir), log.reader());
+        let applied = broker.last_applied().map_or(0, |p| p.index);
+        for index in applied + 1..next_index {
+            let record = log.reader().read(index).unwrap().unwrap();
+            broker.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
+        }
+        Node { log, broker, next_index }
+    }
 }
 
 pub(crate) fn create(name: &str, queues: u32) -> Command {

@@ -13,18 +13,22 @@
 # under 8 MiB the largest message body is cut to a quarter of a segment, so that one always fits.
 # ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE move the ports (node N listens on BASE+N;
 # defaults 8080 and 9080).
+# ROCKRAFT_BIN runs that binary instead of building target/release/rockraft.
+# ROCKRAFT_DURABILITY (sync|async) sets [storage] durability in newly written configs.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 data="${ROCKRAFT_DATA:-$PWD/data}"
 segment_size="${ROCKRAFT_SEGMENT_SIZE:-268435456}"
-bin="$root/target/release/rockraft"
+bin="${ROCKRAFT_BIN:-$root/target/release/rockraft}"
 client_base="${ROCKRAFT_CLIENT_PORT_BASE:-8080}"
 raft_base="${ROCKRAFT_RAFT_PORT_BASE:-9080}"
 client_addr() { echo "127.0.0.1:$((client_base + $1))"; }
 raft_addr() { echo "127.0.0.1:$((raft_base + $1))"; }
 
 build() {
+  # A given binary is used as it is.
+  [ -n "${ROCKRAFT_BIN:-}" ] && return
   # A no-op within a second when the binary is up to date.
   (cd "$root" && cargo build --release --locked --quiet -p rockraft --bin rockraft)
 }
@@ -50,6 +54,7 @@ write_config() {
     echo
     echo "[storage]"
     echo "segment_size = $segment_size"
+    if [ -n "${ROCKRAFT_DURABILITY:-}" ]; then echo "durability = \"$ROCKRAFT_DURABILITY\""; fi
     if [ "$segment_size" -lt $((8 << 20)) ]; then
       echo
       echo "[broker]"

@@ -200,6 +200,12 @@ impl Cluster {
         self.node(id).client_addr.clone()
     }
 
+    /// The process id of node `id`, while it runs (for a client scenario that kills it itself at
+    /// a chosen moment; `kill` afterwards reaps it).
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.node(id).child.as_ref().map(|c| c.id())
+    }
+
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
         match call(&self.node(id).client_addr, &AdminRequest::Status).await {
             Ok(AdminResponse::Status(s)) => Some(s),

@@ -128,6 +128,16 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
 }
 
+/// HTTP/2 settings for both endpoints. Windows are wide so thousands of 1 KiB sends in flight need few WINDOW_UPDATEs; a peer
+/// reconnecting after a partition may reset many streams at once without the connection being
+/// torn down for it (h2's default allows 20 pending).
+fn server_builder() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .initial_connection_window_size(16 << 20)
+        .initial_stream_window_size(1 << 20)
+        .http2_max_pending_accept_reset_streams(Some(4096))
+}
+
 /// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
 /// the node reports a fatal condition (`Jobs::fail_stop`), then stops at once with that error.
 pub async fn run(config: NodeConfig) -> Result<(), String> {
@@ -142,7 +152,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     };
     let cluster = &node.cluster;
     let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
-    let raft_server = tonic::transport::Server::builder()
+    let raft_server = server_builder()
         .add_service(RaftServiceServer::new(RaftServer::new(cluster.raft().clone())).max_decoding_message_size(max))
         .add_service(PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max))
         .add_service(admin().max_decoding_message_size(max))
@@ -153,9 +163,10 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         max_properties_bytes: config.broker.max_properties_bytes,
         max_delay: Duration::from_secs(config.broker.max_delay_secs),
         transaction_recovery: Duration::from_secs(config.broker.transaction_recovery_secs),
+        advertised_client_addr: config.advertised_client_addr().to_string(),
     };
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
-    let client_server = tonic::transport::Server::builder()
+    let client_server = server_builder()
         .add_service(
             MessagingServiceServer::new(proxy)
                 .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20)),
@@ -164,7 +175,13 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
     let raft_task = tokio::spawn(raft_server);
     let client_task = tokio::spawn(client_server);
-    tracing::info!(node = cluster.id(), raft = %config.raft_addr, client = %config.client_addr, "node started");
+    tracing::info!(
+        node = cluster.id(),
+        raft = %config.raft_addr,
+        client = %config.client_addr,
+        advertised = %config.advertised_client_addr(),
+        "node started"
+    );
 
     let fatal = tokio::select! {
         _ = shutdown_signal() => None,

@@ -25,9 +25,13 @@ pub struct NodeConfig {
     /// address.
     #[serde(default = "default_raft_addr")]
     pub raft_addr: String,
-    /// The RocketMQ proxy endpoint for clients (and the admin API the CLI uses).
+    /// The RocketMQ proxy endpoint for clients (and the admin API the CLI uses): listen address.
     #[serde(default = "default_client_addr")]
     pub client_addr: String,
+    /// The address clients reach `client_addr` at, when that differs (NAT, containers, a listen
+    /// address of `0.0.0.0`): what routes hand out for this node. Default: `client_addr`.
+    #[serde(default)]
+    pub advertised_client_addr: Option<String>,
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
     /// The initial members, used by `rockraft cluster init`.
@@ -49,6 +53,7 @@ pub struct NodeConfig {
 pub struct Member {
     pub id: NodeId,
     pub raft_addr: String,
+    /// Where clients reach this member: its advertised client address.
     pub client_addr: String,
 }
 
@@ -140,8 +145,12 @@ impl Default for BrokerConfig {
 
 impl Default for RaftTimings {
     fn default() -> Self {
-        // Longer than openraft's defaults: an fsync stall on a shared disk must not cost a leader.
-        RaftTimings { heartbeat_ms: 100, election_timeout_min_ms: 1000, election_timeout_max_ms: 2000 }
+        // A follower calls an election once it has heard nothing for the leader's lease (openraft
+        // takes election_timeout_max) plus its own timeout: 0.8-1.0 s here, so a dead leader is
+        // replaced within about a second, while a leader whose heartbeats stall for most of a
+        // second (an fsync on a busy disk) keeps its place. openraft's own defaults (150-300 ms)
+        // flap on a loaded two-core machine.
+        RaftTimings { heartbeat_ms: 100, election_timeout_min_ms: 300, election_timeout_max_ms: 500 }
     }
 }
 
@@ -182,11 +191,45 @@ impl NodeConfig {
         if !self.members.is_empty() && !self.members.iter().any(|m| m.id == self.node_id) {
             return Err(format!("members does not list this node ({})", self.node_id));
         }
+        self.validate_client_addrs()
+    }
+
+    /// The addresses routes hand out must be ones a client can dial: `host:port`, and not a
+    /// wildcard listen address.
+    fn validate_client_addrs(&self) -> Result<(), String> {
+        if let Some(a) = &self.advertised_client_addr {
+            check_dialable(a).map_err(|e| format!("advertised_client_addr: {e}"))?;
+        }
+        match self.members.iter().find(|m| m.id == self.node_id) {
+            // The group is initialised from the members table: this node's entry is what routes
+            // will show for it.
+            Some(me) => {
+                if let Some(a) = self.advertised_client_addr.as_ref().filter(|a| **a != me.client_addr) {
+                    return Err(format!(
+                        "advertised_client_addr is {a} but [[members]] gives this node's client_addr as {}; \
+                         the members table should name the advertised address",
+                        me.client_addr
+                    ));
+                }
+            }
+            None => check_dialable(self.advertised_client_addr()).map_err(|e| {
+                format!("client_addr: {e}; set advertised_client_addr to the address clients reach this node at")
+            })?,
+        }
+        for m in &self.members {
+            check_dialable(&m.client_addr).map_err(|e| format!("[[members]] id {}: client_addr: {e}", m.id))?;
+        }
         Ok(())
     }
 
+    /// Where clients reach this node: `advertised_client_addr`, else `client_addr`.
+    pub fn advertised_client_addr(&self) -> &str {
+        self.advertised_client_addr.as_deref().unwrap_or(&self.client_addr)
+    }
+
+    /// This node as the group's membership records it (a group of one initialised here).
     pub fn node_info(&self) -> NodeInfo {
-        NodeInfo { raft_addr: self.raft_addr.clone(), client_addr: self.client_addr.clone() }
+        NodeInfo { raft_addr: self.raft_addr.clone(), client_addr: self.advertised_client_addr().to_string() }
     }
 
     pub fn log_config(&self) -> LogConfig {
@@ -195,6 +238,39 @@ impl NodeConfig {
         c.durability = self.storage.durability;
         c.flush_interval = Duration::from_millis(self.storage.flush_interval_ms.max(1));
         c
+    }
+}
+
+/// Whether clients can dial `addr`: `host:port` (`[v6]:port` for an IPv6 address) with a host
+/// name or a specific IP address, not a wildcard (`0.0.0.0`, `[::]`) nor port 0.
+pub(crate) fn check_dialable(addr: &str) -> Result<(), String> {
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr:?} is not host:port"))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("{addr:?} has no valid port")),
+    }
+    let ip = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => Some(
+            v6.parse::<std::net::Ipv6Addr>()
+                .map(std::net::IpAddr::V6)
+                .map_err(|_| format!("{addr:?}: {host} is not an IPv6 address"))?,
+        ),
+        None => host.parse::<std::net::IpAddr>().ok(),
+    };
+    match ip {
+        Some(std::net::IpAddr::V6(_)) if !host.starts_with('[') => {
+            Err(format!("{addr:?}: write an IPv6 address in brackets, [{host}]:{port}"))
+        }
+        Some(ip) if ip.is_unspecified() => {
+            Err(format!("{addr:?} is a wildcard listen address, which clients cannot dial"))
+        }
+        Some(_) => Ok(()),
+        None if host.is_empty()
+            || !host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_') =>
+        {
+            Err(format!("{addr:?}: {host:?} is neither an IP address nor a host name"))
+        }
+        None => Ok(()),
     }
 }
 
@@ -228,5 +304,51 @@ mod tests {
         let at = |body: u64| format!("{small}[broker]\nmax_body_bytes = {body}\nmax_properties_bytes = 0\n");
         toml::from_str::<NodeConfig>(&at(room)).unwrap().validate().unwrap();
         assert!(toml::from_str::<NodeConfig>(&at(room + 1)).unwrap().validate().is_err());
+    }
+
+    #[test]
+    fn the_advertised_client_address_is_what_the_membership_records() {
+        let c: NodeConfig = toml::from_str("node_id = 1\nclient_addr = \"127.0.0.1:8081\"").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.node_info().client_addr, "127.0.0.1:8081");
+        let nat =
+            "node_id = 1\nclient_addr = \"0.0.0.0:8081\"\nadvertised_client_addr = \"broker-1.example.com:18081\"";
+        let c: NodeConfig = toml::from_str(nat).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.node_info().client_addr, "broker-1.example.com:18081");
+        // A wildcard listen address with nothing advertised would send clients nowhere.
+        let bare: NodeConfig = toml::from_str("node_id = 1\nclient_addr = \"0.0.0.0:8081\"").unwrap();
+        assert!(bare.validate().unwrap_err().contains("advertised_client_addr"));
+    }
+
+    #[test]
+    fn advertised_addresses_must_be_dialable_host_and_port() {
+        for good in ["127.0.0.1:8081", "broker-1.example.com:8081", "[::1]:8081", "node_2:1"] {
+            assert_eq!(check_dialable(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "127.0.0.1",
+            "host:",
+            "host:0",
+            "host:70000",
+            ":8081",
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "::1:8081",
+            "http://h:1",
+            "[x]:1",
+        ] {
+            assert!(check_dialable(bad).is_err(), "{bad}");
+        }
+        let with = |advertised: &str| {
+            let text = format!(
+                "node_id = 1\nadvertised_client_addr = \"{advertised}\"\n[[members]]\nid = 1\nraft_addr = \"10.0.0.1:9081\"\nclient_addr = \"10.0.0.1:8081\"\n"
+            );
+            toml::from_str::<NodeConfig>(&text).unwrap().validate()
+        };
+        with("10.0.0.1:8081").unwrap();
+        // The members table initialises the group: it must agree with what this node advertises.
+        assert!(with("10.0.0.9:8081").unwrap_err().contains("[[members]]"));
+        assert!(with("0.0.0.0:8081").unwrap_err().contains("wildcard"));
     }
 }

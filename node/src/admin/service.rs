@@ -112,6 +112,10 @@ impl AdminServer {
             AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
             AdminRequest::Init => self.init().await,
             AdminRequest::AddNode { id, raft_addr, client_addr } => {
+                // Routes hand this address to clients: it must be one they can dial.
+                if let Err(e) = super::config::check_dialable(&client_addr) {
+                    return AdminResponse::Error(format!("client_addr: {e}"));
+                }
                 let info = NodeInfo { raft_addr, client_addr };
                 match raft.add_learner(id, info, true).await {
                     Err(e) => Err(e.to_string()),

@@ -11,7 +11,7 @@ use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
 use crate::broker::command::{AdminCommand, Command};
-use crate::broker::dedupe_journal::Seen;
+use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
 use crate::broker::held::HeldMessage;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
@@ -157,12 +157,15 @@ impl State {
             records: Vec::with_capacity(decoded.len()),
         };
         let mut outcomes = Vec::with_capacity(decoded.len());
+        // Ids stored by this entry so far: the leader batches concurrent sends into one entry, so
+        // a client's retry may share the entry with its first attempt.
+        let mut stored_here = std::collections::HashSet::new();
         for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
-            let dedupe_key = (batch.topic.clone(), msg.message_id.clone());
+            let dedupe_key =
+                (dedupe && !msg.message_id.is_empty()).then(|| DedupeKey::new(&batch.topic, &msg.message_id));
             // An entry is never a retry of itself: replaying it after a crash finds its own id.
-            if dedupe
-                && !msg.message_id.is_empty()
-                && let Some(seen) = self.dedupe.get(&dedupe_key).filter(|s| s.index < index)
+            if let Some(key) = dedupe_key
+                && let Some(seen) = self.dedupe.get(&key).filter(|s| s.index < index || stored_here.contains(&key))
             {
                 let held = (seen.queue_id == HELD_QUEUE).then_some(match kind {
                     TopicKind::Delay => Held::Timer { due_ms: msg.delivery_timestamp_ms, position: seen.offset },
@@ -201,10 +204,9 @@ impl State {
                         self.add_half(position, m, now.saturating_add(msg.transaction_recovery_ms.max(0)), fx)
                     }
                 }
-                if dedupe && !msg.message_id.is_empty() {
-                    let seen = Seen { queue_id: HELD_QUEUE, offset: position, store_timestamp_ms: now, index };
-                    self.dedupe.insert(dedupe_key.clone(), seen);
-                    self.local.dedupe_order.push_back((now, dedupe_key.0, dedupe_key.1));
+                if let Some(key) = dedupe_key {
+                    stored_here.insert(key);
+                    self.remember(key, Seen { queue_id: HELD_QUEUE, offset: position, store_timestamp_ms: now, index });
                 }
                 outcomes.push(SendOutcome {
                     message_id: msg.message_id.clone(),
@@ -218,10 +220,9 @@ impl State {
             let offset = range.next;
             write.records.push(CqRecord { position, size: raw.len() as u32, tag_hash: tag_hash(&msg.tag) });
             range.next += 1;
-            if dedupe && !msg.message_id.is_empty() {
-                let seen = Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index };
-                self.dedupe.insert(dedupe_key.clone(), seen);
-                self.local.dedupe_order.push_back((now, dedupe_key.0, dedupe_key.1));
+            if let Some(key) = dedupe_key {
+                stored_here.insert(key);
+                self.remember(key, Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index });
             }
             outcomes.push(SendOutcome {
                 message_id: msg.message_id.clone(),
@@ -282,11 +283,17 @@ impl State {
         }
     }
 
+    /// Remembers a stored message id for the dedupe window.
+    fn remember(&mut self, key: DedupeKey, seen: Seen) {
+        self.dedupe.insert(key, seen);
+        self.local.dedupe_order.push_back((seen.store_timestamp_ms, key));
+    }
+
     fn expire_dedupe(&mut self, now_ms: i64) {
         let Some(before_ms) = now_ms.checked_sub(self.local.dedupe_window_ms) else { return };
-        while self.local.dedupe_order.front().is_some_and(|(ts, _, _)| *ts < before_ms) {
-            let Some((_, t, id)) = self.local.dedupe_order.pop_front() else { break };
-            let key = (t, id);
+        while self.local.dedupe_order.front().is_some_and(|(ts, _)| *ts < before_ms) {
+            let Some((_, key)) = self.local.dedupe_order.pop_front() else { break };
+            // A row stored again since (a replayed entry) expires with its own element.
             if self.dedupe.get(&key).is_some_and(|s| s.store_timestamp_ms < before_ms) {
                 self.dedupe.remove(&key);
             }

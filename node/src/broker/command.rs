@@ -128,6 +128,15 @@ impl Command {
         }
     }
 
+    /// The batch of an encoded send; `None` for any other command (told by its tag, without
+    /// decoding it) or an undecodable one.
+    pub fn decode_send(payload: &Bytes) -> Option<SendBatch> {
+        match payload.first() {
+            Some(&TAG_SEND) => SendBatch::decode(payload.slice(1..)).ok(),
+            _ => None,
+        }
+    }
+
     /// Decodes an entry payload. `Bytes` fields of the result share `bytes`' buffer.
     pub fn decode(bytes: Bytes) -> Result<Command, BrokerError> {
         let corrupt = |e: &dyn std::fmt::Display| BrokerError::CorruptEntry(e.to_string());

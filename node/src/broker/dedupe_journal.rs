@@ -2,15 +2,19 @@
 //! checkpoint and rewritten whole when it grows well past the live table. Much cheaper than a
 //! sled row per message.
 //!
-//! Files are `dedupe.<generation>.journal`. A checkpoint first appends (and syncs) its records,
-//! then commits the sled batch that records which generation and how many of its bytes the
-//! checkpointed state covers (a [`JournalMark`]). On open exactly that many bytes are read and
+//! Files are `dedupe-v2.<generation>.journal`. A checkpoint first appends (and syncs) its
+//! records, then commits the sled batch that records which generation and how many of its bytes
+//! the checkpointed state covers (a [`JournalMark`]). On open exactly that many bytes are read and
 //! anything after them is cut off: it was written by a checkpoint that never committed, and the
 //! log replay from `last_applied` re-derives it. A rewrite goes to the next generation's file,
 //! which only becomes current when the batch naming it commits; older files are deleted after.
 //!
-//! Record: `crc32c u32 | len u32 | body`, body = `op u8 | topic_len u32 | topic | id_len u32 | id`
-//! and, for a put, `queue u32 | offset u64 | store_timestamp_ms i64 | index u64`.
+//! Record: `crc32c u32 | len u32 | body`, body = `op u8 | key [u8; 16]` (the
+//! [`DedupeKey`](crate::broker::dedupe::DedupeKey)) and, for a put, `queue u32 | offset u64 |
+//! store_timestamp_ms i64 | index u64`: a record is 25 bytes (removal) or 53 (put).
+//!
+//! Releases before the hashed key wrote `dedupe.<generation>.journal`, keyed by the topic and id
+//! strings. Such a file is refused, never read nor deleted (see [`DedupeJournal::open`]).
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
@@ -18,26 +22,16 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::broker::dedupe::{DedupeKey as Key, Seen};
 use crate::broker::table::Table;
 use crate::store::StoreError;
 
 const OP_PUT: u8 = 1;
 const OP_REMOVE: u8 = 2;
-const PREFIX: &str = "dedupe.";
+const PREFIX: &str = "dedupe-v2.";
 const SUFFIX: &str = ".journal";
-
-/// Where a message id was stored, and by which entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Seen {
-    pub queue_id: u32,
-    pub offset: u64,
-    pub store_timestamp_ms: i64,
-    /// The entry that stored it: replaying that entry is not a retry of itself.
-    pub index: u64,
-}
-
-/// (topic, message id).
-pub type Key = (String, String);
+/// The name of the journals written before the hashed key (string keys).
+const LEGACY_PREFIX: &str = "dedupe.";
 
 /// The part of the journal a checkpoint covers: recorded in sled with `last_applied`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -65,23 +59,23 @@ fn file_name(generation: u64) -> String {
 }
 
 fn encode(key: &Key, seen: Option<&Seen>, out: &mut Vec<u8>) {
-    let mut body = Vec::with_capacity(64 + key.0.len() + key.1.len());
-    body.push(if seen.is_some() { OP_PUT } else { OP_REMOVE });
-    for s in [&key.0, &key.1] {
-        // Lengths are u32: identifiers are limited at the edge far below that, and a record is
-        // never cut (a cut could split a UTF-8 character and make the rest unreadable).
-        body.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        body.extend_from_slice(s.as_bytes());
-    }
-    if let Some(s) = seen {
-        body.extend_from_slice(&s.queue_id.to_le_bytes());
-        body.extend_from_slice(&s.offset.to_le_bytes());
-        body.extend_from_slice(&s.store_timestamp_ms.to_le_bytes());
-        body.extend_from_slice(&s.index.to_le_bytes());
-    }
-    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    let mut body = [0u8; 45];
+    body[0] = if seen.is_some() { OP_PUT } else { OP_REMOVE };
+    body[1..17].copy_from_slice(key.as_bytes());
+    let len = match seen {
+        None => 17,
+        Some(s) => {
+            body[17..21].copy_from_slice(&s.queue_id.to_le_bytes());
+            body[21..29].copy_from_slice(&s.offset.to_le_bytes());
+            body[29..37].copy_from_slice(&s.store_timestamp_ms.to_le_bytes());
+            body[37..45].copy_from_slice(&s.index.to_le_bytes());
+            45
+        }
+    };
+    let body = &body[..len];
+    out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
 }
 
 struct Cursor<'a>(&'a [u8]);
@@ -101,16 +95,15 @@ impl Cursor<'_> {
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn string(&mut self) -> Option<String> {
-        let n = self.u32()? as usize;
-        String::from_utf8(self.take(n)?.to_vec()).ok()
+    fn key(&mut self) -> Option<Key> {
+        Some(Key::from_bytes(self.take(16)?.try_into().ok()?))
     }
 }
 
 fn decode(body: &[u8]) -> Option<(Key, Option<Seen>)> {
     let mut c = Cursor(body);
     let op = c.take(1)?[0];
-    let key = (c.string()?, c.string()?);
+    let key = c.key()?;
     let seen = match op {
         OP_REMOVE => None,
         OP_PUT => {
@@ -158,7 +151,26 @@ impl DedupeJournal {
     /// Opens the journal the last checkpoint named (`None`: nothing was ever checkpointed) and
     /// returns it with the dedupe table it describes. Files of other generations and bytes past
     /// the mark are what an unfinished checkpoint left; they are removed.
+    ///
+    /// A journal of the earlier, string-keyed format is refused with an error naming it. Ignoring
+    /// it is not an option: it holds the dedupe rows of every entry up to the checkpoint, which
+    /// the log replay (from the checkpoint on) does not re-derive, so a retry of a message stored
+    /// before it would be stored again on this node alone, and its queue offsets would no longer
+    /// be the other replicas'. Refusing loses nothing: the files stay as they are (the earlier
+    /// release still opens them), and a node started on an empty data directory gets every
+    /// acknowledged message back from the other replicas, by snapshot and log. (The sled schema
+    /// check in `Broker::open` refuses such a directory before this; this catches a journal left
+    /// beside metadata that was removed.)
     pub fn open(dir: &Path, mark: Option<JournalMark>) -> Result<(DedupeJournal, Table<Key, Seen>), StoreError> {
+        if let Some(path) = legacy_journal(dir)? {
+            return Err(StoreError::CorruptSegment {
+                path,
+                reason: "a dedupe journal of an earlier RockRaft release (keyed by topic and message id), which \
+                         this release does not read: run the earlier release on this directory, or start this \
+                         node on an empty data directory to catch up from the other replicas"
+                    .to_string(),
+            });
+        }
         let mark = mark.unwrap_or_default();
         let path = dir.join(file_name(mark.generation));
         let mut bytes = Vec::new();
@@ -200,7 +212,7 @@ impl DedupeJournal {
 
     /// Encodes the whole table as the next generation (a snapshot install replaces the journal).
     pub fn prepare_rewrite(&self, table: &Table<Key, Seen>) -> Pending {
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(table.len() * 53);
         for (key, seen) in table.iter() {
             encode(key, Some(seen), &mut bytes);
         }
@@ -270,6 +282,28 @@ fn remove_generation(dir: &Path, generation: u64) -> Result<(), StoreError> {
     }
 }
 
+/// A journal file of the string-keyed format, if `dir` holds one.
+fn legacy_journal(dir: &Path) -> Result<Option<PathBuf>, StoreError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name();
+        let legacy = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(LEGACY_PREFIX))
+            .and_then(|n| n.strip_suffix(SUFFIX))
+            .is_some_and(|g| g.parse::<u64>().is_ok());
+        if legacy {
+            return Ok(Some(entry.path()));
+        }
+    }
+    Ok(None)
+}
+
 fn remove_other_generations(dir: &Path, keep: u64) -> Result<(), StoreError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -302,7 +336,7 @@ mod tests {
     }
 
     fn key(id: &str) -> Key {
-        ("T".to_string(), id.to_string())
+        Key::new("T", id)
     }
 
     /// Writes the changed keys as a checkpoint would, committing the mark.
@@ -359,15 +393,38 @@ mod tests {
     }
 
     #[test]
-    fn ids_of_any_length_and_characters_round_trip() {
+    fn ids_of_any_length_take_one_fixed_size_record() {
         let dir = tempfile::tempdir().unwrap();
         let mut table = Table::default();
         let (mut j, _) = DedupeJournal::open(dir.path(), None).unwrap();
-        // Past the old 64 KiB cut, which fell inside a multi-byte character.
-        let long = "é".repeat(40_000);
-        table.insert(("T".into(), long), seen(0));
+        table.insert(Key::new("T", &"é".repeat(40_000)), seen(0));
         table.insert(key("after"), seen(1));
         let mark = checkpoint(&mut j, &mut table);
+        assert_eq!(mark.len, 2 * 53, "two puts of 53 bytes, whatever the ids");
+        table.remove(&key("after"));
+        let mark = checkpoint(&mut j, &mut table);
+        assert_eq!(mark.len, 2 * 53 + 25, "and a removal of 25");
+        assert_eq!(DedupeJournal::open(dir.path(), Some(mark)).unwrap().1, table);
+    }
+
+    /// A data directory holding a journal of the string-keyed format is refused with an error
+    /// naming the file, which is left as it was.
+    #[test]
+    fn a_journal_of_the_earlier_format_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = dir.path().join("dedupe.3.journal");
+        std::fs::write(&legacy, b"string-keyed records").unwrap();
+        let err = DedupeJournal::open(dir.path(), Some(JournalMark { generation: 3, len: 20 })).err().unwrap();
+        let message = err.to_string();
+        assert!(message.contains("dedupe.3.journal") && message.contains("earlier RockRaft release"), "{message}");
+        assert_eq!(std::fs::read(&legacy).unwrap(), b"string-keyed records");
+        // Not mistaken for one: this format's own files.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _) = DedupeJournal::open(dir.path(), None).unwrap();
+        let mut table = Table::default();
+        table.insert(key("a"), seen(0));
+        let mark = checkpoint(&mut j, &mut table);
+        assert!(dir.path().join("dedupe-v2.0.journal").exists());
         assert_eq!(DedupeJournal::open(dir.path(), Some(mark)).unwrap().1, table);
     }
 

@@ -33,8 +33,9 @@ pub struct BrokerOptions {
 pub(crate) const KEY_APPLIED: &str = "@applied";
 pub(crate) const KEY_JOURNAL: &str = "@journal";
 const KEY_SCHEMA: &str = "@schema";
-/// The layout of the sled tree and the journal; a directory written with another is refused.
-const SCHEMA: u32 = 3;
+/// The layout of the sled tree and the journal; a directory written with another is refused
+/// (its files are left as they are). 4: the dedupe journal keyed by a hash (`dedupe.rs`).
+const SCHEMA: u32 = 4;
 
 pub(crate) struct Inner {
     pub tree: sled::Tree,
@@ -80,15 +81,21 @@ impl Broker {
         let tree = db.open_tree("broker")?;
         let mut state = State::default();
         let mut journal_mark: Option<JournalMark> = None;
-        match tree.get(KEY_SCHEMA)? {
-            Some(v) if parse::<u32>(KEY_SCHEMA, &v)? == SCHEMA => {}
+        let found = match tree.get(KEY_SCHEMA)? {
+            Some(v) => Some(parse::<u32>(KEY_SCHEMA, &v)?),
+            None => None,
+        };
+        match found {
+            Some(SCHEMA) => {}
             None if tree.is_empty() => {
                 tree.insert(KEY_SCHEMA, json(&SCHEMA))?;
                 db.flush()?;
             }
             _ => {
+                let layout = found.map_or("no".to_string(), |v| v.to_string());
                 return Err(BrokerError::CorruptEntry(format!(
-                    "{} was written by another RockRaft version; start the node on an empty data directory",
+                    "{} was written by another RockRaft version (layout {layout}, this one reads {SCHEMA}); start \
+                     the node on an empty data directory, and it catches up from the other replicas",
                     options.dir.display()
                 )));
             }

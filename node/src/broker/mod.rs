@@ -13,14 +13,16 @@
 //! - [`DiskTable`](disk_table::DiskTable): a table whose rows stay in sled (millions of pending
 //!   timers must not fill memory);
 //! - commands (`command.rs`), topics, groups, POP consumption (`pop.rs`, `pop_plan.rs`), tag
-//!   subscriptions, the dedupe journal; held messages (`held.rs`): delayed messages
-//!   (`timer.rs`) and transactional halves (`transaction.rs`), each stored once.
+//!   subscriptions, the send dedupe window (`dedupe.rs`, keyed by a 128-bit hash) and its
+//!   journal; held messages (`held.rs`): delayed messages (`timer.rs`) and transactional halves
+//!   (`transaction.rs`), each stored once.
 //!
 //! The broker knows nothing of Raft: `raft/` adapts it to openraft.
 
 mod apply;
 mod checkpoint;
 mod command;
+pub mod dedupe;
 mod dedupe_journal;
 mod disk_table;
 mod error;

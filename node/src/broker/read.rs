@@ -6,6 +6,7 @@ use prost::Message;
 use rockraft_proto::rockraft::StoredMessage;
 use serde::{Deserialize, Serialize};
 
+use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::Receipt;
 use crate::broker::state::{LogPosition, MembershipRecord, QueueRange};
@@ -188,13 +189,24 @@ impl Broker {
         Ok(lo)
     }
 
-    /// Finds a message by id: the dedupe window first, then a scan of every queue.
+    /// Finds a message by id: the dedupe window first, then a scan of every queue. The window is
+    /// keyed by (topic, id) hashes, so each topic's key is looked up (topics are few).
     pub fn find(&self, message_id: &str) -> Result<Option<StoredEntry>, BrokerError> {
-        let hit = self.state().dedupe.iter().find(|((_, id), _)| id == message_id).map(|((t, _), s)| (t.clone(), *s));
-        if let Some((topic, seen)) = hit
-            && let Some(e) = self.read(&topic, seen.queue_id, seen.offset)?
-        {
-            return Ok(Some(e));
+        let hits: Vec<(String, Seen)> = {
+            let state = self.state();
+            state
+                .topics
+                .keys()
+                .filter_map(|t| state.dedupe.get(&DedupeKey::new(t, message_id)).map(|s| (t.clone(), *s)))
+                .collect()
+        };
+        for (topic, seen) in hits {
+            // The id is checked: a row may outlive its topic's incarnation (deleted, created again).
+            if let Some(e) = self.read(&topic, seen.queue_id, seen.offset)?
+                && e.message.message_id == message_id
+            {
+                return Ok(Some(e));
+            }
         }
         let queues: Vec<((String, u32), QueueRange)> =
             self.state().queues.iter().map(|(k, v)| (k.clone(), *v)).collect();

@@ -8,13 +8,13 @@
 //! To add replicated state: add a [`Table`] field (or a field of a struct made of tables, like
 //! [`Consumption`]) and list it once in [`State::tables`]. Loading, checkpoints, snapshots,
 //! install and digests all go through that list (the dedupe window is the one table kept in its
-//! own journal, see `dedupe_journal.rs`).
+//! own journal, see `dedupe.rs` and `dedupe_journal.rs`).
 
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::dedupe_journal::{Key as DedupeKey, Seen};
+use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
 use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::plugins::PluginTables;
@@ -69,7 +69,7 @@ pub struct State {
     pub max_store_ms: i64,
     pub topics: Table<String, TopicConfig>,
     pub queues: Table<(String, u32), QueueRange>,
-    /// Message ids stored within the dedupe window, per topic.
+    /// Message ids stored within the dedupe window, per topic, keyed by a hash of the pair.
     pub dedupe: Table<DedupeKey, Seen>,
     pub consumption: Consumption,
     /// Pending delayed messages, by (due second, position).
@@ -93,8 +93,8 @@ pub struct State {
 /// or serialized.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Local {
-    /// [`State::dedupe`] in the order entries expire.
-    pub dedupe_order: VecDeque<(i64, String, String)>,
+    /// [`State::dedupe`] in the order entries expire: (store time, key), 24 bytes each.
+    pub dedupe_order: VecDeque<(i64, DedupeKey)>,
     /// How long a message id is remembered (`dedupe_window_secs`; must be the same on every node).
     pub dedupe_window_ms: i64,
 }
@@ -153,9 +153,8 @@ impl State {
     /// the node's dedupe window, and what is derived from the tables.
     pub(crate) fn prepare_local(&mut self, dedupe_window: std::time::Duration) {
         self.local.dedupe_window_ms = dedupe_window.as_millis() as i64;
-        let mut order: Vec<(i64, String, String)> =
-            self.dedupe.iter().map(|((t, id), s)| (s.store_timestamp_ms, t.clone(), id.clone())).collect();
-        order.sort();
+        let mut order: Vec<(i64, DedupeKey)> = self.dedupe.iter().map(|(k, s)| (s.store_timestamp_ms, *k)).collect();
+        order.sort_unstable();
         self.local.dedupe_order = order.into();
     }
 

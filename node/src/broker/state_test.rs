@@ -252,3 +252,74 @@ fn a_checkpoint_never_makes_last_applied_durable_ahead_of_the_log() {
         "the checkpoint made the log durable through last_applied first"
     );
 }
+
+#[test]
+fn a_retry_sharing_an_entry_with_its_first_attempt_is_a_duplicate_also_after_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.broker.checkpoint().unwrap();
+    // The leader batched a send and its retry into one entry.
+    let batched = send("T", 0, 1_000, &["a", "b", "a"]);
+    assert_eq!(offsets(&n.commit(&batched)), vec![(0, false), (1, false), (0, true)]);
+    // (Not a clone of the whole state: its tables on disk would keep sled's lock.)
+    let (digest, dedupe) = (n.broker.digest(), n.broker.state().dedupe.clone());
+    // The entry is applied again after a restart (it came after the checkpoint): the same state,
+    // not a duplicate of itself.
+    let n = n.restart(dir.path());
+    assert_eq!((n.broker.digest(), &n.broker.state().dedupe), (digest, &dedupe));
+    assert_eq!(n.broker.queue_status("T")[0].next, 2);
+}
+
+#[test]
+fn a_message_is_found_by_id_in_whichever_topic_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.commit(&create("U", 2));
+    n.commit(&send("T", 0, 1_000, &["t-1"]));
+    n.commit(&send("U", 1, 1_001, &["u-1", "u-2"]));
+    let found = n.broker.find("u-2").unwrap().unwrap();
+    assert_eq!((found.topic.as_str(), found.queue_id, found.offset), ("U", 1, 1));
+    assert_eq!(n.broker.find("t-1").unwrap().unwrap().topic, "T");
+    assert_eq!(n.broker.find("nowhere").unwrap(), None);
+    // Past the dedupe window the id is found by scanning the queues.
+    n.commit(&send("T", 0, 500_000, &["t-2"]));
+    assert_eq!(n.broker.find("u-2").unwrap().unwrap().offset, 1);
+}
+
+/// A data directory of a release with the string-keyed dedupe journal is refused with a clear
+/// error, not read (and not a panic).
+#[test]
+fn a_data_directory_of_an_earlier_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, 1_000, &["a"]));
+    n.broker.checkpoint().unwrap();
+    let Node { log, broker, .. } = n;
+    drop(broker);
+    let meta = dir.path().join("broker/meta");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let db = loop {
+        match sled::open(&meta) {
+            Ok(db) => break db,
+            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("opening sled: {e}"),
+        }
+    };
+    db.open_tree("broker").unwrap().insert("@schema", b"3".to_vec()).unwrap();
+    db.flush().unwrap();
+    drop(db);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match Broker::open(options(dir.path()), log.reader()) {
+            Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => break e,
+            Ok(_) => panic!("a directory of layout 3 was opened"),
+        }
+    };
+    assert!(err.to_string().contains("another RockRaft version (layout 3"), "{err}");
+}

@@ -4,11 +4,14 @@
 //! - [`Cluster`]: a cheap-clone handle over Raft, the broker, the peer channels, the pop locks and
 //!   the leader's clock; the proxy and the admin API use it alike.
 //! - `clock`: the leader's clock stamped into commands; `pop`: pop planning on the leader;
+//!   `members`: which members are live (the leader's view), for the routes clients get;
 //! - `peer`, `service`: `rockraft.v1.PeerService`, the internal calls to the leader, client and
 //!   server (served on the raft port only).
 
 pub mod clock;
+mod coalesce;
 mod error;
+mod members;
 mod peer;
 pub mod pop;
 mod producers;
@@ -30,10 +33,12 @@ use crate::broker::{Broker, Command, Reply};
 use crate::raft::{CommandBytes, NodeId, NodeInfo, Raft, TypeConfig};
 use crate::sessions::ProducerSessions;
 pub use clock::{LeaderClock, now_ms};
+use coalesce::{Coalescer, Round};
 pub use error::ClusterError;
 use peer::Peers;
 use pop::PopLocks;
 pub use producers::AskProducer;
+use rockraft_proto::rockraft::SendBatch;
 pub use service::PeerServer;
 
 /// How long a read waits for this node to apply what the leader has committed.
@@ -43,6 +48,10 @@ const APPLY_WAIT: Duration = Duration::from_secs(2);
 const BACKLOG_WAIT: Duration = Duration::from_secs(10);
 /// How long `catch_up` gives an election to produce a leader.
 const ELECTION_WAIT: Duration = Duration::from_secs(3);
+/// How long one forwarded send waits for the leader's answer before it is tried again.
+const FORWARD_ATTEMPT: Duration = Duration::from_secs(1);
+/// How long a held send waits for news of another leader before it tries again anyway.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -74,6 +83,17 @@ struct Inner {
     round_robin: AtomicU32,
     /// The producers whose Telemetry streams this node holds.
     sessions: Arc<ProducerSessions>,
+    /// Sends received on this node, batched per queue and proposed (as leader) or forwarded.
+    outgoing: Coalescer,
+    /// Sends other members forwarded to this node as leader, batched per queue and proposed.
+    forwarded: Coalescer,
+}
+
+/// Which sends a lane batches: this node's clients', or those members forwarded to it.
+#[derive(Clone, Copy)]
+enum Lanes {
+    Outgoing,
+    Forwarded,
 }
 
 /// What proposing on this node came to.
@@ -105,6 +125,8 @@ impl Cluster {
                 proposing: tokio::sync::Mutex::new(()),
                 round_robin: AtomicU32::new(0),
                 sessions: Arc::default(),
+                outgoing: Coalescer::default(),
+                forwarded: Coalescer::default(),
             }),
         }
     }
@@ -204,8 +226,118 @@ impl Cluster {
         self.peers().write(&addr, command).await
     }
 
+    /// Stores `batch` and returns its reply once it is committed and applied. Concurrent sends
+    /// to one queue go together: the leader proposes them as one entry, a follower forwards them
+    /// to the leader as one request. Through an election or a leader that cannot be reached, the
+    /// send is held and tried again, on whichever node leads next, for up to `hold`: a retry is
+    /// safe, as the leader drops a message id it stored within the dedupe window and answers with
+    /// the first result.
+    pub async fn send(&self, batch: SendBatch, hold: Duration) -> Result<Reply, ClusterError> {
+        let deadline = tokio::time::Instant::now() + hold;
+        // The tag byte and the batch, as `Command::encode` would write them.
+        self.check_size(1 + prost::Message::encoded_len(&batch))?;
+        loop {
+            let leader = self.leader().map(|(id, _)| id);
+            match self.join(Lanes::Outgoing, batch.clone()).await {
+                Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                    self.await_other_leader(leader, deadline).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Waits until a leader other than `failed` is known, the deadline passes, or a short pause
+    /// is over (the same leader may answer the next try: it was busy, not gone).
+    async fn await_other_leader(&self, failed: Option<NodeId>, deadline: tokio::time::Instant) {
+        let pause = (tokio::time::Instant::now() + RETRY_PAUSE).min(deadline);
+        let within = pause.saturating_duration_since(tokio::time::Instant::now());
+        let changed = self
+            .raft()
+            .wait(Some(within))
+            .metrics(|m| m.current_leader.is_some() && m.current_leader != failed, "another leader")
+            .await;
+        if changed.is_err() {
+            tokio::time::sleep_until(pause).await;
+        }
+    }
+
+    /// Adds `batch` to its queue's lane and waits for the answer of the round it goes in.
+    async fn join(&self, lanes: Lanes, batch: SendBatch) -> Result<Reply, ClusterError> {
+        let coalescer = match lanes {
+            Lanes::Outgoing => &self.inner.outgoing,
+            Lanes::Forwarded => &self.inner.forwarded,
+        };
+        let (answer, round) = coalescer.join(batch, self.max_entry_bytes());
+        if let Some(round) = round {
+            let this = self.clone();
+            // Its own task: the round answers every send in it, whichever client goes away.
+            tokio::spawn(async move { this.deliver_rounds(lanes, round).await });
+        }
+        answer.await.map_err(|_| ClusterError::Raft("the send was dropped before it was proposed".into()))?
+    }
+
+    /// Delivers `round` and goes on with its lane's next round while sends wait.
+    async fn deliver_rounds(&self, lanes: Lanes, mut round: Round) {
+        loop {
+            let answer = match (lanes, self.leader()) {
+                (_, Some((id, _))) if id == self.id() => self.propose_round(&round.batch).await,
+                // Forwarded here, so never forwarded again: the sender tries the next leader.
+                (Lanes::Forwarded, _) | (Lanes::Outgoing, None) => Err(ClusterError::NoLeader),
+                (Lanes::Outgoing, Some((_, leader))) => self.forward_round(&leader, &round.batch).await,
+            };
+            round.answer(answer);
+            let coalescer = match lanes {
+                Lanes::Outgoing => &self.inner.outgoing,
+                Lanes::Forwarded => &self.inner.forwarded,
+            };
+            match coalescer.next(&round, self.max_entry_bytes()) {
+                Some(next) => round = next,
+                None => return,
+            }
+        }
+    }
+
+    async fn propose_round(&self, batch: &SendBatch) -> Result<Reply, ClusterError> {
+        let proposed = self
+            .propose(|now| {
+                let mut stamped = batch.clone();
+                stamped.store_timestamp_ms = now;
+                Command::Send(stamped).encode()
+            })
+            .await?;
+        match proposed {
+            Proposed::Applied(reply) => Ok(reply),
+            Proposed::NotLeader(_) => Err(ClusterError::NoLeader),
+        }
+    }
+
+    async fn forward_round(&self, leader: &NodeInfo, batch: &SendBatch) -> Result<Reply, ClusterError> {
+        let forward = self.peers().write(&leader.raft_addr, Command::Send(batch.clone()).encode());
+        // A leader cut off from this node answers nothing: give up on it in time to try the
+        // next one before the client's deadline.
+        match tokio::time::timeout(FORWARD_ATTEMPT, forward).await {
+            Ok(reply) => reply,
+            Err(_) => Err(ClusterError::Unreachable {
+                addr: leader.raft_addr.clone(),
+                reason: format!("no answer within {} ms", FORWARD_ATTEMPT.as_millis()),
+            }),
+        }
+    }
+
+    fn max_entry_bytes(&self) -> usize {
+        usize::try_from(self.inner.options.max_entry_bytes).unwrap_or(usize::MAX)
+    }
+
     /// The leader's side of a write a member forwarded: stamped here, never forwarded again.
+    /// Forwarded sends are batched per queue like the leader's own.
     async fn propose_forwarded(&self, command: Bytes) -> Result<Reply, ClusterError> {
+        if let Some(batch) = Command::decode_send(&command) {
+            return match self.is_leader() {
+                true => self.join(Lanes::Forwarded, batch).await,
+                false => Err(ClusterError::NoLeader),
+            };
+        }
         match self.propose(|now| Command::stamp_time(command, now)).await? {
             Proposed::Applied(reply) => Ok(reply),
             Proposed::NotLeader(_) => Err(ClusterError::NoLeader),

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-use rockraft_proto::rockraft::{Json, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::Channel;
@@ -16,7 +16,7 @@ use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
-use crate::raft::channel;
+use crate::raft::{NodeId, channel};
 
 /// One channel per peer address, reused by every call.
 #[derive(Default)]
@@ -57,6 +57,12 @@ impl Peers {
     /// A pop planned and proposed by the leader.
     pub async fn pop(&self, addr: &str, order: &PopOrder) -> Result<Popped, PopError> {
         let reply = self.client(addr)?.pop(json(order)?).await;
+        answer(addr, reply)
+    }
+
+    /// The voters the leader at `addr` heard from lately, itself included.
+    pub async fn live_members(&self, addr: &str) -> Result<std::collections::BTreeSet<NodeId>, ClusterError> {
+        let reply = self.client(addr)?.live_members(LiveMembersRequest {}).await;
         answer(addr, reply)
     }
 

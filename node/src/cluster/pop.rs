@@ -1,6 +1,7 @@
 //! One POP attempt: plan from the leader's state and propose the pop. A follower's receive asks
 //! the leader to do it (`PeerService.Pop`) and streams the messages from its own store, so pops
-//! of one group are planned in one place, one at a time, and never race each other across nodes.
+//! of one group are planned in one place, one round at a time, and never race each other across
+//! nodes.
 //! (Apply checks each pop's expectations anyway; this keeps them from failing.)
 
 use std::collections::HashMap;
@@ -51,18 +52,38 @@ pub enum PopError {
     Internal(String),
 }
 
-/// One lock per (group, topic): the leader plans and proposes their pops one at a time.
+/// The pops of one (group, topic) are planned one round at a time (two plans from the same state
+/// would pick the same messages). Receives that arrive while a round is under way wait for the
+/// next, and it serves all of them with one plan and one Raft entry: sixteen long polls cost one
+/// commit per round, not sixteen rounds in a row.
 #[derive(Default)]
-pub struct PopLocks(Mutex<HashMap<(String, String), PopLock>>);
+pub struct PopLocks(Mutex<HashMap<(String, String), Arc<PopLane>>>);
 
-type PopLock = Arc<tokio::sync::Mutex<()>>;
+#[derive(Default)]
+struct PopLane {
+    waiting: Mutex<Vec<PopWaiter>>,
+    serial: tokio::sync::Mutex<()>,
+}
+
+struct PopWaiter {
+    order: PopOrder,
+    answer: tokio::sync::oneshot::Sender<Result<Popped, PopError>>,
+}
+
+/// The most messages one round plans, whatever the receives waiting ask for together.
+const MAX_MESSAGES_PER_ROUND: usize = 1024;
 
 impl PopLocks {
-    fn get(&self, group: &str, topic: &str) -> PopLock {
-        let mut locks = self.0.lock().expect("pop locks");
-        locks.retain(|_, l| Arc::strong_count(l) > 1);
-        Arc::clone(locks.entry((group.to_string(), topic.to_string())).or_default())
+    fn get(&self, group: &str, topic: &str) -> Arc<PopLane> {
+        let mut lanes = self.0.lock().expect("pop lanes");
+        lanes.retain(|_, l| Arc::strong_count(l) > 1);
+        Arc::clone(lanes.entry((group.to_string(), topic.to_string())).or_default())
     }
+}
+
+/// Whether two receives can share a plan: the same filter and invisible time.
+fn same_kind(a: &PopOrder, b: &PopOrder) -> bool {
+    a.filter == b.filter && a.filter_kind == b.filter_kind && a.invisible_ms == b.invisible_ms
 }
 
 impl Cluster {
@@ -115,14 +136,75 @@ impl Cluster {
         compiled.with_group_filter(host, &state.plugins, &order.group).map_err(|e| PopError::Internal(e.to_string()))
     }
 
-    /// Plans and proposes one pop from this node's state (the leader's).
+    /// Plans and proposes a pop from this node's state (the leader's), in the next round of
+    /// its (group, topic), which may serve other receives too.
     pub async fn pop_here(&self, order: &PopOrder) -> Result<Popped, PopError> {
+        let broker = self.broker();
+        broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
+        broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
+        // Checked before joining, so a bad expression fails only its own receive.
+        self.subscription(order)?;
+        let lane = self.pop_locks().get(&order.group, &order.topic);
+        let (answer, popped) = tokio::sync::oneshot::channel();
+        lane.waiting.lock().expect("pop lane").push(PopWaiter { order: order.clone(), answer });
+        let this = self.clone();
+        // Its own task: a round answers every receive in it, whichever client goes away.
+        tokio::spawn(async move {
+            let _serial = lane.serial.lock().await;
+            loop {
+                // Receives whose clients went away are not planned for.
+                let round: Vec<PopWaiter> = {
+                    let mut waiting = lane.waiting.lock().expect("pop lane");
+                    waiting.retain(|w| !w.answer.is_closed());
+                    let Some(first) = waiting.first() else { return };
+                    let first = first.order.clone();
+                    let (mut round, rest): (Vec<_>, Vec<_>) =
+                        waiting.drain(..).partition(|w| same_kind(&w.order, &first));
+                    *waiting = rest;
+                    // Keep a round within its bound; the rest go in the next.
+                    let mut total = 0;
+                    let over = round.iter().position(|w| {
+                        total += w.order.max_messages;
+                        total > MAX_MESSAGES_PER_ROUND
+                    });
+                    let keep = over.unwrap_or(round.len()).max(1);
+                    waiting.extend(round.drain(keep..));
+                    round
+                };
+                this.pop_round(round).await;
+            }
+        });
+        popped.await.map_err(|_| PopError::Internal("the pop was dropped before it was planned".into()))?
+    }
+
+    /// One plan and one entry for `round` (receives of the same kind); each receive gets up to
+    /// what it asked for, in order.
+    async fn pop_round(&self, round: Vec<PopWaiter>) {
+        let total = round.iter().map(|w| w.order.max_messages).sum();
+        let mut order = round[0].order.clone();
+        order.max_messages = total;
+        match self.plan_and_pop(&order).await {
+            Ok(popped) => {
+                let mut deliveries = popped.deliveries.into_iter();
+                for w in round {
+                    let own = deliveries.by_ref().take(w.order.max_messages).collect();
+                    let _ = w.answer.send(Ok(Popped { deliveries: own, next_due_in_ms: popped.next_due_in_ms }));
+                }
+            }
+            Err(e) => {
+                for w in round {
+                    let _ = w.answer.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Plans and proposes one pop of up to `order.max_messages` from this node's state.
+    async fn plan_and_pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
         let broker = self.broker();
         let group = broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
         let topic = broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
         let filter = self.subscription(order)?;
-        let lock = self.pop_locks().get(&order.group, &order.topic);
-        let _serial = lock.lock().await;
         let request = PopRequest {
             group: &group,
             topic: &topic,

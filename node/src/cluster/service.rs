@@ -3,7 +3,7 @@
 //! instead of passing the call on, so a call takes at most one hop; the member retries.
 
 use rockraft_proto::rockraft::peer_service_server::PeerService;
-use rockraft_proto::rockraft::{Json, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
@@ -62,5 +62,11 @@ impl PeerService for PeerServer {
     async fn ask_producer(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
         let ask: AskProducer = request(req.get_ref())?;
         reply(&self.cluster.ask_producer_here(&ask))
+    }
+
+    async fn live_members(&self, _: Request<LiveMembersRequest>) -> Result<Response<Json>, Status> {
+        let live: Result<Vec<u64>, ClusterError> =
+            self.cluster.heard_from().map(|ids| ids.into_iter().collect()).ok_or(ClusterError::NoLeader);
+        reply(&live)
     }
 }

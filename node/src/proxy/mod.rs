@@ -1,11 +1,13 @@
 //! The RocketMQ proxy endpoint: `apache.rocketmq.v2.MessagingService` as the official clients use
 //! it. Every node serves it; what needs the leader goes through [`Cluster`], which forwards.
 //!
-//! - `route`: QueryRoute and QueryAssignment; `send`: SendMessage checks and batching;
+//! - `route`: QueryRoute and QueryAssignment, spread over the live members (`members`);
+//!   `send`: SendMessage checks and batching;
 //!   `telemetry`: the settings handshake; `status`: error → RocketMQ status code;
 //! - `receive`: the POP long poll; `ack`: ack, invisible time, dead letters; `receipt`: handles.
 
 mod ack;
+mod members;
 mod receipt;
 mod receive;
 pub mod renew;
@@ -18,6 +20,7 @@ mod transaction;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use rockraft_proto::rocketmq::messaging_service_server::MessagingService;
@@ -26,18 +29,29 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
-use crate::broker::{Command, Held, Reply};
+use crate::broker::{Held, Reply};
 use crate::cluster::Cluster;
 use status::{Rejection, ok, write_failed};
 
+/// How long a send is held through an election when the client sets no deadline: the official
+/// clients' own default request timeout.
+const DEFAULT_SEND_HOLD: Duration = Duration::from_secs(3);
+/// The longest a send is held, whatever deadline the client sets.
+const MAX_SEND_HOLD: Duration = Duration::from_secs(10);
+/// Time left before the client's deadline for the answer to reach it.
+const REPLY_MARGIN: Duration = Duration::from_millis(250);
+
 /// What the proxy needs of the node's configuration.
 pub struct ProxyOptions {
-    /// The group's name: the broker name clients see in routes.
+    /// The group's name: routes name each member's broker `<group>-<node id>`.
     pub group: String,
     pub max_body_bytes: u64,
     pub max_properties_bytes: u64,
     pub max_delay: std::time::Duration,
     pub transaction_recovery: std::time::Duration,
+    /// Where clients reach this node (`advertised_client_addr`), for routes while the
+    /// membership does not list it.
+    pub advertised_client_addr: String,
 }
 
 pub struct Proxy {
@@ -45,6 +59,7 @@ pub struct Proxy {
     options: ProxyOptions,
     round_robin: AtomicU32,
     renewals: Arc<renew::Renewals>,
+    live: members::LiveMembers,
 }
 
 pub(crate) use crate::sessions::timestamp;
@@ -52,11 +67,12 @@ pub(crate) use crate::sessions::timestamp;
 impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.
     pub fn new(cluster: Cluster, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
-        Proxy { cluster, options, round_robin: AtomicU32::new(0), renewals }
+        Proxy { cluster, options, round_robin: AtomicU32::new(0), renewals, live: members::LiveMembers::default() }
     }
 
-    fn members_client_addrs(&self) -> Vec<String> {
-        self.cluster.members().into_iter().map(|(_, n)| n.client_addr).collect()
+    /// The members routes lead clients to, by id (see `members`, `route`).
+    async fn live_members(&self) -> Vec<route::RouteMember> {
+        self.live.get(&self.cluster, &self.options.advertised_client_addr).await
     }
 
     /// The topic's configuration. A topic unknown here may have been created a moment ago, and
@@ -71,7 +87,10 @@ impl Proxy {
         self.cluster.broker().topic(name)
     }
 
-    async fn send(&self, req: &SendMessageRequest, namespace: &str) -> SendMessageResponse {
+    /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
+    /// is answered before then.
+    async fn send(&self, req: SendMessageRequest, namespace: &str, deadline: Option<Duration>) -> SendMessageResponse {
+        let hold = deadline.map_or(DEFAULT_SEND_HOLD, |d| d.saturating_sub(REPLY_MARGIN)).min(MAX_SEND_HOLD);
         let limits = send::Limits {
             max_body_bytes: self.options.max_body_bytes,
             max_properties_bytes: self.options.max_properties_bytes,
@@ -84,6 +103,7 @@ impl Proxy {
             Some(r) => self.topic(&send::topic_name(r, namespace)).await,
             None => None,
         };
+        let messages = req.messages.len();
         let plan = match send::plan(
             req,
             namespace,
@@ -94,12 +114,18 @@ impl Proxy {
             Ok(p) => p,
             Err(Rejection(s)) => return SendMessageResponse { status: Some(s), entries: vec![] },
         };
-        let writes = plan
-            .batches
-            .into_iter()
-            .map(|(positions, batch)| async move { (positions, self.cluster.write(&Command::Send(batch)).await) });
-        let results = futures_util::future::join_all(writes).await;
-        let mut entries = vec![SendResultEntry::default(); req.messages.len()];
+        let mut batches = plan.batches;
+        let results = if batches.len() == 1 {
+            // The common case (one queue): no join over one future.
+            let (positions, batch) = batches.pop().expect("one batch");
+            vec![(positions, self.cluster.send(batch, hold).await)]
+        } else {
+            let writes = batches
+                .into_iter()
+                .map(|(positions, batch)| async move { (positions, self.cluster.send(batch, hold).await) });
+            futures_util::future::join_all(writes).await
+        };
+        let mut entries = vec![SendResultEntry::default(); messages];
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
         for (positions, result) in results {
             let outcome = match result {
@@ -129,11 +155,7 @@ impl Proxy {
                 }
                 Err(s) => {
                     for pos in positions {
-                        let id = req.messages[pos]
-                            .system_properties
-                            .as_ref()
-                            .map(|p| p.message_id.clone())
-                            .unwrap_or_default();
+                        let id = plan.message_ids.get(pos).cloned().unwrap_or_default();
                         entries[pos] =
                             SendResultEntry { status: Some(s.clone()), message_id: id, ..Default::default() };
                     }
@@ -150,16 +172,22 @@ fn client_id<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-client-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
 }
 
+/// Whether the caller is the official Rust client, which is given back the endpoints it asked
+/// with (see `route`).
+fn rust_client<T>(req: &Request<T>) -> bool {
+    let language = req.metadata().get("x-mq-language").and_then(|v| v.to_str().ok());
+    language.is_some_and(|l| l.eq_ignore_ascii_case("RUST"))
+}
+
 fn namespace<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-namespace").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
 }
 
 /// The client's deadline for this call, from the `grpc-timeout` header (`<digits><unit>`).
-fn grpc_timeout<T>(req: &Request<T>) -> Option<std::time::Duration> {
+fn grpc_timeout<T>(req: &Request<T>) -> Option<Duration> {
     let v = req.metadata().get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
     let n: u64 = digits.parse().ok()?;
-    use std::time::Duration;
     Some(match unit {
         "H" => Duration::from_secs(n.saturating_mul(3600)),
         "M" => Duration::from_secs(n.saturating_mul(60)),
@@ -181,17 +209,22 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 impl MessagingService for Proxy {
     async fn query_route(&self, req: Request<QueryRouteRequest>) -> Result<Response<QueryRouteResponse>, Status> {
         let ns = namespace(&req);
+        let rust = rust_client(&req);
         let req = req.into_inner();
         let config = match &req.topic {
             Some(r) => self.topic(&send::topic_name(r, &ns)).await,
             None => None,
         };
-        let reply = route::route(&req, config, &self.options.group, &self.members_client_addrs()).unwrap_or_else(
-            |Rejection(s)| {
-                tracing::debug!(code = s.code, message = %s.message, "QueryRoute refused");
-                QueryRouteResponse { status: Some(s), message_queues: vec![] }
-            },
-        );
+        // No need to ask the leader about members for a route that is refused anyway.
+        let members = if config.is_some() { self.live_members().await } else { Vec::new() };
+        let layout = match rust {
+            true => route::Layout::Echo,
+            false => route::Layout::Spread { start: route::start_at(&members, self.cluster.id()) },
+        };
+        let reply = route::route(&req, config, &self.options.group, &members, layout).unwrap_or_else(|Rejection(s)| {
+            tracing::debug!(code = s.code, message = %s.message, "QueryRoute refused");
+            QueryRouteResponse { status: Some(s), message_queues: vec![] }
+        });
         Ok(Response::new(reply))
     }
 
@@ -201,8 +234,8 @@ impl MessagingService for Proxy {
     }
 
     async fn send_message(&self, req: Request<SendMessageRequest>) -> Result<Response<SendMessageResponse>, Status> {
-        let ns = namespace(&req);
-        Ok(Response::new(self.send(req.get_ref(), &ns).await))
+        let (ns, deadline) = (namespace(&req), grpc_timeout(&req));
+        Ok(Response::new(self.send(req.into_inner(), &ns, deadline).await))
     }
 
     async fn query_assignment(
@@ -215,7 +248,10 @@ impl MessagingService for Proxy {
             Some(r) => self.topic(&send::topic_name(r, &ns)).await,
             None => None,
         };
-        let reply = route::assignment(&req, config, &self.options.group, &self.members_client_addrs())
+        // The same order on every node, whichever member a PushConsumer asks.
+        let members = if config.is_some() { self.live_members().await } else { Vec::new() };
+        let layout = route::Layout::Spread { start: 0 };
+        let reply = route::assignment(&req, config, &self.options.group, &members, layout)
             .unwrap_or_else(|Rejection(s)| QueryAssignmentResponse { status: Some(s), assignments: vec![] });
         Ok(Response::new(reply))
     }

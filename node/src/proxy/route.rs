@@ -1,6 +1,34 @@
-//! `QueryRoute`: every queue of a topic, served by this group. `QueryAssignment`: what a
-//! PushConsumer receives from.
+//! `QueryRoute`: every queue of a topic, spread over the group's live members, each member a
+//! RocketMQ broker of its own (`<group>-<node id>`, broker id 0) at its advertised client
+//! endpoint, as RocketMQ's local-mode proxies do. `QueryAssignment`: what a PushConsumer receives
+//! from, spread the same way.
+//!
+//! A client given one endpoint thus learns every live member, and the official clients' own
+//! retry (the next queue, on another broker) and endpoint isolation carry its sends and receives
+//! to the surviving members when one dies. Any member serves any queue (followers forward to the
+//! leader, acks and receipt handles are replicated state), so the broker a queue is listed under
+//! decides only where a client sends, never what the queue holds: the queue count and ids are the
+//! same whatever the liveness, and FIFO message groups map to queues on the server (`send.rs`).
+//!
+//! Three layouts, for what the clients do with routes (see docs/consumption.md, "Clients and node
+//! failures"):
+//! - Routes start at the answering node: queue i is on live member (k + i) mod n, k this node's
+//!   place among them by id. The Node.js client only ever uses queue 0 (its publishing and
+//!   subscription load balancers keep `queueId === MASTER_BROKER_ID`), so it keeps talking to the
+//!   node it was given; clients that take the queues in turn (Java, Python, Go) reach them all.
+//! - Assignments use one order on every node, queue i on member i mod n: the Python and Java
+//!   PushConsumers ask a different member each time and rebuild their process queues whenever
+//!   the answer changes.
+//! - The Rust client (5.0.0) gets back the endpoints it asked with, as they were sent, as one
+//!   broker: it opens a session for every new endpoints string it meets in a route, lazily, at
+//!   first use, and unwraps the result (`client.rs`, `get_session_with_endpoints(..).await
+//!   .unwrap()` in send, receive and ack); opening one connects at once to a single address and
+//!   makes a Telemetry call (`session.rs`, `Session::new`, `Session::start`), so any member down
+//!   at that moment panics the client. Its access endpoints' session exists from `start()` on,
+//!   and with several addresses it is a balanced channel (tonic `balance_list`) that works
+//!   around a dead member; the client keeps its first route forever and never retries a send.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use rockraft_proto::rocketmq::{
@@ -10,40 +38,112 @@ use rockraft_proto::rocketmq::{
 
 use crate::broker::TopicConfig;
 use crate::proxy::status::{Rejection, ok};
+use crate::raft::{NodeId, NodeInfo};
 
-/// The endpoints to put in routes. Clients key their sessions by the address string, so the
-/// endpoints they reached us with are echoed back as they were sent; only a request without
-/// them gets the members' client endpoints.
-pub fn endpoints(requested: Option<&Endpoints>, members: &[String]) -> Endpoints {
-    if let Some(e) = requested.filter(|e| !e.addresses.is_empty()) {
-        return e.clone();
-    }
-    let addresses: Vec<Address> = members
+/// A member as routes show it: its id and the address clients reach it at.
+pub type RouteMember = (NodeId, String);
+
+/// How the queues of a route are laid over the members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Queue i on member (start + i) mod n, each member a broker of its own.
+    Spread { start: usize },
+    /// One broker named after the group, at the endpoints the client asked with, as they were
+    /// sent (the Rust client); spread from the first member if the request names none.
+    Echo,
+}
+
+/// The members routes lead clients to, in id order: the voters `heard` names (what the leader
+/// heard from lately; `None` when this node cannot tell), and always this node, which is alive
+/// since it answers. `here` is this node's id and own advertised address, for when the
+/// membership does not list it. Never empty; members whose address is not `host:port` are left
+/// out (config validation keeps them from the membership).
+pub fn live_members(
+    members: &[(NodeId, NodeInfo)],
+    voters: &BTreeSet<NodeId>,
+    heard: Option<&BTreeSet<NodeId>>,
+    here: (NodeId, &str),
+) -> Vec<RouteMember> {
+    let mut live: BTreeMap<NodeId, String> = members
         .iter()
-        .filter_map(|m| {
-            let (host, port) = m.rsplit_once(':')?;
-            Some(Address { host: host.to_string(), port: port.parse().ok()? })
-        })
+        .filter(|(id, _)| voters.contains(id) && heard.is_some_and(|h| h.contains(id)))
+        .map(|(id, n)| (*id, n.client_addr.clone()))
         .collect();
-    let all_ip = addresses.iter().all(|a| a.host.parse::<IpAddr>().is_ok());
-    let scheme = match (all_ip, addresses.first().and_then(|a| a.host.parse::<IpAddr>().ok())) {
-        (true, Some(IpAddr::V6(_))) => AddressScheme::IPv6,
-        (true, _) => AddressScheme::IPv4,
-        (false, _) => AddressScheme::DomainName,
+    let mine = members.iter().find(|(id, _)| *id == here.0).map_or(here.1, |(_, n)| n.client_addr.as_str());
+    live.insert(here.0, mine.to_string());
+    live.into_iter().filter(|(id, a)| *id == here.0 || address(a).is_some()).collect()
+}
+
+/// Where a route starts for the node `here`: its place among `members`.
+pub fn start_at(members: &[RouteMember], here: NodeId) -> usize {
+    members.iter().position(|(id, _)| *id == here).unwrap_or(0)
+}
+
+/// `host:port` as a route address; an IPv6 address keeps its brackets, as clients join host and
+/// port with a colon to dial.
+fn address(addr: &str) -> Option<Address> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    (!host.is_empty()).then(|| Address { host: host.to_string(), port: port.into() })
+}
+
+fn ip(host: &str) -> Option<IpAddr> {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    bare.parse().ok()
+}
+
+/// Endpoints listing `addrs`, with the scheme their hosts need: IPv4 or IPv6 when all are IP
+/// addresses of that family, else DOMAIN_NAME (which the Python client accepts with one address
+/// only; spread routes give each broker one).
+pub fn endpoints<'a>(addrs: impl IntoIterator<Item = &'a str>) -> Endpoints {
+    let addresses: Vec<Address> = addrs.into_iter().filter_map(address).collect();
+    let ips: Vec<Option<IpAddr>> = addresses.iter().map(|a| ip(&a.host)).collect();
+    let scheme = if !ips.is_empty() && ips.iter().all(|i| matches!(i, Some(IpAddr::V4(_)))) {
+        AddressScheme::IPv4
+    } else if !ips.is_empty() && ips.iter().all(|i| matches!(i, Some(IpAddr::V6(_)))) {
+        AddressScheme::IPv6
+    } else {
+        AddressScheme::DomainName
     };
     Endpoints { scheme: scheme as i32, addresses }
+}
+
+/// The broker name of member `id`: distinct per member, so clients treat members as brokers of
+/// their own (isolation, retry elsewhere).
+pub fn broker_name(group: &str, id: NodeId) -> String {
+    format!("{group}-{id}")
 }
 
 pub fn route(
     req: &QueryRouteRequest,
     topic: Option<TopicConfig>,
     group: &str,
-    members: &[String],
+    members: &[RouteMember],
+    layout: Layout,
 ) -> Result<QueryRouteResponse, Rejection> {
     let resource = req.topic.clone().ok_or_else(|| Rejection::new(Code::BadRequest, "QueryRoute needs a topic"))?;
     let topic =
         topic.ok_or_else(|| Rejection::new(Code::TopicNotFound, format!("topic {} does not exist", resource.name)))?;
-    let endpoints = endpoints(req.endpoints.as_ref(), members);
+    if members.is_empty() {
+        return Err(Rejection::new(Code::InternalServerError, "no member to route to"));
+    }
+    let asked = req.endpoints.as_ref().filter(|e| !e.addresses.is_empty());
+    // Broker id 0: the Python client only uses the "master".
+    let brokers: Vec<Broker> = match (layout, asked) {
+        (Layout::Echo, Some(asked)) => vec![Broker { name: group.to_string(), id: 0, endpoints: Some(asked.clone()) }],
+        _ => members
+            .iter()
+            .map(|(id, addr)| Broker {
+                name: broker_name(group, *id),
+                id: 0,
+                endpoints: Some(endpoints([addr.as_str()])),
+            })
+            .collect(),
+    };
+    let start = match layout {
+        Layout::Spread { start } => start,
+        Layout::Echo => 0,
+    };
     let message_queues = (0..topic.queues)
         .map(|id| MessageQueue {
             topic: Some(Resource {
@@ -52,8 +152,7 @@ pub fn route(
             }),
             id: id as i32,
             permission: Permission::ReadWrite as i32,
-            // Broker id 0: the Python client only uses the "master".
-            broker: Some(Broker { name: group.to_string(), id: 0, endpoints: Some(endpoints.clone()) }),
+            broker: Some(brokers[(start + id as usize) % brokers.len()].clone()),
             accept_message_types: vec![topic.kind.message_type() as i32],
         })
         .collect();
@@ -61,18 +160,21 @@ pub fn route(
 }
 
 /// One assignment per queue: a PushConsumer runs a receive loop for each. A receive pops from
-/// every queue of the topic whatever queue it names, so the loops share the work.
+/// every queue of the topic whatever queue it names, so the loops share the work. `members`
+/// must be in the same order on every node (by id): the layout starts at the first.
 pub fn assignment(
     req: &QueryAssignmentRequest,
     topic: Option<TopicConfig>,
     group: &str,
-    members: &[String],
+    members: &[RouteMember],
+    layout: Layout,
 ) -> Result<QueryAssignmentResponse, Rejection> {
     let route = route(
         &QueryRouteRequest { topic: req.topic.clone(), endpoints: req.endpoints.clone() },
         topic,
         group,
         members,
+        layout,
     )?;
     let assignments = route.message_queues.into_iter().map(|q| Assignment { message_queue: Some(q) }).collect();
     Ok(QueryAssignmentResponse { status: Some(ok()), assignments })
@@ -83,34 +185,132 @@ mod tests {
     use super::*;
     use crate::broker::TopicKind;
 
-    fn req(endpoints: Option<Endpoints>) -> QueryRouteRequest {
-        QueryRouteRequest { topic: Some(Resource { resource_namespace: String::new(), name: "T".into() }), endpoints }
+    fn req() -> QueryRouteRequest {
+        let asked = Endpoints { scheme: 1, addresses: vec![Address { host: "127.0.0.1".into(), port: 8082 }] };
+        QueryRouteRequest {
+            topic: Some(Resource { resource_namespace: String::new(), name: "T".into() }),
+            endpoints: Some(asked),
+        }
+    }
+
+    fn topic(queues: u32) -> Option<TopicConfig> {
+        Some(TopicConfig { name: "T".into(), queues, kind: TopicKind::Fifo })
+    }
+
+    fn three() -> Vec<RouteMember> {
+        (1..=3).map(|id| (id, format!("10.0.0.{id}:8081"))).collect()
+    }
+
+    fn info(id: NodeId, client_addr: &str) -> (NodeId, NodeInfo) {
+        (id, NodeInfo { raft_addr: format!("10.0.0.{id}:9081"), client_addr: client_addr.into() })
+    }
+
+    /// (broker name, its one address) of each queue, in queue order.
+    fn layout(r: &QueryRouteResponse) -> Vec<(String, String)> {
+        r.message_queues
+            .iter()
+            .map(|q| {
+                let b = q.broker.as_ref().unwrap();
+                let a = &b.endpoints.as_ref().unwrap().addresses;
+                assert_eq!(a.len(), 1, "one address per broker");
+                (b.name.clone(), format!("{}:{}", a[0].host, a[0].port))
+            })
+            .collect()
     }
 
     #[test]
-    fn routes_list_every_queue_readable_and_writable_with_the_callers_endpoints() {
-        let asked = Endpoints { scheme: 1, addresses: vec![Address { host: "127.0.0.1".into(), port: 8082 }] };
-        let topic = TopicConfig { name: "T".into(), queues: 3, kind: TopicKind::Fifo };
-        let r = route(&req(Some(asked.clone())), Some(topic), "g", &[]).unwrap();
-        assert_eq!(r.message_queues.len(), 3);
-        assert_eq!(r.message_queues[0].id, 0);
-        assert!(r.message_queues.iter().all(|q| q.permission == Permission::ReadWrite as i32));
-        assert_eq!(r.message_queues[0].accept_message_types, vec![rockraft_proto::rocketmq::MessageType::Fifo as i32]);
-        let broker = r.message_queues[2].broker.as_ref().unwrap();
-        assert_eq!((broker.id, broker.endpoints.as_ref()), (0, Some(&asked)));
+    fn queues_spread_over_the_members_each_a_broker_of_its_own_starting_at_the_answering_node() {
+        let r = route(&req(), topic(5), "g", &three(), Layout::Spread { start: 1 }).unwrap();
+        let ids: Vec<i32> = r.message_queues.iter().map(|q| q.id).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+        let names: Vec<String> = layout(&r).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["g-2", "g-3", "g-1", "g-2", "g-3"]);
+        // Not the endpoint the client asked with (127.0.0.1:8082): the members' own.
+        assert_eq!(layout(&r)[0].1, "10.0.0.2:8081");
+        for q in &r.message_queues {
+            assert_eq!(q.permission, Permission::ReadWrite as i32);
+            assert_eq!(q.broker.as_ref().unwrap().id, 0, "the Python client only uses broker id 0");
+            assert_eq!(q.accept_message_types, vec![rockraft_proto::rocketmq::MessageType::Fifo as i32]);
+        }
+    }
+
+    #[test]
+    fn assignments_follow_the_same_order_on_every_node() {
+        let ask = QueryAssignmentRequest { topic: req().topic, group: None, endpoints: None };
+        let a = assignment(&ask, topic(4), "g", &three(), Layout::Spread { start: 0 }).unwrap();
+        let names: Vec<String> = a
+            .assignments
+            .iter()
+            .map(|a| a.message_queue.as_ref().unwrap().broker.as_ref().unwrap().name.clone())
+            .collect();
+        assert_eq!(names, vec!["g-1", "g-2", "g-3", "g-1"]);
+    }
+
+    #[test]
+    fn the_rust_client_gets_back_the_endpoints_it_asked_with() {
+        let r = route(&req(), topic(3), "g", &three(), Layout::Echo).unwrap();
+        for q in &r.message_queues {
+            let b = q.broker.as_ref().unwrap();
+            assert_eq!(b.name, "g");
+            assert_eq!(b.endpoints, req().endpoints);
+        }
+        // A request that names none is spread.
+        let bare = QueryRouteRequest { endpoints: None, ..req() };
+        let r = route(&bare, topic(3), "g", &three(), Layout::Echo).unwrap();
+        assert_eq!(layout(&r)[0], ("g-1".to_string(), "10.0.0.1:8081".to_string()));
+    }
+
+    #[test]
+    fn members_not_heard_from_are_left_out_but_never_the_answering_node() {
+        let members = vec![info(1, "10.0.0.1:8081"), info(2, "10.0.0.2:8081"), info(3, "10.0.0.3:8081")];
+        let voters = BTreeSet::from([1, 2, 3]);
+        let live = live_members(&members, &voters, Some(&BTreeSet::from([1, 3])), (2, "unused:1"));
+        let ids: Vec<NodeId> = live.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![1, 2, 3], "node 2 answers, so it is alive");
+        let live = live_members(&members, &voters, Some(&BTreeSet::from([1, 2])), (1, "unused:1"));
+        assert_eq!(live.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(start_at(&live, 2), 1);
+        // Not knowing the leader's view: only this node is vouched for.
+        assert_eq!(live_members(&members, &voters, None, (3, "unused:1")), vec![(3, "10.0.0.3:8081".to_string())]);
+        // Learners are not handed out.
+        let voters = BTreeSet::from([1, 2]);
+        let live = live_members(&members, &voters, Some(&BTreeSet::from([1, 2, 3])), (1, "unused:1"));
+        assert_eq!(live.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_route_is_never_empty() {
+        // Not in the membership yet (before init): this node, at its own advertised address.
+        let live = live_members(&[], &BTreeSet::new(), None, (7, "broker-7.example.com:8081"));
+        assert_eq!(live, vec![(7, "broker-7.example.com:8081".to_string())]);
+        let r = route(&req(), topic(2), "g", &live, Layout::Spread { start: start_at(&live, 7) }).unwrap();
+        assert_eq!(r.message_queues.len(), 2);
+        assert_eq!(layout(&r)[1], ("g-7".to_string(), "broker-7.example.com:8081".to_string()));
+        let e = r.message_queues[0].broker.as_ref().unwrap().endpoints.as_ref().unwrap();
+        assert_eq!(e.scheme, AddressScheme::DomainName as i32);
+    }
+
+    #[test]
+    fn routes_hand_out_the_advertised_addresses_the_membership_records() {
+        // Node 2 listens on 0.0.0.0 behind NAT; the membership holds what it advertises.
+        let members = vec![info(1, "10.0.0.1:8081"), info(2, "broker-2.example.com:18081"), info(3, "[::1]:8083")];
+        let voters = BTreeSet::from([1, 2, 3]);
+        let live = live_members(&members, &voters, Some(&voters), (1, "10.0.0.1:8081"));
+        let r = route(&req(), topic(3), "g", &live, Layout::Spread { start: 0 }).unwrap();
+        let got = layout(&r);
+        assert_eq!(got[1].1, "broker-2.example.com:18081");
+        assert_eq!(got[2].1, "[::1]:8083");
+        let schemes: Vec<i32> =
+            r.message_queues.iter().map(|q| q.broker.as_ref().unwrap().endpoints.as_ref().unwrap().scheme).collect();
+        assert_eq!(
+            schemes,
+            vec![AddressScheme::IPv4 as i32, AddressScheme::DomainName as i32, AddressScheme::IPv6 as i32]
+        );
     }
 
     #[test]
     fn an_unknown_topic_is_topic_not_found() {
-        let err = route(&req(None), None, "g", &[]).unwrap_err();
+        let err = route(&req(), None, "g", &three(), Layout::Echo).unwrap_err();
         assert_eq!(err.0.code, Code::TopicNotFound as i32);
-    }
-
-    #[test]
-    fn without_caller_endpoints_the_members_are_listed_with_a_matching_scheme() {
-        let e = endpoints(None, &["127.0.0.1:8081".into(), "127.0.0.1:8082".into()]);
-        assert_eq!(e.scheme, AddressScheme::IPv4 as i32);
-        assert_eq!(e.addresses.len(), 2);
-        assert_eq!(endpoints(None, &["broker.local:8081".into()]).scheme, AddressScheme::DomainName as i32);
     }
 }

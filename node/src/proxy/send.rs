@@ -39,6 +39,8 @@ pub struct Limits {
 /// The batches to propose: per queue, the request positions of its messages and the batch.
 pub struct SendPlan {
     pub batches: Vec<(Vec<usize>, SendBatch)>,
+    /// Each message's id, by request position, for answers that carry no outcome.
+    pub message_ids: Vec<String>,
 }
 
 /// RocketMQ names a topic inside a namespace `namespace%topic`.
@@ -176,28 +178,30 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
     Ok(())
 }
 
-fn stored(m: &Message, limits: &Limits) -> StoredMessage {
-    let sp = m.system_properties.clone().unwrap_or_default();
+/// The message as the log stores it; takes the request's fields rather than copying them.
+fn stored(m: Message, limits: &Limits) -> StoredMessage {
+    let message_type = declared_type(&m);
+    let sp = m.system_properties.unwrap_or_default();
     let recovery = sp
         .orphaned_transaction_recovery_duration
         .filter(|d| d.seconds > 0 || d.nanos > 0)
         .map(|d| d.seconds.saturating_mul(1000).saturating_add(i64::from(d.nanos) / 1_000_000));
     StoredMessage {
-        transaction_recovery_ms: if declared_type(m) == MessageType::Transaction {
+        transaction_recovery_ms: if message_type == MessageType::Transaction {
             recovery.unwrap_or(limits.transaction_recovery_ms)
         } else {
             0
         },
+        born_timestamp_ms: ms(&sp.born_timestamp),
+        delivery_timestamp_ms: ms(&sp.delivery_timestamp),
         message_id: sp.message_id,
         tag: sp.tag.unwrap_or_default(),
         keys: sp.keys,
-        properties: m.user_properties.clone(),
-        body: m.body.clone(),
-        born_timestamp_ms: ms(&sp.born_timestamp),
+        properties: m.user_properties,
+        body: m.body,
         born_host: sp.born_host,
         message_group: sp.message_group.unwrap_or_default(),
-        message_type: declared_type(m) as i32,
-        delivery_timestamp_ms: ms(&sp.delivery_timestamp),
+        message_type: message_type as i32,
     }
 }
 
@@ -205,7 +209,7 @@ fn stored(m: &Message, limits: &Limits) -> StoredMessage {
 /// name; `next_queue` picks a queue for a message that names none that exists. The batches carry
 /// no store time yet: the leader stamps its own when it proposes them.
 pub fn plan(
-    req: &SendMessageRequest,
+    req: SendMessageRequest,
     namespace: &str,
     topic_of: impl Fn(&str) -> Option<TopicConfig>,
     limits: &Limits,
@@ -225,9 +229,12 @@ pub fn plan(
     crate::broker::topic::validate_name(&name).map_err(|e| Rejection::new(Code::IllegalTopic, e.to_string()))?;
     let topic =
         topic_of(&name).ok_or_else(|| Rejection::new(Code::TopicNotFound, format!("topic {name} does not exist")))?;
-    let mut by_queue: BTreeMap<u32, (Vec<usize>, Vec<bytes::Bytes>)> = BTreeMap::new();
-    for (i, m) in req.messages.iter().enumerate() {
+    for m in &req.messages {
         check(m, &topic, limits)?;
+    }
+    let mut by_queue: BTreeMap<u32, (Vec<usize>, Vec<bytes::Bytes>)> = BTreeMap::new();
+    let mut message_ids = Vec::with_capacity(req.messages.len());
+    for (i, m) in req.messages.into_iter().enumerate() {
         let sp = m.system_properties.as_ref().expect("checked");
         let queue = match &sp.message_group {
             // One message group always lands in one queue, whichever client sent it.
@@ -235,6 +242,7 @@ pub fn plan(
             None if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
             None => next_queue(topic.queues),
         };
+        message_ids.push(sp.message_id.clone());
         let entry = by_queue.entry(queue).or_default();
         entry.0.push(i);
         entry.1.push(stored(m, limits).encode_to_vec().into());
@@ -245,7 +253,7 @@ pub fn plan(
             (positions, SendBatch { topic: name.clone(), queue_id, store_timestamp_ms: 0, messages })
         })
         .collect();
-    Ok(SendPlan { batches })
+    Ok(SendPlan { batches, message_ids })
 }
 
 #[cfg(test)]
@@ -286,7 +294,7 @@ mod tests {
     }
 
     fn code(req: &SendMessageRequest) -> i32 {
-        plan(req, "", topics, &LIMITS, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
+        plan(req.clone(), "", topics, &LIMITS, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
     }
 
     #[test]
@@ -342,7 +350,7 @@ mod tests {
         let with_key = |len: usize| {
             let mut m = msg("N", "x", None);
             m.user_properties.insert("p".repeat(len), "v".into());
-            plan(&SendMessageRequest { messages: vec![m] }, "", topics, &limits, |_| 0)
+            plan(SendMessageRequest { messages: vec![m] }, "", topics, &limits, |_| 0)
                 .err()
                 .map_or(Code::Ok as i32, |r| r.0.code)
         };
@@ -375,11 +383,11 @@ mod tests {
         let req = SendMessageRequest {
             messages: vec![msg("F", "a", Some("g1")), msg("F", "b", Some("g1")), msg("F", "c", Some("g2"))],
         };
-        let p = plan(&req, "", topics, &LIMITS, |_| 0).unwrap();
+        let p = plan(req.clone(), "", topics, &LIMITS, |_| 0).unwrap();
         let queue_of = |pos: usize| p.batches.iter().find(|(ps, _)| ps.contains(&pos)).unwrap().1.queue_id;
         assert_eq!(queue_of(0), queue_of(1));
         assert!(p.batches.iter().all(|(_, b)| b.topic == "F"));
-        let again = plan(&req, "", topics, &LIMITS, |_| 3).unwrap();
+        let again = plan(req, "", topics, &LIMITS, |_| 3).unwrap();
         assert_eq!(
             again.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>(),
             p.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>()
@@ -389,10 +397,10 @@ mod tests {
     #[test]
     fn a_named_queue_is_used_and_a_missing_one_is_picked() {
         let req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
-        assert_eq!(plan(&req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 1);
+        assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 1);
         let mut m = msg("N", "a", None);
         m.system_properties.as_mut().unwrap().queue_id = 9;
         let req = SendMessageRequest { messages: vec![m] };
-        assert_eq!(plan(&req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
+        assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
     }
 }

@@ -42,7 +42,8 @@ impl fmt::Display for CommandBytes {
 pub struct NodeInfo {
     /// Node-to-node gRPC (Raft replication, admin, forwarded writes).
     pub raft_addr: String,
-    /// The RocketMQ proxy endpoint clients use.
+    /// Where clients reach the node's RocketMQ proxy endpoint (its `advertised_client_addr`):
+    /// what every member hands out in routes.
     pub client_addr: String,
 }
 

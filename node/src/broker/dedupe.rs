@@ -1,0 +1,200 @@
+//! The send dedupe window's rows: which (topic, message id) pairs were stored within the window,
+//! and where. Apply, the journal (`dedupe_journal.rs`), snapshots and reads all use these types.
+//!
+//! # The key is a 128-bit hash
+//!
+//! At 50k msg/s and a 120 s window the table holds 6M live rows. Keyed by the two strings (twice:
+//! once in the table, once in the expiry order) that cost ~340 bytes a row, ~2 GB; keyed by a
+//! fixed 16-byte hash it costs ~100 (docs/durability.md has the measurement,
+//! `cargo bench -p rockraft --bench dedupe`).
+//!
+//! The hash is XXH3-128 (seed 0, the default secret) of `topic length as u64 LE | topic | id`.
+//! The length prefix makes the encoding unambiguous (`("ab", "c")` and `("a", "bc")` hash
+//! different bytes). XXH3 is specified independently of platform and endianness and its output
+//! is frozen by its specification, so every replica and every release computes the same key for
+//! the same pair — apply depends on that, like on the entries themselves (a test pins a value).
+//!
+//! Why a hash is safe: two different pairs sharing a key would make the second message look like
+//! a retry of the first, so it would be answered as a duplicate and not stored. With `n` live
+//! keys the chance that any two of them collide is about `n² / 2^129`: for n = 6M, 5e-26. Over
+//! a century at 50k msg/s (1.6e14 sends, each compared with at most 6M live keys) the chance of
+//! a single false duplicate is about 3e-18. And a collision, however unlikely, is deterministic:
+//! every replica computes the same keys, so replicas never diverge over it. A crafted collision
+//! gains a producer nothing it does not have already: one that knows another's message id can
+//! simply send that id first.
+
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use xxhash_rust::xxh3::Xxh3;
+
+/// A (topic, message id) pair as the dedupe window knows it: a 128-bit hash, 16 bytes, alignment
+/// 1, so an expiry-order element `(i64, DedupeKey)` is 24 bytes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DedupeKey([u8; 16]);
+
+impl DedupeKey {
+    /// The key of `message_id` sent to `topic` (see the module docs for the encoding).
+    pub fn new(topic: &str, message_id: &str) -> DedupeKey {
+        let mut h = Xxh3::new();
+        h.update(&(topic.len() as u64).to_le_bytes());
+        h.update(topic.as_bytes());
+        h.update(message_id.as_bytes());
+        DedupeKey(h.digest128().to_be_bytes())
+    }
+
+    pub fn from_bytes(bytes: [u8; 16]) -> DedupeKey {
+        DedupeKey(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for DedupeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+/// 32 lowercase hex digits: the big-endian hash value.
+impl fmt::Display for DedupeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// In snapshots (JSON): the hex string.
+impl Serialize for DedupeKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Reads the hex string, or a `[topic, id]` pair as snapshots of releases before the hashed key
+/// carried it: a node of this release can then join a cluster whose leader still runs the
+/// previous one (it installs that leader's snapshot) and computes the very keys it would have.
+impl<'de> Deserialize<'de> for DedupeKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = DedupeKey;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("32 hex digits, or a [topic, message id] pair")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DedupeKey, E> {
+                let bad = || E::invalid_value(de::Unexpected::Str(v), &self);
+                if v.len() != 32 || !v.is_ascii() {
+                    return Err(bad());
+                }
+                let mut bytes = [0u8; 16];
+                for (i, b) in bytes.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+                }
+                Ok(DedupeKey(bytes))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DedupeKey, A::Error> {
+                let topic: String = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let id: String = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                if seq.next_element::<de::IgnoredAny>()?.is_some() {
+                    return Err(de::Error::invalid_length(3, &self));
+                }
+                Ok(DedupeKey::new(&topic, &id))
+            }
+        }
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
+/// Where a message id was stored, and by which entry. 32 bytes: every field is needed — the
+/// reply to a retry (queue id and offset, or the held message's position), expiry and rebuilding
+/// the expiry order after a load (store time), and telling a replayed entry from a retry (index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Seen {
+    pub queue_id: u32,
+    pub offset: u64,
+    pub store_timestamp_ms: i64,
+    /// The entry that stored it: replaying that entry is not a retry of itself.
+    pub index: u64,
+}
+
+/// In snapshots: `[queue_id, offset, store_timestamp_ms, index]`, not a map with the field names
+/// (millions of rows). The derived `Deserialize` reads this and the map earlier releases wrote.
+impl Serialize for Seen {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (self.queue_id, self.offset, self.store_timestamp_ms, self.index).serialize(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{align_of, size_of};
+
+    use super::*;
+    use crate::broker::table::Table;
+
+    /// Bounded memory per remembered message: a 16-byte key, a row of at most 32 bytes and an
+    /// expiry element of at most 24, whatever the lengths of topic and message id, and nothing
+    /// on the heap besides the table's and the queue's own nodes (the measured total per entry
+    /// is in docs/durability.md: `cargo bench -p rockraft --bench dedupe`).
+    #[test]
+    fn a_remembered_message_costs_a_fixed_few_bytes() {
+        assert_eq!(size_of::<DedupeKey>(), 16);
+        assert_eq!(align_of::<DedupeKey>(), 1);
+        assert!(size_of::<Seen>() <= 32, "row: {} bytes", size_of::<Seen>());
+        assert!(size_of::<(i64, DedupeKey)>() <= 24, "order element: {} bytes", size_of::<(i64, DedupeKey)>());
+    }
+
+    /// Every replica and every release must compute the same key: these values are XXH3-128's,
+    /// fixed by its specification (computed with the reference C implementation, libxxhash
+    /// 0.8.x, not with this crate). A change here would make a node of another version take
+    /// other messages for retries, so it must never happen.
+    #[test]
+    fn keys_are_stable_across_platforms_and_releases() {
+        assert_eq!(DedupeKey::new("", "").to_string(), "2c0a8a99dc147d5445c3b49d035665b2");
+        assert_eq!(
+            DedupeKey::new("TopicTest", "01A1B2C3D4E5F6000000000000000001").to_string(),
+            "e47b9a069149ed31c318db0d956db237"
+        );
+        // The streaming hasher hashes exactly the documented bytes.
+        let mut bytes = 9u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"TopicTestmsg-1");
+        assert_eq!(DedupeKey::new("TopicTest", "msg-1").as_bytes(), &xxhash_rust::xxh3::xxh3_128(&bytes).to_be_bytes());
+    }
+
+    #[test]
+    fn topic_and_id_are_not_confused() {
+        assert_ne!(DedupeKey::new("ab", "c"), DedupeKey::new("a", "bc"));
+        assert_ne!(DedupeKey::new("T", "a"), DedupeKey::new("U", "a"));
+        assert_ne!(DedupeKey::new("T", "a"), DedupeKey::new("T", "b"));
+        assert_eq!(DedupeKey::new("T", "a"), DedupeKey::new("T", "a"));
+    }
+
+    #[test]
+    fn snapshots_carry_keys_as_hex_and_read_the_earlier_string_pairs() {
+        let key = DedupeKey::new("T", "id-1");
+        let json = serde_json::to_string(&key).unwrap();
+        assert_eq!(json, format!("\"{key}\""));
+        assert_eq!(serde_json::from_str::<DedupeKey>(&json).unwrap(), key);
+        assert_eq!(serde_json::from_str::<DedupeKey>(r#"["T","id-1"]"#).unwrap(), key);
+        for bad in [r#""abc""#, r#"["T"]"#, r#"["T","a","b"]"#, "7", r#""zz000000000000000000000000000000""#] {
+            assert!(serde_json::from_str::<DedupeKey>(bad).is_err(), "{bad}");
+        }
+        let seen = Seen { queue_id: 1, offset: 2, store_timestamp_ms: -3, index: 4 };
+        assert_eq!(serde_json::to_string(&seen).unwrap(), "[1,2,-3,4]");
+        assert_eq!(serde_json::from_str::<Seen>("[1,2,-3,4]").unwrap(), seen);
+        let earlier = r#"{"queue_id":1,"offset":2,"store_timestamp_ms":-3,"index":4}"#;
+        assert_eq!(serde_json::from_str::<Seen>(earlier).unwrap(), seen);
+        // A whole table as an earlier release's snapshot held it.
+        let table: Table<DedupeKey, Seen> = serde_json::from_str(&format!(r#"[[["T","id-1"],{earlier}]]"#)).unwrap();
+        assert_eq!(table.get(&key), Some(&seen));
+    }
+}

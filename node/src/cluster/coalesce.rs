@@ -1,0 +1,236 @@
+//! Proposal batching on the leader: concurrent sends to one queue share one Raft entry.
+//!
+//! Each (topic, queue) is a lane. A send joins its lane; while the lane has fewer than
+//! [`LANE_DEPTH`] entries proposed and not yet applied, the joined sends are taken as one round
+//! and proposed as one `SendBatch`; otherwise they wait for a round in flight to finish and go
+//! with the next. A lone send is proposed at once, so an idle queue adds no latency; a busy one
+//! pays one log record, one replication, one apply and one reply path per round instead of per
+//! request. The round's reply (one outcome per message, in order) is split back per send.
+//!
+//! A send is never split over two entries, so each caller's messages stay contiguous and in
+//! order, and a FIFO producer that waits for each acknowledgement keeps its order.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use prost::encoding::encoded_len_varint;
+use rockraft_proto::rockraft::SendBatch;
+use tokio::sync::oneshot;
+
+use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply};
+use crate::cluster::ClusterError;
+
+/// Entries a lane may have proposed and not yet applied: one committing while the next fills.
+const LANE_DEPTH: usize = 2;
+
+/// Bytes a `SendBatch` spends besides its messages' own (topic, queue, time, field tags).
+fn batch_overhead(topic: &str) -> usize {
+    32 + topic.len()
+}
+
+/// Bytes one message adds to an encoded `SendBatch`: its field tag, length and bytes.
+fn message_cost(m: &Bytes) -> usize {
+    1 + encoded_len_varint(m.len() as u64) + m.len()
+}
+
+pub type Answer = Result<Reply, ClusterError>;
+
+struct Waiter {
+    messages: usize,
+    answer: oneshot::Sender<Answer>,
+}
+
+#[derive(Default)]
+struct Lane {
+    messages: Vec<Bytes>,
+    waiters: Vec<Waiter>,
+    in_flight: usize,
+}
+
+type LaneKey = (String, u32);
+
+/// The lanes of every queue with sends waiting or in flight.
+#[derive(Default)]
+pub struct Coalescer {
+    lanes: Mutex<HashMap<LaneKey, Lane>>,
+}
+
+/// Sends taken from a lane to be proposed as one entry.
+pub struct Round {
+    key: LaneKey,
+    pub batch: SendBatch,
+    waiters: Vec<Waiter>,
+}
+
+impl Coalescer {
+    /// Adds `batch` to its lane. Returns where its answer arrives and, when the lane has room, a
+    /// round to propose now: the caller proposes it, answers it, and asks [`Coalescer::next`].
+    pub fn join(&self, batch: SendBatch, max_entry_bytes: usize) -> (oneshot::Receiver<Answer>, Option<Round>) {
+        let (tx, rx) = oneshot::channel();
+        let key = (batch.topic, batch.queue_id);
+        let mut lanes = self.lanes.lock().expect("coalescer lock");
+        let lane = lanes.entry(key.clone()).or_default();
+        lane.waiters.push(Waiter { messages: batch.messages.len(), answer: tx });
+        lane.messages.extend(batch.messages);
+        let round = (lane.in_flight < LANE_DEPTH).then(|| take(key, lane, max_entry_bytes));
+        (rx, round)
+    }
+
+    /// After a round of the lane `key` was answered: the next round to propose, if sends are
+    /// waiting; otherwise the lane has one entry fewer in flight.
+    pub fn next(&self, done: &Round, max_entry_bytes: usize) -> Option<Round> {
+        let mut lanes = self.lanes.lock().expect("coalescer lock");
+        let lane = lanes.get_mut(&done.key)?;
+        if lane.waiters.is_empty() {
+            lane.in_flight -= 1;
+            if lane.in_flight == 0 {
+                lanes.remove(&done.key);
+            }
+            return None;
+        }
+        // The finished round's place in flight passes to this one.
+        lane.in_flight -= 1;
+        Some(take(done.key.clone(), lane, max_entry_bytes))
+    }
+}
+
+/// Takes the longest prefix of the lane's waiting sends that fits one entry (at least one send:
+/// a single send was checked against the entry size before it joined).
+fn take(key: LaneKey, lane: &mut Lane, max_entry_bytes: usize) -> Round {
+    let mut bytes = batch_overhead(&key.0);
+    let mut messages = 0;
+    let mut waiters = 0;
+    for w in &lane.waiters {
+        let cost: usize = lane.messages[messages..messages + w.messages].iter().map(message_cost).sum();
+        let fits = bytes + cost <= max_entry_bytes && messages + w.messages <= MAX_MESSAGES_PER_ENTRY;
+        if waiters > 0 && !fits {
+            break;
+        }
+        bytes += cost;
+        messages += w.messages;
+        waiters += 1;
+    }
+    lane.in_flight += 1;
+    let taken: Vec<Bytes> = lane.messages.drain(..messages).collect();
+    let waiters = lane.waiters.drain(..waiters).collect();
+    let batch = SendBatch { topic: key.0.clone(), queue_id: key.1, store_timestamp_ms: 0, messages: taken };
+    Round { key, batch, waiters }
+}
+
+impl Round {
+    /// Hands each send its part of the round's reply: its own outcomes, in order, or the whole
+    /// answer when it is not per message (an error, a missing topic, a rejection).
+    pub fn answer(&mut self, answer: Answer) {
+        match answer {
+            Ok(Reply::Sent(outcomes)) if outcomes.len() == self.batch.messages.len() => {
+                let mut outcomes = outcomes.into_iter();
+                for w in self.waiters.drain(..) {
+                    let own = outcomes.by_ref().take(w.messages).collect();
+                    let _ = w.answer.send(Ok(Reply::Sent(own)));
+                }
+            }
+            other => {
+                for w in self.waiters.drain(..) {
+                    let _ = w.answer.send(other.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::SendOutcome;
+    use prost::Message as _;
+
+    fn batch(queue: u32, bodies: &[&'static str]) -> SendBatch {
+        SendBatch {
+            topic: "T".into(),
+            queue_id: queue,
+            store_timestamp_ms: 0,
+            messages: bodies.iter().map(|b| Bytes::from_static(b.as_bytes())).collect(),
+        }
+    }
+
+    fn outcomes(batch: &SendBatch) -> Reply {
+        Reply::Sent(
+            batch
+                .messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| SendOutcome {
+                    message_id: String::from_utf8(m.to_vec()).unwrap(),
+                    queue_id: batch.queue_id,
+                    offset: i as u64,
+                    duplicate: false,
+                    held: None,
+                })
+                .collect(),
+        )
+    }
+
+    fn ids(reply: Answer) -> Vec<String> {
+        match reply {
+            Ok(Reply::Sent(o)) => o.into_iter().map(|o| o.message_id).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sends_that_wait_go_together_and_each_gets_its_own_outcomes() {
+        let c = Coalescer::default();
+        let (a, first) = c.join(batch(0, &["a"]), 1 << 20);
+        let (b, second) = c.join(batch(0, &["b1", "b2"]), 1 << 20);
+        let mut first = first.expect("an idle lane proposes at once");
+        assert!(second.is_some(), "a second round may be in flight while the first commits");
+        let (d, none) = c.join(batch(0, &["d"]), 1 << 20);
+        let (e, _) = c.join(batch(0, &["e"]), 1 << 20);
+        assert!(none.is_none(), "the lane is full: later sends wait");
+        let reply = outcomes(&first.batch);
+        first.answer(Ok(reply));
+        assert_eq!(ids(a.blocking_recv().unwrap()), ["a"]);
+        let mut third = c.next(&first, 1 << 20).expect("waiting sends form the next round");
+        assert_eq!(third.batch.messages.len(), 2, "both waiting sends share one entry");
+        let reply = outcomes(&third.batch);
+        third.answer(Ok(reply));
+        assert_eq!(ids(d.blocking_recv().unwrap()), ["d"]);
+        assert_eq!(ids(e.blocking_recv().unwrap()), ["e"]);
+        let mut second = second.unwrap();
+        assert!(c.next(&third, 1 << 20).is_none());
+        second.answer(Err(ClusterError::NoLeader));
+        assert_eq!(b.blocking_recv().unwrap(), Err(ClusterError::NoLeader));
+        assert!(c.next(&second, 1 << 20).is_none());
+        assert!(c.lanes.lock().unwrap().is_empty(), "an idle lane is forgotten");
+    }
+
+    #[test]
+    fn queues_do_not_wait_for_each_other() {
+        let c = Coalescer::default();
+        for q in 0..8 {
+            assert!(c.join(batch(q, &["x"]), 1 << 20).1.is_some());
+        }
+    }
+
+    #[test]
+    fn a_round_stays_within_one_entry() {
+        let c = Coalescer::default();
+        let busy = (c.join(batch(0, &["x"]), 100).1, c.join(batch(0, &["x"]), 100).1);
+        for _ in 0..10 {
+            c.join(batch(0, &["0123456789"]), 100);
+        }
+        let mut total = 0;
+        let mut round = busy.0.unwrap();
+        round.answer(Err(ClusterError::NoLeader));
+        while let Some(mut next) = c.next(&round, 100) {
+            let len = SendBatch { store_timestamp_ms: i64::MAX, ..next.batch.clone() }.encoded_len();
+            assert!(len <= 100, "{len} bytes");
+            assert!(!next.batch.messages.is_empty());
+            total += next.batch.messages.len();
+            next.answer(Err(ClusterError::NoLeader));
+            round = next;
+        }
+        assert_eq!(total, 10);
+    }
+}

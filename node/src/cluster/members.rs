@@ -1,0 +1,73 @@
+//! Which members are live, for the routes clients are given (`proxy/route.rs`). Only the leader
+//! hears from everyone: openraft records, per follower, when the last heartbeat or append it
+//! acknowledged was sent. A follower asks the leader (`PeerService.LiveMembers`) instead of
+//! guessing, so every node hands out the same members.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use openraft::Instant as _;
+
+use crate::cluster::{Cluster, ClusterError};
+use crate::raft::NodeId;
+
+/// A voter the leader has not heard from for this many (longest) election timeouts is taken for
+/// gone. A live follower answers every heartbeat (`heartbeat_ms`, 100 ms by default), so this
+/// only drops members that stopped answering, and it is long enough not to flap under load.
+const SILENT_ELECTION_TIMEOUTS: u32 = 2;
+
+impl Cluster {
+    /// On the leader: the voters it heard from within two election timeouts, itself included.
+    /// `None` on any other node.
+    pub fn heard_from(&self) -> Option<BTreeSet<NodeId>> {
+        let silence = Duration::from_millis(self.raft().config().election_timeout_max) * SILENT_ELECTION_TIMEOUTS;
+        let m = self.metrics();
+        if m.current_leader != Some(m.id) {
+            return None;
+        }
+        // `Some` only while this node leads.
+        let heartbeat = m.heartbeat.as_ref()?;
+        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        let ages = heartbeat.iter().map(|(id, acked)| (*id, acked.as_ref().map(|at| at.elapsed())));
+        Some(heard_within(m.id, &voters, ages, silence))
+    }
+
+    /// The leader's [`heard_from`](Self::heard_from), asked over `PeerService.LiveMembers`.
+    pub async fn leader_heard_from(&self) -> Result<BTreeSet<NodeId>, ClusterError> {
+        let addr = self.leader_addr()?;
+        self.peers().live_members(&addr).await
+    }
+}
+
+/// The voters whose last acknowledgement is at most `silence` old (`None`: none since this node
+/// became leader), and the leader itself.
+fn heard_within(
+    leader: NodeId,
+    voters: &BTreeSet<NodeId>,
+    ages: impl Iterator<Item = (NodeId, Option<Duration>)>,
+    silence: Duration,
+) -> BTreeSet<NodeId> {
+    let ages: BTreeMap<NodeId, Option<Duration>> = ages.collect();
+    let mut live: BTreeSet<NodeId> =
+        voters.iter().filter(|id| ages.get(id).copied().flatten().is_some_and(|age| age <= silence)).copied().collect();
+    live.insert(leader);
+    live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leader_vouches_for_the_voters_it_heard_from_lately_and_itself() {
+        let voters = BTreeSet::from([1, 2, 3, 4]);
+        let secs = |s| Some(Duration::from_secs(s));
+        // 2 answered a moment ago, 3 went silent, 4 never answered this leader, 5 is a learner.
+        let ages = [(1, None), (2, secs(0)), (3, secs(30)), (4, None), (5, secs(0))];
+        let live = heard_within(1, &voters, ages.into_iter(), Duration::from_secs(4));
+        assert_eq!(live, BTreeSet::from([1, 2]));
+        // Exactly at the limit still counts.
+        let live = heard_within(1, &voters, [(3, secs(4))].into_iter(), Duration::from_secs(4));
+        assert_eq!(live, BTreeSet::from([1, 3]));
+    }
+}

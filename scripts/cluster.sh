@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A three-node RockRaft cluster on loopback.
 #
-#   scripts/cluster.sh start       build (once) and start nodes 1-3, initialise, wait for a leader
+#   scripts/cluster.sh start       build (once) and start nodes 1-3 (1-$ROCKRAFT_NODES), initialise,
+#                                  wait for a leader
 #   scripts/cluster.sh stop        SIGTERM every node (leadership is handed over first)
 #   scripts/cluster.sh status      each member's role, term, indexes and lag
 #   scripts/cluster.sh kill N      SIGKILL node N
 #   scripts/cluster.sh restart N   start node N again on its old data
 #
 # Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; node-to-node: 127.0.0.1:9081-9083.
+# ROCKRAFT_NODES sets the cluster size (default 3; e.g. 5 for the five-node figures).
 # Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA.
 # ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456); with segments
 # under 8 MiB the largest message body is cut to a quarter of a segment, so that one always fits.
@@ -23,6 +25,7 @@ segment_size="${ROCKRAFT_SEGMENT_SIZE:-268435456}"
 bin="${ROCKRAFT_BIN:-$root/target/release/rockraft}"
 client_base="${ROCKRAFT_CLIENT_PORT_BASE:-8080}"
 raft_base="${ROCKRAFT_RAFT_PORT_BASE:-9080}"
+nodes="${ROCKRAFT_NODES:-3}"
 client_addr() { echo "127.0.0.1:$((client_base + $1))"; }
 raft_addr() { echo "127.0.0.1:$((raft_base + $1))"; }
 
@@ -60,7 +63,7 @@ write_config() {
       echo "[broker]"
       echo "max_body_bytes = $((segment_size / 4))"
     fi
-    for m in 1 2 3; do
+    for m in $(seq "$nodes"); do
       echo
       echo "[[members]]"
       echo "id = $m"
@@ -91,7 +94,7 @@ wait_for() {
 has_leader() { "$bin" --endpoint "$1" cluster status 2>/dev/null | grep -q ' Leader '; }
 
 any_endpoint() {
-  for n in 1 2 3; do
+  for n in $(seq "$nodes"); do
     if running "$n"; then client_addr "$n"; return; fi
   done
   client_addr 1
@@ -100,24 +103,25 @@ any_endpoint() {
 case "${1:-}" in
   start)
     build
-    for n in 1 2 3; do start_node "$n"; done
+    for n in $(seq "$nodes"); do start_node "$n"; done
     wait_for 30 "$bin" --endpoint "$(client_addr 1)" cluster init || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
     # Every node must know the leader (and so hold the membership) before clients arrive.
-    for n in 1 2 3; do
+    for n in $(seq "$nodes"); do
       wait_for 30 has_leader "$(client_addr "$n")" || { echo "node $n does not know a leader" >&2; exit 1; }
     done
-    for n in 1 2 3; do
+    for n in $(seq "$nodes"); do
       # A node that could not start (say, its port was taken) has exited by now.
       running "$n" || { echo "node $n exited; see $(node_dir "$n")/node.log" >&2; tail -3 "$(node_dir "$n")/node.log" >&2; exit 1; }
     done
-    echo "RockRaft is running. Client endpoints: $(client_addr 1), $(client_addr 2), $(client_addr 3)"
+    endpoints="$(for n in $(seq "$nodes"); do client_addr "$n"; done | paste -sd, | sed 's/,/, /g')"
+    echo "RockRaft is running. Client endpoints: $endpoints"
     echo "Data and logs: $data"
     ;;
   stop)
-    for n in 1 2 3; do
+    for n in $(seq "$nodes"); do
       if running "$n"; then kill -TERM "$(cat "$(node_dir "$n")/pid")"; fi
     done
-    for n in 1 2 3; do
+    for n in $(seq "$nodes"); do
       pidfile="$(node_dir "$n")/pid"
       for _ in $(seq 50); do running "$n" || break; sleep 0.2; done
       if running "$n"; then kill -KILL "$(cat "$pidfile")"; fi

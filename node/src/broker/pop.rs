@@ -124,6 +124,11 @@ pub enum ConsumeCommand {
     },
     Pop(Pop),
     Ack(Receipt),
+    /// The receipts of one `AckMessage`: one entry for all of them, answered one by one. (A
+    /// struct variant: the internally tagged encoding cannot hold a bare list.)
+    Acks {
+        receipts: Vec<Receipt>,
+    },
     ChangeInvisible {
         receipt: Receipt,
         now_ms: i64,
@@ -161,6 +166,9 @@ impl ConsumeCommand {
     pub fn wakes<'a>(&'a self, before: &Consumption) -> Option<&'a str> {
         match self {
             ConsumeCommand::Ack(r) => before.frees_message_group(r).then_some(r.topic.as_str()),
+            ConsumeCommand::Acks { receipts: rs } => {
+                rs.iter().find(|r| before.frees_message_group(r)).map(|r| r.topic.as_str())
+            }
             ConsumeCommand::ChangeInvisible { receipt: r, .. } => Some(&r.topic),
             ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
             ConsumeCommand::Pop(_)
@@ -185,6 +193,8 @@ pub enum ConsumeOutcome {
     /// The receipt named no current delivery: acked already, redelivered since, or made up.
     StaleReceipt,
     Renewed(Delivery),
+    /// One outcome per receipt of [`ConsumeCommand::Acks`], in order.
+    Each(Vec<ConsumeOutcome>),
 }
 
 /// Consumer groups and their POP state.
@@ -198,6 +208,17 @@ pub struct Consumption {
 }
 
 impl Consumption {
+    /// Ends the delivery `r` names, if it is still the current one.
+    fn ack(&mut self, r: &Receipt) -> ConsumeOutcome {
+        match self.current(r) {
+            Some(q) => {
+                q.inflight.remove(&r.offset);
+                ConsumeOutcome::Done
+            }
+            None => ConsumeOutcome::StaleReceipt,
+        }
+    }
+
     /// Applies `command`, committed at `index`.
     pub fn apply(&mut self, index: u64, command: &ConsumeCommand) -> ConsumeOutcome {
         match command {
@@ -230,13 +251,8 @@ impl Consumption {
                 }
                 ConsumeOutcome::Delivered(self.pop(index, pop))
             }
-            ConsumeCommand::Ack(r) => match self.current(r) {
-                Some(q) => {
-                    q.inflight.remove(&r.offset);
-                    ConsumeOutcome::Done
-                }
-                None => ConsumeOutcome::StaleReceipt,
-            },
+            ConsumeCommand::Ack(r) => self.ack(r),
+            ConsumeCommand::Acks { receipts } => ConsumeOutcome::Each(receipts.iter().map(|r| self.ack(r)).collect()),
             ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
                 // A new generation: the old receipt handle stops working.
                 self.extend(receipt, Some(index), now_ms.saturating_add(*invisible_ms))
@@ -452,6 +468,21 @@ mod tests {
         assert_eq!(c.apply(3, &ConsumeCommand::Ack(receipt(0, 99))), ConsumeOutcome::StaleReceipt);
         assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
         assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::StaleReceipt);
+    }
+
+    #[test]
+    fn acks_in_one_entry_are_answered_one_by_one_like_separate_acks() {
+        let mut c = consumption();
+        c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]));
+        let acks = ConsumeCommand::Acks { receipts: vec![receipt(0, 2), receipt(1, 99), receipt(1, 2), receipt(0, 2)] };
+        use ConsumeOutcome::{Done, StaleReceipt};
+        // It goes through the log as JSON like every consume command.
+        let acks = match crate::broker::Command::decode(crate::broker::Command::Consume(acks).encode()) {
+            Ok(crate::broker::Command::Consume(c)) => c,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(c.apply(3, &acks), ConsumeOutcome::Each(vec![Done, StaleReceipt, Done, StaleReceipt]));
+        assert!(c.queues.get(&("g".into(), "t".into(), 0)).unwrap().inflight.is_empty());
     }
 
     #[test]

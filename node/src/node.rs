@@ -128,9 +128,9 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
 }
 
-/// HTTP/2 settings for both endpoints. Windows are wide so thousands of 1 KiB sends in flight need few WINDOW_UPDATEs; a peer
-/// reconnecting after a partition may reset many streams at once without the connection being
-/// torn down for it (h2's default allows 20 pending).
+/// HTTP/2 settings for both endpoints. Windows are wide, so thousands of 1 KiB sends in flight
+/// need few WINDOW_UPDATEs; a peer reconnecting after a partition may reset many streams at once
+/// without the connection being torn down for it (h2's default allows 20 pending).
 fn server_builder() -> tonic::transport::Server {
     tonic::transport::Server::builder()
         .initial_connection_window_size(16 << 20)

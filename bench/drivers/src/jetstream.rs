@@ -37,13 +37,8 @@ pub struct ProduceArgs {
     stream: String,
     #[arg(long)]
     subject: String,
-    #[arg(long, default_value_t = 100_000)]
-    messages: u64,
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
-    /// Messages in flight.
-    #[arg(long, default_value_t = 64)]
-    window: usize,
+    #[command(flatten)]
+    load: load::Load,
 }
 
 #[derive(clap::Args)]
@@ -103,8 +98,8 @@ pub async fn setup(a: SetupArgs) -> Result<(), String> {
 
 pub async fn produce(a: ProduceArgs) -> Result<(), String> {
     let js = connect(&a.servers).await?;
-    let (body, subject) = (load::payload(a.size), a.subject.clone());
-    let outcome = load::closed_loop(a.messages, a.window, move |_| {
+    let (body, subject) = (load::payload(a.load.size), a.subject.clone());
+    let outcome = load::closed_loop(a.load.messages, a.load.window, move |_| {
         let (js, body, subject) = (js.clone(), body.clone(), subject.clone());
         async move {
             // The first await hands the message to the client; the second waits for the PubAck,
@@ -114,8 +109,8 @@ pub async fn produce(a: ProduceArgs) -> Result<(), String> {
         }
     })
     .await;
-    println!("stream {}: published {} of {} messages", a.stream, outcome.ok, a.messages);
-    outcome.report("jetstream", "produce", a.window, a.messages);
+    println!("stream {}: published {} of {} messages", a.stream, outcome.ok, a.load.messages);
+    outcome.report("jetstream", "produce", a.load.window, a.load.messages);
     Ok(())
 }
 

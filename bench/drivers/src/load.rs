@@ -7,6 +7,18 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+/// What every produce driver is asked for: how many messages, how large, how many in flight.
+#[derive(clap::Args)]
+pub struct Load {
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: u64,
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Messages in flight.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+}
+
 /// Latencies in microseconds, up to an hour, 3 significant digits.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")

@@ -15,13 +15,8 @@ pub struct ProduceArgs {
     uri: String,
     #[arg(long)]
     queue: String,
-    #[arg(long, default_value_t = 100_000)]
-    messages: u64,
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
-    /// Messages in flight.
-    #[arg(long, default_value_t = 64)]
-    window: usize,
+    #[command(flatten)]
+    load: load::Load,
     /// Channels the window is spread over (at most `window`). A channel is one Erlang process on
     /// the broker, so a single one would measure that process rather than the queue.
     #[arg(long, default_value_t = 8)]
@@ -37,7 +32,7 @@ pub async fn produce(a: ProduceArgs) -> Result<(), String> {
         .with_reactor(tokio_reactor_trait::Tokio);
     let conn = Connection::connect(&a.uri, props).await.map_err(|e| format!("connect {}: {e}", a.uri))?;
     let mut channels: Vec<Channel> = Vec::new();
-    for _ in 0..a.channels.clamp(1, a.window.max(1)) {
+    for _ in 0..a.channels.clamp(1, a.load.window.max(1)) {
         let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
         ch.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| format!("confirm.select: {e}"))?;
         channels.push(ch);
@@ -50,8 +45,8 @@ pub async fn produce(a: ProduceArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("declare quorum queue {}: {e}", a.queue))?;
 
-    let (body, queue) = (load::payload(a.size), a.queue.clone());
-    let outcome = load::closed_loop(a.messages, a.window, move |i| {
+    let (body, queue) = (load::payload(a.load.size), a.queue.clone());
+    let outcome = load::closed_loop(a.load.messages, a.load.window, move |i| {
         let ch = channels[i as usize % channels.len()].clone();
         let (body, queue) = (body.clone(), queue.clone());
         async move {
@@ -71,6 +66,6 @@ pub async fn produce(a: ProduceArgs) -> Result<(), String> {
     })
     .await;
     let _ = conn.close(200, "done").await;
-    outcome.report("rabbitmq", "produce", a.window, a.messages);
+    outcome.report("rabbitmq", "produce", a.load.window, a.load.messages);
     Ok(())
 }

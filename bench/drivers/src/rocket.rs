@@ -21,13 +21,8 @@ pub struct ProduceArgs {
     endpoints: String,
     #[arg(long)]
     topic: String,
-    #[arg(long, default_value_t = 100_000)]
-    messages: u64,
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
-    /// Messages in flight.
-    #[arg(long, default_value_t = 64)]
-    window: usize,
+    #[command(flatten)]
+    load: load::Load,
     /// Producers the window is shared by (each has its own gRPC connections).
     #[arg(long, default_value_t = 2)]
     producers: usize,
@@ -71,18 +66,18 @@ async fn send(p: &Producer, topic: &str, body: &[u8]) -> Result<(), String> {
 
 pub async fn produce(a: ProduceArgs) -> Result<(), String> {
     let mut producers = Vec::new();
-    for _ in 0..a.producers.clamp(1, a.window.max(1)) {
+    for _ in 0..a.producers.clamp(1, a.load.window.max(1)) {
         producers.push(Arc::new(producer(&a.endpoints, &a.topic).await?));
     }
     let producers = Arc::new(producers);
-    let (body, topic) = (load::payload(a.size), Arc::new(a.topic.clone()));
-    let outcome = load::closed_loop(a.messages, a.window, move |i| {
+    let (body, topic) = (load::payload(a.load.size), Arc::new(a.topic.clone()));
+    let outcome = load::closed_loop(a.load.messages, a.load.window, move |i| {
         let p = producers[i as usize % producers.len()].clone();
         let (body, topic) = (body.clone(), topic.clone());
         async move { send(&p, &topic, &body).await }
     })
     .await;
-    outcome.report("rockraft", "produce", a.window, a.messages);
+    outcome.report("rockraft", "produce", a.load.window, a.load.messages);
     Ok(())
 }
 

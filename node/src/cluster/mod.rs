@@ -262,13 +262,16 @@ impl Cluster {
         }
     }
 
-    /// Adds `batch` to its queue's lane and waits for the answer of the round it goes in.
-    async fn join(&self, lanes: Lanes, batch: SendBatch) -> Result<Reply, ClusterError> {
-        let coalescer = match lanes {
+    fn coalescer(&self, lanes: Lanes) -> &Coalescer {
+        match lanes {
             Lanes::Outgoing => &self.inner.outgoing,
             Lanes::Forwarded => &self.inner.forwarded,
-        };
-        let (answer, round) = coalescer.join(batch, self.max_entry_bytes());
+        }
+    }
+
+    /// Adds `batch` to its queue's lane and waits for the answer of the round it goes in.
+    async fn join(&self, lanes: Lanes, batch: SendBatch) -> Result<Reply, ClusterError> {
+        let (answer, round) = self.coalescer(lanes).join(batch, self.max_entry_bytes());
         if let Some(round) = round {
             let this = self.clone();
             // Its own task: the round answers every send in it, whichever client goes away.
@@ -287,11 +290,7 @@ impl Cluster {
                 (Lanes::Outgoing, Some((_, leader))) => self.forward_round(&leader, &round.batch).await,
             };
             round.answer(answer);
-            let coalescer = match lanes {
-                Lanes::Outgoing => &self.inner.outgoing,
-                Lanes::Forwarded => &self.inner.forwarded,
-            };
-            match coalescer.next(&round, self.max_entry_bytes()) {
+            match self.coalescer(lanes).next(&round, self.max_entry_bytes()) {
                 Some(next) => round = next,
                 None => return,
             }

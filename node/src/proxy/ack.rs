@@ -80,7 +80,6 @@ impl Proxy {
                 Ok(Reply::Consume(ConsumeOutcome::Each(outcomes))) if outcomes.len() == chunk.len() => {
                     outcomes.into_iter().map(|o| outcome_status(Reply::Consume(o))).collect()
                 }
-                Ok(reply) if chunk.len() == 1 => vec![outcome_status(reply)],
                 Ok(reply) => vec![outcome_status(reply); chunk.len()],
                 Err(e) => vec![write_failed(&e, 0); chunk.len()],
             };

@@ -21,6 +21,8 @@ pub struct Node {
     pub client_addr: String,
     pub dir: PathBuf,
     child: Option<Child>,
+    /// How far this node's clock is set ahead (the test build reads `ROCKRAFT_TEST_CLOCK_OFFSET_MS`).
+    clock_offset_ms: i64,
 }
 
 pub struct Cluster {
@@ -72,6 +74,7 @@ impl Cluster {
                 client_addr: format!("127.0.0.1:{}", free_port()),
                 dir: dir.path().join(format!("node{id}")),
                 child: None,
+                clock_offset_ms: 0,
             })
             .collect();
         let members: String = nodes
@@ -132,6 +135,7 @@ impl Cluster {
             None => command.env_remove("FAILPOINTS"),
         };
         let child = command
+            .env("ROCKRAFT_TEST_CLOCK_OFFSET_MS", node.clock_offset_ms.to_string())
             .arg("node")
             .arg("--config")
             .arg(node.dir.join("config.toml"))
@@ -161,6 +165,13 @@ impl Cluster {
     }
 
     pub fn restart(&mut self, id: u64) {
+        self.spawn(id);
+    }
+
+    /// Starts node `id` again on its data with its clock `offset_ms` ahead of the machine's (for
+    /// this and later restarts).
+    pub fn restart_with_clock_offset(&mut self, id: u64, offset_ms: i64) {
+        self.nodes.iter_mut().find(|n| n.id == id).expect("known node").clock_offset_ms = offset_ms;
         self.spawn(id);
     }
 

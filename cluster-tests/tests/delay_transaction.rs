@@ -656,3 +656,74 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(checks_of(&checks, &aged).len(), asked, "a resolved half is never checked again");
 }
+
+/// A transaction checker (WAT, ABI v1) that answers WAIT for every half, whatever its age.
+fn wait_forever_checker() -> Vec<u8> {
+    let manifest = r#"{"abi":1,"name":"wait-forever","version":"1","kinds":["tx-checker"],"bodies":false}"#;
+    let text = format!(
+        r#"(module
+          (memory (export "memory") 1)
+          (data (i32.const 16) "{}")
+          (func (export "rockraft_abi_v1"))
+          (func (export "rockraft_manifest") (result i64) (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const {})))
+          (func (export "rockraft_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "rockraft_open") (param i32 i32 i32) (result i32) (i32.const 0))
+          (func (export "rockraft_close") (param i32))
+          (func (export "rockraft_last_error") (result i64) (i64.const 0))
+          (func (export "rockraft_tx_check") (param i32 i32 i32 i32 i32) (result i32)
+            (memory.fill (local.get 4) (i32.const 0) (local.get 3)) (i32.const 0)))"#,
+        manifest.replace('"', "\\\""),
+        manifest.len()
+    );
+    wat::parse_str(text).expect("test module assembles")
+}
+
+/// A bound checker that never decides cannot keep a half open past the maximum age, nor make
+/// the leader check it in a loop: the host rolls it back at 2 s of age, after a few checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_checker_that_always_waits_is_overruled_at_the_maximum_age() {
+    use rockraft::admin::api::{AdminResponse, BindTarget};
+    use rockraft::broker::plugins::PluginKind;
+    use rockraft::broker::transaction::{HalfState, Resolver};
+    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\ntransaction_max_age_secs = 2\n";
+    let cluster = Cluster::start(3, options(broker)).await;
+    cluster.create_topic("Waits", 1, TopicKind::Transaction).await;
+    let register = AdminRequest::RegisterPlugin {
+        name: "wait-forever".into(),
+        kind: PluginKind::TxChecker,
+        module: wait_forever_checker(),
+    };
+    assert!(matches!(cluster.admin(register).await, AdminResponse::Done(_)));
+    let bind = AdminRequest::BindPlugin {
+        target: BindTarget::Topic("Waits".into()),
+        plugin: Some("wait-forever".into()),
+        config: String::new(),
+    };
+    assert!(matches!(cluster.admin(bind).await, AdminResponse::Done(_)));
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let last_index = |id| {
+        let cluster = &cluster;
+        async move { cluster.status(id).await.and_then(|s| s.last_log_index).unwrap_or(0) }
+    };
+
+    let checks: Checks = Arc::default();
+    let tp = tx_producer(&cluster.access_url(), "Waits", &checks, unknown).await;
+    let before = last_index(leader).await;
+    let id = send_half(&tp, "Waits", "never-decided").await.message_id().to_string();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    let halves = match cluster.admin(AdminRequest::ListHeld { timers: false, topic: None, all: true, limit: 10 }).await
+    {
+        AdminResponse::Held(h) => h,
+        other => panic!("ListHeld: {other:?}"),
+    };
+    let state = halves.iter().find(|h| h.message.message_id == id).and_then(|h| h.state);
+    assert!(
+        matches!(state, Some(HalfState::RolledBack { by: Resolver::Checker, .. })),
+        "the half is rolled back by the host at its maximum age: {halves:?}"
+    );
+    // The send, a check or two, the rollback: a handful of entries, not a loop.
+    let entries = last_index(leader).await - before;
+    assert!(entries <= 8, "{entries} log entries in 10 s for one half");
+    assert!(checks_of(&checks, &id).is_empty(), "a checker answering WAIT never has the producer asked");
+}

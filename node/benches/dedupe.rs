@@ -31,7 +31,7 @@ fn message_id(i: u64) -> String {
 }
 
 fn seen(i: u64) -> Seen {
-    Seen { queue_id: (i % 8) as u32, offset: i, store_timestamp_ms: 1_700_000_000_000 + (i / 50) as i64, index: i / 32 }
+    Seen { queue_id: (i % 8) as u32, offset: i, seen_ms: 1_700_000_000_000 + (i / 50) as i64, index: i / 32 }
 }
 
 fn report(layout: &str, n: u64, bytes: u64) {
@@ -60,7 +60,7 @@ fn main() {
         let key = DedupeKey::new(TOPIC, &message_id(i));
         let s = seen(i);
         table.insert(key, s);
-        order.push_back((s.store_timestamp_ms, key));
+        order.push_back((s.seen_ms, key));
         if i % 10_000 == 9_999 {
             table.take_changed();
         }
@@ -77,7 +77,7 @@ fn main() {
         let s = seen(i);
         changed.insert(key.clone());
         rows.insert(key.clone(), s);
-        old_order.push_back((s.store_timestamp_ms, key.0, key.1));
+        old_order.push_back((s.seen_ms, key.0, key.1));
         if i % 10_000 == 9_999 {
             changed.clear();
         }

@@ -72,7 +72,6 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         BrokerOptions {
             dir: config.data_dir.join("broker"),
             cq_records_per_file: config.storage.consume_queue_records_per_file,
-            dedupe_window: Duration::from_secs(config.broker.dedupe_window_secs),
             checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
         },
         log_store.commit_log(),
@@ -90,10 +89,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         max_entry_bytes: max_entry_bytes(config.storage.segment_size),
         plugins: Arc::clone(&plugins),
     };
-    // A leader stamps no send earlier than the latest store time applied, so store times never go
-    // back along a queue across leader changes.
-    let floor = broker.clone();
-    let cluster = Cluster::new(raft, broker.clone(), options, move || floor.max_store_timestamp_ms());
+    let cluster = Cluster::new(raft, broker.clone(), options);
 
     let jobs = Jobs::new();
     let renewals = Arc::new(Renewals::default());
@@ -107,6 +103,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn("health", crate::jobs::watch_health(cluster.clone(), log.clone(), jobs.clone()));
     jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log, retention));
     jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
+    let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
+    jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
     let leadership = jobs.follow_leadership(&cluster);
     let timers = cluster.clone();
     jobs.spawn_leader("timers", leadership.clone(), move || crate::jobs::fire_timers(timers.clone()));

@@ -32,12 +32,7 @@ struct Replica {
 }
 
 fn options(dir: &Path) -> BrokerOptions {
-    BrokerOptions {
-        dir: dir.join("broker"),
-        cq_records_per_file: 4,
-        dedupe_window: Duration::from_secs(120),
-        checkpoint_interval: Duration::from_secs(3600),
-    }
+    BrokerOptions { dir: dir.join("broker"), cq_records_per_file: 4, checkpoint_interval: Duration::from_secs(3600) }
 }
 
 impl Replica {
@@ -124,7 +119,7 @@ fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[String]) -> Command {
             Bytes::from(m.encode_to_vec())
         })
         .collect();
-    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, messages })
+    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, clock_ms: at_ms, messages })
 }
 
 /// Delayed messages due `delays_ms` after `at_ms`, or (no delays) one transactional half.
@@ -144,7 +139,7 @@ fn send_held(topic: &str, at_ms: i64, id: &str, delays_ms: &[i64]) -> Command {
     } else {
         delays_ms.iter().enumerate().map(|(n, d)| one(at_ms + d, n)).collect()
     };
-    Command::Send(SendBatch { topic: topic.into(), queue_id: 0, store_timestamp_ms: at_ms, messages })
+    Command::Send(SendBatch { topic: topic.into(), queue_id: 0, store_timestamp_ms: at_ms, clock_ms: at_ms, messages })
 }
 
 /// Timers set, fired and recalled, halves stored, checked and resolved: the tables kept on disk.

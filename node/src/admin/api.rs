@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, HeldEntry};
+use crate::broker::settings::{ClusterSettings, SettingsChange};
 use crate::broker::{GroupProgress, TopicConfig};
 use crate::plugin::PluginKind;
 use crate::raft::NodeId;
@@ -56,6 +57,10 @@ pub enum AdminRequest {
     /// This node's applied index and a digest of its replicated state: replicas at the same
     /// index must agree (`rockraft cluster verify`).
     Digest,
+    /// Changes cluster settings through the log (`rockraft cluster configure`).
+    Configure(SettingsChange),
+    /// The cluster settings as this node has applied them.
+    Settings,
     /// Pending delayed messages (`timers`), or transactional halves: open ones, or all kept
     /// (`all`: also committed and rolled back ones, e.g. rolled back for age).
     ListHeld {
@@ -128,7 +133,8 @@ impl AdminRequest {
             | AdminRequest::ListHeld { .. }
             | AdminRequest::ResolveTransaction { .. }
             | AdminRequest::RegisterPlugin { .. }
-            | AdminRequest::BindPlugin { .. } => true,
+            | AdminRequest::BindPlugin { .. }
+            | AdminRequest::Settings => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
         }
@@ -146,6 +152,7 @@ pub enum AdminResponse {
     Digest(StateDigest),
     Held(Vec<HeldEntry>),
     Plugins(Vec<PluginInfo>),
+    Settings(ClusterSettings),
     Error(String),
 }
 
@@ -190,6 +197,9 @@ pub struct NodeStatus {
     pub applied: Option<u64>,
     pub purged: Option<u64>,
     pub members: Vec<MemberInfo>,
+    /// The other members' clocks as this node reads them, and whether its own is off.
+    #[serde(default)]
+    pub clock: crate::cluster::skew::ClockReport,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

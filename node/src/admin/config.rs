@@ -75,7 +75,10 @@ pub struct StorageConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BrokerConfig {
-    pub dedupe_window_secs: u64,
+    /// Moved to the replicated cluster settings (`rockraft cluster configure`): refused here
+    /// with a pointer there, since apply depends on it and nodes must never disagree.
+    #[serde(default)]
+    pub dedupe_window_secs: Option<u64>,
     pub max_body_bytes: u64,
     pub max_properties_bytes: u64,
     pub checkpoint_interval_ms: u64,
@@ -98,6 +101,9 @@ pub struct RaftTimings {
     pub heartbeat_ms: u64,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
+    /// A node whose clock differs from a majority of the members by more than this does not
+    /// lead (0: never checked). The leader's clock times every delivery and expiry.
+    pub max_clock_skew_ms: u64,
 }
 
 fn default_group() -> String {
@@ -130,7 +136,7 @@ impl Default for StorageConfig {
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
-            dedupe_window_secs: 120,
+            dedupe_window_secs: None,
             max_body_bytes: 4 << 20,
             max_properties_bytes: 16 << 10,
             checkpoint_interval_ms: 200,
@@ -150,7 +156,12 @@ impl Default for RaftTimings {
         // replaced within about a second, while a leader whose heartbeats stall for most of a
         // second (an fsync on a busy disk) keeps its place. openraft's own defaults (150-300 ms)
         // flap on a loaded two-core machine.
-        RaftTimings { heartbeat_ms: 100, election_timeout_min_ms: 300, election_timeout_max_ms: 500 }
+        RaftTimings {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 500,
+            max_clock_skew_ms: 2000,
+        }
     }
 }
 
@@ -181,6 +192,12 @@ impl NodeConfig {
                 self.broker.max_properties_bytes,
                 log.max_record_payload(),
                 self.storage.segment_size
+            ));
+        }
+        if let Some(secs) = self.broker.dedupe_window_secs {
+            return Err(format!(
+                "broker.dedupe_window_secs ({secs}) is a cluster setting now, the same on every node: remove it \
+                 here and run `rockraft cluster configure --dedupe-window-secs {secs}` once"
             ));
         }
         if self.raft.election_timeout_min_ms <= self.raft.heartbeat_ms
@@ -283,8 +300,10 @@ mod tests {
         let c: NodeConfig = toml::from_str("node_id = 3").unwrap();
         assert_eq!(c.storage.durability, Durability::Sync);
         assert_eq!(c.storage.retention_hours, 72.0);
-        assert_eq!(c.broker.dedupe_window_secs, 120);
         c.validate().unwrap();
+        let moved: NodeConfig = toml::from_str("node_id = 1\n[broker]\ndedupe_window_secs = 60").unwrap();
+        let why = moved.validate().unwrap_err();
+        assert!(why.contains("rockraft cluster configure --dedupe-window-secs 60"), "{why}");
         assert!(toml::from_str::<NodeConfig>("node_id = 1\nsegmnet_size = 5").is_err());
         let bad: NodeConfig = toml::from_str("node_id = 1\n[storage]\nsegment_size = 10").unwrap();
         assert!(bad.validate().is_err());

@@ -148,6 +148,8 @@ impl AdminServer {
                 .map_err(|e| e.to_string()),
             AdminRequest::CreateTopic(t) => self.write(Command::Admin(AdminCommand::CreateTopic(t))).await,
             AdminRequest::DeleteTopic { name } => self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await,
+            AdminRequest::Configure(change) => self.write(Command::Admin(AdminCommand::Configure(change))).await,
+            AdminRequest::Settings => Ok(AdminResponse::Settings(broker.settings())),
             AdminRequest::ListTopics => Ok(AdminResponse::Topics({
                 let held = broker.held_counts();
                 broker
@@ -401,6 +403,7 @@ impl AdminServer {
                     voter: voters.contains(id),
                 })
                 .collect(),
+            clock: self.cluster.clock_report(),
         }
     }
 }

@@ -10,19 +10,37 @@ use bytes::Bytes;
 use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
-use crate::broker::command::{AdminCommand, Command};
+use crate::broker::command::{AdminCommand, Command, SendBatchClock};
 use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
 use crate::broker::held::HeldMessage;
+use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::reply::Held;
 use crate::broker::state::{LogPosition, MembershipRecord, State};
 use crate::broker::topic::TopicKind;
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
 
-/// The queue id a dedupe row records for a held message (its offset field is then the message's
-/// position): a retry of it answers with the same recall handle or transaction id.
-const HELD_QUEUE: u32 = u32::MAX;
+/// A dedupe row of a held message has this bit in its queue id, the message's ordinal in its
+/// entry in the others, and its due time (delayed messages) as its offset: a retry of it answers
+/// with the recall handle or transaction id of the first attempt, whatever the retry says.
+const HELD_FLAG: u32 = 1 << 31;
+/// Rows of held messages written by earlier releases: this queue id and the position as offset.
+const LEGACY_HELD_QUEUE: u32 = u32::MAX;
+
+/// The held message a dedupe row stands for, if it is one; `retry_due_ms` for rows of earlier
+/// releases, which did not keep the due time.
+fn held_of(seen: &Seen, kind: TopicKind, retry_due_ms: i64) -> Option<Held> {
+    let (position, due_ms) = match seen.queue_id {
+        LEGACY_HELD_QUEUE => (seen.offset, retry_due_ms),
+        q if q & HELD_FLAG != 0 => (queue_position(seen.index, (q & !HELD_FLAG) as usize), seen.offset as i64),
+        _ => return None,
+    };
+    Some(match kind {
+        TopicKind::Delay => Held::Timer { due_ms, position },
+        _ => Held::Half { position },
+    })
+}
 use crate::store::{CqRecord, tag_hash};
 
 /// ConsumeQueue records for consecutive offsets of one queue.
@@ -62,7 +80,7 @@ impl State {
     /// answered, the same way on every replica; an undecodable payload changes nothing.
     pub(crate) fn apply(&mut self, at: LogPosition, payload: Bytes, fx: &mut Effects) -> Reply {
         let reply = match Command::decode(payload) {
-            Ok(command) => self.apply_command(at.index, command, fx),
+            Ok(command) => self.apply_command(at, command, fx),
             Err(e) => {
                 tracing::error!(index = at.index, error = %e, "skipping an entry that is not a broker command");
                 Reply::Rejected(e.to_string())
@@ -80,11 +98,12 @@ impl State {
         }
     }
 
-    fn apply_command(&mut self, index: u64, command: Command, fx: &mut Effects) -> Reply {
+    fn apply_command(&mut self, at: LogPosition, command: Command, fx: &mut Effects) -> Reply {
+        let index = at.index;
         match command {
             Command::Send(batch) => {
                 let topic = batch.topic.clone();
-                let reply = self.apply_send(index, batch, true, fx);
+                let reply = self.apply_send(at, batch, true, fx);
                 fx.wakes.push(topic);
                 reply
             }
@@ -95,7 +114,23 @@ impl State {
                 self.release_holds(below, fx);
                 Reply::Applied
             }
-            Command::DeadLetter(d) => self.apply_dead_letter(index, d, fx),
+            Command::DeadLetter(d) => self.apply_dead_letter(at, d, fx),
+            Command::Admin(AdminCommand::Configure(change)) => match self.settings.changed(&change) {
+                Ok(settings) => {
+                    self.settings = settings;
+                    Reply::Applied
+                }
+                Err(e) => Reply::Rejected(e),
+            },
+            Command::Plugin(PluginCommand::Register { module, .. })
+                if module.len() as u64 > self.settings.max_module_bytes =>
+            {
+                Reply::Rejected(format!(
+                    "a module of {} bytes is over the cluster's max_module_bytes ({})",
+                    module.len(),
+                    self.settings.max_module_bytes
+                ))
+            }
             Command::Plugin(p) => {
                 let groups = &self.consumption.groups;
                 self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))
@@ -121,6 +156,9 @@ impl State {
                     return Reply::TopicNotFound(name);
                 }
                 self.queues.remove_where(|(t, _)| *t == name);
+                // Its delayed messages and halves go with it: none may reach a topic created
+                // later under the same name.
+                self.drop_held_of_topic(&name, fx);
                 fx.removed_topics.push(name.clone());
                 fx.wakes.push(name);
                 Reply::Applied
@@ -128,7 +166,8 @@ impl State {
         }
     }
 
-    fn apply_send(&mut self, index: u64, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {
+    fn apply_send(&mut self, at: LogPosition, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {
+        let index = at.index;
         let Some(topic) = self.topics.get(&batch.topic) else { return Reply::TopicNotFound(batch.topic) };
         let kind = topic.kind;
         if batch.queue_id >= topic.queues {
@@ -144,12 +183,14 @@ impl State {
                 Err(e) => return Reply::Rejected(format!("undecodable message: {e}")),
             }
         }
-        // Never earlier than what was stored before, whichever leader's clock stamped it.
-        let now = batch.store_timestamp_ms.max(self.max_store_ms);
-        self.max_store_ms = now;
-        self.expire_dedupe(now);
+        // Time-outs (due times, first checks) go by the leader's clock; the dedupe window by its
+        // own clock, which a change of leader does not move (see `DedupeClock`).
+        let now = batch.clock();
+        let seen_ms = self.dedupe_clock.advance(at.term, now);
+        self.expire_dedupe(seen_ms);
         let key = (batch.topic.clone(), batch.queue_id);
         let mut range = self.queues.get(&key).copied().unwrap_or_default();
+        range.last_store_ms = range.last_store_ms.max(batch.store_timestamp_ms);
         let mut write = QueueWrite {
             topic: batch.topic.clone(),
             queue_id: batch.queue_id,
@@ -167,10 +208,7 @@ impl State {
             if let Some(key) = dedupe_key
                 && let Some(seen) = self.dedupe.get(&key).filter(|s| s.index < index || stored_here.contains(&key))
             {
-                let held = (seen.queue_id == HELD_QUEUE).then_some(match kind {
-                    TopicKind::Delay => Held::Timer { due_ms: msg.delivery_timestamp_ms, position: seen.offset },
-                    _ => Held::Half { position: seen.offset },
-                });
+                let held = held_of(seen, kind, msg.delivery_timestamp_ms);
                 outcomes.push(SendOutcome {
                     message_id: msg.message_id.clone(),
                     queue_id: if held.is_some() { batch.queue_id } else { seen.queue_id },
@@ -206,7 +244,12 @@ impl State {
                 }
                 if let Some(key) = dedupe_key {
                     stored_here.insert(key);
-                    self.remember(key, Seen { queue_id: HELD_QUEUE, offset: position, store_timestamp_ms: now, index });
+                    let due_ms = match held {
+                        Held::Timer { due_ms, .. } => due_ms,
+                        Held::Half { .. } => 0,
+                    };
+                    let row = Seen { queue_id: HELD_FLAG | ordinal as u32, offset: due_ms as u64, seen_ms, index };
+                    self.remember(key, row);
                 }
                 outcomes.push(SendOutcome {
                     message_id: msg.message_id.clone(),
@@ -222,7 +265,7 @@ impl State {
             range.next += 1;
             if let Some(key) = dedupe_key {
                 stored_here.insert(key);
-                self.remember(key, Seen { queue_id: batch.queue_id, offset, store_timestamp_ms: now, index });
+                self.remember(key, Seen { queue_id: batch.queue_id, offset, seen_ms, index });
             }
             outcomes.push(SendOutcome {
                 message_id: msg.message_id.clone(),
@@ -257,7 +300,8 @@ impl State {
     }
 
     /// Ends the delivery, then stores the message's copy in the group's dead-letter topic.
-    fn apply_dead_letter(&mut self, index: u64, d: DeadLetter, fx: &mut Effects) -> Reply {
+    fn apply_dead_letter(&mut self, at: LogPosition, d: DeadLetter, fx: &mut Effects) -> Reply {
+        let index = at.index;
         let receipt = dead_letter_receipt(&d);
         let with_copy = dead_letter_copy(&d).is_some();
         let frees = self.consumption.frees_message_group(&receipt);
@@ -275,7 +319,7 @@ impl State {
         if !self.topics.contains_key(&dlq.name) {
             self.topics.insert(dlq.name.clone(), dlq);
         }
-        let reply = self.apply_send(index, batch, false, fx);
+        let reply = self.apply_send(at, batch, false, fx);
         fx.wakes.push(dead_letter_topic(&d.group));
         match reply {
             Reply::Sent(_) => Reply::Consume(ConsumeOutcome::Done),
@@ -286,15 +330,15 @@ impl State {
     /// Remembers a stored message id for the dedupe window.
     fn remember(&mut self, key: DedupeKey, seen: Seen) {
         self.dedupe.insert(key, seen);
-        self.local.dedupe_order.push_back((seen.store_timestamp_ms, key));
+        self.local.dedupe_order.push_back((seen.seen_ms, key));
     }
 
     fn expire_dedupe(&mut self, now_ms: i64) {
-        let Some(before_ms) = now_ms.checked_sub(self.local.dedupe_window_ms) else { return };
+        let Some(before_ms) = now_ms.checked_sub(self.settings.dedupe_window_ms()) else { return };
         while self.local.dedupe_order.front().is_some_and(|(ts, _)| *ts < before_ms) {
             let Some((_, key)) = self.local.dedupe_order.pop_front() else { break };
             // A row stored again since (a replayed entry) expires with its own element.
-            if self.dedupe.get(&key).is_some_and(|s| s.store_timestamp_ms < before_ms) {
+            if self.dedupe.get(&key).is_some_and(|s| s.seen_ms < before_ms) {
                 self.dedupe.remove(&key);
             }
         }

@@ -52,6 +52,8 @@ pub enum AdminCommand {
     ReleaseHolds {
         below: u64,
     },
+    /// Changes cluster settings that apply reads (`rockraft cluster configure`).
+    Configure(crate::broker::settings::SettingsChange),
 }
 
 impl Command {
@@ -99,10 +101,10 @@ impl Command {
     /// Sets the time a command acts on or is stored at: the proposing leader's clock.
     pub fn set_time(&mut self, now_ms: i64) {
         match self {
-            Command::Send(batch) => batch.store_timestamp_ms = now_ms,
+            Command::Send(batch) => stamp_batch(batch, now_ms),
             Command::DeadLetter(d) => {
                 if let Some(batch) = d.batch.as_mut() {
-                    batch.store_timestamp_ms = now_ms;
+                    stamp_batch(batch, now_ms);
                 }
             }
             Command::Consume(c) => c.set_time(now_ms),
@@ -113,15 +115,31 @@ impl Command {
         }
     }
 
-    /// [`Command::set_time`] on encoded bytes (a forwarded command); other payloads come back
-    /// unchanged.
-    pub fn stamp_time(payload: Bytes, now_ms: i64) -> Bytes {
+    /// Holds the store time of the messages this command stores at `floor_ms(topic, queue)`
+    /// when the clock stamped is below it: store times never go back along a queue, whichever
+    /// leader's clock stamped the earlier ones. Time-outs still go by the clock (`clock_ms`).
+    pub fn hold_store_time(&mut self, floor_ms: impl Fn(&str, u32) -> i64) {
+        let batch = match self {
+            Command::Send(batch) => batch,
+            Command::DeadLetter(d) => match d.batch.as_mut() {
+                Some(batch) => batch,
+                None => return,
+            },
+            _ => return,
+        };
+        batch.store_timestamp_ms = batch.store_timestamp_ms.max(floor_ms(&batch.topic, batch.queue_id));
+    }
+
+    /// [`Command::set_time`] and [`Command::hold_store_time`] on encoded bytes (a forwarded
+    /// command); other payloads come back unchanged.
+    pub fn stamp_time(payload: Bytes, now_ms: i64, floor_ms: impl Fn(&str, u32) -> i64) -> Bytes {
         if !Command::carries_time(&payload) {
             return payload;
         }
         match Command::decode(payload.clone()) {
             Ok(mut c) => {
                 c.set_time(now_ms);
+                c.hold_store_time(floor_ms);
                 c.encode()
             }
             Err(_) => payload,
@@ -158,6 +176,24 @@ impl Command {
     }
 }
 
+fn stamp_batch(batch: &mut SendBatch, now_ms: i64) {
+    batch.store_timestamp_ms = now_ms;
+    batch.clock_ms = now_ms;
+}
+
+impl SendBatchClock for SendBatch {
+    fn clock(&self) -> i64 {
+        if self.clock_ms != 0 { self.clock_ms } else { self.store_timestamp_ms }
+    }
+}
+
+/// The leader's clock an encoded batch was stamped with.
+pub(crate) trait SendBatchClock {
+    /// What time-outs go by: the proposer's clock, or for entries of releases before the store
+    /// time was held per queue, the store time.
+    fn clock(&self) -> i64;
+}
+
 fn json<T: serde::Serialize>(tag: u8, value: &T) -> Bytes {
     let mut buf = vec![tag];
     serde_json::to_writer(&mut buf, value).expect("commands serialize");
@@ -175,6 +211,7 @@ mod tests {
             topic: "T".into(),
             queue_id: 3,
             store_timestamp_ms: 1_700_000_000_000,
+            clock_ms: 1_700_000_000_000,
             messages: vec![Bytes::from_static(b"one"), Bytes::from_static(b"two")],
         });
         assert_eq!(Command::decode(send.encode()).unwrap(), send);

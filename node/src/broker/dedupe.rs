@@ -116,21 +116,58 @@ impl<'de> Deserialize<'de> for DedupeKey {
 
 /// Where a message id was stored, and by which entry. 32 bytes: every field is needed — the
 /// reply to a retry (queue id and offset, or the held message's position), expiry and rebuilding
-/// the expiry order after a load (store time), and telling a replayed entry from a retry (index).
+/// the expiry order after a load (the dedupe clock when stored), and telling a replayed entry
+/// from a retry (index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct Seen {
     pub queue_id: u32,
     pub offset: u64,
-    pub store_timestamp_ms: i64,
+    /// [`DedupeClock::now_ms`] when it was stored.
+    #[serde(alias = "store_timestamp_ms")]
+    pub seen_ms: i64,
     /// The entry that stored it: replaying that entry is not a retry of itself.
     pub index: u64,
 }
 
-/// In snapshots: `[queue_id, offset, store_timestamp_ms, index]`, not a map with the field names
+/// In snapshots: `[queue_id, offset, seen_ms, index]`, not a map with the field names
 /// (millions of rows). The derived `Deserialize` reads this and the map earlier releases wrote.
 impl Serialize for Seen {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (self.queue_id, self.offset, self.store_timestamp_ms, self.index).serialize(s)
+        (self.queue_id, self.offset, self.seen_ms, self.index).serialize(s)
+    }
+}
+
+/// The clock the dedupe window is measured by. It moves on by the time between one leader's
+/// stamps, and not at all from the last stamp of one term to the first of the next: two leaders'
+/// clocks may disagree by any amount, so a retry that reaches a new leader whose clock runs
+/// minutes ahead must still find its first attempt, and one leader whose clock ran a day ahead
+/// must not expire the whole window. The price: the time between two leaders' stamps (an
+/// election, or an idle cluster's failover) is not counted, so ids are kept that much longer,
+/// never shorter. It starts at the first stamp it sees, so it reads like a wall clock (and rows
+/// written by releases that measured by store time compare with it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DedupeClock {
+    /// The term of the last stamp seen.
+    pub term: u64,
+    /// The highest stamp seen in that term.
+    pub stamp_ms: i64,
+    /// The window's time now.
+    pub now_ms: i64,
+}
+
+impl DedupeClock {
+    /// Moves on to an entry of `term` stamped `stamp_ms`, and returns the window's time.
+    pub fn advance(&mut self, term: u64, stamp_ms: i64) -> i64 {
+        if self.now_ms == 0 {
+            self.now_ms = stamp_ms;
+        } else if term == self.term {
+            self.now_ms = self.now_ms.saturating_add(stamp_ms.saturating_sub(self.stamp_ms).max(0));
+        }
+        if term != self.term || stamp_ms > self.stamp_ms {
+            self.stamp_ms = stamp_ms;
+        }
+        self.term = term;
+        self.now_ms
     }
 }
 
@@ -171,6 +208,22 @@ mod tests {
     }
 
     #[test]
+    fn the_dedupe_clock_counts_time_within_a_term_only() {
+        let mut c = DedupeClock::default();
+        assert_eq!(c.advance(1, 1_000), 1_000, "starts at the first stamp");
+        assert_eq!(c.advance(1, 31_000), 31_000);
+        assert_eq!(c.advance(1, 30_000), 31_000, "a stamp below the term's highest adds nothing");
+        assert_eq!(c.advance(1, 32_000), 32_000);
+        // A new leader a day ahead: its first stamp adds nothing, its later ones their distance.
+        let day = 86_400_000;
+        assert_eq!(c.advance(2, 32_000 + day), 32_000);
+        assert_eq!(c.advance(2, 37_000 + day), 37_000);
+        // Back to a leader with the right clock.
+        assert_eq!(c.advance(3, 40_000), 37_000);
+        assert_eq!(c.advance(3, 41_000), 38_000);
+    }
+
+    #[test]
     fn topic_and_id_are_not_confused() {
         assert_ne!(DedupeKey::new("ab", "c"), DedupeKey::new("a", "bc"));
         assert_ne!(DedupeKey::new("T", "a"), DedupeKey::new("U", "a"));
@@ -188,7 +241,7 @@ mod tests {
         for bad in [r#""abc""#, r#"["T"]"#, r#"["T","a","b"]"#, "7", r#""zz000000000000000000000000000000""#] {
             assert!(serde_json::from_str::<DedupeKey>(bad).is_err(), "{bad}");
         }
-        let seen = Seen { queue_id: 1, offset: 2, store_timestamp_ms: -3, index: 4 };
+        let seen = Seen { queue_id: 1, offset: 2, seen_ms: -3, index: 4 };
         assert_eq!(serde_json::to_string(&seen).unwrap(), "[1,2,-3,4]");
         assert_eq!(serde_json::from_str::<Seen>("[1,2,-3,4]").unwrap(), seen);
         let earlier = r#"{"queue_id":1,"offset":2,"store_timestamp_ms":-3,"index":4}"#;

@@ -11,7 +11,7 @@
 //!
 //! Record: `crc32c u32 | len u32 | body`, body = `op u8 | key [u8; 16]` (the
 //! [`DedupeKey`](crate::broker::dedupe::DedupeKey)) and, for a put, `queue u32 | offset u64 |
-//! store_timestamp_ms i64 | index u64`: a record is 25 bytes (removal) or 53 (put).
+//! seen_ms i64 | index u64`: a record is 25 bytes (removal) or 53 (put).
 //!
 //! Releases before the hashed key wrote `dedupe.<generation>.journal`, keyed by the topic and id
 //! strings. Such a file is refused, never read nor deleted (see [`DedupeJournal::open`]).
@@ -67,7 +67,7 @@ fn encode(key: &Key, seen: Option<&Seen>, out: &mut Vec<u8>) {
         Some(s) => {
             body[17..21].copy_from_slice(&s.queue_id.to_le_bytes());
             body[21..29].copy_from_slice(&s.offset.to_le_bytes());
-            body[29..37].copy_from_slice(&s.store_timestamp_ms.to_le_bytes());
+            body[29..37].copy_from_slice(&s.seen_ms.to_le_bytes());
             body[37..45].copy_from_slice(&s.index.to_le_bytes());
             45
         }
@@ -106,9 +106,7 @@ fn decode(body: &[u8]) -> Option<(Key, Option<Seen>)> {
     let key = c.key()?;
     let seen = match op {
         OP_REMOVE => None,
-        OP_PUT => {
-            Some(Seen { queue_id: c.u32()?, offset: c.u64()?, store_timestamp_ms: c.u64()? as i64, index: c.u64()? })
-        }
+        OP_PUT => Some(Seen { queue_id: c.u32()?, offset: c.u64()?, seen_ms: c.u64()? as i64, index: c.u64()? }),
         _ => return None,
     };
     c.0.is_empty().then_some((key, seen))
@@ -332,7 +330,7 @@ mod tests {
     use super::*;
 
     fn seen(offset: u64) -> Seen {
-        Seen { queue_id: 1, offset, store_timestamp_ms: 1000 + offset as i64, index: 7 }
+        Seen { queue_id: 1, offset, seen_ms: 1000 + offset as i64, index: 7 }
     }
 
     fn key(id: &str) -> Key {

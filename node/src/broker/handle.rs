@@ -22,9 +22,6 @@ pub struct BrokerOptions {
     /// Holds `meta/` (sled), `queues/` (ConsumeQueues) and the dedupe journal.
     pub dir: PathBuf,
     pub cq_records_per_file: u64,
-    /// A message id already stored in a topic within this window is not stored again. Apply
-    /// depends on it: every node must use the same value.
-    pub dedupe_window: Duration,
     /// How often applied state is made durable.
     pub checkpoint_interval: Duration,
 }
@@ -127,7 +124,7 @@ impl Broker {
         state.dedupe = dedupe;
         // Loaded rows are what the last checkpoint wrote: nothing to write again.
         state.dedupe.take_changed();
-        state.prepare_local(options.dedupe_window);
+        state.prepare_local();
         for (prefix, table) in state.tables() {
             table.attach(&tree, prefix);
         }

@@ -83,6 +83,66 @@ impl State {
         }
     }
 
+    /// A held message of entry `index` was delivered at `now_ms` after it had been released (an
+    /// operator resumed a half the checker rolled back): the entry is kept for a retention
+    /// period from now, as for any delivery.
+    pub(crate) fn hold_again(&mut self, index: u64, now_ms: i64, fx: &mut Effects) {
+        match self.holds.get(&index) {
+            Ok(h) => {
+                let mut h = h.unwrap_or_default();
+                h.released_ms = h.released_ms.max(now_ms);
+                self.holds.insert(index, h);
+            }
+            Err(e) => fx.fail(e),
+        }
+    }
+
+    /// Drops every timer and half of `topic` (it is being deleted): none is delivered later, to
+    /// a topic created again under the name. Their entries are released for retention.
+    pub(crate) fn drop_held_of_topic(&mut self, topic: &str, fx: &mut Effects) {
+        if let Err(e) = self.drop_held_rows(topic) {
+            fx.fail(e);
+        }
+        self.held_counts.remove(topic);
+    }
+
+    fn drop_held_rows(&mut self, topic: &str) -> Result<(), sled::Error> {
+        // In chunks, like `release_holds_below`: these tables may be large.
+        let mut from = (i64::MIN, 0);
+        loop {
+            let rows = self.timers.range_from(&from, 1024)?;
+            let Some((last, _)) = rows.last() else { break };
+            from = (last.0, last.1 + 1);
+            for (key, _) in rows.iter().filter(|(_, t)| t.message.topic == topic) {
+                self.timers.remove(key)?;
+                self.release_quietly(split_position(key.1).0)?;
+            }
+        }
+        let mut from = 0;
+        loop {
+            let rows = self.halves.range_from(&from, 1024)?;
+            let Some((last, _)) = rows.last() else { break };
+            from = last + 1;
+            for (position, half) in rows.iter().filter(|(_, h)| h.message.topic == topic) {
+                if half.is_open() {
+                    self.checks.remove(&(half.next_check_ms, *position))?;
+                    self.release_quietly(split_position(*position).0)?;
+                }
+                self.halves.remove(position)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One message of entry `index` is no longer pending, without keeping the entry longer.
+    fn release_quietly(&mut self, index: u64) -> Result<(), sled::Error> {
+        if let Some(mut h) = self.holds.get(&index)? {
+            h.pending = h.pending.saturating_sub(1);
+            self.holds.insert(index, h);
+        }
+        Ok(())
+    }
+
     pub(crate) fn count_held(&mut self, topic: &str, change: impl FnOnce(&mut HeldCounts)) {
         let counts = self.held_counts.get_or_insert_with(topic.to_string(), HeldCounts::default);
         change(counts);

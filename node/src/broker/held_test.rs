@@ -202,3 +202,116 @@ fn pending_timers_and_halves_survive_a_checkpoint_and_restart_and_fire_once() {
     assert_eq!(ids, vec!["t1", "t2", "t3"]);
     assert_eq!(delivered(&n, "X"), vec!["half"]);
 }
+
+/// A leader a day ahead stored a message in queue 0; the next leader's clock is right, so it
+/// holds store times in that queue at a day ahead but stamps its own clock for time-outs. A
+/// message it stores there due in 50 s is held for those 50 s, not delivered at once for being
+/// "a day late".
+#[test]
+fn a_store_time_held_up_by_an_earlier_leader_does_not_make_timers_due() {
+    let day = 86_400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    n.term = 2;
+    let ahead = send("D", 0, NOW + day, &["early-bird"]);
+    assert!(matches!(n.commit(&ahead), Reply::Sent(_)));
+    assert_eq!(n.broker.store_floor_ms("D", 0), NOW + day);
+    n.term = 3;
+    let mut command = send("D", 0, NOW + 10_000, &["in-50-s"]);
+    command.hold_store_time(|topic, queue| n.broker.store_floor_ms(topic, queue));
+    if let Command::Send(batch) = &mut command {
+        assert_eq!((batch.store_timestamp_ms, batch.clock_ms), (NOW + day, NOW + 10_000));
+        let mut m = StoredMessage::decode(batch.messages[0].clone()).unwrap();
+        m.delivery_timestamp_ms = NOW + 60_000;
+        batch.messages[0] = m.encode_to_vec().into();
+    }
+    match n.commit(&command) {
+        Reply::Sent(o) => assert_eq!(o[0].held.map(|h| matches!(h, Held::Timer { .. })), Some(true), "{o:?}"),
+        other => panic!("not sent: {other:?}"),
+    }
+    assert_eq!(delivered(&n, "D"), ["early-bird"]);
+    assert_eq!(fire(&mut n, NOW + 59_999), TimerOutcome::Fired(0));
+    assert_eq!(fire(&mut n, NOW + 60_000), TimerOutcome::Fired(1));
+    assert_eq!(delivered(&n, "D"), ["early-bird", "in-50-s"]);
+    let stored: Vec<i64> = (0..2).map(|o| n.broker.read("D", 0, o).unwrap().unwrap().store_timestamp_ms).collect();
+    assert_eq!(stored, [NOW + day, NOW + day], "store times never go back along the queue");
+}
+
+/// A retried delayed send answers with the recall handle of the first attempt, even when the
+/// retry carries another delivery time: the handle recalls the timer that exists.
+#[test]
+fn a_retried_delayed_send_answers_with_the_first_attempts_timer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    let first = send_held(&mut n, "D", &["a"], NOW + 10_000);
+    let retry = send_held(&mut n, "D", &["a"], NOW + 99_000);
+    assert_eq!(retry, first);
+    let Held::Timer { due_ms, position } = first[0] else { panic!("a timer") };
+    let recall =
+        Command::Timer(TimerCommand::Recall { now_ms: NOW, topic: "D".into(), timer: timer_key(due_ms, position) });
+    assert!(matches!(n.commit(&recall), Reply::Timer(TimerOutcome::Recalled { .. })));
+}
+
+/// Deleting a topic drops its timers and halves: a topic created again under the name gets
+/// none of them, and nothing is counted as held any more.
+#[test]
+fn a_deleted_topic_takes_its_timers_and_halves_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "D", TopicKind::Delay);
+    topic(&mut n, "X", TopicKind::Transaction);
+    send_held(&mut n, "D", &["timer"], NOW + 10_000);
+    let halves = send_held(&mut n, "X", &["half"], 0);
+    let Held::Half { position } = halves[0] else { panic!("a half") };
+    for name in ["D", "X"] {
+        assert_eq!(n.commit(&Command::Admin(AdminCommand::DeleteTopic { name: name.into() })), Reply::Applied);
+    }
+    assert!(n.broker.held_counts().is_empty(), "{:?}", n.broker.held_counts());
+    topic(&mut n, "D", TopicKind::Delay);
+    topic(&mut n, "X", TopicKind::Transaction);
+    assert_eq!(fire(&mut n, NOW + 20_000), TimerOutcome::Fired(0));
+    assert!(delivered(&n, "D").is_empty(), "the old timer fired into the new topic");
+    let commit = Command::Transaction(TransactionCommand::Resolve {
+        now_ms: NOW,
+        topic: "X".into(),
+        position,
+        message_id: "half".into(),
+        commit: true,
+        by: Resolver::Producer,
+    });
+    assert_eq!(n.commit(&commit), Reply::Transaction(TransactionOutcome::Unknown));
+    assert!(delivered(&n, "X").is_empty(), "the old half was committed into the new topic");
+    assert!(n.broker.due_checks(i64::MAX, 10).unwrap().is_empty());
+}
+
+/// An operator resumes a half the checker rolled back long ago: its entry is then kept for a
+/// retention period from the delivery, like any delivered message, not from the rollback.
+#[test]
+fn a_resumed_half_is_kept_for_a_retention_period_from_its_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    topic(&mut n, "X", TopicKind::Transaction);
+    let Held::Half { position } = send_held(&mut n, "X", &["aged"], 0)[0] else { panic!() };
+    let index = split_position(position).0;
+    let max_age = 60_000;
+    let at = |n: &mut Node, now: i64, commit: bool, by: Resolver| {
+        let command = TransactionCommand::Resolve {
+            now_ms: now,
+            topic: "X".into(),
+            position,
+            message_id: "aged".into(),
+            commit,
+            by,
+        };
+        n.commit(&Command::Transaction(command))
+    };
+    at(&mut n, NOW + 1, false, Resolver::Checker);
+    assert_eq!(n.broker.first_held_index(NOW + 1 + max_age, max_age).unwrap(), None, "released at the rollback");
+    let resumed = NOW + 10 * max_age;
+    assert_eq!(at(&mut n, resumed, true, Resolver::Operator), Reply::Transaction(TransactionOutcome::Done));
+    assert_eq!(delivered(&n, "X"), ["aged"]);
+    assert_eq!(n.broker.first_held_index(resumed + max_age - 1, max_age).unwrap(), Some(index), "kept after delivery");
+    assert_eq!(n.broker.first_held_index(resumed + max_age, max_age).unwrap(), None);
+}

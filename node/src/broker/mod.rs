@@ -41,6 +41,7 @@ mod pop_state_test;
 mod queues;
 mod read;
 mod reply;
+pub mod settings;
 mod snapshot;
 #[cfg(test)]
 mod snapshot_test;

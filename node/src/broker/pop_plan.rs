@@ -239,6 +239,7 @@ impl Broker {
             topic: dead_letter_topic(&receipt.group),
             queue_id: 0,
             store_timestamp_ms: now_ms,
+            clock_ms: now_ms,
             messages: vec![e.raw],
         });
         Ok(DeadLetter {

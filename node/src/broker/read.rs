@@ -56,9 +56,15 @@ impl Broker {
         self.state().membership.clone()
     }
 
-    /// The latest store time applied: a leader stamps no send earlier than this.
-    pub fn max_store_timestamp_ms(&self) -> i64 {
-        self.state().max_store_ms
+    /// The cluster settings in force at the applied index.
+    pub fn settings(&self) -> crate::broker::settings::ClusterSettings {
+        self.state().settings
+    }
+
+    /// The latest store time applied in `topic`'s `queue_id`: a leader stores nothing there
+    /// earlier than this.
+    pub fn store_floor_ms(&self, topic: &str, queue_id: u32) -> i64 {
+        self.range(topic, queue_id).last_store_ms
     }
 
     /// A digest of the replicated state as applied here, and the index it is at: replicas at the
@@ -174,8 +180,8 @@ impl Broker {
     }
 
     /// The first offset of (`topic`, `queue_id`) stored at or after `time_ms` (the queue's end
-    /// if none): store times never go back along a queue (the leader stamps them, see
-    /// `State::max_store_ms`), so a binary search finds it.
+    /// if none): store times never go back along a queue (the leader holds them at
+    /// the queue's latest, see `QueueRange::last_store_ms`), so a binary search finds it.
     pub fn offset_at_time(&self, topic: &str, queue_id: u32, time_ms: i64) -> Result<u64, BrokerError> {
         let range = self.range(topic, queue_id);
         let (mut lo, mut hi) = (range.start, range.next);

@@ -23,7 +23,7 @@ impl Broker {
     /// them replayed onto it.
     pub fn state_at(&self, at: u64, previous: Option<State>) -> Result<State, BrokerError> {
         let mut state = previous.unwrap_or_default();
-        state.prepare_local(self.inner.options.dedupe_window);
+        state.prepare_local();
         let from = state.last_applied.map_or(0, |l| l.index + 1);
         let first = self.inner.log.bounds().first_index;
         if from < first && from <= at {
@@ -84,7 +84,7 @@ impl Broker {
         self.refuse_if_failed()?;
         let mut state = self.state_mut();
         let mut new = snapshot;
-        new.prepare_local(self.inner.options.dedupe_window);
+        new.prepare_local();
         // ConsumeQueue files first: a crash here leaves the old state, whose replay or the next
         // install rewrites them. A topic recreated since (another epoch) loses its old files.
         for name in state.topics.keys() {

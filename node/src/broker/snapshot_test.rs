@@ -226,7 +226,6 @@ fn follower(dir: &Path, leader: &Node) -> Broker {
     let options = BrokerOptions {
         dir: dir.join("broker"),
         cq_records_per_file: 8,
-        dedupe_window: std::time::Duration::from_secs(120),
         checkpoint_interval: std::time::Duration::from_secs(3600),
     };
     crate::broker::state_test::open_broker(options, leader.log.reader())

@@ -14,11 +14,12 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::dedupe::{DedupeKey, Seen};
+use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
 use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::plugins::PluginTables;
 use crate::broker::pop::Consumption;
+use crate::broker::settings::ClusterSettings;
 use crate::broker::table::{Persisted, Table};
 use crate::broker::timer::{Timer, TimerKey};
 use crate::broker::topic::TopicConfig;
@@ -57,6 +58,9 @@ pub struct QueueRange {
     pub start: u64,
     /// The next offset to assign: the same on every replica.
     pub next: u64,
+    /// The latest store time of a message in the queue: a leader stores the next no earlier.
+    #[serde(default)]
+    pub last_store_ms: i64,
 }
 
 /// Everything the log has built, as of `last_applied`.
@@ -64,9 +68,12 @@ pub struct QueueRange {
 pub struct State {
     pub last_applied: Option<LogPosition>,
     pub membership: Option<MembershipRecord>,
-    /// The latest store time applied. A send is stored no earlier, so store times never go back
-    /// along a queue, whatever the clocks of the leaders that stamped them.
-    pub max_store_ms: i64,
+    /// What the dedupe window is measured by.
+    #[serde(default)]
+    pub dedupe_clock: DedupeClock,
+    /// Settings apply reads, changed through the log.
+    #[serde(default)]
+    pub settings: ClusterSettings,
     pub topics: Table<String, TopicConfig>,
     pub queues: Table<(String, u32), QueueRange>,
     /// Message ids stored within the dedupe window, per topic, keyed by a hash of the pair.
@@ -93,10 +100,9 @@ pub struct State {
 /// or serialized.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Local {
-    /// [`State::dedupe`] in the order entries expire: (store time, key), 24 bytes each.
+    /// [`State::dedupe`] in the order entries expire: (dedupe clock when stored, key), 24 bytes
+    /// each.
     pub dedupe_order: VecDeque<(i64, DedupeKey)>,
-    /// How long a message id is remembered (`dedupe_window_secs`; must be the same on every node).
-    pub dedupe_window_ms: i64,
 }
 
 impl PartialEq for Local {
@@ -110,7 +116,10 @@ impl PartialEq for Local {
 pub(crate) struct Applied {
     pub last_applied: Option<LogPosition>,
     pub membership: Option<MembershipRecord>,
-    pub max_store_ms: i64,
+    #[serde(default)]
+    pub dedupe_clock: DedupeClock,
+    #[serde(default)]
+    pub settings: ClusterSettings,
 }
 
 impl State {
@@ -139,21 +148,22 @@ impl State {
         Applied {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
-            max_store_ms: self.max_store_ms,
+            dedupe_clock: self.dedupe_clock,
+            settings: self.settings,
         }
     }
 
     pub(crate) fn set_applied(&mut self, a: Applied) {
         self.last_applied = a.last_applied;
         self.membership = a.membership;
-        self.max_store_ms = a.max_store_ms;
+        self.dedupe_clock = a.dedupe_clock;
+        self.settings = a.settings;
     }
 
     /// Sets up what apply needs besides the tables (after a load, for a replay, for an install):
-    /// the node's dedupe window, and what is derived from the tables.
-    pub(crate) fn prepare_local(&mut self, dedupe_window: std::time::Duration) {
-        self.local.dedupe_window_ms = dedupe_window.as_millis() as i64;
-        let mut order: Vec<(i64, DedupeKey)> = self.dedupe.iter().map(|(k, s)| (s.store_timestamp_ms, *k)).collect();
+    /// what is derived from the tables.
+    pub(crate) fn prepare_local(&mut self) {
+        let mut order: Vec<(i64, DedupeKey)> = self.dedupe.iter().map(|(k, s)| (s.seen_ms, *k)).collect();
         order.sort_unstable();
         self.local.dedupe_order = order.into();
     }
@@ -161,12 +171,14 @@ impl State {
     /// A digest of the replicated state: equal on replicas that applied the same entries. Queue
     /// starts are left out (each node purges its own log).
     pub fn digest(&self) -> u64 {
-        let replicated_queues: Vec<(&(String, u32), u64)> = self.queues.iter().map(|(k, r)| (k, r.next)).collect();
+        let replicated_queues: Vec<(&(String, u32), u64, i64)> =
+            self.queues.iter().map(|(k, r)| (k, r.next, r.last_store_ms)).collect();
         let mut hash = DigestWriter(0, 0x5253_5441);
         serde_json::to_writer(
             &mut hash,
             &(
-                (&self.last_applied, &self.membership, self.max_store_ms, &self.topics, &replicated_queues),
+                (&self.last_applied, &self.membership, &self.dedupe_clock, &self.settings),
+                (&self.topics, &replicated_queues),
                 (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
                 (&self.holds, &self.held_counts, &self.plugins),
             ),

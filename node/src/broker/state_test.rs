@@ -14,6 +14,8 @@ pub(crate) struct Node {
     pub log: CommitLog,
     pub broker: Broker,
     pub next_index: u64,
+    /// The term entries are committed in (a new term: another leader, maybe another clock).
+    pub term: u64,
 }
 
 pub(crate) fn lid(index: u64) -> crate::broker::LogPosition {
@@ -21,12 +23,7 @@ pub(crate) fn lid(index: u64) -> crate::broker::LogPosition {
 }
 
 fn options(dir: &Path) -> BrokerOptions {
-    BrokerOptions {
-        dir: dir.join("broker"),
-        cq_records_per_file: 8,
-        dedupe_window: Duration::from_secs(120),
-        checkpoint_interval: Duration::from_secs(3600),
-    }
+    BrokerOptions { dir: dir.join("broker"), cq_records_per_file: 8, checkpoint_interval: Duration::from_secs(3600) }
 }
 
 /// Opens a broker, waiting out sled's file lock while a handle on the same directory that this
@@ -50,7 +47,7 @@ pub(crate) fn node(dir: &Path) -> Node {
     let log = CommitLog::open(config, None).unwrap();
     let broker = open_broker(options(dir), log.reader());
     let next_index = log.bounds().next_index();
-    Node { log, broker, next_index }
+    Node { log, broker, next_index, term: 1 }
 }
 
 impl Node {
@@ -58,15 +55,15 @@ impl Node {
     pub fn commit(&mut self, command: &Command) -> Reply {
         let bytes = command.encode();
         let index = self.next_index;
-        let meta = RecordMeta { term: 1, index, leader: 1, kind: 2 };
+        let meta = RecordMeta { term: self.term, index, leader: 1, kind: 2 };
         self.log.append(vec![(meta, bytes.clone())], Box::new(|r| r.unwrap())).unwrap();
         self.next_index += 1;
-        self.broker.apply(lid(index), bytes).unwrap()
+        self.broker.apply(crate::broker::LogPosition::from(&meta), bytes).unwrap()
     }
 
     /// A restart: the broker reopens from its last checkpoint in `dir` and replays the log after it.
     pub fn restart(self, dir: &Path) -> Node {
-        let Node { log, broker, next_index } = self;
+        let Node { log, broker, next_index, term } = self;
         drop(broker);
         let broker = open_broker(options(dir), log.reader());
         let applied = broker.last_applied().map_or(0, |p| p.index);
@@ -74,7 +71,7 @@ impl Node {
             let record = log.reader().read(index).unwrap().unwrap();
             broker.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
         }
-        Node { log, broker, next_index }
+        Node { log, broker, next_index, term }
     }
 }
 
@@ -95,7 +92,7 @@ pub(crate) fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[&str]) -> Comm
             m.encode_to_vec().into()
         })
         .collect();
-    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, messages })
+    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, clock_ms: at_ms, messages })
 }
 
 fn offsets(reply: &Reply) -> Vec<(u64, bool)> {
@@ -218,6 +215,59 @@ fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
     assert_eq!(n.broker.read("T", 0, 2).unwrap().unwrap().message.message_id, "c");
 }
 
+/// M is stored at T. The leader changes to one whose clock runs 300 s ahead (past the 120 s
+/// window), and M's retry reaches it: a duplicate, since the window's clock does not move with a
+/// change of leader. Nor does a leader a day ahead expire it for later leaders with the right
+/// clock. Time that passes under one leader still ends the window.
+#[test]
+fn a_leader_whose_clock_runs_ahead_expires_nothing_in_the_dedupe_window() {
+    const T: i64 = 1_700_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    assert_eq!(offsets(&n.commit(&send("T", 0, T, &["m"]))), vec![(0, false)]);
+    n.term = 2;
+    assert_eq!(offsets(&n.commit(&send("T", 0, T + 300_000, &["m"]))), vec![(0, true)], "a retry at T + 300 s");
+    n.term = 3;
+    assert_eq!(offsets(&n.commit(&send("T", 0, T + 86_400_000, &["x"]))), vec![(1, false)]);
+    n.term = 4;
+    assert_eq!(offsets(&n.commit(&send("T", 0, T + 10_000, &["m"]))), vec![(0, true)], "after a day-ahead leader");
+    // Under the one leader of term 4, 121 s pass: M is new again.
+    assert_eq!(offsets(&n.commit(&send("T", 0, T + 131_000, &["m"]))), vec![(2, false)]);
+}
+
+/// Replicas apply the same entries to the same state whatever their configuration files say:
+/// the window is a cluster setting, changed through the log. Before the change a 90 s old id is
+/// within the default 120 s window; after the change to 60 s it is not, on every replica, and in
+/// a replay after a restart.
+#[test]
+fn the_dedupe_window_is_a_replicated_setting() {
+    use crate::broker::settings::SettingsChange;
+    const T: i64 = 1_700_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, T, &["m"]));
+    assert_eq!(offsets(&n.commit(&send("T", 0, T + 90_000, &["m"]))), vec![(0, true)]);
+    let sixty = SettingsChange { dedupe_window_secs: Some(60), ..Default::default() };
+    assert_eq!(n.commit(&Command::Admin(AdminCommand::Configure(sixty))), Reply::Applied);
+    n.commit(&send("T", 0, T + 100_000, &["k"]));
+    assert_eq!(offsets(&n.commit(&send("T", 0, T + 190_000, &["k"]))), vec![(2, false)], "90 s > 60 s");
+    let refused = SettingsChange { dedupe_window_secs: Some(0), ..Default::default() };
+    assert!(matches!(n.commit(&Command::Admin(AdminCommand::Configure(refused))), Reply::Rejected(_)));
+    assert_eq!(n.broker.settings().dedupe_window_secs, 60, "a refused change changes nothing");
+    let live = n.broker.digest();
+
+    // Another replica replaying the same log from scratch reaches the same state.
+    let other = tempfile::tempdir().unwrap();
+    let replica = open_broker(options(other.path()), n.log.reader());
+    for index in 0..n.next_index {
+        let record = n.log.reader().read(index).unwrap().unwrap();
+        replica.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
+    }
+    assert_eq!(replica.digest(), live);
+}
+
 #[test]
 fn the_dedupe_window_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -241,7 +291,7 @@ fn a_checkpoint_never_makes_last_applied_durable_ahead_of_the_log() {
     config.flush_interval = Duration::from_secs(3600);
     let log = CommitLog::open(config, None).unwrap();
     let broker = open_broker(options(dir.path()), log.reader());
-    let mut n = Node { log, broker, next_index: 0 };
+    let mut n = Node { log, broker, next_index: 0, term: 1 };
     n.commit(&create("T", 1));
     n.commit(&send("T", 0, 1, &["a", "b"]));
     let applied = n.broker.last_applied().map(|l| l.index);

@@ -117,7 +117,11 @@ impl State {
                     HalfState::RolledBack { by: Resolver::Checker, .. } if by == Resolver::Operator => {}
                     other => return TransactionOutcome::Conflict(other),
                 }
+                let resumed = !half.is_open();
                 half.state = if commit {
+                    if resumed {
+                        self.hold_again(split_position(position).0, now_ms, fx);
+                    }
                     self.deliver(&half.message, position, fx);
                     HalfState::Committed { by, at_ms: now_ms }
                 } else {

@@ -14,6 +14,7 @@ use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Ro
 use crate::admin::{NodeConfig, call};
 use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldEntry;
+use crate::broker::settings::SettingsChange;
 use crate::broker::{TopicConfig, TopicKind};
 
 #[derive(Parser)]
@@ -135,6 +136,16 @@ enum ClusterCmd {
     /// Checks that the replicas agree: every member's digest of its replicated state, compared
     /// once they have applied the same index (exit code 1 if they differ).
     Verify,
+    /// Changes cluster-wide settings through the log, so every node uses the same value from the
+    /// same entry on; with no option, prints them.
+    Configure {
+        /// How long a message id is remembered, so a retried send is not stored twice.
+        #[arg(long)]
+        dedupe_window_secs: Option<u64>,
+        /// The largest plugin module `plugin register` accepts.
+        #[arg(long)]
+        max_module_bytes: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -369,7 +380,7 @@ async fn cluster_status(endpoint: &str) -> Result<(), String> {
         .filter(|s| s.role == Role::Leader)
         .find_map(|s| s.last_log_index);
     println!(
-        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}",
+        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  clock",
         "id", "endpoint", "role", "term", "last", "committed", "applied", "lag"
     );
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
@@ -380,8 +391,14 @@ async fn cluster_status(endpoint: &str) -> Result<(), String> {
                     (Some(l), Some(a)) => l.saturating_sub(a).to_string(),
                     _ => "-".into(),
                 };
+                // The largest offset this node reads from another member's clock.
+                let widest = s.clock.offsets_ms.values().max_by_key(|o| o.abs()).copied().unwrap_or(0);
+                let clock = match s.clock.skewed {
+                    true => format!("SKEWED ({widest:+} ms): will not lead"),
+                    false => format!("ok ({widest:+} ms)"),
+                };
                 println!(
-                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}",
+                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {}",
                     id,
                     addr,
                     s.role,
@@ -389,7 +406,8 @@ async fn cluster_status(endpoint: &str) -> Result<(), String> {
                     show(s.last_log_index),
                     show(s.committed),
                     show(s.applied),
-                    lag
+                    lag,
+                    clock
                 );
             }
             None => println!("{:<4} {:<22} {:<10}", id, addr, "unreachable"),
@@ -466,6 +484,22 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         }
         Top::Cluster(ClusterCmd::RemoveNode { id }) => request(ep, AdminRequest::RemoveNode { id }).await.map(done),
         Top::Cluster(ClusterCmd::Verify) => cluster_verify(ep).await,
+        Top::Cluster(ClusterCmd::Configure { dedupe_window_secs, max_module_bytes }) => {
+            if dedupe_window_secs.is_some() || max_module_bytes.is_some() {
+                let change = SettingsChange { dedupe_window_secs, max_module_bytes };
+                request(ep, AdminRequest::Configure(change)).await?;
+            }
+            match request(ep, AdminRequest::Settings).await? {
+                AdminResponse::Settings(s) => {
+                    println!(
+                        "dedupe_window_secs = {}\nmax_module_bytes = {}",
+                        s.dedupe_window_secs, s.max_module_bytes
+                    );
+                    Ok(())
+                }
+                other => Err(format!("unexpected answer: {other:?}")),
+            }
+        }
         Top::Topic(TopicCmd::Create { name, queues, kind }) => {
             request(ep, AdminRequest::CreateTopic(TopicConfig { name, queues, kind })).await.map(done)
         }

@@ -1,11 +1,19 @@
 //! The leader's clock: the time stamped into every command that carries one.
 //!
-//! Store times must grow along a queue whichever node received the send, since `offset_at_time`
-//! binary-searches them and the dedupe window is measured by them. So the leader stamps them, and
-//! never below a time it stamped before (its system clock may step back) nor below the newest
-//! store time applied (the previous leader's clock may have been ahead). Before its first stamp in
-//! a term, a leader applies everything committed before the term, so that floor covers every
+//! A leader stamps its own clock, never below a time it stamped before (its system clock may step
+//! back). It is *not* held at the newest time any earlier leader stamped: one leader whose clock
+//! ran a day ahead would otherwise push every later invisible time, check time and dedupe expiry
+//! a day out, for good. Only store times are held, per queue, at the queue's latest store time
+//! (`Command::hold_store_time`), so they never go back along a queue (`offset_at_time`
+//! binary-searches them); time-outs go by the stamped clock. Before its first stamp in a term, a
+//! leader applies everything committed before the term, so those per-queue floors cover every
 //! earlier leader's stamps.
+//!
+//! Clock jumps, then: a leader's clock stepping back holds its stamps at the last one until the
+//! clock passes it again (time-outs come late, never early); stepping forward moves its stamps
+//! forward (time-outs come early by the step). A new leader whose clock is behind the old one's
+//! delivers and expires later by the difference; one ahead, earlier. `skew.rs` finds a member
+//! whose clock is off and keeps it from leading.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -13,15 +21,27 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, by this node's clock.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) + test_offset_ms()
+}
+
+/// Builds with crash points (tests only) may run a node whose clock is off by
+/// `ROCKRAFT_TEST_CLOCK_OFFSET_MS`, to test what a skewed clock does to a cluster.
+#[cfg(feature = "failpoints")]
+fn test_offset_ms() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET
+        .get_or_init(|| std::env::var("ROCKRAFT_TEST_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn test_offset_ms() -> i64 {
+    0
 }
 
 type Millis = Box<dyn Fn() -> i64 + Send + Sync>;
 
 pub struct LeaderClock {
     now_ms: Millis,
-    /// The largest store time applied on this node so far.
-    applied_floor_ms: Millis,
     /// At least every stamp handed out before.
     floor: AtomicI64,
     /// The last term whose earlier entries are known to be applied here.
@@ -31,23 +51,19 @@ pub struct LeaderClock {
 }
 
 impl LeaderClock {
-    pub fn new(
-        now_ms: impl Fn() -> i64 + Send + Sync + 'static,
-        applied_floor_ms: impl Fn() -> i64 + Send + Sync + 'static,
-    ) -> LeaderClock {
+    pub fn new(now_ms: impl Fn() -> i64 + Send + Sync + 'static) -> LeaderClock {
         LeaderClock {
             now_ms: Box::new(now_ms),
-            applied_floor_ms: Box::new(applied_floor_ms),
             floor: AtomicI64::new(i64::MIN),
             ready_term: AtomicU64::new(0),
             catching_up: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// The time for the next command: this node's clock, but never less than a time stamped
-    /// before or the newest store time applied. Call [`LeaderClock::ready`] for the term first.
+    /// The time for the next command: this node's clock, but never less than a time it stamped
+    /// before. Call [`LeaderClock::ready`] for the term first.
     pub fn stamp(&self) -> i64 {
-        let candidate = (self.now_ms)().max((self.applied_floor_ms)());
+        let candidate = (self.now_ms)();
         self.floor.fetch_max(candidate, Ordering::AcqRel).max(candidate)
     }
 
@@ -85,7 +101,7 @@ mod tests {
     #[test]
     fn a_clock_stepping_back_never_yields_a_smaller_stamp() {
         let (now, now_fn) = settable(1_000);
-        let clock = LeaderClock::new(now_fn, || 0);
+        let clock = LeaderClock::new(now_fn);
         assert_eq!(clock.stamp(), 1_000);
         now.store(400, Ordering::SeqCst);
         assert_eq!(clock.stamp(), 1_000, "a step back keeps the last stamp");
@@ -101,22 +117,9 @@ mod tests {
         assert_eq!(last, 2_000);
     }
 
-    #[test]
-    fn the_applied_floor_wins_over_a_leader_clock_that_is_behind() {
-        // The previous leader's clock ran ahead: its store times reached 5 000.
-        let (applied, applied_fn) = settable(5_000);
-        let (now, now_fn) = settable(3_000);
-        let clock = LeaderClock::new(now_fn, applied_fn);
-        assert_eq!(clock.stamp(), 5_000);
-        applied.store(5_010, Ordering::SeqCst);
-        assert_eq!(clock.stamp(), 5_010);
-        now.store(6_000, Ordering::SeqCst);
-        assert_eq!(clock.stamp(), 6_000);
-    }
-
     #[tokio::test]
     async fn the_backlog_is_applied_once_per_term_and_again_after_a_failure() {
-        let clock = LeaderClock::new(|| 0, || 0);
+        let clock = LeaderClock::new(|| 0);
         let runs = AtomicU64::new(0);
         let catch_up = |ok: bool| {
             runs.fetch_add(1, Ordering::SeqCst);

@@ -114,7 +114,8 @@ fn take(key: LaneKey, lane: &mut Lane, max_entry_bytes: usize) -> Round {
     lane.in_flight += 1;
     let taken: Vec<Bytes> = lane.messages.drain(..messages).collect();
     let waiters = lane.waiters.drain(..waiters).collect();
-    let batch = SendBatch { topic: key.0.clone(), queue_id: key.1, store_timestamp_ms: 0, messages: taken };
+    let batch =
+        SendBatch { topic: key.0.clone(), queue_id: key.1, store_timestamp_ms: 0, clock_ms: 0, messages: taken };
     Round { key, batch, waiters }
 }
 
@@ -150,6 +151,7 @@ mod tests {
             topic: "T".into(),
             queue_id: queue,
             store_timestamp_ms: 0,
+            clock_ms: 0,
             messages: bodies.iter().map(|b| Bytes::from_static(b.as_bytes())).collect(),
         }
     }
@@ -224,7 +226,8 @@ mod tests {
         let mut round = busy.0.unwrap();
         round.answer(Err(ClusterError::NoLeader));
         while let Some(mut next) = c.next(&round, 100) {
-            let len = SendBatch { store_timestamp_ms: i64::MAX, ..next.batch.clone() }.encoded_len();
+            let len =
+                SendBatch { store_timestamp_ms: i64::MAX, clock_ms: i64::MAX, ..next.batch.clone() }.encoded_len();
             assert!(len <= 100, "{len} bytes");
             assert!(!next.batch.messages.is_empty());
             total += next.batch.messages.len();

@@ -5,6 +5,7 @@
 //!   the leader's clock; the proxy and the admin API use it alike.
 //! - `clock`: the leader's clock stamped into commands; `pop`: pop planning on the leader;
 //!   `members`: which members are live (the leader's view), for the routes clients get;
+//! - `skew`: finding a member whose clock is off, which then does not lead;
 //! - `peer`, `service`: `rockraft.v1.PeerService`, the internal calls to the leader, client and
 //!   server (served on the raft port only).
 
@@ -16,6 +17,7 @@ mod peer;
 pub mod pop;
 mod producers;
 mod service;
+pub mod skew;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -77,6 +79,8 @@ struct Inner {
     /// Serializes the pops this node plans as leader, per (group, topic).
     pop_locks: PopLocks,
     clock: LeaderClock,
+    /// What this node knows of the members' clocks.
+    skew: skew::ClockSkew,
     /// Held from stamping a command to handing it to Raft, so stamps grow in log order.
     proposing: tokio::sync::Mutex<()>,
     /// Rotates the queue pops start from.
@@ -104,14 +108,7 @@ enum Proposed {
 }
 
 impl Cluster {
-    /// `applied_floor_ms` answers the largest store time applied on this node: the leader never
-    /// stamps below it.
-    pub fn new(
-        raft: Raft,
-        broker: Broker,
-        options: ClusterOptions,
-        applied_floor_ms: impl Fn() -> i64 + Send + Sync + 'static,
-    ) -> Cluster {
+    pub fn new(raft: Raft, broker: Broker, options: ClusterOptions) -> Cluster {
         let metrics = raft.metrics();
         Cluster {
             inner: Arc::new(Inner {
@@ -121,7 +118,8 @@ impl Cluster {
                 metrics,
                 peers: Peers::default(),
                 pop_locks: PopLocks::default(),
-                clock: LeaderClock::new(now_ms, applied_floor_ms),
+                clock: LeaderClock::new(now_ms),
+                skew: skew::ClockSkew::default(),
                 proposing: tokio::sync::Mutex::new(()),
                 round_robin: AtomicU32::new(0),
                 sessions: Arc::default(),
@@ -129,6 +127,11 @@ impl Cluster {
                 forwarded: Coalescer::default(),
             }),
         }
+    }
+
+    /// The members' clocks as this node last read them.
+    pub fn clock_report(&self) -> skew::ClockReport {
+        self.inner.skew.report()
     }
 
     pub fn id(&self) -> NodeId {
@@ -209,6 +212,7 @@ impl Cluster {
             let stamped = |now| {
                 let mut c = command.clone();
                 c.set_time(now);
+                c.hold_store_time(|topic, queue| self.broker().store_floor_ms(topic, queue));
                 c.encode()
             };
             match self.propose(stamped).await? {
@@ -300,9 +304,10 @@ impl Cluster {
     async fn propose_round(&self, batch: &SendBatch) -> Result<Reply, ClusterError> {
         let proposed = self
             .propose(|now| {
-                let mut stamped = batch.clone();
-                stamped.store_timestamp_ms = now;
-                Command::Send(stamped).encode()
+                let mut stamped = Command::Send(batch.clone());
+                stamped.set_time(now);
+                stamped.hold_store_time(|topic, queue| self.broker().store_floor_ms(topic, queue));
+                stamped.encode()
             })
             .await?;
         match proposed {
@@ -337,7 +342,8 @@ impl Cluster {
                 false => Err(ClusterError::NoLeader),
             };
         }
-        match self.propose(|now| Command::stamp_time(command, now)).await? {
+        let floor = |topic: &str, queue| self.broker().store_floor_ms(topic, queue);
+        match self.propose(|now| Command::stamp_time(command, now, floor)).await? {
             Proposed::Applied(reply) => Ok(reply),
             Proposed::NotLeader(_) => Err(ClusterError::NoLeader),
         }
@@ -349,6 +355,10 @@ impl Cluster {
             Ok(l) => l,
             Err(f) => return Ok(Proposed::NotLeader(f.leader_node)),
         };
+        // A leader whose clock is off stamps nothing: writes wait for the leader it hands over to.
+        if self.inner.skew.is_skewed() {
+            return Ok(Proposed::NotLeader(None));
+        }
         // Before the first stamp of a term: apply what earlier leaders stamped, so the clock's
         // floor covers their times.
         let term = leader.leader_id().term;

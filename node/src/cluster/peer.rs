@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-use rockraft_proto::rockraft::{Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{ClockRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::Channel;
@@ -63,6 +63,12 @@ impl Peers {
     /// The voters the leader at `addr` heard from lately, itself included.
     pub async fn live_members(&self, addr: &str) -> Result<std::collections::BTreeSet<NodeId>, ClusterError> {
         let reply = self.client(addr)?.live_members(LiveMembersRequest {}).await;
+        answer(addr, reply)
+    }
+
+    /// The clock of the member at `addr`.
+    pub async fn clock(&self, addr: &str) -> Result<i64, ClusterError> {
+        let reply = self.client(addr)?.clock(ClockRequest {}).await;
         answer(addr, reply)
     }
 

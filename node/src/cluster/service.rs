@@ -3,7 +3,7 @@
 //! instead of passing the call on, so a call takes at most one hop; the member retries.
 
 use rockraft_proto::rockraft::peer_service_server::PeerService;
-use rockraft_proto::rockraft::{Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{ClockRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
@@ -62,6 +62,10 @@ impl PeerService for PeerServer {
     async fn ask_producer(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
         let ask: AskProducer = request(req.get_ref())?;
         reply(&self.cluster.ask_producer_here(&ask))
+    }
+
+    async fn clock(&self, _: Request<ClockRequest>) -> Result<Response<Json>, Status> {
+        reply(&Ok::<i64, ClusterError>(crate::cluster::now_ms()))
     }
 
     async fn live_members(&self, _: Request<LiveMembersRequest>) -> Result<Response<Json>, Status> {

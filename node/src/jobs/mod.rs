@@ -7,6 +7,7 @@
 //! - `renewals`: extends the invisible time of deliveries to auto-renewing receives;
 //! - leader only: `timers` fires due delayed messages; `transaction_checks` checks unresolved
 //!   transactional halves;
+//! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
 //! - `health`: notices a failed fsync of the log or the broker state, or Raft stopping, and
 //!   fail-stops the node.
 //!
@@ -14,6 +15,7 @@
 //! asks the node to stop: `node::run` waits for it beside SIGTERM.
 
 mod checkpoint;
+mod clock_skew;
 mod health;
 mod renewals;
 mod retention;
@@ -29,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::Cluster;
 pub use checkpoint::checkpoints;
+pub use clock_skew::watch_clocks;
 pub use health::watch_health;
 pub use renewals::renewals;
 pub use retention::{RetentionOptions, retention};

@@ -4,6 +4,12 @@
 //! live producer of the topic is asked on its Telemetry stream, wherever that stream is held.
 //! Everything the schedule needs is replicated, so a new leader carries on where the old one
 //! stopped: no half is checked early, twice for one check, or after it was resolved.
+//!
+//! Two rules hold whatever the checker answers, so a checker that never decides (a user plugin
+//! that always waits, one that traps, a producer that never knows) costs a bounded number of
+//! checks: the host rolls a half back once it reaches the maximum age, without asking the
+//! checker; and the time between checks grows with the half's age (half its age, from one
+//! interval up to [`MAX_BACKOFF_INTERVALS`] intervals), never past the maximum age.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +23,14 @@ use crate::cluster::{AskProducer, Cluster, now_ms};
 const POLL: Duration = Duration::from_millis(200);
 /// Halves looked at per round.
 const BATCH: usize = 256;
+/// The longest gap between two checks of one half, in check intervals.
+const MAX_BACKOFF_INTERVALS: i64 = 8;
 
 #[derive(Clone)]
 pub struct CheckOptions {
     pub interval: Duration,
-    /// A half is never left unresolved longer than this: its last check is at this age.
+    /// A half is never left unresolved longer than this: the host rolls it back at this age,
+    /// whatever its checker answers.
     pub max_age: Duration,
 }
 
@@ -65,10 +74,14 @@ async fn check(
     let max_age = options.max_age.as_millis() as i64;
     let (mut asked, mut waiting) = (Vec::new(), Vec::new());
     for (position, half) in due {
-        let age = Duration::from_millis(now.saturating_sub(half.message.stored_ms).max(0) as u64);
-        let decision = checker.decide(&view(cluster, position, &half), age, half.checks);
-        // The next check, but never past the maximum age: the half is rolled back exactly then.
-        let next = now.saturating_add(interval).min(half.message.stored_ms.saturating_add(max_age)).max(now + 1);
+        let age_ms = now.saturating_sub(half.message.stored_ms).max(0);
+        let decision = if age_ms >= max_age {
+            tracing::info!(topic = %half.message.topic, message_id = %half.message.message_id, age_ms, "rolling back a half at its maximum age");
+            Decision::Rollback
+        } else {
+            checker.decide(&view(cluster, position, &half), Duration::from_millis(age_ms as u64), half.checks)
+        };
+        let next = next_check(now, half.message.stored_ms, interval, max_age);
         match decision {
             Decision::Commit | Decision::Rollback => {
                 let command = TransactionCommand::Resolve {
@@ -102,4 +115,34 @@ async fn check(
         }
     }
     Ok(())
+}
+
+/// When a half stored at `stored_ms` and looked at `now` is looked at next: after half its age,
+/// at least one interval and at most [`MAX_BACKOFF_INTERVALS`], and never past its maximum age
+/// (when the host rolls it back). Always after `now`.
+fn next_check(now: i64, stored_ms: i64, interval: i64, max_age: i64) -> i64 {
+    let age = now.saturating_sub(stored_ms).max(0);
+    let gap = (age / 2).clamp(interval.max(1), interval.max(1).saturating_mul(MAX_BACKOFF_INTERVALS));
+    now.saturating_add(gap).min(stored_ms.saturating_add(max_age)).max(now.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_back_off_with_age_and_stop_at_the_maximum_age() {
+        let (interval, max_age) = (60_000, 4 * 3_600_000);
+        let mut now = 6_000;
+        let mut checks = 0;
+        while now < max_age {
+            now = next_check(now, 0, interval, max_age);
+            checks += 1;
+        }
+        assert_eq!(now, max_age, "the last check falls on the maximum age");
+        // Every 60 s for four hours would be 240 checks.
+        assert!(checks <= 40, "{checks} checks in four hours");
+        assert_eq!(next_check(1_000, 0, 60_000, 120_000), 61_000, "a young half waits one interval");
+        assert_eq!(next_check(119_999, 0, 60_000, 120_000), 120_000, "never past the maximum age");
+    }
 }

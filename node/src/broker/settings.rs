@@ -1,0 +1,82 @@
+//! Cluster settings that apply reads. They are replicated state, changed only by a log entry
+//! ([`AdminCommand::Configure`](crate::broker::AdminCommand)), so every replica — and every
+//! replay of the log, before or after a change — uses the value in force at that index. A setting
+//! in each node's configuration file would let replicas with different files (a rolling change)
+//! disagree on what a command does, and their queues diverge.
+//!
+//! What apply reads of them: `dedupe_window_secs` (whether a send is a retry) and
+//! `max_module_bytes` (whether a plugin registration is accepted).
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::plugins::MAX_MODULE_BYTES;
+
+/// The longest dedupe window: its memory grows with the send rate times the window (about 100
+/// bytes a message).
+pub const MAX_DEDUPE_WINDOW_SECS: u64 = 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClusterSettings {
+    /// A message id already stored in a topic within this window is not stored again; the send
+    /// returns the original result.
+    pub dedupe_window_secs: u64,
+    /// The largest plugin module a registration may carry.
+    pub max_module_bytes: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings { dedupe_window_secs: 120, max_module_bytes: 1 << 20 }
+    }
+}
+
+/// A change to some of the settings (`None`: unchanged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsChange {
+    pub dedupe_window_secs: Option<u64>,
+    pub max_module_bytes: Option<u64>,
+}
+
+impl ClusterSettings {
+    pub fn dedupe_window_ms(&self) -> i64 {
+        self.dedupe_window_secs.saturating_mul(1000) as i64
+    }
+
+    /// The settings with `change` made, or why it is refused.
+    pub fn changed(&self, change: &SettingsChange) -> Result<ClusterSettings, String> {
+        let mut next = *self;
+        if let Some(secs) = change.dedupe_window_secs {
+            if !(1..=MAX_DEDUPE_WINDOW_SECS).contains(&secs) {
+                return Err(format!("dedupe_window_secs must be 1-{MAX_DEDUPE_WINDOW_SECS}, not {secs}"));
+            }
+            next.dedupe_window_secs = secs;
+        }
+        if let Some(bytes) = change.max_module_bytes {
+            if !(1..=MAX_MODULE_BYTES as u64).contains(&bytes) {
+                return Err(format!("max_module_bytes must be 1-{MAX_MODULE_BYTES}, not {bytes}"));
+            }
+            next.max_module_bytes = bytes;
+        }
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_changes_are_refused_and_change_nothing() {
+        let s = ClusterSettings::default();
+        for bad in [
+            SettingsChange { dedupe_window_secs: Some(0), ..Default::default() },
+            SettingsChange { dedupe_window_secs: Some(MAX_DEDUPE_WINDOW_SECS + 1), ..Default::default() },
+            SettingsChange { max_module_bytes: Some(MAX_MODULE_BYTES as u64 + 1), ..Default::default() },
+        ] {
+            assert!(s.changed(&bad).is_err(), "{bad:?}");
+        }
+        let both = SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20) };
+        assert_eq!(s.changed(&both), Ok(ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20 }));
+    }
+}

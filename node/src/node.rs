@@ -103,6 +103,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn("health", crate::jobs::watch_health(cluster.clone(), log.clone(), jobs.clone()));
     jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log, retention));
     jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
+    jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone()));
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
     jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
     let leadership = jobs.follow_leadership(&cluster);

@@ -86,6 +86,10 @@ pub enum AdminRequest {
     RemovePlugin {
         name: String,
     },
+    /// Calls a quarantined plugin again.
+    EnablePlugin {
+        name: String,
+    },
     ListPlugins,
     /// Binds a group to a filter or a transaction topic to a checker (`plugin: None` unbinds);
     /// the leader first opens the plugin with `config`, so a configuration it refuses is not bound.
@@ -120,6 +124,9 @@ pub struct PluginInfo {
     pub calls: u64,
     pub messages: u64,
     pub failures: u64,
+    /// Why the plugin is quarantined (not called), if it is.
+    #[serde(default)]
+    pub quarantined: Option<String>,
 }
 
 impl AdminRequest {

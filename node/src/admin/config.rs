@@ -200,6 +200,12 @@ impl NodeConfig {
                  here and run `rockraft cluster configure --dedupe-window-secs {secs}` once"
             ));
         }
+        if let Some(bytes) = self.plugins.max_module_bytes {
+            return Err(format!(
+                "plugins.max_module_bytes ({bytes}) is a cluster setting now, the same on every node: remove it \
+                 here and run `rockraft cluster configure --max-module-bytes {bytes}` once"
+            ));
+        }
         if self.raft.election_timeout_min_ms <= self.raft.heartbeat_ms
             || self.raft.election_timeout_max_ms <= self.raft.election_timeout_min_ms
         {

@@ -21,7 +21,7 @@ use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::transaction::{Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::cluster::Cluster;
-use crate::plugin::{PluginKind, blocking, builtin, module_hash};
+use crate::plugin::{ModuleSource, PluginError, PluginKind, blocking, builtin, module_hash};
 use crate::raft::{NodeInfo, channel};
 
 pub struct AdminServer {
@@ -234,6 +234,7 @@ impl AdminServer {
             },
             AdminRequest::RegisterPlugin { name, kind, module } => self.register_plugin(name, kind, module).await,
             AdminRequest::RemovePlugin { name } => self.write(Command::Plugin(PluginCommand::Remove { name })).await,
+            AdminRequest::EnablePlugin { name } => self.write(Command::Plugin(PluginCommand::Enable { name })).await,
             AdminRequest::ListPlugins => Ok(AdminResponse::Plugins(self.list_plugins())),
             AdminRequest::BindPlugin { target, plugin, config } => self.bind_plugin(target, plugin, config).await,
         };
@@ -246,6 +247,15 @@ impl AdminServer {
         let host = self.cluster.plugins();
         if builtin::module(&name).is_some() {
             return Err(format!("{name} is the name of a built-in plugin"));
+        }
+        // Checked again when applied; refused here before anything is compiled.
+        let max = self.cluster.broker().settings().max_module_bytes;
+        if module.len() as u64 > max {
+            return Err(format!(
+                "a module of {} bytes is over the cluster's max_module_bytes ({max}; `rockraft cluster configure \
+                 --max-module-bytes`)",
+                module.len()
+            ));
         }
         let loaded = blocking(|| host.load(&module, kind)).map_err(|e| e.to_string())?;
         let version = loaded.manifest.version.clone();
@@ -265,11 +275,14 @@ impl AdminServer {
         let binding = match plugin {
             None => None,
             Some(plugin) => {
-                let module = {
+                // Read under the broker's lock; compiled (if it is not yet) after it is released.
+                let source = {
                     let state = self.cluster.broker().state();
-                    self.cluster.plugins().resolve(&state.plugins, &plugin, kind)
+                    ModuleSource::find(&state.plugins, &plugin, kind)
                 };
-                let module = module.map_err(|e| e.to_string())?;
+                let source = source.map_err(|e| e.to_string())?;
+                let host = self.cluster.plugins();
+                let module = blocking(|| host.compiled(&source)).map_err(|e| e.to_string())?;
                 blocking(|| module.check_expression(&config))
                     .map_err(|e| format!("plugin {plugin} refuses the configuration {config:?}: {e}"))?;
                 Some(Binding { plugin, config })
@@ -317,6 +330,7 @@ impl AdminServer {
                 calls,
                 messages,
                 failures,
+                quarantined: None,
             });
         }
         for (name, r) in tables.modules.iter() {
@@ -333,6 +347,14 @@ impl AdminServer {
                 calls,
                 messages,
                 failures,
+                quarantined: r.quarantine.as_ref().map(|q| {
+                    let why = PluginError::Quarantined {
+                        name: name.clone(),
+                        failures: q.failures,
+                        window_secs: q.window_secs,
+                    };
+                    why.to_string()
+                }),
             });
         }
         out

@@ -6,6 +6,7 @@
 //! checks a module before proposing it (`admin/service.rs`); apply only enforces what is
 //! deterministic: names, sizes, counts, kinds and what is bound to what.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use sha2::{Digest, Sha256};
@@ -75,8 +76,30 @@ pub struct PluginRecord {
     /// Hex SHA-256 of the module.
     pub hash: String,
     pub registered_ms: i64,
+    /// Shared, not copied, by whoever compiles it.
     #[serde(with = "base64_bytes")]
-    pub module: Vec<u8>,
+    pub module: Bytes,
+    /// Set while the plugin is quarantined: it failed too often and is not called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<Quarantine>,
+}
+
+/// Why a plugin is quarantined: the failures its leader counted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub failures: u32,
+    pub window_secs: u64,
+    /// The leader's clock when it proposed the quarantine.
+    pub since_ms: i64,
+}
+
+/// A filter plugin could not be run on an entry at all (its host failed, not the message), so the
+/// entry and those after it are undecided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterUnavailable {
+    /// The answers for the entries before it.
+    pub decided: Vec<bool>,
+    pub reason: String,
 }
 
 /// A plugin a group or topic is bound to, with the configuration it is opened with.
@@ -118,6 +141,17 @@ pub enum PluginCommand {
         topic: String,
         binding: Option<Binding>,
     },
+    /// Stops calling the plugin `name`, proposed by a leader that counted too many failures of
+    /// the module with `hash` (a stale proposal does not touch a module registered since).
+    Quarantine {
+        name: String,
+        hash: String,
+        quarantine: Quarantine,
+    },
+    /// An operator's `plugin enable`: the plugin is called again.
+    Enable {
+        name: String,
+    },
 }
 
 /// What a binding may name: a registered plugin, or a built-in one.
@@ -156,7 +190,15 @@ impl PluginTables {
                     }
                     None => {}
                 }
-                self.modules.insert(name, PluginRecord { kind, version, hash, registered_ms: now_ms, module });
+                let record = PluginRecord {
+                    kind,
+                    version,
+                    hash,
+                    registered_ms: now_ms,
+                    module: module.into(),
+                    quarantine: None,
+                };
+                self.modules.insert(name, record);
                 Reply::Applied
             }
             PluginCommand::Remove { name } => {
@@ -191,6 +233,27 @@ impl PluginTables {
                     },
                 }
             }
+            PluginCommand::Quarantine { name, hash, quarantine } => match self.modules.get(&name) {
+                Some(r) if r.hash == hash && r.quarantine.is_none() => {
+                    let record = PluginRecord { quarantine: Some(quarantine), ..r.clone() };
+                    self.modules.insert(name, record);
+                    Reply::Applied
+                }
+                // Already quarantined, or removed or replaced since: nothing to do.
+                _ => Reply::Applied,
+            },
+            PluginCommand::Enable { name } => match self.modules.get(&name) {
+                None if built_in_kind(&name).is_some() => {
+                    Reply::Rejected(format!("{name} is a built-in plugin, never quarantined"))
+                }
+                None => Reply::Rejected(format!("no plugin named {name}")),
+                Some(r) if r.quarantine.is_none() => Reply::Applied,
+                Some(r) => {
+                    let record = PluginRecord { quarantine: None, ..r.clone() };
+                    self.modules.insert(name, record);
+                    Reply::Applied
+                }
+            },
             PluginCommand::BindTopic { topic, binding } => {
                 match topics.get(&topic) {
                     None => return Reply::TopicNotFound(topic),
@@ -243,8 +306,8 @@ pub(crate) mod base64_bytes {
         s.serialize_str(&STANDARD.encode(bytes))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>, T: From<Vec<u8>>>(d: D) -> Result<T, D::Error> {
         let text = String::deserialize(d)?;
-        STANDARD.decode(text).map_err(serde::de::Error::custom)
+        STANDARD.decode(text).map(T::from).map_err(serde::de::Error::custom)
     }
 }

@@ -4,7 +4,8 @@
 
 use crate::broker::group::GroupConfig;
 use crate::broker::plugins::{
-    Binding, MAX_MODULE_BYTES, MAX_PLUGINS, PluginCommand, PluginKind, PluginTables, module_hash,
+    Binding, MAX_MODULE_BYTES, MAX_PLUGINS, PluginCommand, PluginKind, PluginRecord, PluginTables, Quarantine,
+    module_hash,
 };
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::state_test::{Node, node};
@@ -69,7 +70,7 @@ fn registrations_are_checked_alike_on_every_replica() {
     assert!(rejected(register(&mut n, "one-more", PluginKind::Filter, b"m")).contains("the most"));
     let state = n.broker.state();
     let r = state.plugins.modules.get("json").unwrap();
-    assert_eq!((r.module.as_slice(), r.registered_ms, r.kind), (&b"module-1"[..], 7, PluginKind::Filter));
+    assert_eq!((&r.module[..], r.registered_ms, r.kind), (&b"module-1"[..], 7, PluginKind::Filter));
     assert_eq!(r.hash, module_hash(b"module-1"));
 }
 
@@ -116,6 +117,40 @@ fn registrations_and_bindings_survive_a_checkpoint_and_restart() {
     let n = n.restart(dir.path());
     assert_eq!(n.broker.digest(), digest);
     let state = n.broker.state();
-    assert_eq!(state.plugins.modules.get("json").unwrap().module, [0, 1, 2, 255, 254]);
+    assert_eq!(state.plugins.modules.get("json").unwrap().module[..], [0, 1, 2, 255, 254]);
     assert_eq!(state.plugins.group_filters.get("g").unwrap().plugin, "json");
+}
+
+#[test]
+fn a_quarantine_holds_on_every_replica_and_through_a_restart_until_enabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n);
+    register(&mut n, "json", PluginKind::Filter, b"module-1");
+    let quarantine = |hash: &str| {
+        let quarantine = Quarantine { failures: 100, window_secs: 60, since_ms: 5 };
+        Command::Plugin(PluginCommand::Quarantine { name: "json".into(), hash: hash.into(), quarantine })
+    };
+    // A proposal about other bytes (the plugin was replaced since) changes nothing.
+    assert_eq!(n.commit(&quarantine(&module_hash(b"module-0"))), Reply::Applied);
+    assert!(n.broker.state().plugins.modules.get("json").unwrap().quarantine.is_none());
+    assert_eq!(n.commit(&quarantine(&module_hash(b"module-1"))), Reply::Applied);
+    n.broker.checkpoint().unwrap();
+    let mut n = n.restart(dir.path());
+    let q = n.broker.state().plugins.modules.get("json").unwrap().quarantine.clone();
+    assert_eq!(q.map(|q| (q.failures, q.window_secs)), Some((100, 60)));
+    let enable = |name: &str| Command::Plugin(PluginCommand::Enable { name: name.into() });
+    assert!(rejected(n.commit(&enable("nope"))).contains("no plugin named nope"));
+    assert!(rejected(n.commit(&enable("sql92"))).contains("built-in"));
+    assert_eq!(n.commit(&enable("json")), Reply::Applied);
+    assert!(n.broker.state().plugins.modules.get("json").unwrap().quarantine.is_none());
+}
+
+#[test]
+fn records_written_before_quarantines_existed_still_load() {
+    let old = r#"{"kind":"filter","version":"1","hash":"ab","registered_ms":7,"module":"AAEC"}"#;
+    let r: PluginRecord = serde_json::from_str(old).unwrap();
+    assert_eq!((&r.module[..], &r.quarantine), (&[0u8, 1, 2][..], &None));
+    // And an unquarantined record is written as before.
+    assert_eq!(serde_json::to_string(&r).unwrap(), old);
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::group::{GroupConfig, dead_letter_topic};
+use crate::broker::plugins::FilterUnavailable;
 use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
 use crate::broker::state::QueueRange;
 use crate::broker::{Broker, BrokerError, StoredEntry, TopicConfig};
@@ -31,6 +32,12 @@ pub trait MessageFilter: Sync {
     fn reads_messages(&self) -> bool;
     /// Which entries pass, in order.
     fn passes(&self, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool>;
+    /// `passes`, for a filter that may not be able to run at all (its host failed, not the
+    /// message): the answers before the first entry it could not be run on, and why. Planning
+    /// stops before that entry, so a later pop offers it again; it is never passed over.
+    fn screen(&self, entries: &[&StoredEntry], now_ms: i64) -> Result<Vec<bool>, FilterUnavailable> {
+        Ok(self.passes(entries, now_ms))
+    }
 }
 
 /// Every message, none read.
@@ -66,6 +73,17 @@ pub struct PopPlan {
     pub dead_letters: Vec<DeadLetter>,
     /// When the earliest delivery still invisible falls due, if any: a waiting receiver wakes then.
     pub next_due_ms: Option<i64>,
+    /// Why the filter could not be run on some message, if it could not: planning stopped before
+    /// that message in its queue.
+    pub filter_unavailable: Option<String>,
+}
+
+/// A window of a queue through the filter.
+struct Screened {
+    /// The offsets that pass, with their message group (orderly deliveries) or "".
+    wanted: Vec<(u64, String)>,
+    /// The offset the filter could not be run on, and why: the window is decided only before it.
+    stopped: Option<(u64, String)>,
 }
 
 impl PopPlan {
@@ -114,6 +132,7 @@ impl Broker {
             },
             dead_letters: Vec::new(),
             next_due_ms: None,
+            filter_unavailable: None,
         };
         let mut budget = r.max_messages;
         let orderly = r.group.orderly_on(r.topic);
@@ -158,7 +177,8 @@ impl Broker {
                 // Filters run over a window at a time; what lies past the budget is left untaken.
                 let to = end.min(offset.saturating_add((budget as u64).max(MIN_WINDOW)));
                 let mut next = to;
-                for (at, group) in self.screen(r, queue_id, offset, to, orderly)? {
+                let Screened { wanted, stopped } = self.screen(r, queue_id, offset, to, orderly)?;
+                for (at, group) in wanted {
                     if budget == 0 {
                         next = at;
                         break;
@@ -173,6 +193,12 @@ impl Broker {
                         budget -= 1;
                     }
                 }
+                if let Some((at, reason)) = stopped {
+                    // The filter could not be run on the message at `at`: this queue goes no further.
+                    offset = next.min(at);
+                    plan.filter_unavailable.get_or_insert(reason);
+                    break;
+                }
                 offset = next;
             }
             take.to = offset.max(take.from);
@@ -184,7 +210,8 @@ impl Broker {
     }
 
     /// The messages in `from..to` of a queue that pass the filter, with their message group
-    /// when deliveries are orderly (else ""), in queue order.
+    /// when deliveries are orderly (else ""), in queue order; and, if the filter could not be run
+    /// on some message, its offset and why (the messages answered are those before it).
     fn screen(
         &self,
         r: &PopRequest,
@@ -192,7 +219,7 @@ impl Broker {
         from: u64,
         to: u64,
         orderly: bool,
-    ) -> Result<Vec<(u64, String)>, BrokerError> {
+    ) -> Result<Screened, BrokerError> {
         let topic = r.topic.name.as_str();
         let mut wanted = Vec::new();
         let mut read = Vec::new();
@@ -210,20 +237,26 @@ impl Broker {
             }
         }
         if read.is_empty() {
-            return Ok(wanted);
+            return Ok(Screened { wanted, stopped: None });
         }
-        let passed = if r.filter.reads_messages() {
+        let (passed, stopped) = if r.filter.reads_messages() {
             let entries: Vec<&StoredEntry> = read.iter().collect();
-            r.filter.passes(&entries, r.now_ms)
+            match r.filter.screen(&entries, r.now_ms) {
+                Ok(passed) => (passed, None),
+                Err(FilterUnavailable { decided, reason }) => {
+                    let at = read.get(decided.len()).map(|e| e.offset);
+                    (decided, at.map(|at| (at, reason)))
+                }
+            }
         } else {
-            vec![true; read.len()]
+            (vec![true; read.len()], None)
         };
         for (entry, pass) in read.into_iter().zip(passed) {
             if pass {
                 wanted.push((entry.offset, if orderly { entry.message.message_group } else { String::new() }));
             }
         }
-        Ok(wanted)
+        Ok(Screened { wanted, stopped })
     }
 
     /// The command that moves the delivery `receipt` names to the group's dead-letter topic,

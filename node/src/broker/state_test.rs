@@ -373,3 +373,29 @@ fn a_data_directory_of_an_earlier_layout_is_refused() {
     };
     assert!(err.to_string().contains("another RockRaft version (layout 3"), "{err}");
 }
+
+/// The largest plugin module is a cluster setting: a registration over it is refused by every
+/// replica alike, and raising it lets the same registration through.
+#[test]
+fn the_module_size_limit_is_a_replicated_setting() {
+    use crate::broker::plugins::{PluginCommand, PluginKind};
+    use crate::broker::settings::SettingsChange;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    let register = |name: &str| {
+        Command::Plugin(PluginCommand::Register {
+            name: name.into(),
+            kind: PluginKind::Filter,
+            version: "1".into(),
+            now_ms: 1,
+            module: vec![0; 200_000],
+        })
+    };
+    let limit = |bytes| {
+        Command::Admin(AdminCommand::Configure(SettingsChange { max_module_bytes: Some(bytes), ..Default::default() }))
+    };
+    assert_eq!(n.commit(&limit(100_000)), Reply::Applied);
+    assert!(matches!(n.commit(&register("big")), Reply::Rejected(why) if why.contains("max_module_bytes")));
+    assert_eq!(n.commit(&limit(300_000)), Reply::Applied);
+    assert_eq!(n.commit(&register("big")), Reply::Applied);
+}

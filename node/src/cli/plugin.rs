@@ -32,6 +32,9 @@ pub enum PluginCmd {
         #[arg(long)]
         name: String,
     },
+    /// Calls a quarantined plugin again (a plugin that failed too often is quarantined: `list`
+    /// says so).
+    Enable { name: String },
     /// Binds a consumer group to a filter (run after each subscription's own expression), or a
     /// transaction topic to a checker. `--config` is what the plugin is opened with.
     Bind {
@@ -84,6 +87,7 @@ pub fn request(cmd: PluginCmd) -> Result<AdminRequest, String> {
         }
         PluginCmd::List => AdminRequest::ListPlugins,
         PluginCmd::Remove { name } => AdminRequest::RemovePlugin { name },
+        PluginCmd::Enable { name } => AdminRequest::EnablePlugin { name },
         PluginCmd::Bind { group, topic, plugin, config } => {
             AdminRequest::BindPlugin { target: target(group, topic)?, plugin: Some(plugin), config }
         }
@@ -104,6 +108,9 @@ pub fn print(response: AdminResponse) {
                     "{}\t{}\t{origin}\tversion={}\tbytes={}\tsha256={:.12}\tbound_to={bound}\tcalls={}\tmessages={}\tfailures={}",
                     p.name, p.kind, p.version, p.size, p.hash, p.calls, p.messages, p.failures
                 );
+                if let Some(why) = p.quarantined {
+                    println!("  QUARANTINED: {why}");
+                }
             }
         }
         AdminResponse::Done(text) => println!("{text}"),

@@ -13,8 +13,8 @@ use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest, Reply};
 use crate::cluster::clock::now_ms;
 use crate::cluster::{Cluster, ClusterError};
-use crate::plugin::blocking;
 use crate::plugin::subscription::{FilterKind, Subscription};
+use crate::plugin::{PluginError, blocking};
 
 /// What a receive asks for.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,6 +45,14 @@ pub enum PopError {
     TopicNotFound(String),
     #[error("illegal filter expression: {0}")]
     IllegalFilter(String),
+    /// The group's filter plugin is quarantined: nothing is delivered (or passed over) until an
+    /// operator enables it. The text says which plugin and how to enable it.
+    #[error("{0}")]
+    Quarantined(String),
+    /// A filter plugin could not be run: nothing past the first message it could not decide was
+    /// delivered or passed over, so a later receive is offered that message again.
+    #[error("{0}")]
+    FilterUnavailable(String),
     /// The leader could not be reached or could not propose.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -127,13 +135,17 @@ impl Cluster {
     }
 
     /// The order's filter, compiled (its plugins cache what they compile), with the filter the
-    /// group is bound to.
+    /// group is bound to. Compiling happens off the async workers and with no lock held.
     pub fn subscription(&self, order: &PopOrder) -> Result<Subscription, PopError> {
         let host = self.plugins();
-        let illegal = |e: crate::plugin::PluginError| PopError::IllegalFilter(e.to_string());
-        let compiled = blocking(|| Subscription::compile(host, order.filter_kind, &order.filter)).map_err(illegal)?;
-        let state = self.broker().state();
-        compiled.with_group_filter(host, &state.plugins, &order.group).map_err(|e| PopError::Internal(e.to_string()))
+        let illegal = |e: PluginError| PopError::IllegalFilter(e.to_string());
+        blocking(|| {
+            let compiled = Subscription::compile(host, order.filter_kind, &order.filter).map_err(illegal)?;
+            compiled.with_group_filter(host, self.broker(), &order.group).map_err(|e| match e {
+                PluginError::Quarantined { .. } => PopError::Quarantined(e.to_string()),
+                e => PopError::FilterUnavailable(format!("the filter of group {}: {e}", order.group)),
+            })
+        })
     }
 
     /// Plans and proposes a pop from this node's state (the leader's), in the next round of
@@ -221,6 +233,11 @@ impl Cluster {
             if let Err(e) = self.write(&Command::DeadLetter(dead)).await {
                 tracing::warn!(error = %e, "moving a message to the dead-letter topic failed");
             }
+        }
+        if let Some(reason) = plan.filter_unavailable.take()
+            && !plan.delivers()
+        {
+            return Err(PopError::FilterUnavailable(reason));
         }
         let next_due_in_ms = plan.next_due_ms.map(|due| due.saturating_sub(request.now_ms).max(0) as u64);
         if !plan.changes_state() {

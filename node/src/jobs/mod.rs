@@ -5,6 +5,7 @@
 //!
 //! - `checkpoint`: makes applied broker state durable; `retention`: purges old segments;
 //! - `renewals`: extends the invisible time of deliveries to auto-renewing receives;
+//! - `plugin_warmup`: compiles registered plugins in the background and quarantines failing ones;
 //! - leader only: `timers` fires due delayed messages; `transaction_checks` checks unresolved
 //!   transactional halves;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
@@ -17,6 +18,7 @@
 mod checkpoint;
 mod clock_skew;
 mod health;
+mod plugin_warmup;
 mod renewals;
 mod retention;
 mod timers;
@@ -33,6 +35,7 @@ use crate::cluster::Cluster;
 pub use checkpoint::checkpoints;
 pub use clock_skew::watch_clocks;
 pub use health::watch_health;
+pub use plugin_warmup::plugin_warmup;
 pub use renewals::renewals;
 pub use retention::{RetentionOptions, retention};
 pub use timers::fire_timers;

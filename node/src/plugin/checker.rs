@@ -9,7 +9,7 @@ use rockraft_plugin_sdk::Decision as PluginDecision;
 
 use crate::broker::transaction::{Decision, HalfView, TransactionChecker};
 use crate::broker::{Broker, StoredEntry};
-use crate::plugin::{PluginHost, PluginKind, blocking, builtin};
+use crate::plugin::{ModuleSource, PluginHost, PluginKind, blocking, builtin};
 
 pub struct PluginChecker {
     host: Arc<PluginHost>,
@@ -27,15 +27,17 @@ impl PluginChecker {
 
 impl TransactionChecker for PluginChecker {
     fn decide(&self, half: &HalfView, age: Duration, checks: u32) -> Decision {
-        let bound = self.broker.state().plugins.topic_checkers.get(&half.topic).cloned();
-        let (name, config) = match bound {
-            Some(b) => (b.plugin, b.config),
-            None => (builtin::DEFAULT_TX_CHECKER.to_string(), self.default_config.clone()),
-        };
-        let module = {
+        // What to run is read under the broker's lock; it is compiled (if it is not yet) after.
+        let (name, config, source) = {
             let state = self.broker.state();
-            self.host.resolve(&state.plugins, &name, PluginKind::TxChecker)
+            let (name, config) = match state.plugins.topic_checkers.get(&half.topic) {
+                Some(b) => (b.plugin.clone(), b.config.clone()),
+                None => (builtin::DEFAULT_TX_CHECKER.to_string(), self.default_config.clone()),
+            };
+            let source = ModuleSource::find(&state.plugins, &name, PluginKind::TxChecker);
+            (name, config, source)
         };
+        let module = blocking(|| source.and_then(|s| self.host.compiled(&s)));
         let module = match module {
             Ok(m) => m,
             Err(e) => {

@@ -4,22 +4,32 @@
 //! A failed call (trap, fuel exhausted, memory cap, a malformed answer) drops the instance it ran
 //! in; the next call instantiates afresh, so a half-updated guest heap is never reused.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use rockraft_plugin_sdk::{KIND_FILTER, KIND_TX_CHECKER};
 use serde::{Deserialize, Serialize};
-use wasmtime::{Engine, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc};
+use wasmtime::{Engine, Instance, Memory, Module, ResourceLimiter, Store, Trap, TypedFunc};
 
+use crate::broker::plugins::MAX_MODULE_BYTES;
 use crate::plugin::{PluginError, PluginKind, PluginLimits, call_export};
 
 /// Fuel for a call that only allocates or compiles an expression.
 const SETUP_FUEL: u64 = 5_000_000;
 /// Open handles kept per instance (one per distinct expression); beyond it they are all closed.
 const HANDLES_PER_INSTANCE: usize = 1024;
-/// Idle instances kept per module.
-const IDLE_INSTANCES: usize = 4;
+/// Instances of one module alive at once (in use or idle) at most: with the memory cap, this bounds
+/// what one plugin can hold. A call that finds them all in use waits for one.
+fn max_instances() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8)
+}
+/// What one table element costs the host (a function reference is a pointer).
+const TABLE_ELEMENT_BYTES: usize = 8;
+/// Table elements one instance may have in all, whatever its memory cap (real plugins have a few
+/// hundred to a few thousand).
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 /// The marker export of the one ABI major version this host speaks.
 pub const ABI_MARKER: &str = "rockraft_abi_v1";
 
@@ -52,13 +62,67 @@ pub struct LoadedModule {
     pub hash: String,
     pub kind: PluginKind,
     module: Module,
-    idle: Mutex<Vec<Guest>>,
+    pool: Mutex<Pool>,
+    /// Signalled when an instance is given back or dropped.
+    returned: Condvar,
     pub counters: CallCounters,
     limits: PluginLimits,
+    /// When recent calls failed (at most `quarantine_failures` kept), for quarantine.
+    recent_failures: Mutex<VecDeque<Instant>>,
 }
 
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Guest>,
+    /// Instances alive: idle, or in a call.
+    live: usize,
+}
+
+/// Caps what one instance holds. Linear memory and table elements count together against the
+/// plugin's memory cap: a table grown by `table.grow` is host memory too.
 struct GuestState {
-    limits: StoreLimits,
+    cap: usize,
+    memory_bytes: usize,
+    table_elements: usize,
+}
+
+impl GuestState {
+    fn fits(&self, memory_bytes: usize, table_elements: usize) -> bool {
+        table_elements <= MAX_TABLE_ELEMENTS
+            && memory_bytes.saturating_add(table_elements.saturating_mul(TABLE_ELEMENT_BYTES)) <= self.cap
+    }
+}
+
+impl ResourceLimiter for GuestState {
+    fn memory_growing(&mut self, current: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+        let memory_bytes = self.memory_bytes.saturating_sub(current).saturating_add(desired);
+        let fits = self.fits(memory_bytes, self.table_elements);
+        if fits {
+            self.memory_bytes = memory_bytes;
+        }
+        Ok(fits)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+        let table_elements = self.table_elements.saturating_sub(current).saturating_add(desired);
+        let fits = self.fits(self.memory_bytes, table_elements);
+        if fits {
+            self.table_elements = table_elements;
+        }
+        Ok(fits)
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        4
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
 }
 
 /// One instance of a module and the exports the ABI uses.
@@ -95,11 +159,12 @@ impl LoadedModule {
         kind: PluginKind,
         limits: PluginLimits,
     ) -> Result<LoadedModule, PluginError> {
-        if bytes.len() as u64 > limits.max_module_bytes {
+        // What registration accepts is the cluster's `max_module_bytes`, checked when it is
+        // proposed and applied; every node loads what was accepted, up to the hard cap.
+        if bytes.len() > MAX_MODULE_BYTES {
             return Err(PluginError::Invalid(format!(
-                "module of {} bytes exceeds the limit of {} bytes",
-                bytes.len(),
-                limits.max_module_bytes
+                "module of {} bytes exceeds the limit of {MAX_MODULE_BYTES} bytes",
+                bytes.len()
             )));
         }
         let module =
@@ -141,9 +206,11 @@ impl LoadedModule {
             hash,
             kind,
             module,
-            idle: Mutex::new(Vec::new()),
+            pool: Mutex::new(Pool::default()),
+            returned: Condvar::new(),
             counters: CallCounters::default(),
             limits,
+            recent_failures: Mutex::new(VecDeque::new()),
         };
         let mut guest = loaded.instantiate()?;
         loaded.manifest = guest.manifest()?;
@@ -153,7 +220,9 @@ impl LoadedModule {
                 loaded.manifest.kinds
             )));
         }
-        loaded.idle.lock().expect("idle instances").push(guest);
+        let pool = loaded.pool.get_mut().expect("instances");
+        pool.idle.push(guest);
+        pool.live = 1;
         Ok(loaded)
     }
 
@@ -166,10 +235,9 @@ impl LoadedModule {
 
     fn instantiate(&self) -> Result<Guest, PluginError> {
         self.counters.instances_built.fetch_add(1, Ordering::Relaxed);
-        let limits =
-            StoreLimitsBuilder::new().memory_size(self.memory_cap()).instances(1).memories(1).tables(4).build();
-        let mut store = Store::new(self.module.engine(), GuestState { limits });
-        store.limiter(|s| &mut s.limits);
+        let limits = GuestState { cap: self.memory_cap(), memory_bytes: 0, table_elements: 0 };
+        let mut store = Store::new(self.module.engine(), limits);
+        store.limiter(|s| s);
         store.set_fuel(SETUP_FUEL).map_err(fault)?;
         let instance = Instance::new(&mut store, &self.module, &[]).map_err(fault)?;
         let memory =
@@ -194,20 +262,70 @@ impl LoadedModule {
         })
     }
 
-    /// Takes an idle instance, or builds one.
+    /// Takes an idle instance, or builds one, or waits for one if as many as may be are alive.
     fn guest(&self) -> Result<Guest, PluginError> {
-        let idle = self.idle.lock().expect("idle instances").pop();
-        match idle {
-            Some(g) => Ok(g),
-            None => self.instantiate(),
+        let mut pool = self.pool.lock().expect("instances");
+        loop {
+            if let Some(g) = pool.idle.pop() {
+                return Ok(g);
+            }
+            if pool.live < max_instances() {
+                pool.live += 1;
+                break;
+            }
+            pool = self.returned.wait(pool).expect("instances");
         }
+        drop(pool);
+        self.instantiate().inspect_err(|_| self.discard(None))
     }
 
     fn give_back(&self, guest: Guest) {
-        let mut idle = self.idle.lock().expect("idle instances");
-        if idle.len() < IDLE_INSTANCES {
-            idle.push(guest);
+        self.pool.lock().expect("instances").idle.push(guest);
+        self.returned.notify_one();
+    }
+
+    /// Drops an instance (after a failed call: its heap may be half-updated).
+    fn discard(&self, guest: Option<Guest>) {
+        self.pool.lock().expect("instances").live -= 1;
+        self.returned.notify_one();
+        drop(guest);
+    }
+
+    /// Instances of this module alive now (idle or in a call).
+    pub fn live_instances(&self) -> usize {
+        self.pool.lock().expect("instances").live
+    }
+
+    /// Counts a failed call toward quarantine.
+    fn failed(&self) {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        let keep = self.limits.quarantine_failures as usize;
+        if keep == 0 || self.hash.starts_with("builtin:") {
+            return;
         }
+        let mut recent = self.recent_failures.lock().expect("recent failures");
+        recent.push_back(Instant::now());
+        while recent.len() > keep {
+            recent.pop_front();
+        }
+    }
+
+    /// The failures counted in the last `quarantine_window_secs`, if as many as
+    /// `quarantine_failures`: the plugin should be quarantined. Built-in plugins never are.
+    pub fn failing(&self) -> Option<u32> {
+        let threshold = self.limits.quarantine_failures as usize;
+        if threshold == 0 {
+            return None;
+        }
+        let window = Duration::from_secs(self.limits.quarantine_window_secs);
+        let recent = self.recent_failures.lock().expect("recent failures");
+        let counted = recent.iter().filter(|t| t.elapsed() <= window).count();
+        (counted >= threshold).then_some(counted as u32)
+    }
+
+    /// Starts counting failures afresh (the plugin was quarantined).
+    pub fn forget_failures(&self) {
+        self.recent_failures.lock().expect("recent failures").clear();
     }
 
     /// Compiles `expression` in a guest: `Err(PluginError::Rejected)` carries the plugin's reason.
@@ -224,7 +342,8 @@ impl LoadedModule {
                 Err(e)
             }
             Err(e) => {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.discard(Some(guest));
+                self.failed();
                 Err(e)
             }
         }
@@ -233,7 +352,7 @@ impl LoadedModule {
     /// The reason the guest gave for its last failure or "error" answer, asked of the instance
     /// that just answered (the most recently returned one).
     pub fn last_reason(&self) -> Option<String> {
-        let mut guest = self.idle.lock().expect("idle instances").pop()?;
+        let mut guest = self.pool.lock().expect("instances").idle.pop()?;
         let reason =
             guest.store.set_fuel(SETUP_FUEL).ok().and_then(|()| guest.last_error.call(&mut guest.store, ()).ok());
         let text = reason.and_then(|packed| guest.text(packed).ok());
@@ -242,11 +361,25 @@ impl LoadedModule {
     }
 
     /// Runs the module's batch call (`rockraft_filter` or `rockraft_tx_check`) on an encoded
-    /// batch of `count` messages; one answer byte per message.
+    /// batch of `count` messages; one answer byte per message. `Err(Unavailable)`: the plugin was
+    /// not run on the batch (no instance, the expression not opened, no buffer for the batch).
     pub fn call(&self, expression: &str, batch: &[u8], count: usize, fuel: u64) -> Result<Vec<u8>, PluginError> {
+        if let Some(failures) = self.failing() {
+            // Being quarantined: calling it again would only fail again (and skip messages).
+            return Err(PluginError::Unavailable(format!(
+                "it failed {failures} times in {} s and is being quarantined",
+                self.limits.quarantine_window_secs
+            )));
+        }
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         self.counters.messages.fetch_add(count as u64, Ordering::Relaxed);
-        let mut guest = self.guest()?;
+        let mut guest = match self.guest() {
+            Ok(g) => g,
+            Err(e) => {
+                self.failed();
+                return Err(PluginError::Unavailable(format!("no instance: {e}")));
+            }
+        };
         match guest.run(self.kind, expression, batch, count, fuel) {
             Ok(out) => {
                 self.give_back(guest);
@@ -254,7 +387,8 @@ impl LoadedModule {
             }
             Err(e) => {
                 // The instance is dropped: its heap may be half-updated.
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.discard(Some(guest));
+                self.failed();
                 Err(e)
             }
         }
@@ -307,6 +441,8 @@ impl Guest {
     /// Asks for a guest buffer of `len` bytes and copies `bytes` to its start.
     fn stage(&mut self, bytes: &[u8], len: usize) -> Result<usize, PluginError> {
         let size = i32::try_from(len).map_err(|_| PluginError::Malformed("batch too large".into()))?;
+        // Fuel of its own: never what an earlier call left.
+        self.store.set_fuel(SETUP_FUEL).map_err(fault)?;
         let ptr = self.alloc.call(&mut self.store, size).map_err(fault)? as u32 as usize;
         if ptr.checked_add(len).is_none_or(|end| end > self.memory.data_size(&self.store)) {
             return Err(PluginError::Malformed(format!("rockraft_alloc({len}) answered {ptr}, outside its memory")));
@@ -349,8 +485,10 @@ impl Guest {
         count: usize,
         fuel: u64,
     ) -> Result<Vec<u8>, PluginError> {
-        let handle = self.handle(kind, expression)?;
-        let ptr = self.stage(batch, batch.len() + count)?;
+        // Failing here says nothing about the messages: none was looked at.
+        let unavailable = |e: PluginError| PluginError::Unavailable(e.to_string());
+        let handle = self.handle(kind, expression).map_err(unavailable)?;
+        let ptr = self.stage(batch, batch.len() + count).map_err(unavailable)?;
         let out = ptr + batch.len();
         self.store.set_fuel(fuel).map_err(fault)?;
         let args = (handle, ptr as i32, batch.len() as i32, count as i32, out as i32);

@@ -21,12 +21,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rockraft_plugin_sdk::{BatchWriter, MessageData};
 use serde::{Deserialize, Serialize};
 use wasmtime::Engine;
 
 use crate::broker::StoredEntry;
+use crate::broker::plugins::{FilterUnavailable, PluginCommand, PluginTables, Quarantine};
 pub use crate::broker::plugins::{PluginKind, module_hash};
 pub use host::{LoadedModule, Manifest};
 
@@ -57,13 +60,40 @@ pub enum PluginError {
     NotFound(String),
     #[error("{0}")]
     Engine(String),
+    /// The host could not run the plugin at all (no instance, no buffer, the configuration not
+    /// opened): no message was looked at, so none may be treated as filtered out.
+    #[error("plugin could not be run: {0}")]
+    Unavailable(String),
+    /// Failed too often; the cluster stopped calling it until an operator enables it again.
+    #[error(
+        "plugin {name} is quarantined: {failures} failures in {window_secs} s; re-enable with `rockraft plugin enable {name}`"
+    )]
+    Quarantined { name: String, failures: u32, window_secs: u64 },
+}
+
+impl PluginError {
+    /// Whether the same bytes fail this way every time (so the failure may be cached by hash).
+    fn is_deterministic(&self) -> bool {
+        matches!(self, PluginError::Invalid(_) | PluginError::Malformed(_) | PluginError::Rejected(_))
+    }
+
+    /// Whether the failure says nothing about the messages of the call: the plugin was not run.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            PluginError::Unavailable(_)
+                | PluginError::Engine(_)
+                | PluginError::NotFound(_)
+                | PluginError::Quarantined { .. }
+        )
+    }
 }
 
 /// Limits on plugins; `[plugins]` in the node's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PluginLimits {
-    /// Linear memory one filter instance may grow to.
+    /// Memory one filter instance may grow to: linear memory and tables together.
     pub filter_memory_bytes: usize,
     /// Fuel (roughly, WASM instructions) a filter call may use: this much per call ...
     pub filter_fuel_per_call: u64,
@@ -74,8 +104,14 @@ pub struct PluginLimits {
     pub checker_memory_bytes: usize,
     /// Fuel a transaction checker may use per message.
     pub checker_fuel_per_message: u64,
-    /// The largest module `plugin register` accepts.
-    pub max_module_bytes: u64,
+    /// Moved to the replicated cluster settings (`rockraft cluster configure
+    /// --max-module-bytes`): a node with a smaller limit than its peers could not load a plugin
+    /// they had accepted. Refused here with a pointer there.
+    pub max_module_bytes: Option<u64>,
+    /// A registered plugin whose calls fail this many times ...
+    pub quarantine_failures: u32,
+    /// ... within this many seconds is quarantined: not called until `rockraft plugin enable`.
+    pub quarantine_window_secs: u64,
 }
 
 impl Default for PluginLimits {
@@ -87,23 +123,114 @@ impl Default for PluginLimits {
             filter_batch: 256,
             checker_memory_bytes: 32 << 20,
             checker_fuel_per_message: 10_000_000,
-            max_module_bytes: 1 << 20,
+            max_module_bytes: None,
+            quarantine_failures: 100,
+            quarantine_window_secs: 60,
         }
     }
 }
 
-/// A module being compiled, compiled, or refused: set once by whoever asks first.
+/// What compiling a plugin needs, copied out of the broker's state: a module is compiled with
+/// no lock held (a large one takes seconds in a debug build, and apply waits for the write lock).
+#[derive(Clone)]
+pub struct ModuleSource {
+    pub name: String,
+    /// The key it is compiled under: the module's hash, or `builtin:NAME`.
+    pub hash: String,
+    pub kind: PluginKind,
+    /// Shared with the broker's table: cloning copies nothing.
+    pub bytes: Bytes,
+}
+
+impl fmt::Debug for ModuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModuleSource").field("name", &self.name).field("hash", &self.hash).finish_non_exhaustive()
+    }
+}
+
+impl ModuleSource {
+    /// The plugin `name` of `kind`: registered in `tables`, or built in. Compiles nothing, so it
+    /// may be called under the broker's lock.
+    pub fn find(tables: &PluginTables, name: &str, kind: PluginKind) -> Result<ModuleSource, PluginError> {
+        match tables.modules.get(name) {
+            Some(r) if r.kind != kind => {
+                Err(PluginError::Invalid(format!("plugin {name} is a {}, not a {kind}", r.kind)))
+            }
+            Some(r) => match &r.quarantine {
+                Some(q) => Err(PluginError::Quarantined {
+                    name: name.to_string(),
+                    failures: q.failures,
+                    window_secs: q.window_secs,
+                }),
+                None => {
+                    Ok(ModuleSource { name: name.to_string(), hash: r.hash.clone(), kind, bytes: r.module.clone() })
+                }
+            },
+            None => {
+                let source = ModuleSource::builtin(name)?;
+                if source.kind != kind {
+                    return Err(PluginError::Invalid(format!("plugin {name} is a {}, not a {kind}", source.kind)));
+                }
+                Ok(source)
+            }
+        }
+    }
+
+    pub fn builtin(name: &str) -> Result<ModuleSource, PluginError> {
+        let (bytes, kind) = builtin::module(name).ok_or_else(|| PluginError::NotFound(name.to_string()))?;
+        Ok(ModuleSource {
+            name: name.to_string(),
+            hash: format!("builtin:{name}"),
+            kind,
+            bytes: Bytes::from_static(bytes),
+        })
+    }
+}
+
+/// The one compilation of a module under way: those who need it meanwhile wait for it.
 type Compiling = OnceLock<Result<Arc<LoadedModule>, PluginError>>;
+
+/// A module in the host's cache.
+enum Slot {
+    /// `failures`: transient failures before this attempt (for the backoff after another).
+    Compiling {
+        cell: Arc<Compiling>,
+        failures: u32,
+    },
+    Ready(Arc<LoadedModule>),
+    /// These bytes are not a usable module, and never will be: kept so they are not compiled again.
+    Refused(PluginError),
+    /// The compilation failed for a reason that may pass; compiled again from `retry_at`.
+    Failed {
+        error: PluginError,
+        failures: u32,
+        retry_at: Instant,
+    },
+}
+
+/// The wait before compiling again after `failures` transient failures in a row.
+fn backoff(failures: u32) -> Duration {
+    (RETRY_FIRST * 2u32.saturating_pow(failures.saturating_sub(1))).min(RETRY_MAX)
+}
+
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Compiles and caches modules, and runs them with the node's limits.
 pub struct PluginHost {
     engine: Engine,
     limits: PluginLimits,
     /// Compiled modules (or why they do not load) by (hash, kind).
-    loaded: Mutex<HashMap<(String, PluginKind), Arc<Compiling>>>,
+    slots: Mutex<HashMap<(String, PluginKind), Slot>>,
     /// When a plugin failure was last logged, so a poison message does not flood the log.
     last_logged_ms: AtomicI64,
+    /// Run before each compilation, failing it if it answers an error (tests).
+    #[cfg(test)]
+    compile_hook: Mutex<Option<CompileHook>>,
 }
+
+#[cfg(test)]
+type CompileHook = Arc<dyn Fn() -> Result<(), PluginError> + Send + Sync>;
 
 impl fmt::Debug for PluginHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -129,8 +256,10 @@ impl PluginHost {
         Ok(PluginHost {
             engine: host::engine()?,
             limits,
-            loaded: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
             last_logged_ms: AtomicI64::new(0),
+            #[cfg(test)]
+            compile_hook: Mutex::new(None),
         })
     }
 
@@ -138,59 +267,138 @@ impl PluginHost {
         &self.limits
     }
 
-    /// The module with these bytes, compiled once and checked to be a `kind`.
+    /// The module with these bytes, compiled once and checked to be a `kind`. Compiles: call it
+    /// off the async workers and with no lock held.
     pub fn load(&self, bytes: &[u8], kind: PluginKind) -> Result<Arc<LoadedModule>, PluginError> {
-        self.load_hashed(module_hash(bytes), bytes, kind)
+        self.compile_keyed(module_hash(bytes), kind, bytes)
     }
 
-    /// A built-in plugin.
+    /// A built-in plugin (compiles it the first time: as `load`).
     pub fn builtin(&self, name: &str) -> Result<Arc<LoadedModule>, PluginError> {
-        let (bytes, kind) = builtin::module(name).ok_or_else(|| PluginError::NotFound(name.to_string()))?;
-        self.load_hashed(format!("builtin:{name}"), bytes, kind)
+        self.compiled(&ModuleSource::builtin(name)?)
     }
 
-    /// The plugin `name`: registered in `tables`, or built in.
-    pub fn resolve(
-        &self,
-        tables: &crate::broker::plugins::PluginTables,
-        name: &str,
-        kind: PluginKind,
-    ) -> Result<Arc<LoadedModule>, PluginError> {
-        match tables.modules.get(name) {
-            Some(r) if r.kind != kind => {
-                Err(PluginError::Invalid(format!("plugin {name} is a {}, not a {kind}", r.kind)))
-            }
-            Some(r) => self.load_hashed(r.hash.clone(), &r.module, kind),
-            None => {
-                let m = self.builtin(name)?;
-                if m.kind != kind {
-                    return Err(PluginError::Invalid(format!("plugin {name} is a {}, not a {kind}", m.kind)));
-                }
-                Ok(m)
-            }
+    /// The module of `source`, compiled once. Compiles: call it off the async workers
+    /// ([`blocking`] or `spawn_blocking`) and with no lock held. A module that failed to compile
+    /// for a reason that may pass is compiled again after a backoff; one whose bytes are invalid
+    /// is refused by its hash without compiling again.
+    pub fn compiled(&self, source: &ModuleSource) -> Result<Arc<LoadedModule>, PluginError> {
+        self.compile_keyed(source.hash.clone(), source.kind, &source.bytes)
+    }
+
+    /// Whether `source` is neither compiled, being compiled, refused, nor waiting out a backoff.
+    pub fn needs_compiling(&self, source: &ModuleSource) -> bool {
+        let slots = self.slots.lock().expect("plugin modules");
+        match slots.get(&(source.hash.clone(), source.kind)) {
+            None => true,
+            Some(Slot::Failed { retry_at, .. }) => Instant::now() >= *retry_at,
+            Some(_) => false,
         }
     }
 
-    /// `load` with the module's hash known (registered modules carry it; hashing is not free).
-    fn load_hashed(&self, hash: String, bytes: &[u8], kind: PluginKind) -> Result<Arc<LoadedModule>, PluginError> {
+    fn compile_keyed(&self, hash: String, kind: PluginKind, bytes: &[u8]) -> Result<Arc<LoadedModule>, PluginError> {
+        let key = (hash, kind);
         let cell = {
-            let mut loaded = self.loaded.lock().expect("loaded modules");
-            if loaded.len() >= MAX_LOADED && !loaded.contains_key(&(hash.clone(), kind)) {
-                loaded.clear();
+            let mut slots = self.slots.lock().expect("plugin modules");
+            let (compiling, failures) = match slots.get(&key) {
+                Some(Slot::Ready(m)) => return Ok(Arc::clone(m)),
+                Some(Slot::Refused(e)) => return Err(e.clone()),
+                Some(Slot::Failed { error, retry_at, .. }) if Instant::now() < *retry_at => return Err(error.clone()),
+                Some(Slot::Failed { failures, .. }) => (None, *failures),
+                Some(Slot::Compiling { cell, .. }) => (Some(Arc::clone(cell)), 0),
+                None => (None, 0),
+            };
+            match compiling {
+                Some(cell) => cell,
+                None => {
+                    if slots.len() >= MAX_LOADED {
+                        slots.retain(|_, s| matches!(s, Slot::Compiling { .. }));
+                    }
+                    let cell = Arc::new(Compiling::new());
+                    slots.insert(key.clone(), Slot::Compiling { cell: Arc::clone(&cell), failures });
+                    cell
+                }
             }
-            Arc::clone(loaded.entry((hash.clone(), kind)).or_default())
         };
-        // Compiled outside the map's lock (it takes tens of milliseconds) and once: concurrent
-        // first users of a module wait for the one compilation.
-        let compiled =
-            cell.get_or_init(|| LoadedModule::load(&self.engine, hash, bytes, kind, self.limits).map(Arc::new));
-        compiled.clone()
+        // Compiled outside the map's lock, and once: concurrent first users wait for the one
+        // compilation.
+        let result = cell
+            .get_or_init(|| {
+                #[cfg(test)]
+                self.run_compile_hook()?;
+                LoadedModule::load(&self.engine, key.0.clone(), bytes, kind, self.limits).map(Arc::new)
+            })
+            .clone();
+        let mut slots = self.slots.lock().expect("plugin modules");
+        if let Some(Slot::Compiling { cell: current, failures }) = slots.get(&key)
+            && Arc::ptr_eq(current, &cell)
+        {
+            let settled = match &result {
+                Ok(m) => Slot::Ready(Arc::clone(m)),
+                Err(e) if e.is_deterministic() => Slot::Refused(e.clone()),
+                Err(e) => {
+                    let failures = failures + 1;
+                    tracing::warn!(hash = %key.0, error = %e, failures, "compiling a plugin failed; trying again later");
+                    Slot::Failed { error: e.clone(), failures, retry_at: Instant::now() + backoff(failures) }
+                }
+            };
+            slots.insert(key, settled);
+        }
+        result
+    }
+
+    /// Runs `hook` at the start of every compilation; an error it answers fails the compilation.
+    #[cfg(test)]
+    pub fn on_compile(&self, hook: impl Fn() -> Result<(), PluginError> + Send + Sync + 'static) {
+        *self.compile_hook.lock().expect("compile hook") = Some(Arc::new(hook));
+    }
+
+    #[cfg(test)]
+    fn run_compile_hook(&self) -> Result<(), PluginError> {
+        let hook = self.compile_hook.lock().expect("compile hook").clone();
+        hook.map_or(Ok(()), |hook| hook())
+    }
+
+    /// The built-in and registered modules (of `tables`) not compiled here yet, or due another
+    /// try: what the background warm-up compiles. Quarantined plugins are left until enabled.
+    pub fn uncompiled(&self, tables: &PluginTables) -> Vec<ModuleSource> {
+        let builtins = builtin::NAMES.iter().filter_map(|name| ModuleSource::builtin(name).ok());
+        let registered = tables.modules.iter().filter_map(|(name, r)| ModuleSource::find(tables, name, r.kind).ok());
+        builtins.chain(registered).filter(|s| self.needs_compiling(s)).collect()
+    }
+
+    /// The quarantines to propose: for each registered plugin (of `tables`) whose module failed
+    /// `quarantine_failures` times within `quarantine_window_secs` here. A module's count starts
+    /// afresh once its quarantine is applied, so an enabled plugin is judged on its calls since.
+    pub fn quarantines(&self, tables: &PluginTables, now_ms: i64) -> Vec<PluginCommand> {
+        let mut out = Vec::new();
+        for module in self.loaded() {
+            let users = tables.modules.iter().filter(|(_, r)| r.hash == module.hash && r.kind == module.kind);
+            let (quarantined, active): (Vec<_>, Vec<_>) = users.partition(|(_, r)| r.quarantine.is_some());
+            if !quarantined.is_empty() {
+                module.forget_failures();
+                continue;
+            }
+            let Some(failures) = module.failing() else { continue };
+            for (name, _) in active {
+                out.push(PluginCommand::Quarantine {
+                    name: name.clone(),
+                    hash: module.hash.clone(),
+                    quarantine: Quarantine {
+                        failures,
+                        window_secs: self.limits.quarantine_window_secs,
+                        since_ms: now_ms,
+                    },
+                });
+            }
+        }
+        out
     }
 
     /// Every module compiled here, for metrics.
     pub fn loaded(&self) -> Vec<Arc<LoadedModule>> {
-        let loaded = self.loaded.lock().expect("loaded modules");
-        loaded.values().filter_map(|c| c.get().and_then(|r| r.as_ref().ok()).cloned()).collect()
+        let slots = self.slots.lock().expect("plugin modules");
+        slots.values().filter_map(|s| if let Slot::Ready(m) = s { Some(Arc::clone(m)) } else { None }).collect()
     }
 
     fn log_failure(&self, module: &LoadedModule, e: &PluginError) {
@@ -206,31 +414,56 @@ impl PluginHost {
 
     /// Which `entries` pass the filter `module` compiled from `expression`. A message the call
     /// fails on (trap, fuel, evaluation error) does not pass; a failed batch is run again one
-    /// message at a time so only the message it fails on is affected.
-    pub fn filter(&self, module: &LoadedModule, expression: &str, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
+    /// message at a time so only the message it fails on is affected. If the host cannot run the
+    /// plugin at all on a message (no instance, no buffer), that message and the ones after it
+    /// are left undecided: `Err` carries the answers before it.
+    pub fn filter(
+        &self,
+        module: &LoadedModule,
+        expression: &str,
+        entries: &[&StoredEntry],
+        now_ms: i64,
+    ) -> Result<Vec<bool>, FilterUnavailable> {
         let mut passed = Vec::with_capacity(entries.len());
         // The encoding buffer is kept per thread: pops filter often.
         let mut buf = BATCH_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        for chunk in entries.chunks(self.limits.filter_batch.max(1)) {
-            match self.filter_call(module, expression, chunk, now_ms, &mut buf) {
-                Ok(answers) => passed.extend(answers),
-                Err(e) if chunk.len() > 1 => {
-                    self.log_failure(module, &e);
-                    for one in chunk {
-                        let answer = self.filter_call(module, expression, std::slice::from_ref(one), now_ms, &mut buf);
-                        passed.push(answer.is_ok_and(|a| a[0]));
+        let mut stopped = None;
+        'chunks: for chunk in entries.chunks(self.limits.filter_batch.max(1)) {
+            if chunk.len() > 1 {
+                match self.filter_call(module, expression, chunk, now_ms, &mut buf) {
+                    Ok(answers) => {
+                        passed.extend(answers);
+                        continue;
                     }
+                    Err(e) => self.log_failure(module, &e),
                 }
-                Err(e) => {
-                    self.log_failure(module, &e);
-                    passed.push(false);
+            }
+            // One message at a time: a batch of one, or a batch that failed.
+            for one in chunk {
+                match self.filter_call(module, expression, std::slice::from_ref(one), now_ms, &mut buf) {
+                    Ok(answer) => passed.push(answer[0]),
+                    Err(e) if e.is_unavailable() => {
+                        self.log_failure(module, &e);
+                        stopped = Some(e);
+                        break 'chunks;
+                    }
+                    // The plugin failed on this message: it counts as no match.
+                    Err(e) => {
+                        self.log_failure(module, &e);
+                        passed.push(false);
+                    }
                 }
             }
         }
         if buf.capacity() <= MAX_KEPT_BUFFER {
             BATCH_BUFFER.with(|b| *b.borrow_mut() = buf);
         }
-        passed
+        match stopped {
+            None => Ok(passed),
+            Some(e) => {
+                Err(FilterUnavailable { decided: passed, reason: format!("filter {}: {e}", module.manifest.name) })
+            }
+        }
     }
 
     fn filter_call(

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::plugins::PluginTables;
-use crate::broker::{MessageFilter, StoredEntry};
-use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, builtin};
+use crate::broker::plugins::FilterUnavailable;
+use crate::broker::{Broker, MessageFilter, StoredEntry};
+use crate::plugin::{LoadedModule, ModuleSource, PluginError, PluginHost, PluginKind, builtin};
 use crate::store::tag_hash;
 
 /// The language of a subscription's expression.
@@ -74,17 +74,27 @@ impl Subscription {
         })
     }
 
-    /// Adds the filter `group` is bound to, if any.
+    /// Adds the filter `group` is bound to, if any. The binding is read under the broker's lock
+    /// and the module compiled (if it is not yet) after it is released: call it off the async
+    /// workers.
     pub fn with_group_filter(
         mut self,
         host: &Arc<PluginHost>,
-        plugins: &PluginTables,
+        broker: &Broker,
         group: &str,
     ) -> Result<Self, PluginError> {
-        if let Some(binding) = plugins.group_filters.get(group) {
+        let bound = {
+            let state = broker.state();
+            let plugins = &state.plugins;
+            plugins.group_filters.get(group).map(|binding| {
+                ModuleSource::find(plugins, &binding.plugin, PluginKind::Filter).map(|s| (s, binding.config.clone()))
+            })
+        };
+        if let Some(bound) = bound {
+            let (source, expression) = bound?;
             self.host = Some(Arc::clone(host));
-            let module = host.resolve(plugins, &binding.plugin, PluginKind::Filter)?;
-            self.group_filter = Some(Opened { module, expression: binding.config.clone() });
+            let module = host.compiled(&source)?;
+            self.group_filter = Some(Opened { module, expression });
         }
         Ok(self)
     }
@@ -100,18 +110,39 @@ impl MessageFilter for Subscription {
     }
 
     fn passes(&self, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
+        match self.screen(entries, now_ms) {
+            Ok(passed) => passed,
+            // Undecided is not delivered.
+            Err(FilterUnavailable { mut decided, .. }) => {
+                decided.resize(entries.len(), false);
+                decided
+            }
+        }
+    }
+
+    fn screen(&self, entries: &[&StoredEntry], now_ms: i64) -> Result<Vec<bool>, FilterUnavailable> {
         let mut passed = vec![true; entries.len()];
-        let Some(host) = &self.host else { return passed };
+        let Some(host) = &self.host else { return Ok(passed) };
         for stage in [&self.expression, &self.group_filter].into_iter().flatten() {
             let (idx, left): (Vec<usize>, Vec<&StoredEntry>) =
                 entries.iter().enumerate().filter(|(i, _)| passed[*i]).map(|(i, e)| (i, *e)).unzip();
             if left.is_empty() {
                 break;
             }
-            for (i, ok) in idx.into_iter().zip(host.filter(&stage.module, &stage.expression, &left, now_ms)) {
+            let (answers, stopped) = match host.filter(&stage.module, &stage.expression, &left, now_ms) {
+                Ok(answers) => (answers, None),
+                Err(FilterUnavailable { decided, reason }) => (decided, Some(reason)),
+            };
+            let decided = answers.len();
+            for (&i, ok) in idx.iter().zip(answers) {
                 passed[i] = ok;
             }
+            if let (Some(reason), Some(&at)) = (stopped, idx.get(decided)) {
+                // Everything before the entry this stage could not run on is decided.
+                passed.truncate(at);
+                return Err(FilterUnavailable { decided: passed, reason });
+            }
         }
-        passed
+        Ok(passed)
     }
 }

@@ -240,6 +240,13 @@ impl Proxy {
                     tokio::time::sleep(UNAVAILABLE_RETRY).await;
                     continue;
                 }
+                // A filter plugin that could not be run passed over nothing; it may run again soon
+                // (or be quarantined, which is answered with its own status).
+                Err(PopError::FilterUnavailable(why)) if Instant::now() + UNAVAILABLE_RETRY < deadline => {
+                    tracing::debug!(%why, "a filter could not be run; retrying");
+                    tokio::time::sleep(UNAVAILABLE_RETRY).await;
+                    continue;
+                }
                 other => other?,
             };
             if !popped.deliveries.is_empty() {

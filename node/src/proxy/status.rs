@@ -36,7 +36,9 @@ pub fn pop_failed(e: &PopError) -> Status {
         PopError::TopicNotFound(_) => Code::TopicNotFound,
         PopError::IllegalFilter(_) => Code::IllegalFilterExpression,
         PopError::Cluster(e) => return write_failed(e, 0),
-        PopError::Internal(_) => Code::InternalServerError,
+        // Clients retry a receive that failed so: a quarantined or unavailable filter delivers
+        // (and passes over) nothing until it runs again.
+        PopError::Internal(_) | PopError::Quarantined(_) | PopError::FilterUnavailable(_) => Code::InternalServerError,
     };
     status(code, e.to_string())
 }
@@ -66,5 +68,9 @@ mod tests {
         assert_eq!(code(ClusterError::Raft("stopped".into()), 1), Code::InternalServerError as i32);
         assert_eq!(pop_failed(&PopError::Cluster(gone)).code, Code::HaNotAvailable as i32);
         assert_eq!(pop_failed(&PopError::GroupNotFound("g".into())).code, Code::ConsumerGroupNotFound as i32);
+        // A quarantined filter: a status every client knows, and the plugin's own explanation.
+        let why = "plugin json is quarantined: 100 failures in 60 s; re-enable with `rockraft plugin enable json`";
+        let quarantined = pop_failed(&PopError::Quarantined(why.into()));
+        assert_eq!((quarantined.code, quarantined.message.as_str()), (Code::InternalServerError as i32, why));
     }
 }

@@ -1,0 +1,50 @@
+//! Compiles plugin modules in the background soon after their registration is applied, so no
+//! receive or check waits for a compilation (a 1 MiB module takes seconds in a debug build); and,
+//! on the leader, quarantines a registered plugin whose calls fail too often.
+//!
+//! It polls the plugin table every 500 ms rather than being told by apply: apply is broker code,
+//! which knows nothing of the plugin host, and a poll costs one short read of the table (at most
+//! 32 modules) under the state's read lock; nothing is compiled under it. A compilation that failed
+//! for a reason that may pass is tried again here once its backoff is over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::broker::Command;
+use crate::cluster::Cluster;
+use crate::cluster::clock::now_ms;
+
+const POLL: Duration = Duration::from_millis(500);
+
+pub async fn plugin_warmup(cluster: Cluster) {
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let host = Arc::clone(cluster.plugins());
+        let (uncompiled, quarantines) = {
+            let state = cluster.broker().state();
+            (host.uncompiled(&state.plugins), host.quarantines(&state.plugins, now_ms()))
+        };
+        for source in uncompiled {
+            let host = Arc::clone(&host);
+            let name = source.name.clone();
+            // One at a time, on the blocking pool: a compilation keeps a core busy.
+            match tokio::task::spawn_blocking(move || host.compiled(&source).map(|_| ())).await {
+                Ok(Ok(())) => tracing::debug!(plugin = %name, "plugin compiled"),
+                Ok(Err(e)) => tracing::warn!(plugin = %name, error = %e, "plugin does not compile here"),
+                Err(e) => tracing::error!(plugin = %name, error = %e, "compiling a plugin panicked"),
+            }
+        }
+        // Plugins run where pops are planned and halves checked: on the leader, which alone
+        // counts their failures.
+        if cluster.is_leader() {
+            for command in quarantines {
+                tracing::warn!(?command, "quarantining a plugin that fails too often");
+                if let Err(e) = cluster.write(&Command::Plugin(command)).await {
+                    tracing::warn!(error = %e, "proposing a plugin's quarantine failed; trying again");
+                }
+            }
+        }
+    }
+}

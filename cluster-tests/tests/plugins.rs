@@ -609,7 +609,7 @@ async fn hostile_plugins_cannot_hurt_the_node() {
         ("speaks-v2", abi_v2, "ABI v2"),
         ("uses-wasi", wasi, "imports wasi_snapshot_preview1::fd_write"),
         ("not-wasm", b"this is not a WebAssembly module".to_vec(), "not a valid WASM module"),
-        ("too-big", big, "exceeds the limit"),
+        ("too-big", big, "over the cluster's max_module_bytes"),
     ];
     for (name, bytes, reason) in bad {
         let e = refused(&cluster, register(name, PluginKind::Filter, bytes)).await;
@@ -908,4 +908,75 @@ async fn example_checker_plugin_resolves_transactions() {
     assert_eq!(bound, BTreeSet::from(["topic Backorders", "topic Orders"]));
     assert!(checker.calls > 0 && checker.failures == 0, "{checker:?}");
     drop(open);
+}
+
+/// A filter that fails every call is quarantined after `quarantine_failures` failures: every
+/// node lists it so, receives of its group fail with a status that names it and how to enable
+/// it, and the messages it was not run on are not passed over (they arrive once the binding is
+/// gone). `plugin enable` lifts the quarantine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_failing_every_call_is_quarantined_on_every_node_until_enabled() {
+    const TOPIC: &str = "Quarantine";
+    const N: usize = 20;
+    let options = Options { extra_config: "[plugins]\nquarantine_failures = 5\n".into(), ..Default::default() };
+    let cluster = Cluster::start(3, options).await;
+    cluster.create_topic(TOPIC, 1, TopicKind::Normal).await;
+    cluster.create_group("guarded", false, 16).await;
+    cluster.admin(register("always-traps", PluginKind::Filter, module(PluginKind::Filter, TRAP, 1, ""))).await;
+    cluster.admin(bind_group("guarded", "always-traps", "")).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let url = cluster.client_addr(leader);
+    let p = producer(&url, TOPIC).await;
+    for i in 0..N {
+        send_body(&p, TOPIC, None, &format!("q-{i}")).await;
+    }
+
+    let c = consumer(&url, "guarded", TOPIC).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refusal = loop {
+        match c.receive_with(TOPIC, &all(), 32, INVISIBLE).await {
+            Err(e) if e.to_string().contains("quarantined") || format!("{e:?}").contains("quarantined") => break e,
+            Ok(batch) => assert!(batch.is_empty(), "a filter that traps passed messages: {batch:?}"),
+            Err(e) => eprintln!("receive: {e:?}"),
+        }
+        assert!(Instant::now() < deadline, "the failing plugin was never quarantined");
+    };
+    let text = format!("{refusal:?}");
+    assert_eq!(code(&refusal), Some("INTERNAL_SERVER_ERROR"), "{text}");
+    assert!(text.contains("rockraft plugin enable always-traps"), "{text}");
+    for id in 1..=3 {
+        let listed = plugins(&cluster, id).await;
+        let info = listed.iter().find(|p| p.name == "always-traps").expect("listed");
+        assert!(info.quarantined.is_some(), "node {id} does not show the quarantine: {info:?}");
+    }
+
+    // Unbound, the group gets what the plugin was never run on: most of the messages.
+    cluster
+        .admin(AdminRequest::BindPlugin {
+            target: BindTarget::Group("guarded".into()),
+            plugin: None,
+            config: String::new(),
+        })
+        .await;
+    let mut got = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && got.len() < N - 6 {
+        if let Ok(batch) = c.receive_with(TOPIC, &all(), 32, INVISIBLE).await {
+            for m in &batch {
+                got.insert(body(m));
+                ack(&c, m).await;
+            }
+        }
+    }
+    assert!(got.len() >= N - 6, "messages were passed over while the plugin was quarantined: got {got:?}");
+
+    assert!(matches!(
+        cluster.admin(AdminRequest::EnablePlugin { name: "always-traps".into() }).await,
+        AdminResponse::Done(_)
+    ));
+    for id in 1..=3 {
+        let listed = plugins(&cluster, id).await;
+        let info = listed.iter().find(|p| p.name == "always-traps").expect("listed");
+        assert!(info.quarantined.is_none(), "node {id} still shows the quarantine after enable: {info:?}");
+    }
 }

@@ -14,6 +14,7 @@ use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, 
 use rockraft::admin::call;
 use rockraft::broker::group::GroupConfig;
 use rockraft::broker::{TopicConfig, TopicKind};
+use rockraft::plugin::PluginKind;
 
 pub struct Node {
     pub id: u64,
@@ -240,6 +241,24 @@ impl Cluster {
         }
     }
 
+    /// Hands leadership to node `id` and waits until it leads.
+    pub async fn make_leader(&self, id: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.status(id).await.is_some_and(|s| s.role == Role::Leader) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "node {id} did not become leader");
+            self.admin(AdminRequest::TransferLeader { to: id }).await;
+            for _ in 0..30 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if self.status(id).await.is_some_and(|s| s.role == Role::Leader) {
+                    return;
+                }
+            }
+        }
+    }
+
     /// Waits until node `id` has applied everything the leader has committed.
     pub async fn wait_caught_up(&self, id: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
@@ -404,4 +423,31 @@ pub fn run_node(script: &str, args: &[&str]) -> (bool, String) {
         .unwrap_or_else(|e| panic!("running node {script}: {e}"));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
+}
+
+/// A module speaking ABI v1 (WAT): a filter whose `rockraft_filter` body is `call`, or a
+/// transaction checker whose `rockraft_tx_check` body is. `data` fills memory from byte 4096;
+/// `pages` is its initial size.
+pub fn abi_v1_module(kind: PluginKind, call: &str, pages: u32, data: &str) -> Vec<u8> {
+    let export = match kind {
+        PluginKind::Filter => "rockraft_filter",
+        PluginKind::TxChecker => "rockraft_tx_check",
+    };
+    let manifest = format!(r#"{{"abi":1,"name":"hostile","version":"1","kinds":["{kind}"],"bodies":false}}"#);
+    let text = format!(
+        r#"(module
+          (memory (export "memory") {pages})
+          (data (i32.const 16) "{}")
+          (data (i32.const 4096) "{data}")
+          (func (export "rockraft_abi_v1"))
+          (func (export "rockraft_manifest") (result i64) (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const {})))
+          (func (export "rockraft_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "rockraft_open") (param i32 i32 i32) (result i32) (i32.const 0))
+          (func (export "rockraft_close") (param i32))
+          (func (export "rockraft_last_error") (result i64) (i64.const 0))
+          (func (export "{export}") (param i32 i32 i32 i32 i32) (result i32) {call}))"#,
+        manifest.replace('"', "\\\""),
+        manifest.len()
+    );
+    wat::parse_str(text).expect("test module assembles")
 }

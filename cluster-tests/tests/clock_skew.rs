@@ -9,7 +9,7 @@ use rocketmq::conf::{ClientOption, ProducerOption, SimpleConsumerOption};
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::{AdminRequest, Role};
+use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::{Cluster, Options};
 
@@ -64,19 +64,6 @@ async fn receive(c: &SimpleConsumer, topic: &str, body: &str, invisible: Duratio
     panic!("{body} was not received in time");
 }
 
-/// Hands leadership to node `id` and waits until it leads.
-async fn make_leader(cluster: &Cluster, id: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if cluster.status(id).await.is_some_and(|s| s.role == Role::Leader) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "node {id} did not become leader");
-        cluster.admin(AdminRequest::TransferLeader { to: id }).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 /// A send stored by a leader a day ahead, then received under a leader with the right clock with
 /// 3 s of invisibility: it is offered again about 3 s later, not a day and 3 s after its store
 /// time; and the store times of later sends to the same queue do not go back.
@@ -91,10 +78,10 @@ async fn a_leader_whose_clock_ran_a_day_ahead_shifts_no_later_time_out() {
     cluster.stop(ahead);
     cluster.restart_with_clock_offset(ahead, DAY_MS);
     cluster.wait_caught_up(ahead, Duration::from_secs(30)).await;
-    make_leader(&cluster, ahead).await;
+    cluster.make_leader(ahead).await;
     let p = producer(&cluster.access_url(), "Skew").await;
     send(&p, "Skew", "stamped-a-day-ahead").await;
-    make_leader(&cluster, 1).await;
+    cluster.make_leader(1).await;
     send(&p, "Skew", "stamped-on-time").await;
 
     let c = consumer(&cluster.access_url(), "skew-readers", "Skew").await;

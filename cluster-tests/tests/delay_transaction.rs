@@ -18,9 +18,9 @@ use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::model::transaction::{Transaction, TransactionResolution};
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::{AdminRequest, Role};
+use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
-use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_cluster_tests::{Cluster, Options, abi_v1_module};
 
 /// Keys of the node's `[broker]` table that make unresolved halves checked after 1 s and then
 /// every 2 s, so the checker paths run within a test's time.
@@ -220,24 +220,6 @@ async fn leader_and_followers(cluster: &Cluster) -> (u64, u64, u64) {
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let f: Vec<u64> = (1..=3).filter(|&id| id != leader).collect();
     (leader, f[0], f[1])
-}
-
-/// Hands leadership to node `id` and waits until it leads.
-async fn make_leader(cluster: &Cluster, id: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if cluster.status(id).await.is_some_and(|s| s.role == Role::Leader) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "node {id} did not become leader");
-        cluster.admin(AdminRequest::TransferLeader { to: id }).await;
-        for _ in 0..30 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if cluster.status(id).await.is_some_and(|s| s.role == Role::Leader) {
-                return;
-            }
-        }
-    }
 }
 
 async fn sleep_until_ms(at_ms: i64) {
@@ -482,7 +464,7 @@ async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_on
     sleep_until_ms((base + 4) * 1000).await;
     cluster.restart(stopped);
     cluster.wait_caught_up(stopped, Duration::from_secs(30)).await;
-    make_leader(&cluster, stopped).await;
+    cluster.make_leader(stopped).await;
     assert!(now_ms() < (base + 18) * 1000, "setup too slow: node {stopped} led only after the second timer was due");
 
     tx.commit().await.expect("commit of a half the new leader learnt before its restart");
@@ -548,7 +530,7 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     }
     cluster.restart(lagging);
     cluster.wait_caught_up(lagging, Duration::from_secs(30)).await;
-    make_leader(&cluster, lagging).await;
+    cluster.make_leader(lagging).await;
     assert!(now_ms() < (base + 20) * 1000, "setup too slow: node {lagging} led only after the pending timer was due");
 
     // Read through the new leader: the bodies must be there too, not just the timers.
@@ -657,26 +639,8 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     assert_eq!(checks_of(&checks, &aged).len(), asked, "a resolved half is never checked again");
 }
 
-/// A transaction checker (WAT, ABI v1) that answers WAIT for every half, whatever its age.
-fn wait_forever_checker() -> Vec<u8> {
-    let manifest = r#"{"abi":1,"name":"wait-forever","version":"1","kinds":["tx-checker"],"bodies":false}"#;
-    let text = format!(
-        r#"(module
-          (memory (export "memory") 1)
-          (data (i32.const 16) "{}")
-          (func (export "rockraft_abi_v1"))
-          (func (export "rockraft_manifest") (result i64) (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const {})))
-          (func (export "rockraft_alloc") (param i32) (result i32) (i32.const 1024))
-          (func (export "rockraft_open") (param i32 i32 i32) (result i32) (i32.const 0))
-          (func (export "rockraft_close") (param i32))
-          (func (export "rockraft_last_error") (result i64) (i64.const 0))
-          (func (export "rockraft_tx_check") (param i32 i32 i32 i32 i32) (result i32)
-            (memory.fill (local.get 4) (i32.const 0) (local.get 3)) (i32.const 0)))"#,
-        manifest.replace('"', "\\\""),
-        manifest.len()
-    );
-    wat::parse_str(text).expect("test module assembles")
-}
+/// A transaction checker's body (WAT) that answers WAIT (0) for every half, whatever its age.
+const WAIT_ALL: &str = "(memory.fill (local.get 4) (i32.const 0) (local.get 3)) (i32.const 0)";
 
 /// A bound checker that never decides cannot keep a half open past the maximum age, nor make
 /// the leader check it in a loop: the host rolls it back at 2 s of age, after a few checks.
@@ -691,7 +655,7 @@ async fn a_checker_that_always_waits_is_overruled_at_the_maximum_age() {
     let register = AdminRequest::RegisterPlugin {
         name: "wait-forever".into(),
         kind: PluginKind::TxChecker,
-        module: wait_forever_checker(),
+        module: abi_v1_module(PluginKind::TxChecker, WAIT_ALL, 1, ""),
     };
     assert!(matches!(cluster.admin(register).await, AdminResponse::Done(_)));
     let bind = AdminRequest::BindPlugin {

@@ -23,7 +23,7 @@ use rocketmq::{Producer, SimpleConsumer};
 use rockraft::admin::api::{AdminRequest, AdminResponse, BindTarget, PluginInfo};
 use rockraft::broker::TopicKind;
 use rockraft::plugin::PluginKind;
-use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_cluster_tests::{Cluster, Options, abi_v1_module as module};
 
 /// Longer than any test: an ack lost to a failover never shows up as a second delivery.
 const INVISIBLE: Duration = Duration::from_secs(60);
@@ -473,33 +473,6 @@ fn conformance_cases_through_plugin_eval() {
 
 // ---------------------------------------------------------------------------------------------
 // Hostile plugins
-
-/// A module speaking ABI v1 (WAT): a filter whose `rockraft_filter` body is `call`, or a
-/// transaction checker whose `rockraft_tx_check` body is. `data` fills memory from byte 4096;
-/// `pages` is its initial size.
-fn module(kind: PluginKind, call: &str, pages: u32, data: &str) -> Vec<u8> {
-    let export = match kind {
-        PluginKind::Filter => "rockraft_filter",
-        PluginKind::TxChecker => "rockraft_tx_check",
-    };
-    let manifest = format!(r#"{{"abi":1,"name":"hostile","version":"1","kinds":["{kind}"],"bodies":false}}"#);
-    let text = format!(
-        r#"(module
-          (memory (export "memory") {pages})
-          (data (i32.const 16) "{}")
-          (data (i32.const 4096) "{data}")
-          (func (export "rockraft_abi_v1"))
-          (func (export "rockraft_manifest") (result i64) (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const {})))
-          (func (export "rockraft_alloc") (param i32) (result i32) (i32.const 1024))
-          (func (export "rockraft_open") (param i32 i32 i32) (result i32) (i32.const 0))
-          (func (export "rockraft_close") (param i32))
-          (func (export "rockraft_last_error") (result i64) (i64.const 0))
-          (func (export "{export}") (param i32 i32 i32 i32 i32) (result i32) {call}))"#,
-        manifest.replace('"', "\\\""),
-        manifest.len()
-    );
-    wat::parse_str(text).expect("test module assembles")
-}
 
 /// A filter that loops forever.
 const ENDLESS_LOOP: &str = "(loop (br 0)) (i32.const 0)";

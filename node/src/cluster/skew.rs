@@ -62,14 +62,15 @@ impl Cluster {
     /// resumes elections, and hands leadership away when skewed. `max_skew_ms` 0: never judged.
     pub async fn check_clock(&self, max_skew_ms: i64) {
         let m = self.metrics();
-        let members: Vec<(NodeId, String)> = m
-            .membership_config
-            .membership()
+        let membership = m.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        // The voters decide who leads, so their clocks are the ones to agree with.
+        let members: Vec<(NodeId, String)> = membership
             .nodes()
-            .filter(|(id, _)| **id != self.id())
+            .filter(|(id, _)| **id != self.id() && voters.contains(id))
             .map(|(id, n)| (*id, n.raft_addr.clone()))
             .collect();
-        let voters = m.membership_config.membership().voter_ids().count();
+        let voters = voters.len();
         let mut offsets = BTreeMap::new();
         for (id, addr) in members {
             let sent = now_ms();

@@ -20,6 +20,7 @@ use crate::broker::reply::Held;
 use crate::broker::state::{LogPosition, MembershipRecord, State};
 use crate::broker::topic::TopicKind;
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
+use crate::store::{CqRecord, tag_hash};
 
 /// A dedupe row of a held message has this bit in its queue id, the message's ordinal in its
 /// entry in the others, and its due time (delayed messages) as its offset: a retry of it answers
@@ -41,7 +42,6 @@ fn held_of(seen: &Seen, kind: TopicKind, retry_due_ms: i64) -> Option<Held> {
         _ => Held::Half { position },
     })
 }
-use crate::store::{CqRecord, tag_hash};
 
 /// ConsumeQueue records for consecutive offsets of one queue.
 #[derive(Debug, PartialEq, Eq)]

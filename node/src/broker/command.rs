@@ -130,16 +130,15 @@ impl Command {
         batch.store_timestamp_ms = batch.store_timestamp_ms.max(floor_ms(&batch.topic, batch.queue_id));
     }
 
-    /// [`Command::set_time`] and [`Command::hold_store_time`] on encoded bytes (a forwarded
-    /// command); other payloads come back unchanged.
-    pub fn stamp_time(payload: Bytes, now_ms: i64, floor_ms: impl Fn(&str, u32) -> i64) -> Bytes {
+    /// `stamp` applied to the command of encoded bytes (a forwarded command) that carries a
+    /// time; other payloads come back unchanged.
+    pub fn restamp(payload: Bytes, stamp: impl FnOnce(&mut Command)) -> Bytes {
         if !Command::carries_time(&payload) {
             return payload;
         }
         match Command::decode(payload.clone()) {
             Ok(mut c) => {
-                c.set_time(now_ms);
-                c.hold_store_time(floor_ms);
+                stamp(&mut c);
                 c.encode()
             }
             Err(_) => payload,

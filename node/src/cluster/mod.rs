@@ -211,8 +211,7 @@ impl Cluster {
         if self.is_leader() {
             let stamped = |now| {
                 let mut c = command.clone();
-                c.set_time(now);
-                c.hold_store_time(|topic, queue| self.broker().store_floor_ms(topic, queue));
+                self.stamp(&mut c, now);
                 c.encode()
             };
             match self.propose(stamped).await? {
@@ -305,8 +304,7 @@ impl Cluster {
         let proposed = self
             .propose(|now| {
                 let mut stamped = Command::Send(batch.clone());
-                stamped.set_time(now);
-                stamped.hold_store_time(|topic, queue| self.broker().store_floor_ms(topic, queue));
+                self.stamp(&mut stamped, now);
                 stamped.encode()
             })
             .await?;
@@ -342,11 +340,17 @@ impl Cluster {
                 false => Err(ClusterError::NoLeader),
             };
         }
-        let floor = |topic: &str, queue| self.broker().store_floor_ms(topic, queue);
-        match self.propose(|now| Command::stamp_time(command, now, floor)).await? {
+        match self.propose(|now| Command::restamp(command, |c| self.stamp(c, now))).await? {
             Proposed::Applied(reply) => Ok(reply),
             Proposed::NotLeader(_) => Err(ClusterError::NoLeader),
         }
+    }
+
+    /// Stamps the leader's time `now` into `command`, holding the store time of what it stores
+    /// at its queue's latest (store times never go back along a queue; time-outs go by `now`).
+    fn stamp(&self, command: &mut Command, now: i64) {
+        command.set_time(now);
+        command.hold_store_time(|topic, queue| self.broker().store_floor_ms(topic, queue));
     }
 
     /// Proposes the command `encode` builds for the time given, on this node as leader.

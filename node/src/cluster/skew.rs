@@ -95,15 +95,23 @@ impl Cluster {
                 tracing::warn!(?offsets, "this node's clock agrees with the members again: it may lead");
             }
         }
-        if skewed && self.is_leader() {
-            let to = offsets.iter().find(|(_, o)| o.abs() <= max_skew_ms).or(offsets.iter().next()).map(|(id, _)| *id);
-            if let Some(to) = to
-                && let Err(e) = self.raft().trigger().transfer_leader(to).await
-            {
-                tracing::warn!(error = %e, to, "handing leadership away from a skewed clock failed");
-            }
+        if skewed
+            && self.is_leader()
+            && let Some(to) = in_step_with_most(&offsets)
+            && let Err(e) = self.raft().trigger().transfer_leader(to).await
+        {
+            tracing::warn!(error = %e, to, "handing leadership away from a skewed clock failed");
         }
     }
+}
+
+/// The member whose clock is nearest the others' (the median offset): the one to hand
+/// leadership to, away from a skewed clock.
+fn in_step_with_most(offsets: &BTreeMap<NodeId, i64>) -> Option<NodeId> {
+    let mut sorted: Vec<i64> = offsets.values().copied().collect();
+    sorted.sort_unstable();
+    let median = *sorted.get(sorted.len() / 2)?;
+    offsets.iter().min_by_key(|(_, o)| o.abs_diff(median)).map(|(id, _)| *id)
 }
 
 #[cfg(test)]
@@ -124,5 +132,14 @@ mod tests {
         assert!(!is_skewed(&BTreeMap::from([(1, day), (2, day), (3, 0), (4, 0)]), 5, 1000));
         assert!(is_skewed(&BTreeMap::from([(1, day), (2, day), (3, day), (4, 0)]), 5, 1000));
         assert!(!is_skewed(&BTreeMap::from([(1, 999), (2, -999)]), 3, 1000), "within the bound");
+    }
+
+    #[test]
+    fn leadership_goes_to_a_member_in_step_with_the_others() {
+        let day = 86_400_000;
+        // Five voters, this one a day ahead of three of them; member 4 is off too.
+        let offsets = BTreeMap::from([(1, -day), (2, -day + 20), (3, -day - 10), (4, 5_000)]);
+        assert!(matches!(in_step_with_most(&offsets), Some(1..=3)));
+        assert_eq!(in_step_with_most(&BTreeMap::new()), None);
     }
 }

@@ -451,3 +451,39 @@ pub fn abi_v1_module(kind: PluginKind, call: &str, pages: u32, data: &str) -> Ve
     );
     wat::parse_str(text).expect("test module assembles")
 }
+
+/// The official Rust client as most cluster tests use it: plain TCP, and an empty receive back
+/// after 2 s (less a margin), so "nothing more" is known quickly.
+pub mod clients {
+    use std::time::Duration;
+
+    use rocketmq::conf::{ClientOption, ProducerOption, SimpleConsumerOption};
+    use rocketmq::{Producer, SimpleConsumer};
+
+    pub fn client_option(access_url: &str) -> ClientOption {
+        let mut co = ClientOption::default();
+        co.set_access_url(access_url);
+        co.set_enable_tls(false);
+        co.set_long_polling_timeout(Duration::from_secs(2));
+        co
+    }
+
+    /// A started producer of `topic`.
+    pub async fn producer(access_url: &str, topic: &str) -> Producer {
+        let mut po = ProducerOption::default();
+        po.set_topics(vec![topic]);
+        let mut p = Producer::new(po, client_option(access_url)).expect("producer");
+        p.start().await.expect("producer start");
+        p
+    }
+
+    /// A started simple consumer of `topic` in `group`.
+    pub async fn consumer(access_url: &str, group: &str, topic: &str) -> SimpleConsumer {
+        let mut so = SimpleConsumerOption::default();
+        so.set_consumer_group(group);
+        so.set_topics(vec![topic]);
+        let mut c = SimpleConsumer::new(so, client_option(access_url)).expect("consumer");
+        c.start().await.expect("consumer start");
+        c
+    }
+}

@@ -5,40 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use rocketmq::conf::{ClientOption, ProducerOption, SimpleConsumerOption};
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::{Producer, SimpleConsumer};
 use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::clients::{consumer, producer};
 use rockraft_cluster_tests::{Cluster, Options};
 
 const DAY_MS: i64 = 86_400_000;
-
-fn client_option(access_url: &str) -> ClientOption {
-    let mut co = ClientOption::default();
-    co.set_access_url(access_url);
-    co.set_enable_tls(false);
-    co.set_long_polling_timeout(Duration::from_secs(2));
-    co
-}
-
-async fn producer(access_url: &str, topic: &str) -> Producer {
-    let mut po = ProducerOption::default();
-    po.set_topics(vec![topic]);
-    let mut p = Producer::new(po, client_option(access_url)).expect("producer");
-    p.start().await.expect("producer start");
-    p
-}
-
-async fn consumer(access_url: &str, group: &str, topic: &str) -> SimpleConsumer {
-    let mut so = SimpleConsumerOption::default();
-    so.set_consumer_group(group);
-    so.set_topics(vec![topic]);
-    let mut c = SimpleConsumer::new(so, client_option(access_url)).expect("consumer");
-    c.start().await.expect("consumer start");
-    c
-}
 
 async fn send(p: &Producer, topic: &str, body: &str) {
     let msg = MessageBuilder::builder().set_topic(topic).set_body(body.as_bytes().to_vec()).build().unwrap();

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use rocketmq::conf::{ClientOption, ProducerOption, SimpleConsumerOption};
+use rocketmq::conf::ProducerOption;
 use rocketmq::error::ClientError;
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
@@ -23,6 +23,7 @@ use rocketmq::{Producer, SimpleConsumer};
 use rockraft::admin::api::{AdminRequest, AdminResponse, BindTarget, PluginInfo};
 use rockraft::broker::TopicKind;
 use rockraft::plugin::PluginKind;
+use rockraft_cluster_tests::clients::{client_option, consumer, producer};
 use rockraft_cluster_tests::{Cluster, Options, abi_v1_module as module};
 
 /// Longer than any test: an ack lost to a failover never shows up as a second delivery.
@@ -36,32 +37,6 @@ const CONCURRENT_GROUPS: usize = 6;
 
 // ---------------------------------------------------------------------------------------------
 // Clients
-
-fn client_option(access_url: &str) -> ClientOption {
-    let mut co = ClientOption::default();
-    co.set_access_url(access_url);
-    co.set_enable_tls(false);
-    // An empty receive comes back after this (less a margin): "nothing more" is known quickly.
-    co.set_long_polling_timeout(Duration::from_secs(2));
-    co
-}
-
-async fn producer(access_url: &str, topic: &str) -> Producer {
-    let mut po = ProducerOption::default();
-    po.set_topics(vec![topic]);
-    let mut p = Producer::new(po, client_option(access_url)).expect("producer");
-    p.start().await.expect("producer start");
-    p
-}
-
-async fn consumer(access_url: &str, group: &str, topic: &str) -> SimpleConsumer {
-    let mut so = SimpleConsumerOption::default();
-    so.set_consumer_group(group);
-    so.set_topics(vec![topic]);
-    let mut c = SimpleConsumer::new(so, client_option(access_url)).expect("consumer");
-    c.start().await.expect("consumer start");
-    c
-}
 
 fn all() -> FilterExpression {
     FilterExpression::new(FilterType::Tag, "*")

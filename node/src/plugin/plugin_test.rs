@@ -109,22 +109,7 @@ fn expressions_the_plugins_refuse_are_rejected_with_their_reason() {
 /// A module speaking ABI v1 whose `rockraft_filter` body is `filter` and `rockraft_alloc` body is
 /// `alloc` (WAT).
 fn module(filter: &str, alloc: &str) -> Vec<u8> {
-    let manifest = r#"{"abi":1,"name":"hostile","version":"1","kinds":["filter"],"bodies":false}"#;
-    let text = format!(
-        r#"(module
-          (memory (export "memory") 1)
-          (data (i32.const 16) "{}")
-          (func (export "rockraft_abi_v1"))
-          (func (export "rockraft_manifest") (result i64) (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const {})))
-          (func (export "rockraft_alloc") (param i32) (result i32) {alloc})
-          (func (export "rockraft_open") (param i32 i32 i32) (result i32) (i32.const 0))
-          (func (export "rockraft_close") (param i32))
-          (func (export "rockraft_last_error") (result i64) (i64.const 0))
-          (func (export "rockraft_filter") (param i32 i32 i32 i32 i32) (result i32) {filter}))"#,
-        manifest.replace('"', "\\\""),
-        manifest.len()
-    );
-    wat::parse_str(text).expect("test module assembles")
+    module_with("", filter, alloc)
 }
 
 /// Answers "match" for every message: out[i] = 1.

@@ -133,7 +133,13 @@ case "${1:-}" in
     ;;
   kill)
     n="${2:?usage: cluster.sh kill N}"
-    if running "$n"; then kill -KILL "$(cat "$(node_dir "$n")/pid")"; fi
+    if running "$n"; then
+      pid="$(cat "$(node_dir "$n")/pid")"
+      kill -KILL "$pid"
+      # Gone only once the kernel has torn it down (its file locks with it): a restart right
+      # after must not find the data directory still locked.
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
     rm -f "$(node_dir "$n")/pid"
     ;;
   restart)

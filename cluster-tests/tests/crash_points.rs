@@ -1,5 +1,6 @@
 //! Real node processes crashed at every crash point (and at random moments) under a workload of
-//! sends, retries, receives and acks, with segments rolling and retention purging: after each
+//! sends, retries, receives and acks, and delayed messages whose timers are set and fire all the
+//! while, with segments rolling and retention purging: after each
 //! crash the node restarts on its data and must converge to the other replicas — the same
 //! applied index, the same state digest — and every acknowledged send must be stored exactly
 //! once, at the offset it was acknowledged with, on every node that still keeps that offset.
@@ -25,6 +26,8 @@ use rockraft_proto::rocketmq::{
 };
 
 const TOPIC: &str = "Crash";
+/// Delayed messages, due within a few seconds: timers are set and fire all through the run.
+const DELAY_TOPIC: &str = "CrashDelay";
 const GROUP: &str = "crash-readers";
 const QUEUES: u32 = 4;
 const BODY: usize = 4 << 10;
@@ -55,6 +58,8 @@ struct Acked(BTreeMap<String, (u32, u64)>);
 struct Workload {
     next_id: u64,
     acked: Acked,
+    /// Delayed sends acknowledged.
+    delayed: u64,
 }
 
 impl Workload {
@@ -96,6 +101,38 @@ impl Workload {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         false
+    }
+
+    /// One delayed message, due 0.2–3 s from now, through some running node (not retried: the
+    /// state digests compare its timer on every replica).
+    async fn send_delayed(&mut self, cluster: &mut Cluster, rng: &mut Rng) {
+        let running: Vec<u64> = (1..=3).filter(|&id| cluster.is_running(id)).collect();
+        let id = running[rng.below(running.len() as u64) as usize];
+        let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
+            return;
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let due = now + Duration::from_millis(200 + rng.below(2800));
+        let message = Message {
+            topic: resource(DELAY_TOPIC),
+            user_properties: Default::default(),
+            system_properties: Some(SystemProperties {
+                message_id: format!("d{}", self.next_id),
+                message_type: MessageType::Delay as i32,
+                delivery_timestamp: Some(prost_types::Timestamp {
+                    seconds: due.as_secs() as i64,
+                    nanos: due.subsec_nanos() as i32,
+                }),
+                ..Default::default()
+            }),
+            body: Bytes::from_static(b"later"),
+        };
+        self.next_id += 1;
+        if let Ok(r) = c.send_message(SendMessageRequest { messages: vec![message] }).await
+            && r.into_inner().status.is_some_and(|s| s.code == Code::Ok as i32)
+        {
+            self.delayed += 1;
+        }
     }
 
     /// Receives a batch through some running node and acks it: POP state changes too.
@@ -147,6 +184,9 @@ impl Workload {
             }
             let n = 1 + rng.below(16) as usize;
             self.send(cluster, rng, n).await;
+            if rng.below(2) == 0 {
+                self.send_delayed(cluster, rng).await;
+            }
             if rng.below(4) == 0 {
                 self.consume(cluster, rng).await;
             }
@@ -224,6 +264,8 @@ const POINTS: &[(&str, Victim)] = &[
     ("checkpoint::after_queue_sync", Victim::Follower),
     ("journal::append::after_write", Victim::Follower),
     ("checkpoint::after_journal", Victim::Follower),
+    ("timer_wheel::after_write", Victim::Follower),
+    ("checkpoint::after_timer_wheel", Victim::Follower),
     ("checkpoint::after_batch", Victim::Follower),
     ("checkpoint::after_flush", Victim::Follower),
     ("segment::create", Victim::Follower),
@@ -256,14 +298,17 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
     eprintln!("crash points: seed {seed}, {rounds} round(s)");
     let mut rng = Rng(seed | 1);
     let options = Options {
-        storage: "disk_budget_bytes = 3145728\nretention_check_secs = 0.3\n".into(),
+        // Delivered delayed messages keep their entries for the retention time: a short one, so
+        // purges (and the snapshots they take) still happen under the delayed sends.
+        storage: "disk_budget_bytes = 3145728\nretention_check_secs = 0.3\nretention_hours = 0.001\n".into(),
         broker: "checkpoint_interval_ms = 50\n".into(),
         ..Default::default()
     };
     let mut cluster = Cluster::start(3, options).await;
     cluster.create_topic(TOPIC, QUEUES, TopicKind::Normal).await;
+    cluster.create_topic(DELAY_TOPIC, 2, TopicKind::Delay).await;
     cluster.create_group(GROUP, false, 16).await;
-    let mut w = Workload { next_id: 0, acked: Acked::default() };
+    let mut w = Workload { next_id: 0, acked: Acked::default(), delayed: 0 };
     for round in 0..rounds {
         for &(point, victim) in POINTS {
             let what = format!("round {round}, {point}");
@@ -277,7 +322,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
             }
             // Crash at a pass of the point a little way in, so the node has work under way.
             let skip = match victim {
-                Victim::Follower if point.starts_with("checkpoint") || point.starts_with("journal") => {
+                Victim::Follower if ["checkpoint", "journal", "timer_wheel"].iter().any(|p| point.starts_with(p)) => {
                     2 + rng.below(20)
                 }
                 _ => 0,
@@ -319,6 +364,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
     assert_converged(&mut cluster, &w.acked, "after a failed fsync").await;
     eprintln!("a failed fsync stopped node {id}; restarted, it converged");
     assert!(w.acked.0.len() > 500, "the workload acknowledged only {} messages", w.acked.0.len());
+    assert!(w.delayed > 100, "the workload set only {} timers", w.delayed);
 }
 
 /// Sends until the leader has purged its log past `left_at`: a node that stopped there can only

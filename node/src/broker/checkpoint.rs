@@ -9,17 +9,20 @@
 //!    entries this node no longer has);
 //! 2. the ConsumeQueues are synced: they hold every record the captured state counts (and maybe
 //!    later ones, which the state does not claim and a replay rewrites identically);
-//! 3. the journal records are written and synced, past the length the current checkpoint names;
-//! 4. one atomic sled batch writes the rows, A, and the journal's new length, then is flushed.
+//! 3. the journal records are written and synced, past the length the current checkpoint names,
+//!    and so are the timer wheel's new records (`timer_wheel.rs`);
+//! 4. one atomic sled batch writes the rows, A, the journal's new length and the wheel's file
+//!    lengths, then is flushed.
 //!
 //! A crash before step 4 completes leaves the previous batch in force — its journal length cuts
-//! off what step 3 wrote — so the node restarts exactly at the previous checkpoint and replays
+//! off what step 3 wrote, and so do the wheel's — so the node restarts exactly at the previous checkpoint and replays
 //! from there. A crash after it restarts at A. There is no point at which part of one checkpoint
 //! is visible. If a step fails, the changes it took are marked changed again for the next
 //! checkpoint; a failed sync of ConsumeQueues or sled means the disk may have dropped written
 //! pages, so the broker fails stop instead of trusting a later sync (see `Broker::failure`).
 
-use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, json};
+use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, KEY_TIMERS, json};
+use crate::broker::timer_wheel::{WheelWrites, remove_files};
 use crate::broker::{BrokerError, dedupe_journal::Pending, state::LogPosition};
 
 impl Broker {
@@ -28,22 +31,30 @@ impl Broker {
     pub fn checkpoint(&self) -> Result<(), BrokerError> {
         let mut journal = self.inner.journal.lock().expect("journal lock");
         self.refuse_if_failed()?;
-        let (batch, taken, pending, applied) = {
+        let (batch, taken, pending, mut wheel, applied) = {
             let mut state = self.state_mut();
             let mut batch = sled::Batch::default();
             let taken: Vec<_> =
                 state.tables().into_iter().map(|(prefix, table)| table.write_changes(prefix, &mut batch)).collect();
             let changed = state.dedupe.take_changed();
             let pending = journal.prepare(changed, &state.dedupe);
+            let wheel = state.timers.prepare();
             batch.insert(KEY_APPLIED, json(&state.applied()));
-            (batch, taken, pending, state.last_applied)
+            (batch, taken, pending, wheel, state.last_applied)
         };
-        match self.persist(&mut journal, batch, &pending, applied) {
+        match self.persist(&mut journal, batch, &pending, &mut wheel, applied) {
             Ok(()) => {
                 // Tables kept on disk can now read these rows from sled instead of memory.
-                let mut state = self.state_mut();
-                for ((_, table), taken) in state.tables().into_iter().zip(taken) {
-                    table.settle(taken);
+                let emptied = {
+                    let mut state = self.state_mut();
+                    for ((_, table), taken) in state.tables().into_iter().zip(taken) {
+                        table.settle(taken);
+                    }
+                    state.timers.committed(wheel)
+                };
+                if let Err(e) = remove_files(&self.inner.options.dir, &emptied) {
+                    // The checkpoint stands; the next start removes files its mark does not name.
+                    tracing::warn!(error = %e, "removing the files of emptied timer hours failed");
                 }
                 Ok(())
             }
@@ -65,6 +76,7 @@ impl Broker {
         journal: &mut crate::broker::dedupe_journal::DedupeJournal,
         mut batch: sled::Batch,
         pending: &Pending,
+        wheel: &mut WheelWrites,
         applied: Option<LogPosition>,
     ) -> Result<(), BrokerError> {
         crate::crash_point!("checkpoint::after_capture");
@@ -79,6 +91,9 @@ impl Broker {
         let mark = journal.write(pending)?;
         crate::crash_point!("checkpoint::after_journal");
         batch.insert(KEY_JOURNAL, json(&mark));
+        wheel.write()?;
+        crate::crash_point!("checkpoint::after_timer_wheel");
+        batch.insert(KEY_TIMERS, json(&wheel.mark));
         self.inner.tree.apply_batch(batch)?;
         crate::crash_point!("checkpoint::after_batch");
         if let Err(e) = self.inner.db.flush() {

@@ -14,6 +14,7 @@ use crate::broker::apply::Effects;
 use crate::broker::dedupe_journal::{DedupeJournal, JournalMark};
 use crate::broker::queues::Queues;
 use crate::broker::state::{Applied, LogPosition, State};
+use crate::broker::timer_wheel::{TimerWheel, WheelMark};
 use crate::broker::{BrokerError, Reply};
 use crate::store::LogReader;
 
@@ -29,10 +30,12 @@ pub struct BrokerOptions {
 /// Sled keys besides the tables' rows.
 pub(crate) const KEY_APPLIED: &str = "@applied";
 pub(crate) const KEY_JOURNAL: &str = "@journal";
+pub(crate) const KEY_TIMERS: &str = "@timers";
 const KEY_SCHEMA: &str = "@schema";
 /// The layout of the sled tree and the journal; a directory written with another is refused
-/// (its files are left as they are). 4: the dedupe journal keyed by a hash (`dedupe.rs`).
-const SCHEMA: u32 = 4;
+/// (its files are left as they are). 4: the dedupe journal keyed by a hash (`dedupe.rs`); 5:
+/// pending timers in a timing wheel of files (`timer_wheel.rs`) instead of sled rows.
+const SCHEMA: u32 = 5;
 
 pub(crate) struct Inner {
     pub tree: sled::Tree,
@@ -40,7 +43,8 @@ pub(crate) struct Inner {
     pub queues: Queues,
     pub log: LogReader,
     pub state: RwLock<State>,
-    /// Held through a checkpoint or an install: one at a time, and only they write the journal.
+    /// Held through a checkpoint or an install: one at a time, and only they write the journal
+    /// and the timer wheel's files.
     pub journal: Mutex<DedupeJournal>,
     /// Set when writing state to disk failed in a way that leaves the disk unknown (a failed
     /// fsync, a ConsumeQueue write lost): the node must stop acknowledging, not carry on.
@@ -78,6 +82,7 @@ impl Broker {
         let tree = db.open_tree("broker")?;
         let mut state = State::default();
         let mut journal_mark: Option<JournalMark> = None;
+        let mut wheel_mark: Option<WheelMark> = None;
         let found = match tree.get(KEY_SCHEMA)? {
             Some(v) => Some(parse::<u32>(KEY_SCHEMA, &v)?),
             None => None,
@@ -105,6 +110,7 @@ impl Broker {
                 KEY_SCHEMA => {}
                 KEY_APPLIED => state.set_applied(parse::<Applied>(&key, &v)?),
                 KEY_JOURNAL => journal_mark = Some(parse(&key, &v)?),
+                KEY_TIMERS => wheel_mark = Some(parse(&key, &v)?),
                 _ => {
                     let mut loaded = false;
                     for (prefix, table) in state.tables() {
@@ -122,6 +128,7 @@ impl Broker {
         }
         let (journal, dedupe) = DedupeJournal::open(&options.dir, journal_mark)?;
         state.dedupe = dedupe;
+        state.timers = TimerWheel::open(&options.dir, wheel_mark)?;
         // Loaded rows are what the last checkpoint wrote: nothing to write again.
         state.dedupe.take_changed();
         state.prepare_local();

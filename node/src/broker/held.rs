@@ -114,7 +114,7 @@ impl State {
             let Some((last, _)) = rows.last() else { break };
             from = (last.0, last.1 + 1);
             for (key, _) in rows.iter().filter(|(_, t)| t.message.topic == topic) {
-                self.timers.remove(key)?;
+                self.timers.remove(key);
                 self.release_quietly(split_position(key.1).0)?;
             }
         }
@@ -240,7 +240,7 @@ fn disk(e: sled::Error) -> BrokerError {
 impl Broker {
     /// Up to `limit` timers due by `now_ms`, earliest first.
     pub fn due_timers(&self, now_ms: i64, limit: usize) -> Result<Vec<TimerKey>, BrokerError> {
-        Ok(self.state().due_timers(now_ms, limit).map_err(disk)?.into_iter().map(|(k, _)| k).collect())
+        Ok(self.state().due_timers(now_ms, limit))
     }
 
     /// Up to `limit` open halves due for a check by `now_ms`.

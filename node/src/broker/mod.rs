@@ -10,8 +10,9 @@
 //! - [`Broker`] (`handle.rs`): the live state on this node, with its files; `checkpoint.rs`
 //!   makes it durable, `snapshot.rs` builds the state as of any index and installs one,
 //!   `read.rs` serves reads;
-//! - [`DiskTable`](disk_table::DiskTable): a table whose rows stay in sled (millions of pending
-//!   timers must not fill memory);
+//! - [`DiskTable`](disk_table::DiskTable): a table whose rows stay in sled (halves, holds);
+//!   pending timers are kept in a timing wheel of files (`timer_wheel.rs`), 16 bytes of memory
+//!   each;
 //! - commands (`command.rs`), topics, groups, POP consumption (`pop.rs`, `pop_plan.rs`), tag
 //!   subscriptions, the send dedupe window (`dedupe.rs`, keyed by a 128-bit hash) and its
 //!   journal; held messages (`held.rs`): delayed messages (`timer.rs`) and transactional halves
@@ -50,6 +51,7 @@ mod state;
 pub(crate) mod state_test;
 pub mod table;
 pub mod timer;
+mod timer_wheel;
 pub mod topic;
 pub mod transaction;
 

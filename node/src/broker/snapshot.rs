@@ -13,8 +13,9 @@ use bytes::Bytes;
 
 use crate::broker::BrokerError;
 use crate::broker::apply::Effects;
-use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, json};
+use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, KEY_TIMERS, json};
 use crate::broker::state::{LogPosition, State};
+use crate::broker::timer_wheel::remove_files_except;
 use crate::store::record::{KIND_BLANK, KIND_COMMAND, KIND_MEMBERSHIP};
 
 impl Broker {
@@ -103,6 +104,10 @@ impl Broker {
         let pending = journal.prepare_rewrite(&new.dedupe);
         let mark = journal.write(&pending)?;
         crate::crash_point!("snapshot::install::after_journal");
+        // The snapshot's timers as new files, past every generation of the files they replace.
+        let dir = &self.inner.options.dir;
+        let mut wheel = new.timers.prepare_install(dir, state.timers.next_generation());
+        wheel.write()?;
         let mut batch = sled::Batch::default();
         for key in self.inner.tree.iter().keys() {
             let key = key?;
@@ -116,12 +121,16 @@ impl Broker {
         new.dedupe.take_changed();
         batch.insert(KEY_APPLIED, json(&new.applied()));
         batch.insert(KEY_JOURNAL, json(&mark));
+        batch.insert(KEY_TIMERS, json(&wheel.mark));
         self.inner.tree.apply_batch(batch)?;
         if let Err(e) = self.inner.db.flush() {
             return Err(self.fail(format!("flushing metadata: {e}")));
         }
         crate::crash_point!("snapshot::install::after_batch");
         journal.committed(mark, &pending)?;
+        let keep: Vec<(i64, u64)> = wheel.mark.files.iter().map(|&(b, g, _)| (b, g)).collect();
+        new.timers.committed(wheel);
+        remove_files_except(dir, &keep)?;
         for (prefix, table) in new.tables() {
             table.attach(&self.inner.tree, prefix);
         }

@@ -7,8 +7,9 @@
 //!
 //! To add replicated state: add a [`Table`] field (or a field of a struct made of tables, like
 //! [`Consumption`]) and list it once in [`State::tables`]. Loading, checkpoints, snapshots,
-//! install and digests all go through that list (the dedupe window is the one table kept in its
-//! own journal, see `dedupe.rs` and `dedupe_journal.rs`).
+//! install and digests all go through that list (the dedupe window is kept in its own journal,
+//! see `dedupe.rs` and `dedupe_journal.rs`, and pending timers in their own files, see
+//! `timer_wheel.rs`).
 
 use std::collections::VecDeque;
 
@@ -21,7 +22,7 @@ use crate::broker::plugins::PluginTables;
 use crate::broker::pop::Consumption;
 use crate::broker::settings::ClusterSettings;
 use crate::broker::table::{Persisted, Table};
-use crate::broker::timer::{Timer, TimerKey};
+use crate::broker::timer_wheel::TimerWheel;
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::Half;
 use crate::store::RecordMeta;
@@ -79,8 +80,8 @@ pub struct State {
     /// Message ids stored within the dedupe window, per topic, keyed by a hash of the pair.
     pub dedupe: Table<DedupeKey, Seen>,
     pub consumption: Consumption,
-    /// Pending delayed messages, by (due second, position).
-    pub timers: DiskTable<TimerKey, Timer>,
+    /// Pending delayed messages, by (due second, position), in files of their own.
+    pub timers: TimerWheel,
     /// Transactional halves by position: open, or resolved and kept until their entry is purged.
     pub halves: DiskTable<u64, Half>,
     /// When each open half is checked next: (time, position).
@@ -126,7 +127,7 @@ impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
     /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
     /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 13] {
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 12] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
@@ -137,7 +138,6 @@ impl State {
             ("plugin/", &mut self.plugins.modules),
             ("group_filter/", &mut self.plugins.group_filters),
             ("topic_checker/", &mut self.plugins.topic_checkers),
-            ("~timer/", &mut self.timers),
             ("~half/", &mut self.halves),
             ("~check/", &mut self.checks),
             ("~hold/", &mut self.holds),

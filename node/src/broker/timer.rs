@@ -1,9 +1,6 @@
 //! Delayed messages: a send to a DELAY topic whose delivery time is still ahead is held
-//! ([`HeldMessage`]) under a timer keyed by (due second, position). Keys group by the second
-//! and then follow the log, so new timers land at the ends of a few key ranges instead of all
-//! over the table: sled's memory grows with scattered inserts (measured: a million timers keyed
-//! by due millisecond took 4.6 GB of RSS, by due second 0.6 GB; see
-//! docs/delay-and-transactions.md). The leader proposes a
+//! ([`HeldMessage`]) under a timer keyed by (due second, position), kept in a timing wheel of
+//! files (`timer_wheel.rs`): 16 bytes of memory per pending timer. The leader proposes a
 //! [`TimerCommand::Fire`] entry for timers that are due, many per entry; applying it delivers
 //! each. A timer is removed by the entry that fires or recalls it, so it fires exactly once
 //! whichever leader proposes, and however often.
@@ -71,13 +68,14 @@ impl State {
 
     /// Removes the timer if it is due by `now_ms`.
     fn take_due_timer(&mut self, key: &TimerKey, now_ms: i64, fx: &mut Effects) -> Option<HeldMessage> {
+        if self.timers.due_ms(key)? > now_ms {
+            return None;
+        }
         let timer = match self.timers.get(key) {
-            Ok(t) => t.filter(|t| t.due_ms <= now_ms)?,
+            Ok(t) => t?,
             Err(e) => return fx.fail_with(e, None),
         };
-        if let Err(e) = self.timers.remove(key) {
-            return fx.fail_with(e, None);
-        }
+        self.timers.remove(key);
         self.release(crate::broker::split_position(key.1).0, now_ms, fx);
         self.count_held(&timer.message.topic, |c| c.timers = c.timers.saturating_sub(1));
         Some(timer.message)
@@ -103,9 +101,7 @@ impl State {
                     if t.due_ms <= now_ms {
                         return TimerOutcome::AlreadyDue;
                     }
-                    if let Err(e) = self.timers.remove(&timer) {
-                        return fx.fail_with(e, TimerOutcome::NotFound);
-                    }
+                    self.timers.remove(&timer);
                     self.release(crate::broker::split_position(timer.1).0, now_ms, fx);
                     self.count_held(&topic, |c| c.timers = c.timers.saturating_sub(1));
                     TimerOutcome::Recalled { message_id: t.message.message_id }
@@ -120,10 +116,8 @@ impl State {
     }
 
     /// Up to `limit` timers due by `now_ms`, by due second.
-    pub(crate) fn due_timers(&self, now_ms: i64, limit: usize) -> Result<Vec<(TimerKey, Timer)>, sled::Error> {
-        let mut rows = self.timers.range_while(&(i64::MIN, 0), limit, |k| k.0 <= now_ms.div_euclid(1000))?;
-        rows.retain(|(_, t)| t.due_ms <= now_ms);
-        Ok(rows)
+    pub(crate) fn due_timers(&self, now_ms: i64, limit: usize) -> Vec<TimerKey> {
+        self.timers.due_keys(now_ms, limit)
     }
 }
 

@@ -75,6 +75,8 @@ impl Effects {
     }
 }
 
+/// About how many dedupe rows one entry expires (see `State::expire_dedupe`).
+pub(crate) const MAX_EXPIRED_PER_ENTRY: usize = 4096;
 impl State {
     /// Applies a committed command entry at `at`. Commands that are invalid when applied are
     /// answered, the same way on every replica; an undecodable payload changes nothing.
@@ -187,7 +189,7 @@ impl State {
         // own clock, which a change of leader does not move (see `DedupeClock`).
         let now = batch.clock();
         let seen_ms = self.dedupe_clock.advance(at.term, now);
-        self.expire_dedupe(seen_ms);
+        self.expire_dedupe(seen_ms, batch.messages.len());
         let key = (batch.topic.clone(), batch.queue_id);
         let mut range = self.queues.get(&key).copied().unwrap_or_default();
         range.last_store_ms = range.last_store_ms.max(batch.store_timestamp_ms);
@@ -333,13 +335,27 @@ impl State {
         self.local.dedupe_order.push_back((seen.seen_ms, key));
     }
 
-    fn expire_dedupe(&mut self, now_ms: i64) {
+    /// Forgets ids that left the window, at most about [`MAX_EXPIRED_PER_ENTRY`] per entry, or
+    /// twice what the entry adds (`adding`) if more, so the window never outgrows its span: a
+    /// window that ended for millions of ids at once (a burst, then quiet) is worked off over the
+    /// next entries instead of holding apply for seconds. The bound is applied at whole store
+    /// times — every row of a time goes, or none — so the rows expired depend only on the table,
+    /// never on the order this node happens to keep them in (rebuilt sorted after a restart).
+    fn expire_dedupe(&mut self, now_ms: i64, adding: usize) {
         let Some(before_ms) = now_ms.checked_sub(self.settings.dedupe_window_ms()) else { return };
-        while self.local.dedupe_order.front().is_some_and(|(ts, _)| *ts < before_ms) {
-            let Some((_, key)) = self.local.dedupe_order.pop_front() else { break };
+        let limit = MAX_EXPIRED_PER_ENTRY.max(2 * adding);
+        let mut expired = 0;
+        let mut last_ms = None;
+        while let Some(&(ts, key)) = self.local.dedupe_order.front() {
+            if ts >= before_ms || (expired >= limit && last_ms != Some(ts)) {
+                break;
+            }
+            self.local.dedupe_order.pop_front();
             // A row stored again since (a replayed entry) expires with its own element.
-            if self.dedupe.get(&key).is_some_and(|s| s.seen_ms < before_ms) {
+            if self.dedupe.get(&key).is_some_and(|s| s.seen_ms == ts) {
                 self.dedupe.remove(&key);
+                expired += 1;
+                last_ms = Some(ts);
             }
         }
     }

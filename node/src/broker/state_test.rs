@@ -268,6 +268,46 @@ fn the_dedupe_window_is_a_replicated_setting() {
     assert_eq!(replica.digest(), live);
 }
 
+/// A window that ended for many ids at once (a burst, then quiet) is worked off a bounded number
+/// of rows per entry, not in one entry that holds apply for seconds; a replica restarted midway,
+/// whose expiry order is rebuilt from the table, expires exactly the rows the others do.
+#[test]
+fn a_window_ending_for_many_ids_at_once_expires_in_bounded_steps_alike_on_every_replica() {
+    use crate::broker::apply::MAX_EXPIRED_PER_ENTRY;
+    const T: i64 = 1_700_000_000_000;
+    const DAY: i64 = 86_400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    let groups = 3 * MAX_EXPIRED_PER_ENTRY / 256;
+    for g in 0..groups {
+        let ids: Vec<String> = (0..256).map(|i| format!("g{g}-{i}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        n.commit(&send("T", 0, T + g as i64, &ids));
+    }
+    let rows = |n: &Node| n.broker.state().dedupe.len();
+    let all = groups * 256;
+    assert_eq!(rows(&n), all);
+    n.commit(&send("T", 0, T + DAY, &["late-1"]));
+    assert_eq!(rows(&n), all + 1 - MAX_EXPIRED_PER_ENTRY, "one entry expires a bounded number of rows");
+    n.broker.checkpoint().unwrap();
+    drop(n);
+
+    // Restarted: the expiry order comes from the table now. It goes on exactly like a replica
+    // that never stopped.
+    let mut n = node(dir.path());
+    n.commit(&send("T", 0, T + DAY + 1, &["late-2"]));
+    n.commit(&send("T", 0, T + DAY + 2, &["late-3"]));
+    assert_eq!(rows(&n), 3, "drained: only the late ids are left");
+    let other = tempfile::tempdir().unwrap();
+    let replica = open_broker(options(other.path()), n.log.reader());
+    for index in 0..n.next_index {
+        let record = n.log.reader().read(index).unwrap().unwrap();
+        replica.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
+    }
+    assert_eq!(replica.digest(), n.broker.digest());
+}
+
 #[test]
 fn the_dedupe_window_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -107,17 +107,11 @@ impl State {
     }
 
     fn drop_held_rows(&mut self, topic: &str) -> Result<(), sled::Error> {
-        // In chunks, like `release_holds_below`: these tables may be large.
-        let mut from = (i64::MIN, 0);
-        loop {
-            let rows = self.timers.range_from(&from, 1024)?;
-            let Some((last, _)) = rows.last() else { break };
-            from = (last.0, last.1 + 1);
-            for (key, _) in rows.iter().filter(|(_, t)| t.message.topic == topic) {
-                self.timers.remove(key);
-                self.release_quietly(split_position(key.1).0)?;
-            }
+        for key in self.timers.keys_of_topic(topic)? {
+            self.timers.remove(&key);
+            self.release_quietly(split_position(key.1).0)?;
         }
+        // In chunks, like `release_holds_below`: this table may be large.
         let mut from = 0;
         loop {
             let rows = self.halves.range_from(&from, 1024)?;

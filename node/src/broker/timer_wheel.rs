@@ -221,6 +221,46 @@ fn corrupt(what: String) -> sled::Error {
     sled::Error::Unsupported(format!("timer record: {what}"))
 }
 
+/// Reads a file from `at` on by positional reads: the file's own cursor is shared by every reader.
+struct ReadAt<'a> {
+    file: &'a File,
+    at: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads the `len` bytes of records from `bytes`, handing each to `visit` with its offset. Every
+/// byte must belong to a whole, checked record.
+fn scan(
+    mut bytes: impl Read,
+    len: u64,
+    mut visit: impl FnMut(u64, Decoded) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut at = 0u64;
+    let mut body = Vec::new();
+    while at < len {
+        let bad = |what: &str| format!("record at byte {at}: {what}");
+        let mut header = [0u8; HEADER];
+        bytes.read_exact(&mut header).map_err(|_| bad("torn header"))?;
+        let body_len = u32::from_le_bytes(header[4..].try_into().unwrap_or_default()) as u64;
+        if at + HEADER as u64 + body_len > len {
+            return Err(bad("torn body"));
+        }
+        body.resize(body_len as usize, 0);
+        bytes.read_exact(&mut body).map_err(|_| bad("torn body"))?;
+        let record = check(&header, &body).map_err(|e| bad(&e))?;
+        visit(at, record).map_err(|e| bad(&e))?;
+        at += HEADER as u64 + body_len;
+    }
+    Ok(())
+}
+
 /// What a checkpoint or an install writes: the tails copied under the state lock.
 pub struct WheelWrites {
     dir: Option<PathBuf>,
@@ -308,32 +348,48 @@ impl TimerWheel {
     }
 
     /// Indexes the `len` bytes of `bucket`'s file read from `bytes`.
-    fn replay(&mut self, bucket: i64, mut bytes: impl Read, len: u64) -> Result<(), String> {
-        let mut at = 0u64;
-        let mut body = Vec::new();
-        while at < len {
-            let bad = |what: &str| format!("record at byte {at}: {what}");
-            let mut header = [0u8; HEADER];
-            bytes.read_exact(&mut header).map_err(|_| bad("torn header"))?;
-            let body_len = u32::from_le_bytes(header[4..].try_into().unwrap_or_default()) as u64;
-            if at + HEADER as u64 + body_len > len {
-                return Err(bad("torn body"));
-            }
-            body.resize(body_len as usize, 0);
-            bytes.read_exact(&mut body).map_err(|_| bad("torn body"))?;
-            let (op, due_ms, position, _) = check(&header, &body).map_err(|e| bad(&e))?;
+    fn replay(&mut self, bucket: i64, bytes: impl Read, len: u64) -> Result<(), String> {
+        scan(bytes, len, |at, (op, due_ms, position, _)| {
             let key = key_of(due_ms, position);
             if bucket_of(key.0) != bucket {
-                return Err(bad("a timer of another hour"));
+                return Err("a timer of another hour".into());
             }
             if op == OP_PUT {
                 self.index_put(key, due_ms, at);
             } else {
                 self.index_remove(&key);
             }
-            at += HEADER as u64 + body_len;
+            Ok(())
+        })
+    }
+
+    /// The pending timers of `topic`, found by reading each hour's records front to back once
+    /// (deleting a topic with millions pending reads its files in order, not record by record).
+    pub fn keys_of_topic(&self, topic: &str) -> DiskResult<Vec<TimerKey>> {
+        let mut keys = Vec::new();
+        for (&bucket, b) in self.buckets.iter().filter(|(_, b)| b.live > 0) {
+            let mut visit = |at: u64, (op, due_ms, position, message): Decoded| {
+                let key = key_of(due_ms, position);
+                let pending = self.slots.get(&key.0).and_then(|s| s.find(position).map(|i| s.entries[i]));
+                // Still pending under this very record (not one since removed, nor replaced).
+                if op == OP_PUT
+                    && message.is_some_and(|m| m.topic == topic)
+                    && pending.is_some_and(|e| e.offset() == at)
+                {
+                    keys.push(key);
+                }
+                Ok(())
+            };
+            let corrupt_in = |e: String| corrupt(format!("hour {bucket}: {e}"));
+            if b.durable > 0 {
+                let file = b.file.as_ref().ok_or_else(|| corrupt(format!("hour {bucket} has no file")))?;
+                let reader = std::io::BufReader::with_capacity(1 << 20, ReadAt { file, at: 0 }.take(b.durable));
+                scan(reader, b.durable, &mut visit).map_err(corrupt_in)?;
+            }
+            scan(&b.tail[..], b.tail.len() as u64, |at, record| visit(b.durable + at, record)).map_err(corrupt_in)?;
         }
-        Ok(())
+        keys.sort_unstable();
+        Ok(keys)
     }
 
     pub fn len(&self) -> u64 {
@@ -861,6 +917,30 @@ mod tests {
         std::fs::write(&path, &bytes[..len as usize - 3]).unwrap();
         let err = TimerWheel::open(dir.path(), Some(mark)).err().unwrap().to_string();
         assert!(err.contains("the last checkpoint wrote"), "{err}");
+    }
+
+    /// Deleting a topic finds its pending timers by reading the files in order: those on disk
+    /// and those still in memory, not ones removed or of another topic.
+    #[test]
+    fn the_timers_of_a_topic_are_found_by_one_pass_over_the_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = TimerWheel::open(dir.path(), None).unwrap();
+        let t0 = 1_764_000_000_000;
+        let mut other = timer(t0, 0);
+        other.message.topic = "E".into();
+        for p in 1..=6u64 {
+            put(&mut w, t0 + p as i64 * 1000, p);
+            w.insert(key_of(t0 + p as i64 * 1000, 100 + p), Timer { due_ms: t0 + p as i64 * 1000, ..other.clone() });
+        }
+        w.remove(&key_of(t0 + 2000, 2));
+        checkpoint(&mut w);
+        put(&mut w, t0 + HOUR_MS, 7);
+        w.remove(&key_of(t0 + 3000, 3));
+        let keys = w.keys_of_topic("D").unwrap();
+        let expected: Vec<TimerKey> =
+            [1, 4, 5, 6].iter().map(|&p| key_of(t0 + p as i64 * 1000, p)).chain([key_of(t0 + HOUR_MS, 7)]).collect();
+        assert_eq!(keys, expected);
+        assert_eq!(w.keys_of_topic("E").unwrap().len(), 6);
     }
 
     #[test]

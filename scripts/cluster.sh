@@ -10,7 +10,8 @@
 #
 # Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; node-to-node: 127.0.0.1:9081-9083.
 # ROCKRAFT_NODES sets the cluster size (default 3; e.g. 5 for the five-node figures).
-# Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA.
+# Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA; the cluster secret the
+# nodes share (node-to-node calls carry it): ./data/cluster_secret.
 # ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456); with segments
 # under 8 MiB the largest message body is cut to a quarter of a segment, so that one always fits.
 # ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE move the ports (node N listens on BASE+N;
@@ -44,6 +45,17 @@ running() {
   [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
 }
 
+# The secret the members share (calls to a raft port must carry it): made once per data
+# directory, readable by its owner only.
+cluster_secret() {
+  local file="$data/cluster_secret"
+  if [ ! -s "$file" ]; then
+    mkdir -p "$data"
+    (umask 077 && od -An -tx1 -N24 /dev/urandom | tr -d ' \n' > "$file")
+  fi
+  cat "$file"
+}
+
 write_config() {
   local n=$1 dir
   dir="$(node_dir "$n")"
@@ -54,6 +66,7 @@ write_config() {
     echo "raft_addr = \"$(raft_addr "$n")\""
     echo "client_addr = \"$(client_addr "$n")\""
     echo "data_dir = \"$dir\""
+    echo "cluster_secret = \"$(cluster_secret)\""
     echo
     echo "[storage]"
     echo "segment_size = $segment_size"

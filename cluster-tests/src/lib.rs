@@ -28,6 +28,8 @@ pub struct Node {
 
 pub struct Cluster {
     pub nodes: Vec<Node>,
+    /// The secret the members share: calls to a raft port must carry it.
+    pub secret: String,
     bin: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -41,6 +43,12 @@ pub struct Options {
     pub storage: String,
     /// Keys of the `[broker]` table.
     pub broker: String,
+}
+
+/// A fresh cluster secret: 48 hex digits from the standard library's random hash keys.
+fn new_secret() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    (0..3).map(|_| format!("{:016x}", std::collections::hash_map::RandomState::new().build_hasher().finish())).collect()
 }
 
 fn free_port() -> u16 {
@@ -87,10 +95,11 @@ impl Cluster {
                 )
             })
             .collect();
+        let secret = new_secret();
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
@@ -102,7 +111,7 @@ impl Cluster {
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
-        let mut cluster = Cluster { nodes, bin: node_binary(), _dir: dir };
+        let mut cluster = Cluster { nodes, secret, bin: node_binary(), _dir: dir };
         for id in 1..=n {
             cluster.spawn(id);
         }

@@ -5,15 +5,19 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::broker::TopicKind;
 use rockraft::cluster::ClusterError;
+use rockraft::raft::member_auth::SECRET_HEADER;
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{
     Code, Message, MessageType, QueryRouteRequest, Resource, SendMessageRequest, SendMessageResponse, SystemProperties,
 };
+use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-use rockraft_proto::rockraft::{ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
+use rockraft_proto::rockraft::{Json, ReadIndexRequest, WriteRequest};
 use tonic::transport::Channel;
 
 async fn client(addr: &str) -> MessagingServiceClient<Channel> {
@@ -182,24 +186,86 @@ async fn a_batch_larger_than_a_log_entry_is_payload_too_large_and_the_node_keeps
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_client_port_serves_no_peer_rpcs() {
+async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
     let cluster = Cluster::start(3, Options::default()).await;
     cluster.create_topic("Peers", 1, TopicKind::Normal).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    let peer =
-        |addr: String| async move { PeerServiceClient::connect(format!("http://{addr}")).await.expect("connect") };
+    let connect = |addr: String| async move {
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect")
+    };
+    // A raw command: a send of one message to the topic, as a forwarded write would carry it.
+    let stored = rockraft_proto::rockraft::StoredMessage { message_id: "forged".into(), ..Default::default() };
+    let batch = rockraft_proto::rockraft::SendBatch {
+        topic: "Peers".into(),
+        messages: vec![prost::Message::encode_to_vec(&stored).into()],
+        ..Default::default()
+    };
+    let command = rockraft::broker::Command::Send(batch).encode();
+    let delete = serde_json::to_vec(&AdminRequest::DeleteTopic { name: "Peers".into() }).expect("json");
     for id in 1..=3 {
-        let mut c = peer(cluster.client_addr(id)).await;
+        let mut c = PeerServiceClient::new(connect(cluster.client_addr(id)).await);
         let read = c.read_index(ReadIndexRequest {}).await.map(drop).expect_err("no read index on the client port");
         assert_eq!(read.code(), tonic::Code::Unimplemented, "node {id}");
-        // A raw command: a send to the topic, as a forwarded write would carry it.
-        let command = Bytes::from_static(b"\x01\x0a\x05Peers");
-        let write = c.write(WriteRequest { command }).await.map(drop).expect_err("no raw writes on the client port");
+        let write =
+            c.write(WriteRequest { command: command.clone() }).await.map(drop).expect_err("no raw writes there");
         assert_eq!(write.code(), tonic::Code::Unimplemented, "node {id}");
     }
-    // The raft port does serve them: the leader answers its read index.
+    // The raft port refuses every call without the cluster secret, or with another one, before
+    // looking at it: Raft, the peer calls and the operator requests members forward.
+    for id in 1..=3 {
+        let raft_addr = cluster.nodes.iter().find(|n| n.id == id).expect("node").raft_addr.clone();
+        for secret in [None, Some("not-the-secret-of-this-cluster")] {
+            let channel = connect(raft_addr.clone()).await;
+            let with = |mut r: tonic::Request<()>| {
+                if let Some(s) = secret {
+                    r.metadata_mut().insert(SECRET_HEADER, s.parse().expect("header"));
+                }
+                Ok(r)
+            };
+            let mut peer = PeerServiceClient::with_interceptor(channel.clone(), with);
+            let refused = [
+                peer.write(WriteRequest { command: command.clone() }).await.map(drop),
+                peer.read_index(ReadIndexRequest {}).await.map(drop),
+                RaftServiceClient::with_interceptor(channel.clone(), with)
+                    .vote(Json { json: b"{}".to_vec().into() })
+                    .await
+                    .map(drop),
+                RaftServiceClient::with_interceptor(channel.clone(), with)
+                    .transfer_leader(Json { json: b"{}".to_vec().into() })
+                    .await
+                    .map(drop),
+                AdminServiceClient::with_interceptor(channel, with)
+                    .call(Json { json: delete.clone().into() })
+                    .await
+                    .map(drop),
+            ];
+            for (rpc, r) in ["Write", "ReadIndex", "Vote", "TransferLeader", "Admin"].iter().zip(refused) {
+                let status = r.expect_err("refused");
+                assert_eq!(status.code(), tonic::Code::Unauthenticated, "node {id}, {rpc}, secret {secret:?}");
+            }
+        }
+    }
+    // Nothing of that reached the state: the topic is there, with no message in it.
+    assert_eq!(cluster.wait_for_leader(Duration::from_secs(10)).await, leader, "no leader was moved");
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+        assert!(cluster.local_messages(id, "Peers", 0).await.is_empty(), "node {id} stored a forged message");
+    }
+    let AdminResponse::Topics(topics) = cluster.admin(AdminRequest::ListTopics).await else { panic!("topics") };
+    assert!(topics.iter().any(|t| t.config.name == "Peers"), "the topic was deleted");
+    // A member's call, secret attached, is served: the leader answers its read index.
     let raft_addr = cluster.nodes.iter().find(|n| n.id == leader).expect("leader").raft_addr.clone();
-    let reply = peer(raft_addr).await.read_index(ReadIndexRequest {}).await.expect("served on the raft port");
+    let secret = cluster.secret.clone();
+    let member = move |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert(SECRET_HEADER, secret.parse().expect("header"));
+        Ok(r)
+    };
+    let mut c = PeerServiceClient::with_interceptor(connect(raft_addr).await, member);
+    let reply = c.read_index(ReadIndexRequest {}).await.expect("served to a member");
     let index: Result<u64, ClusterError> = serde_json::from_slice(&reply.into_inner().json).expect("a typed result");
     assert!(index.is_ok_and(|i| i > 0), "the leader's read index");
 }

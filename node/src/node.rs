@@ -24,8 +24,10 @@ use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
+use crate::raft::member_auth::{Attach, Check};
 use crate::raft::{LogStore, Network, Raft, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
+use tonic::service::interceptor::InterceptedService;
 
 /// How long a stopping node lets in-flight calls finish.
 const SERVER_DRAIN: Duration = Duration::from_secs(2);
@@ -81,13 +83,21 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let state_machine = StateMachine::open(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"))
         .map_err(|e| e.to_string())?;
     let raft_config = Arc::new(raft_config(&config)?);
+    let network = Network { attach: Attach::new(config.cluster_secret.as_ref()) };
+    if config.cluster_secret.is_none() {
+        tracing::warn!(
+            raft = %config.raft_addr,
+            "no cluster_secret configured: the raft port accepts calls from anyone who can reach it"
+        );
+    }
     let raft =
-        Raft::new(config.node_id, raft_config, Network, log_store, state_machine).await.map_err(|e| e.to_string())?;
+        Raft::new(config.node_id, raft_config, network, log_store, state_machine).await.map_err(|e| e.to_string())?;
     let plugins = Arc::new(PluginHost::new(config.plugins).map_err(|e| e.to_string())?);
     let options = ClusterOptions {
         node_id: config.node_id,
         max_entry_bytes: max_entry_bytes(config.storage.segment_size),
         plugins: Arc::clone(&plugins),
+        attach: Attach::new(config.cluster_secret.as_ref()),
     };
     let cluster = Cluster::new(raft, broker.clone(), options);
 
@@ -151,10 +161,14 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     };
     let cluster = &node.cluster;
     let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
+    // Members only: the secret is checked before a request is decoded.
+    let members_only = Check::new(config.cluster_secret.as_ref());
+    let raft_service = RaftServiceServer::new(RaftServer::new(cluster.raft().clone())).max_decoding_message_size(max);
+    let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
     let raft_server = server_builder()
-        .add_service(RaftServiceServer::new(RaftServer::new(cluster.raft().clone())).max_decoding_message_size(max))
-        .add_service(PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max))
-        .add_service(admin().max_decoding_message_size(max))
+        .add_service(InterceptedService::new(raft_service, members_only.clone()))
+        .add_service(InterceptedService::new(peer_service, members_only.clone()))
+        .add_service(InterceptedService::new(admin().max_decoding_message_size(max), members_only))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),

@@ -86,8 +86,14 @@ pub async fn call(addr: &str, req: &AdminRequest) -> Result<AdminResponse, Strin
     call_on(channel(addr)?, req).await.map_err(|e| format!("{addr}: {e}"))
 }
 
-/// Sends `req` over an existing channel.
-pub async fn call_on(channel: tonic::transport::Channel, req: &AdminRequest) -> Result<AdminResponse, String> {
+/// Sends `req` over an existing channel (a plain one, or a member's to another member).
+pub async fn call_on<T>(channel: T, req: &AdminRequest) -> Result<AdminResponse, String>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let json = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     let reply = AdminServiceClient::new(channel)
         .max_decoding_message_size(usize::MAX)

@@ -29,7 +29,6 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::impls::ProgressResponder;
 use openraft::metrics::WaitError;
 use openraft::{RaftMetrics, ReadPolicy};
-use tonic::transport::Channel;
 
 use crate::broker::{Broker, Command, Reply};
 use crate::raft::{CommandBytes, NodeId, NodeInfo, Raft, TypeConfig};
@@ -62,6 +61,8 @@ pub struct ClusterOptions {
     pub max_entry_bytes: u64,
     /// Runs the filters and transaction checkers.
     pub plugins: std::sync::Arc<crate::plugin::PluginHost>,
+    /// Carries the cluster secret on every call to another member.
+    pub attach: crate::raft::member_auth::Attach,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -110,13 +111,14 @@ enum Proposed {
 impl Cluster {
     pub fn new(raft: Raft, broker: Broker, options: ClusterOptions) -> Cluster {
         let metrics = raft.metrics();
+        let peers = Peers::new(options.attach.clone());
         Cluster {
             inner: Arc::new(Inner {
                 options,
                 raft,
                 broker,
                 metrics,
-                peers: Peers::default(),
+                peers,
                 pop_locks: PopLocks::default(),
                 clock: LeaderClock::new(now_ms),
                 skew: skew::ClockSkew::default(),
@@ -191,7 +193,7 @@ impl Cluster {
     }
 
     /// A channel to the leader's raft port, e.g. to pass an operator request on.
-    pub fn leader_channel(&self) -> Result<Channel, ClusterError> {
+    pub fn leader_channel(&self) -> Result<crate::raft::PeerChannel, ClusterError> {
         self.peers().channel(&self.leader_addr()?)
     }
 

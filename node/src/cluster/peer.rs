@@ -10,32 +10,38 @@ use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
 use rockraft_proto::rockraft::{ClockRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::Channel;
 
 use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
-use crate::raft::{NodeId, channel};
+use crate::raft::member_auth::Attach;
+use crate::raft::{NodeId, PeerChannel, member_channel};
 
-/// One channel per peer address, reused by every call.
+/// One channel per peer address, reused by every call; each call carries the cluster secret.
 #[derive(Default)]
 pub struct Peers {
-    channels: Mutex<HashMap<String, Channel>>,
+    attach: Attach,
+    channels: Mutex<HashMap<String, PeerChannel>>,
 }
 
 impl Peers {
-    pub fn channel(&self, addr: &str) -> Result<Channel, ClusterError> {
+    pub fn new(attach: Attach) -> Peers {
+        Peers { attach, channels: Mutex::default() }
+    }
+
+    pub fn channel(&self, addr: &str) -> Result<PeerChannel, ClusterError> {
         let mut channels = self.channels.lock().expect("peer channels lock");
         if let Some(c) = channels.get(addr) {
             return Ok(c.clone());
         }
-        let c = channel(addr).map_err(|reason| ClusterError::Unreachable { addr: addr.to_string(), reason })?;
+        let c = member_channel(addr, &self.attach)
+            .map_err(|reason| ClusterError::Unreachable { addr: addr.to_string(), reason })?;
         channels.insert(addr.to_string(), c.clone());
         Ok(c)
     }
 
-    fn client(&self, addr: &str) -> Result<PeerServiceClient<Channel>, ClusterError> {
+    fn client(&self, addr: &str) -> Result<PeerServiceClient<PeerChannel>, ClusterError> {
         // Forwarded writes are as large as the log allows; the proposer checked the size.
         Ok(PeerServiceClient::new(self.channel(addr)?)
             .max_decoding_message_size(usize::MAX)

@@ -11,6 +11,7 @@ mod entry_codec;
 mod log_store;
 #[cfg(test)]
 mod log_store_suite_test;
+pub mod member_auth;
 mod network;
 mod service;
 mod state_machine;
@@ -22,7 +23,7 @@ use bytes::Bytes;
 
 pub use entry_codec::log_id;
 pub use log_store::{LogStore, LogStoreReader};
-pub use network::{Network, channel};
+pub use network::{Network, PeerChannel, channel, member_channel};
 pub use service::RaftServer;
 pub use state_machine::StateMachine;
 

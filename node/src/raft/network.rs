@@ -17,7 +17,10 @@ use openraft::raft::{
 use openraft::{AnyError, OptionalSend};
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::raft::member_auth::Attach;
 
 use crate::raft::wire::{append_to_pb, from_json, to_json};
 use crate::raft::{NodeId, NodeInfo, TypeConfig, Vote};
@@ -27,15 +30,26 @@ type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 const SNAPSHOT_CHUNK: usize = 1 << 20;
 
 /// Creates a [`Peer`] per follower.
+/// Dials the other members, with the cluster secret on every call.
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    pub attach: Attach,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
-        Peer { target, channel: channel(&node.raft_addr), retry_at: None }
+        Peer { target, channel: member_channel(&node.raft_addr, &self.attach), retry_at: None }
     }
+}
+
+/// A channel to another member's raft port: every call carries the cluster secret.
+pub type PeerChannel = InterceptedService<Channel, Attach>;
+
+/// A lazily connected channel to the member at `addr`, attaching `attach` to every call.
+pub fn member_channel(addr: &str, attach: &Attach) -> Result<PeerChannel, String> {
+    Ok(InterceptedService::new(channel(addr)?, attach.clone()))
 }
 
 /// A lazily connected channel to `addr` (host:port); errors surface on the first call.
@@ -47,7 +61,7 @@ pub fn channel(addr: &str) -> Result<Channel, String> {
 
 pub struct Peer {
     target: NodeId,
-    channel: Result<Channel, String>,
+    channel: Result<PeerChannel, String>,
     /// Set after a failed connection: no new attempt before then. openraft's own backoff only
     /// applies once a stream is open, so without this a dead peer is redialled in a tight loop.
     retry_at: Option<tokio::time::Instant>,
@@ -102,7 +116,7 @@ impl Peer {
     where
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
-        F: FnOnce(RaftServiceClient<Channel>, tonic::Request<pb::Json>) -> Fut,
+        F: FnOnce(RaftServiceClient<PeerChannel>, tonic::Request<pb::Json>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<pb::Json>, tonic::Status>>,
     {
         self.pace().await;
@@ -113,7 +127,7 @@ impl Peer {
         from_json(&reply.into_inner()).map_err(network)
     }
 
-    fn client(&self) -> Result<RaftServiceClient<Channel>, RPCError<TypeConfig>> {
+    fn client(&self) -> Result<RaftServiceClient<PeerChannel>, RPCError<TypeConfig>> {
         let channel = self.channel.as_ref().map_err(unreachable)?;
         Ok(RaftServiceClient::new(channel.clone())
             .max_decoding_message_size(usize::MAX)

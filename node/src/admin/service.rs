@@ -204,10 +204,10 @@ impl AdminServer {
                 }
                 Ok(AdminResponse::Messages(out))
             }
-            AdminRequest::Digest => {
-                let (applied, digest) = broker.digest();
-                Ok(AdminResponse::Digest(crate::admin::api::StateDigest { applied, digest }))
-            }
+            AdminRequest::Digest => broker
+                .digest()
+                .map(|(applied, digest)| AdminResponse::Digest(crate::admin::api::StateDigest { applied, digest }))
+                .map_err(|e| e.to_string()),
             AdminRequest::GetMessage { id, .. } => match broker.find(&id) {
                 Ok(Some(found)) => Ok(AdminResponse::Messages(vec![line(found)])),
                 // Not delivered (yet): a pending timer or a half.

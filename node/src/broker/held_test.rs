@@ -190,9 +190,9 @@ fn pending_timers_and_halves_survive_a_checkpoint_and_restart_and_fire_once() {
     n.broker.checkpoint().unwrap();
     // Changed after the checkpoint: replayed on restart.
     send_held(&mut n, "D", &["t3"], NOW + 20_000);
-    let digest = n.broker.digest();
+    let digest = n.broker.digest().unwrap();
     let mut n = n.restart(dir.path());
-    assert_eq!(n.broker.digest(), digest);
+    assert_eq!(n.broker.digest().unwrap(), digest);
     assert_eq!(n.broker.due_timers(i64::MAX, 10).unwrap().len(), 3);
     assert_eq!(fire(&mut n, NOW + 20_000), TimerOutcome::Fired(3));
     assert_eq!(fire(&mut n, NOW + 30_000), TimerOutcome::Fired(0));

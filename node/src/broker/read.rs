@@ -69,9 +69,10 @@ impl Broker {
 
     /// A digest of the replicated state as applied here, and the index it is at: replicas at the
     /// same index must report the same digest.
-    pub fn digest(&self) -> (Option<u64>, u64) {
+    pub fn digest(&self) -> Result<(Option<u64>, u64), BrokerError> {
         let state = self.state();
-        (state.last_applied.map(|l| l.index), state.digest())
+        let digest = state.digest().map_err(BrokerError::CorruptEntry)?;
+        Ok((state.last_applied.map(|l| l.index), digest))
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {

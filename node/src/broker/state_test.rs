@@ -256,7 +256,7 @@ fn the_dedupe_window_is_a_replicated_setting() {
     let refused = SettingsChange { dedupe_window_secs: Some(0), ..Default::default() };
     assert!(matches!(n.commit(&Command::Admin(AdminCommand::Configure(refused))), Reply::Rejected(_)));
     assert_eq!(n.broker.settings().dedupe_window_secs, 60, "a refused change changes nothing");
-    let live = n.broker.digest();
+    let live = n.broker.digest().unwrap();
 
     // Another replica replaying the same log from scratch reaches the same state.
     let other = tempfile::tempdir().unwrap();
@@ -265,7 +265,7 @@ fn the_dedupe_window_is_a_replicated_setting() {
         let record = n.log.reader().read(index).unwrap().unwrap();
         replica.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
     }
-    assert_eq!(replica.digest(), live);
+    assert_eq!(replica.digest().unwrap(), live);
 }
 
 /// A window that ended for many ids at once (a burst, then quiet) is worked off a bounded number
@@ -305,7 +305,7 @@ fn a_window_ending_for_many_ids_at_once_expires_in_bounded_steps_alike_on_every_
         let record = n.log.reader().read(index).unwrap().unwrap();
         replica.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
     }
-    assert_eq!(replica.digest(), n.broker.digest());
+    assert_eq!(replica.digest().unwrap(), n.broker.digest().unwrap());
 }
 
 #[test]
@@ -353,11 +353,11 @@ fn a_retry_sharing_an_entry_with_its_first_attempt_is_a_duplicate_also_after_a_r
     let batched = send("T", 0, 1_000, &["a", "b", "a"]);
     assert_eq!(offsets(&n.commit(&batched)), vec![(0, false), (1, false), (0, true)]);
     // (Not a clone of the whole state: its tables on disk would keep sled's lock.)
-    let (digest, dedupe) = (n.broker.digest(), n.broker.state().dedupe.clone());
+    let (digest, dedupe) = (n.broker.digest().unwrap(), n.broker.state().dedupe.clone());
     // The entry is applied again after a restart (it came after the checkpoint): the same state,
     // not a duplicate of itself.
     let n = n.restart(dir.path());
-    assert_eq!((n.broker.digest(), &n.broker.state().dedupe), (digest, &dedupe));
+    assert_eq!((n.broker.digest().unwrap(), &n.broker.state().dedupe), (digest, &dedupe));
     assert_eq!(n.broker.queue_status("T")[0].next, 2);
 }
 

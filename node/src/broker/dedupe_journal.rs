@@ -23,6 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::broker::dedupe::{DedupeKey as Key, Seen};
+use crate::broker::record_cursor::Cursor;
 use crate::broker::table::Table;
 use crate::store::StoreError;
 
@@ -78,32 +79,10 @@ fn encode(key: &Key, seen: Option<&Seen>, out: &mut Vec<u8>) {
     out.extend_from_slice(body);
 }
 
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn key(&mut self) -> Option<Key> {
-        Some(Key::from_bytes(self.take(16)?.try_into().ok()?))
-    }
-}
-
 fn decode(body: &[u8]) -> Option<(Key, Option<Seen>)> {
     let mut c = Cursor(body);
     let op = c.take(1)?[0];
-    let key = c.key()?;
+    let key = Key::from_bytes(c.take(16)?.try_into().ok()?);
     let seen = match op {
         OP_REMOVE => None,
         OP_PUT => Some(Seen { queue_id: c.u32()?, offset: c.u64()?, seen_ms: c.u64()? as i64, index: c.u64()? }),

@@ -41,6 +41,7 @@ mod pop_plan;
 mod pop_state_test;
 mod queues;
 mod read;
+mod record_cursor;
 mod reply;
 pub mod settings;
 mod snapshot;

@@ -35,6 +35,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::broker::disk_table::DiskResult;
 use crate::broker::held::HeldMessage;
+use crate::broker::record_cursor::Cursor;
 use crate::broker::timer::{Timer, TimerKey};
 use crate::store::StoreError;
 
@@ -162,29 +163,6 @@ fn encode(op: u8, due_ms: i64, position: u64, message: Option<&HeldMessage>, out
     let crc = crc32c::crc32c(&out[start + HEADER..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     out[start + 4..start + HEADER].copy_from_slice(&body_len.to_le_bytes());
-}
-
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn text(&mut self) -> Option<String> {
-        let len = self.u32()? as usize;
-        String::from_utf8(self.take(len)?.to_vec()).ok()
-    }
 }
 
 /// A record's body: (op, due_ms, position, message of a put).
@@ -727,6 +705,15 @@ mod tests {
     use super::*;
 
     const HOUR_MS: i64 = BUCKET_SECS * 1000;
+    /// A due time on an hour's boundary.
+    const T0: i64 = 1_764_000_000_000;
+
+    /// A wheel on a fresh directory, as a node opens it the first time.
+    fn opened() -> (tempfile::TempDir, TimerWheel) {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = TimerWheel::open(dir.path(), None).unwrap();
+        (dir, wheel)
+    }
 
     fn timer(due_ms: i64, id: u64) -> Timer {
         let message = HeldMessage {
@@ -767,20 +754,18 @@ mod tests {
 
     #[test]
     fn pending_timers_survive_a_checkpoint_and_reopen_and_only_due_ones_are_listed_due() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = TimerWheel::open(dir.path(), None).unwrap();
-        let t0 = 1_764_000_000_000;
+        let (dir, mut w) = opened();
         for i in 0..100u64 {
             // Two hours, several timers per second, due milliseconds all over the second.
-            put(&mut w, t0 + (i as i64 % 50) * 80_000 + (i as i64 * 37) % 1000, 1_000 + i);
+            put(&mut w, T0 + (i as i64 % 50) * 80_000 + (i as i64 * 37) % 1000, 1_000 + i);
         }
-        assert!(w.remove(&key_of(t0, 1_000)));
-        assert!(!w.remove(&key_of(t0, 1_000)), "a timer is removed once");
+        assert!(w.remove(&key_of(T0, 1_000)));
+        assert!(!w.remove(&key_of(T0, 1_000)), "a timer is removed once");
         let mark = checkpoint(&mut w);
         assert_eq!(mark.files.len(), 2, "one file per hour of due time");
         // Changes after the checkpoint are read from memory, then written by the next.
-        put(&mut w, t0 + 5, 5_000);
-        assert!(w.remove(&key_of(t0 + 80_037, 1_001)));
+        put(&mut w, T0 + 5, 5_000);
+        assert!(w.remove(&key_of(T0 + 80_037, 1_001)));
         let expected = w.all().unwrap();
         assert_eq!(expected.len(), 99);
         let mark = checkpoint(&mut w);
@@ -788,28 +773,26 @@ mod tests {
         let w = TimerWheel::open(dir.path(), Some(mark)).unwrap();
         assert_eq!(w.all().unwrap(), expected);
         assert_eq!(w.len(), 99);
-        let now = t0 + 80_500;
+        let now = T0 + 80_500;
         let due = w.due_keys(now, usize::MAX);
         let truly_due: Vec<TimerKey> = expected.iter().filter(|(_, t)| t.due_ms <= now).map(|(k, _)| *k).collect();
         assert_eq!(due, truly_due, "due keys come from memory and match the records");
-        assert_eq!(w.get(&key_of(t0 + 5, 5_000)).unwrap(), Some(timer(t0 + 5, 5_000)));
+        assert_eq!(w.get(&key_of(T0 + 5, 5_000)).unwrap(), Some(timer(T0 + 5, 5_000)));
     }
 
     #[test]
     fn what_an_uncommitted_checkpoint_wrote_is_cut_off_on_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = TimerWheel::open(dir.path(), None).unwrap();
-        let t0 = 1_764_000_000_000;
-        put(&mut w, t0, 1);
+        let (dir, mut w) = opened();
+        put(&mut w, T0, 1);
         let mark = checkpoint(&mut w);
         // Written, but the batch naming it never committed: a crash in between.
-        put(&mut w, t0 + 1, 2);
-        put(&mut w, t0 + 2 * HOUR_MS, 3);
-        w.remove(&key_of(t0, 1));
+        put(&mut w, T0 + 1, 2);
+        put(&mut w, T0 + 2 * HOUR_MS, 3);
+        w.remove(&key_of(T0, 1));
         w.prepare().write().unwrap();
         drop(w);
         let w = TimerWheel::open(dir.path(), Some(mark.clone())).unwrap();
-        assert_eq!(w.all().unwrap(), vec![(key_of(t0, 1), timer(t0, 1))]);
+        assert_eq!(w.all().unwrap(), vec![(key_of(T0, 1), timer(T0, 1))]);
         let (bucket, generation, len) = mark.files[0];
         assert_eq!(std::fs::metadata(dir.path().join(file_name(bucket, generation))).unwrap().len(), len);
         assert_eq!(wheel_files(dir.path()).len(), 1, "the new hour's file went too");
@@ -817,15 +800,13 @@ mod tests {
 
     #[test]
     fn a_checkpoint_that_never_committed_is_written_again_by_the_next() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = TimerWheel::open(dir.path(), None).unwrap();
-        let t0 = 1_764_000_000_000;
-        put(&mut w, t0, 1);
+        let (dir, mut w) = opened();
+        put(&mut w, T0, 1);
         checkpoint(&mut w);
-        put(&mut w, t0, 2);
+        put(&mut w, T0, 2);
         // Its batch failed: the written tail is not covered and stays in memory.
         w.prepare().write().unwrap();
-        put(&mut w, t0, 3);
+        put(&mut w, T0, 3);
         let mark = checkpoint(&mut w);
         let expected = w.all().unwrap();
         assert_eq!(expected.len(), 3);
@@ -835,24 +816,22 @@ mod tests {
 
     #[test]
     fn an_hour_whose_timers_are_all_gone_loses_its_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = TimerWheel::open(dir.path(), None).unwrap();
-        let t0 = 1_764_000_000_000;
-        put(&mut w, t0, 1);
-        put(&mut w, t0 + HOUR_MS, 2);
+        let (dir, mut w) = opened();
+        put(&mut w, T0, 1);
+        put(&mut w, T0 + HOUR_MS, 2);
         checkpoint(&mut w);
         assert_eq!(wheel_files(dir.path()).len(), 2);
-        w.remove(&key_of(t0, 1));
+        w.remove(&key_of(T0, 1));
         let mark = checkpoint(&mut w);
         assert_eq!(mark.files.len(), 1);
         assert_eq!(wheel_files(dir.path()).len(), 1, "the emptied hour's file is deleted");
         // A timer set in that hour again gets a file of a new generation.
-        put(&mut w, t0 + 10, 3);
+        put(&mut w, T0 + 10, 3);
         let mark = checkpoint(&mut w);
         drop(w);
         let w = TimerWheel::open(dir.path(), Some(mark)).unwrap();
         let keys: Vec<TimerKey> = w.all().unwrap().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, vec![key_of(t0 + 10, 3), key_of(t0 + HOUR_MS, 2)]);
+        assert_eq!(keys, vec![key_of(T0 + 10, 3), key_of(T0 + HOUR_MS, 2)]);
     }
 
     /// Firing a whole second front to back, as the leader does, then a late timer inserted
@@ -860,31 +839,28 @@ mod tests {
     #[test]
     fn removing_in_order_and_inserting_out_of_order_keep_the_index_right() {
         let mut w = TimerWheel::default();
-        let t0 = 1_764_000_000_000;
         for p in (10..10_000u64).step_by(2) {
-            put(&mut w, t0 + (p % 1000) as i64, p);
+            put(&mut w, T0 + (p % 1000) as i64, p);
         }
-        put(&mut w, t0 + 1, 11);
+        put(&mut w, T0 + 1, 11);
         for p in (10..5_000u64).step_by(2) {
-            assert!(w.remove(&key_of(t0, p)), "{p}");
+            assert!(w.remove(&key_of(T0, p)), "{p}");
         }
         let rest: Vec<u64> = w.all().unwrap().into_iter().map(|(k, _)| k.1).collect();
         let expected: Vec<u64> = std::iter::once(11).chain((5_000..10_000).step_by(2)).collect();
         assert_eq!(rest, expected);
-        assert_eq!(w.range_from(&(t0 / 1000, 5_001), 2).unwrap().len(), 2);
-        assert_eq!(w.range_from(&(t0 / 1000, 5_001), 2).unwrap()[0].0, (t0 / 1000, 5_002));
+        assert_eq!(w.range_from(&(T0 / 1000, 5_001), 2).unwrap().len(), 2);
+        assert_eq!(w.range_from(&(T0 / 1000, 5_001), 2).unwrap()[0].0, (T0 / 1000, 5_002));
     }
 
     #[test]
     fn a_snapshot_keeps_its_form_and_installs_as_new_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut live = TimerWheel::open(dir.path(), None).unwrap();
-        let t0 = 1_764_000_000_000;
-        put(&mut live, t0, 1);
+        let (dir, mut live) = opened();
+        put(&mut live, T0, 1);
         checkpoint(&mut live);
         let mut snapshot = TimerWheel::default();
-        put(&mut snapshot, t0 + 500, 7);
-        put(&mut snapshot, t0 + HOUR_MS, 8);
+        put(&mut snapshot, T0 + 500, 7);
+        put(&mut snapshot, T0 + HOUR_MS, 8);
         let json = serde_json::to_string(&snapshot).unwrap();
         assert!(json.starts_with(r#"[[[1764000000,7],{"due_ms":1764000000500,"message":{"topic":"D""#), "{json}");
         let mut installed: TimerWheel = serde_json::from_str(&json).unwrap();
@@ -902,9 +878,8 @@ mod tests {
 
     #[test]
     fn a_damaged_file_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = TimerWheel::open(dir.path(), None).unwrap();
-        put(&mut w, 1_764_000_000_000, 1);
+        let (dir, mut w) = opened();
+        put(&mut w, T0, 1);
         let mark = checkpoint(&mut w);
         drop(w);
         let (bucket, generation, len) = mark.files[0];
@@ -923,22 +898,20 @@ mod tests {
     /// and those still in memory, not ones removed or of another topic.
     #[test]
     fn the_timers_of_a_topic_are_found_by_one_pass_over_the_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = TimerWheel::open(dir.path(), None).unwrap();
-        let t0 = 1_764_000_000_000;
-        let mut other = timer(t0, 0);
+        let (_dir, mut w) = opened();
+        let mut other = timer(T0, 0);
         other.message.topic = "E".into();
         for p in 1..=6u64 {
-            put(&mut w, t0 + p as i64 * 1000, p);
-            w.insert(key_of(t0 + p as i64 * 1000, 100 + p), Timer { due_ms: t0 + p as i64 * 1000, ..other.clone() });
+            put(&mut w, T0 + p as i64 * 1000, p);
+            w.insert(key_of(T0 + p as i64 * 1000, 100 + p), Timer { due_ms: T0 + p as i64 * 1000, ..other.clone() });
         }
-        w.remove(&key_of(t0 + 2000, 2));
+        w.remove(&key_of(T0 + 2000, 2));
         checkpoint(&mut w);
-        put(&mut w, t0 + HOUR_MS, 7);
-        w.remove(&key_of(t0 + 3000, 3));
+        put(&mut w, T0 + HOUR_MS, 7);
+        w.remove(&key_of(T0 + 3000, 3));
         let keys = w.keys_of_topic("D").unwrap();
         let expected: Vec<TimerKey> =
-            [1, 4, 5, 6].iter().map(|&p| key_of(t0 + p as i64 * 1000, p)).chain([key_of(t0 + HOUR_MS, 7)]).collect();
+            [1, 4, 5, 6].iter().map(|&p| key_of(T0 + p as i64 * 1000, p)).chain([key_of(T0 + HOUR_MS, 7)]).collect();
         assert_eq!(keys, expected);
         assert_eq!(w.keys_of_topic("E").unwrap().len(), 6);
     }

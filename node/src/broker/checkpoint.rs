@@ -14,9 +14,9 @@
 //! 4. one atomic sled batch writes the rows, A, the journal's new length and the wheel's file
 //!    lengths, then is flushed.
 //!
-//! A crash before step 4 completes leaves the previous batch in force — its journal length cuts
-//! off what step 3 wrote, and so do the wheel's — so the node restarts exactly at the previous checkpoint and replays
-//! from there. A crash after it restarts at A. There is no point at which part of one checkpoint
+//! A crash before step 4 completes leaves the previous batch in force — its journal length and
+//! the wheel's file lengths cut off what step 3 wrote — so the node restarts exactly at the
+//! previous checkpoint and replays from there. A crash after it restarts at A. There is no point at which part of one checkpoint
 //! is visible. If a step fails, the changes it took are marked changed again for the next
 //! checkpoint; a failed sync of ConsumeQueues or sled means the disk may have dropped written
 //! pages, so the broker fails stop instead of trusting a later sync (see `Broker::failure`).

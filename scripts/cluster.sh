@@ -3,19 +3,22 @@
 #
 #   scripts/cluster.sh start       build (once) and start nodes 1-3 (1-$ROCKRAFT_NODES), initialise,
 #                                  wait for a leader
+#   scripts/cluster.sh start --auth  the same with authentication on: an admin user is made and
+#                                  its keys printed (kept in ./data/admin_credentials)
 #   scripts/cluster.sh stop        SIGTERM every node (leadership is handed over first)
 #   scripts/cluster.sh status      each member's role, term, indexes and lag
 #   scripts/cluster.sh kill N      SIGKILL node N
 #   scripts/cluster.sh restart N   start node N again on its old data
 #
-# Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; node-to-node: 127.0.0.1:9081-9083.
+# Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; operator (admin API, the CLI's
+# --endpoint): 127.0.0.1:7081-7083; node-to-node: 127.0.0.1:9081-9083.
 # ROCKRAFT_NODES sets the cluster size (default 3; e.g. 5 for the five-node figures).
 # Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA; the cluster secret the
 # nodes share (node-to-node calls carry it): ./data/cluster_secret.
 # ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456); with segments
 # under 8 MiB the largest message body is cut to a quarter of a segment, so that one always fits.
-# ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE move the ports (node N listens on BASE+N;
-# defaults 8080 and 9080).
+# ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE / ROCKRAFT_ADMIN_PORT_BASE move the ports
+# (node N listens on BASE+N; defaults 8080, 9080 and 7080).
 # ROCKRAFT_BIN runs that binary instead of building target/release/rockraft.
 # ROCKRAFT_DURABILITY (sync|async) sets [storage] durability in newly written configs.
 set -euo pipefail
@@ -26,9 +29,12 @@ segment_size="${ROCKRAFT_SEGMENT_SIZE:-268435456}"
 bin="${ROCKRAFT_BIN:-$root/target/release/rockraft}"
 client_base="${ROCKRAFT_CLIENT_PORT_BASE:-8080}"
 raft_base="${ROCKRAFT_RAFT_PORT_BASE:-9080}"
+admin_base="${ROCKRAFT_ADMIN_PORT_BASE:-7080}"
 nodes="${ROCKRAFT_NODES:-3}"
 client_addr() { echo "127.0.0.1:$((client_base + $1))"; }
 raft_addr() { echo "127.0.0.1:$((raft_base + $1))"; }
+admin_addr() { echo "127.0.0.1:$((admin_base + $1))"; }
+credentials_file="$data/admin_credentials"
 
 build() {
   # A given binary is used as it is.
@@ -56,6 +62,23 @@ cluster_secret() {
   cat "$file"
 }
 
+# `--auth`: the admin credential every node's config carries (`[auth] admin_*`), made once per
+# data directory, readable by its owner only: "<access key> <secret>".
+make_admin_credentials() {
+  if [ ! -s "$credentials_file" ]; then
+    mkdir -p "$data"
+    (umask 077 && echo "admin $(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')" > "$credentials_file")
+  fi
+}
+
+# The CLI signs with the admin credential when the cluster has one.
+use_admin_credentials() {
+  if [ -s "$credentials_file" ]; then
+    read -r ROCKRAFT_ACCESS_KEY ROCKRAFT_SECRET_KEY < "$credentials_file"
+    export ROCKRAFT_ACCESS_KEY ROCKRAFT_SECRET_KEY
+  fi
+}
+
 write_config() {
   local n=$1 dir
   dir="$(node_dir "$n")"
@@ -65,8 +88,18 @@ write_config() {
     echo "node_id = $n"
     echo "raft_addr = \"$(raft_addr "$n")\""
     echo "client_addr = \"$(client_addr "$n")\""
+    echo "admin_addr = \"$(admin_addr "$n")\""
     echo "data_dir = \"$dir\""
     echo "cluster_secret = \"$(cluster_secret)\""
+    if [ -s "$credentials_file" ]; then
+      local key secret
+      read -r key secret < "$credentials_file"
+      echo
+      echo "[auth]"
+      echo "enabled = true"
+      echo "admin_access_key = \"$key\""
+      echo "admin_secret_key = \"$secret\""
+    fi
     echo
     echo "[storage]"
     echo "segment_size = $segment_size"
@@ -82,6 +115,7 @@ write_config() {
       echo "id = $m"
       echo "raft_addr = \"$(raft_addr "$m")\""
       echo "client_addr = \"$(client_addr "$m")\""
+      echo "admin_addr = \"$(admin_addr "$m")\""
     done
   } > "$dir/config.toml"
 }
@@ -108,19 +142,31 @@ has_leader() { "$bin" --endpoint "$1" cluster status 2>/dev/null | grep -q ' Lea
 
 any_endpoint() {
   for n in $(seq "$nodes"); do
-    if running "$n"; then client_addr "$n"; return; fi
+    if running "$n"; then admin_addr "$n"; return; fi
   done
-  client_addr 1
+  admin_addr 1
 }
+
+case "${2:-}" in
+  --auth)
+    [ "${1:-}" = start ] || { echo "--auth goes with start" >&2; exit 2; }
+    if [ -f "$(node_dir 1)/config.toml" ] && [ ! -s "$credentials_file" ]; then
+      echo "$data holds a cluster made without --auth; remove it (or add [auth] to each config by hand)" >&2
+      exit 1
+    fi
+    make_admin_credentials
+    ;;
+esac
+use_admin_credentials
 
 case "${1:-}" in
   start)
     build
     for n in $(seq "$nodes"); do start_node "$n"; done
-    wait_for 30 "$bin" --endpoint "$(client_addr 1)" cluster init || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
+    wait_for 30 "$bin" --endpoint "$(admin_addr 1)" cluster init || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
     # Every node must know the leader (and so hold the membership) before clients arrive.
     for n in $(seq "$nodes"); do
-      wait_for 30 has_leader "$(client_addr "$n")" || { echo "node $n does not know a leader" >&2; exit 1; }
+      wait_for 30 has_leader "$(admin_addr "$n")" || { echo "node $n does not know a leader" >&2; exit 1; }
     done
     for n in $(seq "$nodes"); do
       # A node that could not start (say, its port was taken) has exited by now.
@@ -128,6 +174,11 @@ case "${1:-}" in
     done
     endpoints="$(for n in $(seq "$nodes"); do client_addr "$n"; done | paste -sd, | sed 's/,/, /g')"
     echo "RockRaft is running. Client endpoints: $endpoints"
+    echo "Admin endpoints (rockraft --endpoint): $(for n in $(seq "$nodes"); do admin_addr "$n"; done | paste -sd, | sed 's/,/, /g')"
+    if [ -s "$credentials_file" ]; then
+      echo "Authentication is on. Admin access key: $ROCKRAFT_ACCESS_KEY  secret key: $ROCKRAFT_SECRET_KEY"
+      echo "  (also in $credentials_file; the CLI reads ROCKRAFT_ACCESS_KEY / ROCKRAFT_SECRET_KEY)"
+    fi
     echo "Data and logs: $data"
     ;;
   stop)
@@ -159,11 +210,11 @@ case "${1:-}" in
     n="${2:?usage: cluster.sh restart N}"
     build
     start_node "$n"
-    wait_for 30 "$bin" --endpoint "$(client_addr "$n")" cluster status || { echo "node $n did not come back; see $(node_dir "$n")/node.log" >&2; exit 1; }
+    wait_for 30 "$bin" --endpoint "$(admin_addr "$n")" cluster status || { echo "node $n did not come back; see $(node_dir "$n")/node.log" >&2; exit 1; }
     echo "node $n is running"
     ;;
   *)
-    echo "usage: $0 start|stop|status|kill N|restart N" >&2
+    echo "usage: $0 start [--auth]|stop|status|kill N|restart N" >&2
     exit 2
     ;;
 esac

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus, Role};
-use rockraft::admin::call;
+use rockraft::admin::{Credentials, call_as};
 use rockraft::broker::group::GroupConfig;
 use rockraft::broker::{TopicConfig, TopicKind};
 use rockraft::plugin::PluginKind;
@@ -20,6 +20,7 @@ pub struct Node {
     pub id: u64,
     pub raft_addr: String,
     pub client_addr: String,
+    pub admin_addr: String,
     pub dir: PathBuf,
     child: Option<Child>,
     /// How far this node's clock is set ahead (the test build reads `ROCKRAFT_TEST_CLOCK_OFFSET_MS`).
@@ -30,6 +31,9 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// The secret the members share: calls to a raft port must carry it.
     pub secret: String,
+    /// The admin credential of a cluster started with `Options::auth` (every node's config
+    /// carries it): the harness signs its admin requests with it.
+    pub admin: Option<Credentials>,
     bin: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -43,6 +47,8 @@ pub struct Options {
     pub storage: String,
     /// Keys of the `[broker]` table.
     pub broker: String,
+    /// Authentication on, with an admin credential in every node's config.
+    pub auth: bool,
 }
 
 /// A fresh cluster secret: 48 hex digits from the standard library's random hash keys.
@@ -81,6 +87,7 @@ impl Cluster {
                 id,
                 raft_addr: format!("127.0.0.1:{}", free_port()),
                 client_addr: format!("127.0.0.1:{}", free_port()),
+                admin_addr: format!("127.0.0.1:{}", free_port()),
                 dir: dir.path().join(format!("node{id}")),
                 child: None,
                 clock_offset_ms: 0,
@@ -90,19 +97,32 @@ impl Cluster {
             .iter()
             .map(|m| {
                 format!(
-                    "\n[[members]]\nid = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\n",
-                    m.id, m.raft_addr, m.client_addr
+                    "\n[[members]]\nid = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\n",
+                    m.id, m.raft_addr, m.client_addr, m.admin_addr
                 )
             })
             .collect();
         let secret = new_secret();
+        let admin = options.auth.then(|| Credentials {
+            access_key: "admin".into(),
+            secret: rockraft::broker::access::Secret::new(new_secret()),
+        });
+        let auth = match &admin {
+            Some(a) => format!(
+                "[auth]\nenabled = true\nadmin_access_key = \"{}\"\nadmin_secret_key = \"{}\"\n",
+                a.access_key,
+                a.secret.expose()
+            ),
+            None => String::new(),
+        };
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
+                node.admin_addr,
                 node.dir.display(),
                 options.extra_config,
                 options.storage,
@@ -111,12 +131,12 @@ impl Cluster {
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
-        let mut cluster = Cluster { nodes, secret, bin: node_binary(), _dir: dir };
+        let mut cluster = Cluster { nodes, secret, admin, bin: node_binary(), _dir: dir };
         for id in 1..=n {
             cluster.spawn(id);
         }
-        let first = cluster.nodes[0].client_addr.clone();
-        retry(Duration::from_secs(30), || async { request(&first, AdminRequest::Init).await }).await;
+        let first = cluster.nodes[0].admin_addr.clone();
+        retry(Duration::from_secs(30), || async { cluster.request(&first, AdminRequest::Init).await }).await;
         cluster.wait_for_leader(Duration::from_secs(30)).await;
         // Every node must have heard from the leader before a test starts talking to it.
         for id in 1..=n {
@@ -206,7 +226,7 @@ impl Cluster {
 
     /// This node's applied index and state digest, if it answers.
     pub async fn digest(&self, id: u64) -> Option<rockraft::admin::api::StateDigest> {
-        match call(&self.node(id).client_addr, &AdminRequest::Digest).await {
+        match self.call(&self.node(id).admin_addr, &AdminRequest::Digest).await {
             Ok(AdminResponse::Digest(d)) => Some(d),
             _ => None,
         }
@@ -221,6 +241,25 @@ impl Cluster {
         self.node(id).client_addr.clone()
     }
 
+    /// Node `id`'s admin endpoint (the CLI's `--endpoint`).
+    pub fn admin_addr(&self, id: u64) -> String {
+        self.node(id).admin_addr.clone()
+    }
+
+    /// `req` to the admin endpoint at `addr`, signed with the cluster's admin credential if it
+    /// has one.
+    pub async fn call(&self, addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
+        call_as(addr, req, self.admin.as_ref()).await
+    }
+
+    /// [`Cluster::call`], with an error answer as `Err`.
+    async fn request(&self, addr: &str, req: AdminRequest) -> Result<AdminResponse, String> {
+        match self.call(addr, &req).await? {
+            AdminResponse::Error(e) => Err(e),
+            ok => Ok(ok),
+        }
+    }
+
     /// The process id of node `id`, while it runs (for a client scenario that kills it itself at
     /// a chosen moment; `kill` afterwards reaps it).
     pub fn pid(&self, id: u64) -> Option<u32> {
@@ -228,7 +267,7 @@ impl Cluster {
     }
 
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        match call(&self.node(id).client_addr, &AdminRequest::Status).await {
+        match self.call(&self.node(id).admin_addr, &AdminRequest::Status).await {
             Ok(AdminResponse::Status(s)) => Some(s),
             _ => None,
         }
@@ -295,18 +334,18 @@ impl Cluster {
 
     /// Sends an admin request to node 1, retrying until it is answered without an error.
     pub async fn admin(&self, req: AdminRequest) -> AdminResponse {
-        let addr = self.nodes[0].client_addr.clone();
+        let addr = self.nodes[0].admin_addr.clone();
         retry(Duration::from_secs(20), || {
             let req = req.clone();
             let addr = addr.clone();
-            async move { request(&addr, req).await }
+            async move { self.request(&addr, req).await }
         })
         .await
     }
 
     /// Consumer groups and their progress, as node `id` knows them.
     pub async fn groups(&self, id: u64) -> Vec<GroupInfo> {
-        match call(&self.node(id).client_addr, &AdminRequest::ListGroups).await {
+        match self.call(&self.node(id).admin_addr, &AdminRequest::ListGroups).await {
             Ok(AdminResponse::Groups(g)) => g,
             other => panic!("listing groups on node {id}: {other:?}"),
         }
@@ -315,7 +354,7 @@ impl Cluster {
     /// The messages of one queue as node `id` stores them.
     pub async fn local_messages(&self, id: u64, topic: &str, queue: u32) -> Vec<MessageLine> {
         let req = AdminRequest::ListMessages { topic: topic.into(), queue, from: 0, limit: u64::MAX, local: true };
-        match call(&self.node(id).client_addr, &req).await {
+        match self.call(&self.node(id).admin_addr, &req).await {
             Ok(AdminResponse::Messages(m)) => m,
             other => panic!("listing messages on node {id}: {other:?}"),
         }
@@ -371,13 +410,6 @@ impl Drop for Cluster {
                 let _ = c.wait();
             }
         }
-    }
-}
-
-async fn request(addr: &str, req: AdminRequest) -> Result<AdminResponse, String> {
-    match call(addr, &req).await? {
-        AdminResponse::Error(e) => Err(e),
-        ok => Ok(ok),
     }
 }
 

@@ -239,7 +239,7 @@ async fn assert_converged(cluster: &mut Cluster, acked: &Acked, what: &str) {
 
 /// Where node `id`'s copy of queue `q` starts now (it moves up as that node purges its log).
 async fn queue_start(cluster: &Cluster, id: u64, q: u32) -> u64 {
-    match rockraft::admin::call(&cluster.client_addr(id), &AdminRequest::ListTopics).await {
+    match cluster.call(&cluster.admin_addr(id), &AdminRequest::ListTopics).await {
         Ok(AdminResponse::Topics(topics)) => topics
             .iter()
             .find(|t| t.config.name == TOPIC)

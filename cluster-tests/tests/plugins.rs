@@ -102,10 +102,10 @@ async fn send_body(p: &Producer, topic: &str, tag: Option<&str>, body: &str) {
 // Admin
 
 async fn admin_call(cluster: &Cluster, id: u64, req: &AdminRequest) -> AdminResponse {
-    let addr = cluster.client_addr(id);
+    let addr = cluster.admin_addr(id);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        match rockraft::admin::call(&addr, req).await {
+        match cluster.call(&addr, req).await {
             Ok(r) => return r,
             Err(e) if Instant::now() > deadline => panic!("{req:?} to node {id}: {e}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -563,7 +563,7 @@ async fn hostile_plugins_cannot_hurt_the_node() {
         let e = refused(&cluster, register(name, PluginKind::Filter, bytes)).await;
         assert!(e.contains(reason), "registering {name}: the error must say {reason:?}: {e}");
     }
-    let listed = plugin_cli(&cluster.client_addr(1), &["list"]).await;
+    let listed = plugin_cli(&cluster.admin_addr(1), &["list"]).await;
     for name in ["speaks-v2", "uses-wasi", "not-wasm", "too-big"] {
         assert!(!listed.lines().any(|l| l.starts_with(&format!("{name}\t"))), "{name} is listed:\n{listed}");
     }
@@ -671,12 +671,13 @@ async fn example_filter_plugin_filters_a_live_subscription() {
     // Clients and the CLI talk to a node that survives the leader's death.
     let survivor = (1..=3).find(|id| *id != leader).unwrap();
     let endpoint = cluster.client_addr(survivor);
+    let admin = cluster.admin_addr(survivor);
 
     // As its README says: register the module, bind the group with an expression.
-    plugin_cli(&endpoint, &["register", "--name", "json-field", "--kind", "filter", wasm.to_str().unwrap()]).await;
+    plugin_cli(&admin, &["register", "--name", "json-field", "--kind", "filter", wasm.to_str().unwrap()]).await;
     let expression = r#"status == "paid" && amount != 0"#;
-    plugin_cli(&endpoint, &["bind", "--group", "paid-orders", "--plugin", "json-field", "--config", expression]).await;
-    let listed = plugin_cli(&endpoint, &["list"]).await;
+    plugin_cli(&admin, &["bind", "--group", "paid-orders", "--plugin", "json-field", "--config", expression]).await;
+    let listed = plugin_cli(&admin, &["list"]).await;
     let line =
         listed.lines().find(|l| l.starts_with("json-field\t")).unwrap_or_else(|| panic!("not listed:\n{listed}"));
     assert!(line.contains("\tfilter\tregistered\t") && line.contains("bound_to=group paid-orders"), "{line}");
@@ -755,7 +756,7 @@ async fn example_checker_plugin_resolves_transactions() {
     cluster.create_topic(TOPIC, 2, TopicKind::Transaction).await;
     cluster.create_topic(SLOW_TOPIC, 2, TopicKind::Transaction).await;
     cluster.create_group("shipping", false, 16).await;
-    let endpoint = cluster.client_addr(1);
+    let endpoint = cluster.admin_addr(1);
     plugin_cli(&endpoint, &["register", "--name", "order-checker", "--kind", "tx-checker", wasm.to_str().unwrap()])
         .await;
     let config = "property=order_state commit=paid rollback_after_ms=3000";

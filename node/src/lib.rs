@@ -18,6 +18,7 @@
 //! one that imports it back; `tests/layering.rs` checks.
 
 pub mod admin;
+pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod cluster;

@@ -1,10 +1,12 @@
-//! One RockRaft node: storage, broker, Raft, the cluster handle, background jobs, and the two
-//! gRPC endpoints, wired together.
+//! One RockRaft node: storage, broker, Raft, the cluster handle, background jobs, and its three
+//! gRPC listeners, one per plane, wired together.
 //!
-//! - raft port: `RaftService` (replication), `PeerService` (what members ask of the leader) and
-//!   `AdminService`;
-//! - client port: the RocketMQ `MessagingService` (proxy) and `AdminService` (for the CLI). No
-//!   peer call is served here: nothing a client reaches proposes raw command bytes.
+//! - raft port (members only: the cluster secret): `RaftService` (replication), `PeerService`
+//!   (what members ask of the leader) and `AdminService` (operator requests members forward to
+//!   the leader);
+//! - client port: the RocketMQ `MessagingService` (proxy) only; each request is marked with its
+//!   caller, whom the proxy checks against the access rules;
+//! - admin port: `AdminService` for the CLI, admins only when authentication is on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,8 @@ use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminServer, NodeConfig};
+use crate::auth::member::{Attach, Check};
+use crate::auth::{AdminsOnly, Authenticator, MarkCaller};
 use crate::broker::transaction::TransactionChecker;
 use crate::broker::{Broker, BrokerOptions};
 use crate::cluster::{Cluster, ClusterOptions, PeerServer};
@@ -24,7 +28,6 @@ use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
-use crate::raft::member_auth::{Attach, Check};
 use crate::raft::{LogStore, Network, Raft, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
@@ -137,7 +140,11 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
 }
 
-/// HTTP/2 settings for both endpoints. Windows are wide, so thousands of 1 KiB sends in flight
+/// The largest admin request: a plugin registration, its module in base64 (4/3 of its size),
+/// plus room for the rest of the request.
+const MAX_ADMIN_REQUEST_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES * 4 / 3 + (1 << 20);
+
+/// HTTP/2 settings for every listener. Windows are wide, so thousands of 1 KiB sends in flight
 /// need few WINDOW_UPDATEs; a peer reconnecting after a partition may reset many streams at once
 /// without the connection being torn down for it (h2's default allows 20 pending).
 fn server_builder() -> tonic::transport::Server {
@@ -147,13 +154,14 @@ fn server_builder() -> tonic::transport::Server {
         .http2_max_pending_accept_reset_streams(Some(4096))
 }
 
-/// Serves both endpoints until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
+/// Serves the three listeners until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
 /// the node reports a fatal condition (`Jobs::fail_stop`), then stops at once with that error.
 pub async fn run(config: NodeConfig) -> Result<(), String> {
     let node = open(config).await?;
     let config = Arc::clone(&node.config);
     let raft_addr = config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
     let client_addr = config.client_addr.parse().map_err(|e| format!("client_addr: {e}"))?;
+    let admin_addr = config.admin_addr.parse().map_err(|e| format!("admin_addr: {e}"))?;
     let max = usize::MAX;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -168,8 +176,22 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let raft_server = server_builder()
         .add_service(InterceptedService::new(raft_service, members_only.clone()))
         .add_service(InterceptedService::new(peer_service, members_only.clone()))
-        .add_service(InterceptedService::new(admin().max_decoding_message_size(max), members_only))
+        .add_service(InterceptedService::new(admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES), members_only))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
+    let authenticator = Authenticator::new(config.auth.clone(), cluster.broker().clone());
+    if !config.auth.enabled {
+        tracing::warn!(
+            client = %config.client_addr,
+            admin = %config.admin_addr,
+            "authentication is off: any caller that reaches the client or admin port may do everything"
+        );
+    }
+    let admin_server = server_builder()
+        .add_service(InterceptedService::new(
+            admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES),
+            AdminsOnly(Arc::clone(&authenticator)),
+        ))
+        .serve_with_shutdown(admin_addr, stopped(stop_rx.clone()));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),
         max_body_bytes: config.broker.max_body_bytes,
@@ -179,20 +201,21 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         advertised_client_addr: config.advertised_client_addr().to_string(),
     };
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
+    let messaging = MessagingServiceServer::new(proxy)
+        .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
     let client_server = server_builder()
-        .add_service(
-            MessagingServiceServer::new(proxy)
-                .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20)),
-        )
-        .add_service(admin().max_decoding_message_size(max))
+        .add_service(InterceptedService::new(messaging, MarkCaller(authenticator)))
         .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
     let raft_task = tokio::spawn(raft_server);
     let client_task = tokio::spawn(client_server);
+    let admin_task = tokio::spawn(admin_server);
     tracing::info!(
         node = cluster.id(),
         raft = %config.raft_addr,
         client = %config.client_addr,
+        admin = %config.admin_addr,
         advertised = %config.advertised_client_addr(),
+        auth = config.auth.enabled,
         "node started"
     );
 
@@ -207,7 +230,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let _ = stop_tx.send(true);
     // Streams never end by themselves (a leader's replication stream, clients' Telemetry streams
     // and long polls): in-flight calls get a moment to finish, then the servers stop.
-    for task in [raft_task, client_task] {
+    for task in [raft_task, client_task, admin_task] {
         let abort = task.abort_handle();
         if tokio::time::timeout(SERVER_DRAIN, task).await.is_err() {
             abort.abort();

@@ -3,7 +3,8 @@
 //!
 //! `cargo run -p rockraft-examples --bin consume -- ENDPOINTS TOPIC GROUP [COUNT] [TAG_EXPRESSION]`
 //! The group must exist (`rockraft group create GROUP`). Stops after COUNT messages (default 1),
-//! or with exit code 1 if none arrives for 30 s.
+//! or with exit code 1 if none arrives for 30 s. With `ROCKRAFT_CLIENT_ACCESS_KEY` and
+//! `ROCKRAFT_CLIENT_SECRET_KEY` set, requests are signed.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,13 @@ async fn main() {
     consumer_option.set_topics(vec![topic.as_str()]);
     let mut client_option = ClientOption::default();
     client_option.set_access_url(endpoints.as_str());
+    // A cluster with authentication on: sign as this user.
+    if let (Ok(key), Ok(secret)) =
+        (std::env::var("ROCKRAFT_CLIENT_ACCESS_KEY"), std::env::var("ROCKRAFT_CLIENT_SECRET_KEY"))
+    {
+        client_option.set_access_key(key);
+        client_option.set_secret_key(secret);
+    }
     client_option.set_enable_tls(false);
     client_option.set_long_polling_timeout(Duration::from_secs(10));
     let mut consumer = match SimpleConsumer::new(consumer_option, client_option) {

@@ -1,7 +1,8 @@
 //! Sends one message with the official RocketMQ Rust client.
 //!
 //! `cargo run -p rockraft-examples --bin produce -- ENDPOINTS TOPIC BODY [TAG]`
-//! ENDPOINTS is one or more client endpoints, comma-separated (e.g. 127.0.0.1:8081).
+//! ENDPOINTS is one or more client endpoints, comma-separated (e.g. 127.0.0.1:8081). With
+//! `ROCKRAFT_CLIENT_ACCESS_KEY` and `ROCKRAFT_CLIENT_SECRET_KEY` set, requests are signed.
 
 use rocketmq::Producer;
 use rocketmq::conf::{ClientOption, ProducerOption};
@@ -18,6 +19,13 @@ async fn main() {
     producer_option.set_topics(vec![topic.as_str()]);
     let mut client_option = ClientOption::default();
     client_option.set_access_url(endpoints.as_str());
+    // A cluster with authentication on: sign as this user.
+    if let (Ok(key), Ok(secret)) =
+        (std::env::var("ROCKRAFT_CLIENT_ACCESS_KEY"), std::env::var("ROCKRAFT_CLIENT_SECRET_KEY"))
+    {
+        client_option.set_access_key(key);
+        client_option.set_secret_key(secret);
+    }
     client_option.set_enable_tls(false);
     let mut producer = match Producer::new(producer_option, client_option) {
         Ok(p) => p,

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, HeldEntry};
 use crate::broker::settings::{ClusterSettings, SettingsChange};
@@ -19,6 +20,8 @@ pub enum AdminRequest {
         id: NodeId,
         raft_addr: String,
         client_addr: String,
+        #[serde(default)]
+        admin_addr: String,
     },
     RemoveNode {
         id: NodeId,
@@ -99,6 +102,55 @@ pub enum AdminRequest {
         #[serde(default)]
         config: String,
     },
+    /// Creates a user (`rockraft user create`).
+    CreateUser {
+        access_key: String,
+        secret: Secret,
+        admin: bool,
+    },
+    /// Changes a user's secret or admin flag (`None`: unchanged).
+    UpdateUser {
+        access_key: String,
+        secret: Option<Secret>,
+        admin: Option<bool>,
+    },
+    /// Removes a user and every rule of theirs.
+    DeleteUser {
+        access_key: String,
+    },
+    /// Users by access key and whether they are admins; never their secrets.
+    ListUsers,
+    /// Gives a user an allow or a deny of `actions` on a resource (`Topic:orders`,
+    /// `Topic:orders*`, `Group:g`), replacing their rule on it.
+    Grant {
+        access_key: String,
+        resource: String,
+        actions: Vec<Action>,
+        decision: Decision,
+    },
+    Revoke {
+        access_key: String,
+        resource: String,
+    },
+    /// Every rule, or one user's.
+    ListAcl {
+        access_key: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserInfo {
+    pub access_key: String,
+    pub admin: bool,
+    pub rules: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AclLine {
+    pub access_key: String,
+    pub resource: String,
+    pub actions: Vec<Action>,
+    pub decision: Decision,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +193,7 @@ impl AdminRequest {
             | AdminRequest::ResolveTransaction { .. }
             | AdminRequest::RegisterPlugin { .. }
             | AdminRequest::BindPlugin { .. }
+            | AdminRequest::UpdateUser { .. }
             | AdminRequest::Settings => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,
@@ -160,6 +213,8 @@ pub enum AdminResponse {
     Held(Vec<HeldEntry>),
     Plugins(Vec<PluginInfo>),
     Settings(ClusterSettings),
+    Users(Vec<UserInfo>),
+    Acl(Vec<AclLine>),
     Error(String),
 }
 
@@ -220,6 +275,8 @@ pub struct MemberInfo {
     pub id: NodeId,
     pub raft_addr: String,
     pub client_addr: String,
+    #[serde(default)]
+    pub admin_addr: String,
     pub voter: bool,
 }
 

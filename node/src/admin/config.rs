@@ -25,9 +25,13 @@ pub struct NodeConfig {
     /// address.
     #[serde(default = "default_raft_addr")]
     pub raft_addr: String,
-    /// The RocketMQ proxy endpoint for clients (and the admin API the CLI uses): listen address.
+    /// The RocketMQ proxy endpoint for clients: listen address. It serves `MessagingService` only.
     #[serde(default = "default_client_addr")]
     pub client_addr: String,
+    /// The operator API (the CLI): listen address, and where other members' CLIs reach this
+    /// node. Admins only when `[auth] enabled`.
+    #[serde(default = "default_admin_addr")]
+    pub admin_addr: String,
     /// The address clients reach `client_addr` at, when that differs (NAT, containers, a listen
     /// address of `0.0.0.0`): what routes hand out for this node. Default: `client_addr`.
     #[serde(default)]
@@ -47,9 +51,12 @@ pub struct NodeConfig {
     #[serde(default)]
     pub plugins: crate::plugin::PluginLimits,
     /// The secret every member of the cluster shares: calls to the raft port must carry it
-    /// (`raft/member_auth.rs`). Without it that port accepts any caller.
+    /// (`auth/member.rs`). Without it that port accepts any caller.
     #[serde(default)]
-    pub cluster_secret: Option<crate::raft::member_auth::ClusterSecret>,
+    pub cluster_secret: Option<crate::auth::member::ClusterSecret>,
+    /// Client and operator authentication.
+    #[serde(default)]
+    pub auth: crate::auth::AuthConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -59,6 +66,9 @@ pub struct Member {
     pub raft_addr: String,
     /// Where clients reach this member: its advertised client address.
     pub client_addr: String,
+    /// Where operators reach this member's admin API.
+    #[serde(default)]
+    pub admin_addr: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -118,6 +128,9 @@ fn default_raft_addr() -> String {
 }
 fn default_client_addr() -> String {
     "127.0.0.1:8081".into()
+}
+fn default_admin_addr() -> String {
+    "127.0.0.1:7081".into()
 }
 fn default_data_dir() -> PathBuf {
     "./data".into()
@@ -218,6 +231,7 @@ impl NodeConfig {
         if !self.members.is_empty() && !self.members.iter().any(|m| m.id == self.node_id) {
             return Err(format!("members does not list this node ({})", self.node_id));
         }
+        self.auth.validate()?;
         self.validate_client_addrs()
     }
 
@@ -256,7 +270,11 @@ impl NodeConfig {
 
     /// This node as the group's membership records it (a group of one initialised here).
     pub fn node_info(&self) -> NodeInfo {
-        NodeInfo { raft_addr: self.raft_addr.clone(), client_addr: self.advertised_client_addr().to_string() }
+        NodeInfo {
+            raft_addr: self.raft_addr.clone(),
+            client_addr: self.advertised_client_addr().to_string(),
+            admin_addr: self.admin_addr.clone(),
+        }
     }
 
     pub fn log_config(&self) -> LogConfig {

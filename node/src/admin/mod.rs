@@ -1,9 +1,10 @@
 //! Operating a node: its configuration and the admin API (`rockraft.v1.AdminService`) that the
-//! CLI calls, on either port; a node passes a request that needs the leader on to the leader's.
+//! CLI calls on the node's own admin listener (`admin_addr`); a node passes a request that needs
+//! the leader on to the leader's raft port, as a member.
 
 pub mod api;
 mod config;
 mod service;
 
 pub use config::{BrokerConfig, Member, NodeConfig, RaftTimings, StorageConfig};
-pub use service::{AdminServer, call, call_on};
+pub use service::{AdminServer, Credentials, call, call_as, call_on};

@@ -13,9 +13,10 @@ use crate::admin::NodeConfig;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::admin::api::{
-    AdminRequest, AdminResponse, BindTarget, GroupInfo, MemberInfo, MessageLine, NodeStatus, PluginInfo, Role,
-    TopicInfo,
+    AclLine, AdminRequest, AdminResponse, BindTarget, GroupInfo, MemberInfo, MessageLine, NodeStatus, PluginInfo, Role,
+    TopicInfo, UserInfo,
 };
+use crate::broker::access::{AccessCommand, Resource, Rule};
 use crate::broker::plugins::{Binding, PluginCommand};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::transaction::{Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
@@ -81,13 +82,34 @@ fn reply_text(reply: Reply) -> AdminResponse {
     }
 }
 
-/// Sends `req` to the admin service at `addr`.
+/// An admin's access key and secret, which the CLI signs its requests with as the official
+/// clients sign theirs.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub access_key: String,
+    pub secret: crate::broker::access::Secret,
+}
+
+/// Sends `req` to the admin service at `addr`, unsigned (a cluster without authentication).
 pub async fn call(addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
-    call_on(channel(addr)?, req).await.map_err(|e| format!("{addr}: {e}"))
+    call_as(addr, req, None).await
+}
+
+/// Sends `req` to the admin service at `addr`, signed with `credentials` if given.
+pub async fn call_as(
+    addr: &str,
+    req: &AdminRequest,
+    credentials: Option<&Credentials>,
+) -> Result<AdminResponse, String> {
+    call_on(channel(addr)?, req, credentials).await.map_err(|e| format!("{addr}: {e}"))
 }
 
 /// Sends `req` over an existing channel (a plain one, or a member's to another member).
-pub async fn call_on<T>(channel: T, req: &AdminRequest) -> Result<AdminResponse, String>
+pub async fn call_on<T>(
+    channel: T,
+    req: &AdminRequest,
+    credentials: Option<&Credentials>,
+) -> Result<AdminResponse, String>
 where
     T: tonic::client::GrpcService<tonic::body::Body>,
     T::Error: Into<tonic::codegen::StdError>,
@@ -95,11 +117,21 @@ where
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
     let json = serde_json::to_vec(req).map_err(|e| e.to_string())?;
-    let reply = AdminServiceClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
-        .call(pb::Json { json: json.into() })
-        .await
-        .map_err(|s| s.message().to_string())?;
+    let mut request = Request::new(pb::Json { json: json.into() });
+    if let Some(c) = credentials {
+        let (date_time, authorization) =
+            crate::auth::signature::sign(&c.access_key, c.secret.expose(), time::OffsetDateTime::now_utc());
+        let metadata = request.metadata_mut();
+        let ascii = |v: String| v.parse().map_err(|_| "credentials must be printable ASCII".to_string());
+        metadata.insert(crate::auth::signature::DATE_TIME, ascii(date_time)?);
+        metadata.insert(crate::auth::signature::AUTHORIZATION, ascii(authorization)?);
+    }
+    let reply = AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX).call(request).await.map_err(
+        |s| match s.message() {
+            "" => format!("{:?}", s.code()),
+            m => m.to_string(),
+        },
+    )?;
     serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
 }
 
@@ -110,19 +142,19 @@ impl AdminServer {
         let broker = cluster.broker();
         if req.needs_leader() && !cluster.is_leader() {
             return match cluster.leader_channel() {
-                Ok(leader) => call_on(leader, &req).await.unwrap_or_else(AdminResponse::Error),
+                Ok(leader) => call_on(leader, &req, None).await.unwrap_or_else(AdminResponse::Error),
                 Err(e) => AdminResponse::Error(format!("{e}; try again")),
             };
         }
         let result: Result<AdminResponse, String> = match req {
             AdminRequest::Status => Ok(AdminResponse::Status(self.status())),
             AdminRequest::Init => self.init().await,
-            AdminRequest::AddNode { id, raft_addr, client_addr } => {
+            AdminRequest::AddNode { id, raft_addr, client_addr, admin_addr } => {
                 // Routes hand this address to clients: it must be one they can dial.
                 if let Err(e) = super::config::check_dialable(&client_addr) {
                     return AdminResponse::Error(format!("client_addr: {e}"));
                 }
-                let info = NodeInfo { raft_addr, client_addr };
+                let info = NodeInfo { raft_addr, client_addr, admin_addr };
                 match raft.add_learner(id, info, true).await {
                     Err(e) => Err(e.to_string()),
                     Ok(_) => {
@@ -172,6 +204,62 @@ impl AdminServer {
                     })
                     .collect()
             })),
+            AdminRequest::CreateUser { access_key, secret, admin } => {
+                let put = AccessCommand::PutUser { access_key, secret, admin, create: true };
+                self.write(Command::Access(put)).await
+            }
+            AdminRequest::UpdateUser { access_key, secret, admin } => {
+                // On the leader: what is left unchanged is read from the state it writes over.
+                match broker.access(|t| t.user(&access_key).cloned()) {
+                    None => Err(format!("no user {access_key}")),
+                    Some(user) => {
+                        let secret = secret.unwrap_or(user.secret);
+                        let admin = admin.unwrap_or(user.admin);
+                        let put = AccessCommand::PutUser { access_key, secret, admin, create: false };
+                        self.write(Command::Access(put)).await
+                    }
+                }
+            }
+            AdminRequest::DeleteUser { access_key } => {
+                self.write(Command::Access(AccessCommand::DeleteUser { access_key })).await
+            }
+            AdminRequest::ListUsers => Ok(AdminResponse::Users(broker.access(|t| {
+                t.users
+                    .iter()
+                    .map(|(key, user)| UserInfo {
+                        access_key: key.clone(),
+                        admin: user.admin,
+                        rules: t
+                            .rules
+                            .range((key.clone(), Resource::FIRST)..)
+                            .take_while(|((k, _), _)| k == key)
+                            .count(),
+                    })
+                    .collect()
+            }))),
+            AdminRequest::Grant { access_key, resource, actions, decision } => match resource.parse::<Resource>() {
+                Ok(resource) => {
+                    let rule = Rule { actions, decision };
+                    self.write(Command::Access(AccessCommand::Grant { access_key, resource, rule })).await
+                }
+                Err(e) => Err(e),
+            },
+            AdminRequest::Revoke { access_key, resource } => match resource.parse::<Resource>() {
+                Ok(resource) => self.write(Command::Access(AccessCommand::Revoke { access_key, resource })).await,
+                Err(e) => Err(e),
+            },
+            AdminRequest::ListAcl { access_key } => Ok(AdminResponse::Acl(broker.access(|t| {
+                t.rules
+                    .iter()
+                    .filter(|((key, _), _)| access_key.as_ref().is_none_or(|k| k == key))
+                    .map(|((key, resource), rule)| AclLine {
+                        access_key: key.clone(),
+                        resource: resource.to_string(),
+                        actions: rule.actions.clone(),
+                        decision: rule.decision,
+                    })
+                    .collect()
+            }))),
             AdminRequest::CreateGroup(g) => self.write(Command::Consume(ConsumeCommand::CreateGroup(g))).await,
             AdminRequest::DeleteGroup { name } => {
                 self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await
@@ -401,7 +489,14 @@ impl AdminServer {
             config
                 .members
                 .iter()
-                .map(|m| (m.id, NodeInfo { raft_addr: m.raft_addr.clone(), client_addr: m.client_addr.clone() }))
+                .map(|m| {
+                    let info = NodeInfo {
+                        raft_addr: m.raft_addr.clone(),
+                        client_addr: m.client_addr.clone(),
+                        admin_addr: m.admin_addr.clone(),
+                    };
+                    (m.id, info)
+                })
                 .collect()
         };
         let n = members.len();
@@ -428,6 +523,7 @@ impl AdminServer {
                     id: *id,
                     raft_addr: n.raft_addr.clone(),
                     client_addr: n.client_addr.clone(),
+                    admin_addr: n.admin_addr.clone(),
                     voter: voters.contains(id),
                 })
                 .collect(),

@@ -133,6 +133,7 @@ impl State {
                     self.settings.max_module_bytes
                 ))
             }
+            Command::Access(a) => self.access.apply(a),
             Command::Plugin(p) => {
                 let groups = &self.consumption.groups;
                 self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))

@@ -8,13 +8,15 @@
 //! - `TAG_DEAD_LETTER`: a protobuf `DeadLetter`, which carries a copy of the message;
 //! - `TAG_TIMER`, `TAG_TRANSACTION`: JSON of [`TimerCommand`] / [`TransactionCommand`] (firing,
 //!   recalling, resolving and checking held messages: keys only, never message bytes);
-//! - `TAG_PLUGIN`: JSON of [`PluginCommand`] (registering a module carries its bytes, base64).
+//! - `TAG_PLUGIN`: JSON of [`PluginCommand`] (registering a module carries its bytes, base64);
+//! - `TAG_ACCESS`: JSON of [`AccessCommand`] (users and access rules).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::BrokerError;
+use crate::broker::access::AccessCommand;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::timer::TimerCommand;
@@ -28,6 +30,7 @@ const TAG_DEAD_LETTER: u8 = 4;
 const TAG_TIMER: u8 = 5;
 const TAG_TRANSACTION: u8 = 6;
 const TAG_PLUGIN: u8 = 7;
+const TAG_ACCESS: u8 = 8;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -38,6 +41,7 @@ pub enum Command {
     Timer(TimerCommand),
     Transaction(TransactionCommand),
     Plugin(PluginCommand),
+    Access(AccessCommand),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -70,6 +74,7 @@ impl Command {
             Command::Timer(t) => json(TAG_TIMER, t),
             Command::Transaction(t) => json(TAG_TRANSACTION, t),
             Command::Plugin(p) => json(TAG_PLUGIN, p),
+            Command::Access(a) => json(TAG_ACCESS, a),
             Command::DeadLetter(d) => {
                 let mut buf = BytesMut::with_capacity(1 + d.encoded_len());
                 buf.put_u8(TAG_DEAD_LETTER);
@@ -111,7 +116,7 @@ impl Command {
             Command::Timer(t) => t.set_time(now_ms),
             Command::Transaction(t) => t.set_time(now_ms),
             Command::Plugin(PluginCommand::Register { now_ms: at, .. }) => *at = now_ms,
-            Command::Admin(_) | Command::Plugin(_) => {}
+            Command::Admin(_) | Command::Plugin(_) | Command::Access(_) => {}
         }
     }
 
@@ -166,6 +171,7 @@ impl Command {
                 serde_json::from_slice(&bytes[1..]).map(Command::Transaction).map_err(|e| corrupt(&e))
             }
             Some(&TAG_PLUGIN) => serde_json::from_slice(&bytes[1..]).map(Command::Plugin).map_err(|e| corrupt(&e)),
+            Some(&TAG_ACCESS) => serde_json::from_slice(&bytes[1..]).map(Command::Access).map_err(|e| corrupt(&e)),
             Some(&TAG_DEAD_LETTER) => {
                 DeadLetter::decode(bytes.slice(1..)).map(Command::DeadLetter).map_err(|e| corrupt(&e))
             }

@@ -20,6 +20,7 @@
 //!
 //! The broker knows nothing of Raft: `raft/` adapts it to openraft.
 
+pub mod access;
 mod apply;
 mod checkpoint;
 mod command;

@@ -79,6 +79,12 @@ impl Broker {
         self.state().topics.get(&name.to_string()).cloned()
     }
 
+    /// Reads the users and access rules as this node has applied them (a short read lock: the
+    /// caller only looks up a user or a rule).
+    pub fn access<R>(&self, read: impl FnOnce(&crate::broker::access::AccessTables) -> R) -> R {
+        read(&self.state().access)
+    }
+
     pub fn topics(&self) -> Vec<TopicConfig> {
         self.state().topics.values().cloned().collect()
     }

@@ -79,6 +79,11 @@ enum Op {
         later_ms: i64,
         asked: bool,
     },
+    /// Creates, changes or deletes a user, or grants or revokes one of their rules.
+    Access {
+        user: usize,
+        what: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -100,12 +105,34 @@ fn op() -> impl Strategy<Value = Op> {
             operator
         }),
         (0..4_000i64, any::<bool>()).prop_map(|(later_ms, asked)| Op::Check { later_ms, asked }),
+        (0..2usize, 0..5u8).prop_map(|(user, what)| Op::Access { user, what }),
     ]
 }
 
 /// Turns `op` into the commands a leader would propose against `n`'s state, and commits them.
 fn run(n: &mut Node, op: &Op, clock: &mut i64) {
     match op {
+        Op::Access { user, what } => {
+            use crate::broker::access::{AccessCommand, Action, Decision, Rule, Secret};
+            let access_key = ["alice", "bob"][*user].to_string();
+            let resource = ["Topic:orders*", "Group:readers"][*user].parse().unwrap();
+            let command = match what {
+                0 | 1 => AccessCommand::PutUser {
+                    access_key,
+                    secret: Secret::new(format!("secret-{what}-{clock}")),
+                    admin: *what == 1,
+                    create: *what == 0,
+                },
+                2 => AccessCommand::DeleteUser { access_key },
+                3 => AccessCommand::Grant {
+                    access_key,
+                    resource,
+                    rule: Rule { actions: vec![Action::Sub], decision: Decision::Allow },
+                },
+                _ => AccessCommand::Revoke { access_key, resource },
+            };
+            n.commit(&Command::Access(command));
+        }
         Op::CreateTopic { topic, queues } => {
             let config = TopicConfig { name: TOPICS[*topic].into(), queues: *queues, kind: KINDS[*topic] };
             n.commit(&Command::Admin(AdminCommand::CreateTopic(config)));

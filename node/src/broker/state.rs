@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use crate::broker::access::AccessTables;
 use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
 use crate::broker::held::{HeldCounts, Hold};
@@ -93,6 +94,9 @@ pub struct State {
     /// Registered plugin modules and what groups and topics are bound to.
     #[serde(default)]
     pub plugins: PluginTables,
+    /// Users and their access rules.
+    #[serde(default)]
+    pub access: AccessTables,
     #[serde(skip)]
     pub(crate) local: Local,
 }
@@ -127,7 +131,7 @@ impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
     /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
     /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 12] {
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 14] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
@@ -138,6 +142,8 @@ impl State {
             ("plugin/", &mut self.plugins.modules),
             ("group_filter/", &mut self.plugins.group_filters),
             ("topic_checker/", &mut self.plugins.topic_checkers),
+            ("user/", &mut self.access.users),
+            ("acl/", &mut self.access.rules),
             ("~half/", &mut self.halves),
             ("~check/", &mut self.checks),
             ("~hold/", &mut self.holds),
@@ -181,7 +187,7 @@ impl State {
                 (&self.last_applied, &self.membership, &self.dedupe_clock, &self.settings),
                 (&self.topics, &replicated_queues),
                 (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
-                (&self.holds, &self.held_counts, &self.plugins),
+                (&self.holds, &self.held_counts, &self.plugins, &self.access),
             ),
         )
         .map_err(|e| format!("reading the state for its digest: {e}"))?;

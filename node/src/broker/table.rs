@@ -91,6 +91,11 @@ impl<K: Ord + Clone, V> Table<K, V> {
         self.rows.iter()
     }
 
+    /// The rows from `from` on, in key order.
+    pub fn range(&self, from: std::ops::RangeFrom<K>) -> impl Iterator<Item = (&K, &V)> {
+        self.rows.range(from)
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = &K> {
         self.rows.keys()
     }

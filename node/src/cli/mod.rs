@@ -4,6 +4,7 @@
 mod bench;
 mod bench_delay;
 mod plugin;
+mod user;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Role};
-use crate::admin::{NodeConfig, call};
+use crate::admin::{Credentials, NodeConfig, call_as};
 use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldEntry;
 use crate::broker::settings::SettingsChange;
@@ -20,9 +21,15 @@ use crate::broker::{TopicConfig, TopicKind};
 #[derive(Parser)]
 #[command(name = "rockraft", version, about = "A Raft-replicated, RocketMQ-compatible message broker")]
 pub struct Cli {
-    /// A node's client endpoint (HOST:PORT) to send admin requests to.
-    #[arg(long, global = true, env = "ROCKRAFT_ENDPOINT", default_value = "127.0.0.1:8081")]
+    /// A node's admin endpoint (its `admin_addr`, HOST:PORT) to send operator requests to.
+    #[arg(long, global = true, env = "ROCKRAFT_ENDPOINT", default_value = "127.0.0.1:7081")]
     endpoint: String,
+    /// An admin's access key, when the cluster has authentication on.
+    #[arg(long, global = true, env = "ROCKRAFT_ACCESS_KEY")]
+    access_key: Option<String>,
+    /// The secret of `--access-key` (better given in the environment than on a command line).
+    #[arg(long, global = true, env = "ROCKRAFT_SECRET_KEY", hide_env_values = true)]
+    secret_key: Option<String>,
     #[command(subcommand)]
     command: Top,
 }
@@ -53,6 +60,12 @@ enum Top {
     /// Filter and transaction-checker plugins (WASM): register, bind, try one locally.
     #[command(subcommand)]
     Plugin(plugin::PluginCmd),
+    /// Users: access keys and secrets that clients and operators sign requests with.
+    #[command(subcommand)]
+    User(user::UserCmd),
+    /// Access rules: who may publish to or subscribe to which topics and groups.
+    #[command(subcommand)]
+    Acl(user::AclCmd),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -74,7 +87,7 @@ enum BenchCmd {
         /// Messages per SendMessage request.
         #[arg(long, default_value_t = 1)]
         batch: usize,
-        /// Client endpoints to spread the load over (comma-separated); default: --endpoint.
+        /// Client endpoints to spread the load over (comma-separated).
         #[arg(long)]
         endpoints: Option<String>,
     },
@@ -95,7 +108,7 @@ enum BenchCmd {
         /// Give up after this many seconds without a message.
         #[arg(long, default_value_t = 10)]
         idle_secs: u64,
-        /// Client endpoints to spread the load over (comma-separated); default: --endpoint.
+        /// Client endpoints to spread the load over (comma-separated).
         #[arg(long)]
         endpoints: Option<String>,
         /// Subscribe with this SQL92 expression (e.g. `TRUE` to measure the filter's own cost).
@@ -128,6 +141,9 @@ enum ClusterCmd {
         raft_addr: String,
         #[arg(long)]
         client_addr: String,
+        /// Where operators reach the node's admin API (`cluster status` asks each member there).
+        #[arg(long, default_value = "")]
+        admin_addr: String,
     },
     RemoveNode {
         #[arg(long)]
@@ -190,9 +206,18 @@ enum GroupCmd {
     },
 }
 
-/// `--endpoints A,B,C`, else the one `--endpoint`.
-fn endpoint_list(endpoints: Option<String>, endpoint: &str) -> Vec<String> {
-    endpoints.unwrap_or_else(|| endpoint.to_string()).split(',').map(str::to_string).collect()
+/// The client endpoint load goes to without `--endpoints`: the quick start's first node.
+const DEFAULT_CLIENT_ENDPOINT: &str = "127.0.0.1:8081";
+
+/// `--endpoints A,B,C`, else the quick start's first node.
+fn endpoint_list(endpoints: Option<String>) -> Vec<String> {
+    endpoints.unwrap_or_else(|| DEFAULT_CLIENT_ENDPOINT.to_string()).split(',').map(str::to_string).collect()
+}
+
+/// Where operator requests go, and what they are signed with.
+pub(crate) struct Admin {
+    endpoint: String,
+    credentials: Option<Credentials>,
 }
 
 /// Milliseconds since the epoch, from RFC 3339 or a plain number of milliseconds.
@@ -301,8 +326,13 @@ fn print_lines(lines: &[MessageLine]) {
     }
 }
 
-async fn request(endpoint: &str, req: AdminRequest) -> Result<AdminResponse, String> {
-    match call(endpoint, &req).await? {
+async fn request(admin: &Admin, req: AdminRequest) -> Result<AdminResponse, String> {
+    request_at(admin, &admin.endpoint, req).await
+}
+
+/// `req` to another node's admin endpoint, signed as the CLI signs.
+async fn request_at(admin: &Admin, endpoint: &str, req: AdminRequest) -> Result<AdminResponse, String> {
+    match call_as(endpoint, &req, admin.credentials.as_ref()).await? {
         AdminResponse::Error(e) => Err(e),
         ok => Ok(ok),
     }
@@ -310,19 +340,20 @@ async fn request(endpoint: &str, req: AdminRequest) -> Result<AdminResponse, Str
 
 /// Asks every member for its state digest until they report the same applied index (writes may
 /// be going on), then compares the digests.
-async fn cluster_verify(endpoint: &str) -> Result<(), String> {
-    let AdminResponse::Status(here) = request(endpoint, AdminRequest::Status).await? else {
+async fn cluster_verify(admin: &Admin) -> Result<(), String> {
+    let AdminResponse::Status(here) = request(admin, AdminRequest::Status).await? else {
         return Err("unexpected answer".into());
     };
-    let mut members: Vec<(u64, String)> = here.members.iter().map(|m| (m.id, m.client_addr.clone())).collect();
+    let mut members = member_endpoints(&here);
     if members.is_empty() {
-        members.push((here.id, endpoint.to_string()));
+        members.push((here.id, admin.endpoint.clone()));
     }
     let mut last = Vec::new();
     for _ in 0..50 {
         last.clear();
         for (id, addr) in &members {
-            let answer = tokio::time::timeout(Duration::from_secs(2), call(addr, &AdminRequest::Digest)).await;
+            let answer =
+                tokio::time::timeout(Duration::from_secs(2), request_at(admin, addr, AdminRequest::Digest)).await;
             match answer {
                 Ok(Ok(AdminResponse::Digest(d))) => last.push((*id, Some(d))),
                 _ => last.push((*id, None)),
@@ -358,21 +389,27 @@ async fn cluster_verify(endpoint: &str) -> Result<(), String> {
     }
 }
 
-async fn cluster_status(endpoint: &str) -> Result<(), String> {
-    let AdminResponse::Status(here) = request(endpoint, AdminRequest::Status).await? else {
+/// Each member's admin endpoint, as the membership records it; the answering node's own is the
+/// one asked (a membership made by an earlier release records none).
+fn member_endpoints(here: &NodeStatus) -> Vec<(u64, String)> {
+    here.members.iter().filter(|m| !m.admin_addr.is_empty()).map(|m| (m.id, m.admin_addr.clone())).collect()
+}
+
+async fn cluster_status(admin: &Admin) -> Result<(), String> {
+    let AdminResponse::Status(here) = request(admin, AdminRequest::Status).await? else {
         return Err("unexpected answer".into());
     };
     let mut rows: Vec<(u64, String, Option<NodeStatus>)> = Vec::new();
-    for m in &here.members {
-        let status = tokio::time::timeout(Duration::from_secs(2), call(&m.client_addr, &AdminRequest::Status)).await;
+    for (id, addr) in member_endpoints(&here) {
+        let status = tokio::time::timeout(Duration::from_secs(2), request_at(admin, &addr, AdminRequest::Status)).await;
         let status = match status {
             Ok(Ok(AdminResponse::Status(s))) => Some(s),
             _ => None,
         };
-        rows.push((m.id, m.client_addr.clone(), status));
+        rows.push((id, addr, status));
     }
     if rows.is_empty() {
-        rows.push((here.id, endpoint.to_string(), Some(here.clone())));
+        rows.push((here.id, admin.endpoint.clone(), Some(here.clone())));
     }
     let leader_last = rows
         .iter()
@@ -417,7 +454,15 @@ async fn cluster_status(endpoint: &str) -> Result<(), String> {
 }
 
 async fn run_command(cli: Cli) -> Result<(), String> {
-    let ep = cli.endpoint.as_str();
+    let credentials = match (cli.access_key, cli.secret_key) {
+        (Some(access_key), Some(secret)) => {
+            Some(Credentials { access_key, secret: crate::broker::access::Secret::new(secret) })
+        }
+        (None, None) => None,
+        _ => return Err("--access-key and --secret-key go together".into()),
+    };
+    let admin = Admin { endpoint: cli.endpoint, credentials };
+    let ep = &admin;
     let done = |r: AdminResponse| {
         if let AdminResponse::Done(text) = r {
             println!("{text}");
@@ -429,7 +474,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             crate::node::run(config).await
         }
         Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints }) => {
-            let endpoints = endpoint_list(endpoints, ep);
+            let endpoints = endpoint_list(endpoints);
             bench::produce(bench::ProduceOptions {
                 endpoints,
                 topic,
@@ -451,7 +496,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             sql,
             tag,
         }) => {
-            let endpoints = endpoint_list(endpoints, ep);
+            let endpoints = endpoint_list(endpoints);
             use rockraft_proto::rocketmq::{FilterExpression, FilterType};
             let filter = match (sql, tag) {
                 (Some(expression), _) => Some(FilterExpression { r#type: FilterType::Sql as i32, expression }),
@@ -471,7 +516,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             .await
         }
         Top::Bench(BenchCmd::Delay(args)) => {
-            let endpoints = endpoint_list(args.endpoints.clone(), ep);
+            let endpoints = endpoint_list(args.endpoints.clone());
             bench_delay::run(args, endpoints).await
         }
         Top::Cluster(ClusterCmd::Status) => cluster_status(ep).await,
@@ -479,8 +524,8 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         Top::Cluster(ClusterCmd::TransferLeader { to }) => {
             request(ep, AdminRequest::TransferLeader { to }).await.map(done)
         }
-        Top::Cluster(ClusterCmd::AddNode { id, raft_addr, client_addr }) => {
-            request(ep, AdminRequest::AddNode { id, raft_addr, client_addr }).await.map(done)
+        Top::Cluster(ClusterCmd::AddNode { id, raft_addr, client_addr, admin_addr }) => {
+            request(ep, AdminRequest::AddNode { id, raft_addr, client_addr, admin_addr }).await.map(done)
         }
         Top::Cluster(ClusterCmd::RemoveNode { id }) => request(ep, AdminRequest::RemoveNode { id }).await.map(done),
         Top::Cluster(ClusterCmd::Verify) => cluster_verify(ep).await,
@@ -592,6 +637,8 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             request(ep, AdminRequest::ResolveTransaction { message_id: id, commit: false }).await.map(done)
         }
         Top::Plugin(cmd) => request(ep, plugin::request(cmd)?).await.map(plugin::print),
+        Top::User(cmd) => request(ep, user::user_request(cmd)?).await.map(user::print),
+        Top::Acl(cmd) => request(ep, user::acl_request(cmd)?).await.map(user::print),
     }
 }
 

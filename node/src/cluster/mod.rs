@@ -62,7 +62,7 @@ pub struct ClusterOptions {
     /// Runs the filters and transaction checkers.
     pub plugins: std::sync::Arc<crate::plugin::PluginHost>,
     /// Carries the cluster secret on every call to another member.
-    pub attach: crate::raft::member_auth::Attach,
+    pub attach: crate::auth::member::Attach,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.

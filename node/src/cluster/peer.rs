@@ -11,11 +11,11 @@ use rockraft_proto::rockraft::{ClockRequest, Json, LiveMembersRequest, ReadIndex
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::auth::member::Attach;
 use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
-use crate::raft::member_auth::Attach;
 use crate::raft::{NodeId, PeerChannel, member_channel};
 
 /// One channel per peer address, reused by every call; each call carries the cluster secret.

@@ -27,6 +27,8 @@ use rockraft_proto::rocketmq::messaging_service_server::MessagingService;
 use rockraft_proto::rocketmq::*;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{Caller, Denied};
+use crate::broker::access::{Action, ResourceKind};
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
 use crate::broker::{Held, Reply};
@@ -167,6 +169,38 @@ impl Proxy {
     }
 }
 
+/// What a request needs to be allowed: the caller may do each action on each named resource.
+type Needs<'a> = &'a [(Action, ResourceKind, &'a str)];
+
+impl Proxy {
+    /// `None` if the request's caller may do everything `needs` names; else the refusal
+    /// (UNAUTHORIZED: not authenticated; FORBIDDEN: not allowed), and the request changes nothing.
+    fn refused<T>(&self, req: &Request<T>, needs: Needs<'_>) -> Option<rockraft_proto::rocketmq::Status> {
+        let caller = Caller::of(req);
+        let check = || -> Result<(), Denied> {
+            caller.authenticated()?;
+            for (action, kind, name) in needs {
+                caller.may(self.cluster.broker(), *action, *kind, name)?;
+            }
+            Ok(())
+        };
+        match check() {
+            Ok(()) => None,
+            Err(Denied::Unauthenticated(why)) => Some(status::status(Code::Unauthorized, why)),
+            Err(Denied::Forbidden(why)) => Some(status::status(Code::Forbidden, why)),
+        }
+    }
+}
+
+/// What consuming needs: Sub on the topic and on the group.
+fn subscribe<'a>(topic: &'a str, group: &'a str) -> [(Action, ResourceKind, &'a str); 2] {
+    [(Action::Sub, ResourceKind::Topic, topic), (Action::Sub, ResourceKind::Group, group)]
+}
+
+fn resource_name(r: &Option<Resource>, ns: &str) -> String {
+    r.as_ref().map(|r| send::topic_name(r, ns)).unwrap_or_default()
+}
+
 /// The namespace of a request: the `x-mq-namespace` header, if any.
 fn client_id<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-client-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
@@ -210,6 +244,13 @@ impl MessagingService for Proxy {
     async fn query_route(&self, req: Request<QueryRouteRequest>) -> Result<Response<QueryRouteResponse>, Status> {
         let ns = namespace(&req);
         let rust = rust_client(&req);
+        // Producers and consumers both ask for routes: either right will do.
+        let topic = resource_name(&req.get_ref().topic, &ns);
+        if let Some(s) = self.refused(&req, &[(Action::Pub, ResourceKind::Topic, &topic)])
+            && let Some(s) = self.refused(&req, &[(Action::Sub, ResourceKind::Topic, &topic)]).map(|_| s)
+        {
+            return Ok(Response::new(QueryRouteResponse { status: Some(s), message_queues: vec![] }));
+        }
         let req = req.into_inner();
         let config = match &req.topic {
             Some(r) => self.topic(&send::topic_name(r, &ns)).await,
@@ -229,12 +270,21 @@ impl MessagingService for Proxy {
     }
 
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+        if let Some(s) = self.refused(&req, &[]) {
+            return Ok(Response::new(HeartbeatResponse { status: Some(s) }));
+        }
         self.renewals.seen(&client_id(&req));
         Ok(Response::new(HeartbeatResponse { status: Some(ok()) }))
     }
 
     async fn send_message(&self, req: Request<SendMessageRequest>) -> Result<Response<SendMessageResponse>, Status> {
         let (ns, deadline) = (namespace(&req), grpc_timeout(&req));
+        let topics: std::collections::BTreeSet<String> =
+            req.get_ref().messages.iter().map(|m| resource_name(&m.topic, &ns)).collect();
+        let needs: Vec<_> = topics.iter().map(|t| (Action::Pub, ResourceKind::Topic, t.as_str())).collect();
+        if let Some(s) = self.refused(&req, &needs) {
+            return Ok(Response::new(SendMessageResponse { status: Some(s), entries: vec![] }));
+        }
         Ok(Response::new(self.send(req.into_inner(), &ns, deadline).await))
     }
 
@@ -243,6 +293,10 @@ impl MessagingService for Proxy {
         req: Request<QueryAssignmentRequest>,
     ) -> Result<Response<QueryAssignmentResponse>, Status> {
         let ns = namespace(&req);
+        let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
+        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
+            return Ok(Response::new(QueryAssignmentResponse { status: Some(s), assignments: vec![] }));
+        }
         let req = req.into_inner();
         let config = match &req.topic {
             Some(r) => self.topic(&send::topic_name(r, &ns)).await,
@@ -264,12 +318,22 @@ impl MessagingService for Proxy {
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
         let ns = namespace(&req);
         let timeout = grpc_timeout(&req);
+        let r = req.get_ref();
+        let topic = resource_name(&r.message_queue.as_ref().and_then(|q| q.topic.clone()), &ns);
+        if let Some(s) = self.refused(&req, &subscribe(&topic, &resource_name(&r.group, &ns))) {
+            let refusal = ReceiveMessageResponse { content: Some(receive_message_response::Content::Status(s)) };
+            return Ok(Response::new(Box::pin(futures_util::stream::iter([Ok(refusal)]))));
+        }
         let responses = self.receive(req.get_ref(), &ns, timeout, &client_id(&req)).await;
         Ok(Response::new(Box::pin(futures_util::stream::iter(responses.into_iter().map(Ok)))))
     }
 
     async fn ack_message(&self, req: Request<AckMessageRequest>) -> Result<Response<AckMessageResponse>, Status> {
         let ns = namespace(&req);
+        let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
+        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
+            return Ok(Response::new(AckMessageResponse { status: Some(s), entries: vec![] }));
+        }
         Ok(Response::new(self.ack(req.get_ref(), &ns).await))
     }
 
@@ -278,6 +342,10 @@ impl MessagingService for Proxy {
         req: Request<ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<ForwardMessageToDeadLetterQueueResponse>, Status> {
         let ns = namespace(&req);
+        let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
+        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
+            return Ok(Response::new(ForwardMessageToDeadLetterQueueResponse { status: Some(s) }));
+        }
         let status = self.forward_to_dead_letters(req.get_ref(), &ns).await;
         Ok(Response::new(ForwardMessageToDeadLetterQueueResponse { status: Some(status) }))
     }
@@ -305,6 +373,10 @@ impl MessagingService for Proxy {
         req: Request<EndTransactionRequest>,
     ) -> Result<Response<EndTransactionResponse>, Status> {
         let ns = namespace(&req);
+        let topic = resource_name(&req.get_ref().topic, &ns);
+        if let Some(s) = self.refused(&req, &[(Action::Pub, ResourceKind::Topic, &topic)]) {
+            return Ok(Response::new(EndTransactionResponse { status: Some(s) }));
+        }
         let status = self.end_transaction(req.get_ref(), &ns).await;
         Ok(Response::new(EndTransactionResponse { status: Some(status) }))
     }
@@ -316,12 +388,14 @@ impl MessagingService for Proxy {
         req: Request<Streaming<TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
         let ns = namespace(&req);
+        let caller = Caller::of(&req);
         let commands = telemetry::serve(
             req.into_inner(),
             self.cluster.broker().clone(),
             std::sync::Arc::clone(self.cluster.sessions()),
             self.options.max_body_bytes,
             ns,
+            caller,
         );
         Ok(Response::new(Box::pin(commands.map(Ok))))
     }
@@ -330,6 +404,9 @@ impl MessagingService for Proxy {
         &self,
         req: Request<NotifyClientTerminationRequest>,
     ) -> Result<Response<NotifyClientTerminationResponse>, Status> {
+        if let Some(s) = self.refused(&req, &[]) {
+            return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
+        }
         self.renewals.client_gone(&client_id(&req));
         Ok(Response::new(NotifyClientTerminationResponse { status: Some(ok()) }))
     }
@@ -339,6 +416,13 @@ impl MessagingService for Proxy {
         req: Request<ChangeInvisibleDurationRequest>,
     ) -> Result<Response<ChangeInvisibleDurationResponse>, Status> {
         let ns = namespace(&req);
+        let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
+        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
+            return Ok(Response::new(ChangeInvisibleDurationResponse {
+                status: Some(s),
+                receipt_handle: String::new(),
+            }));
+        }
         Ok(Response::new(self.change_invisible(req.get_ref(), &ns).await))
     }
 
@@ -347,6 +431,10 @@ impl MessagingService for Proxy {
         req: Request<RecallMessageRequest>,
     ) -> Result<Response<RecallMessageResponse>, Status> {
         let ns = namespace(&req);
+        let topic = resource_name(&req.get_ref().topic, &ns);
+        if let Some(s) = self.refused(&req, &[(Action::Pub, ResourceKind::Topic, &topic)]) {
+            return Ok(Response::new(RecallMessageResponse { status: Some(s), message_id: String::new() }));
+        }
         Ok(Response::new(self.recall(req.get_ref(), &ns).await))
     }
 

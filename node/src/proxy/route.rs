@@ -202,7 +202,14 @@ mod tests {
     }
 
     fn info(id: NodeId, client_addr: &str) -> (NodeId, NodeInfo) {
-        (id, NodeInfo { raft_addr: format!("10.0.0.{id}:9081"), client_addr: client_addr.into() })
+        (
+            id,
+            NodeInfo {
+                raft_addr: format!("10.0.0.{id}:9081"),
+                client_addr: client_addr.into(),
+                admin_addr: String::new(),
+            },
+        )
     }
 
     /// (broker name, its one address) of each queue, in queue order.

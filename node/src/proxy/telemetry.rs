@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use rockraft_proto::rocketmq::{
-    CustomizedBackoff, ExponentialBackoff, Language, Metric, RetryPolicy, Settings, TelemetryCommand, retry_policy,
-    settings, telemetry_command,
+    Code, CustomizedBackoff, ExponentialBackoff, Language, Metric, RetryPolicy, Settings, TelemetryCommand,
+    retry_policy, settings, telemetry_command,
 };
 
 use std::sync::Arc;
@@ -17,10 +17,12 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::auth::{Caller, Denied};
 use crate::broker::Broker;
+use crate::broker::access::{Action, ResourceKind};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
 use crate::proxy::send::{qualified, topic_name};
-use crate::proxy::status::ok;
+use crate::proxy::status::{ok, status};
 use crate::sessions::ProducerSessions;
 
 /// Commands waiting to go out on one stream.
@@ -28,24 +30,41 @@ const OUTBOX: usize = 64;
 
 /// Serves one Telemetry stream: the commands to send back, until the client closes its side or
 /// sends garbage.
+///
+/// `caller` is who opened the stream: a producer is registered only for the topics it may publish
+/// to, so it is never asked about (nor sent the body of) another's transaction; a caller that
+/// is not authenticated is answered UNAUTHORIZED and registered for nothing.
 pub fn serve(
     mut inbound: tonic::Streaming<TelemetryCommand>,
     broker: Broker,
     sessions: Arc<ProducerSessions>,
     max_body_bytes: u64,
     namespace: String,
+    caller: Caller,
 ) -> ReceiverStream<TelemetryCommand> {
     let (outbox, commands) = mpsc::channel(OUTBOX);
     tokio::spawn(async move {
         let mut registration = None;
         while let Some(Ok(command)) = inbound.next().await {
+            if let Err(Denied::Unauthenticated(why)) = caller.authenticated() {
+                let refusal = TelemetryCommand { status: Some(status(Code::Unauthorized, why)), command: None };
+                if outbox.send(refusal).await.is_err() {
+                    break;
+                }
+                continue;
+            }
             if let Some(telemetry_command::Command::Settings(Settings {
                 pub_sub: Some(settings::PubSub::Publishing(p)),
                 ..
             })) = &command.command
             {
                 drop(registration.take());
-                let topics = p.topics.iter().map(|r| (topic_name(r, &namespace), r.clone())).collect();
+                let topics = p
+                    .topics
+                    .iter()
+                    .map(|r| (topic_name(r, &namespace), r.clone()))
+                    .filter(|(name, _)| caller.may(&broker, Action::Pub, ResourceKind::Topic, name).is_ok())
+                    .collect();
                 registration = Some(sessions.register(topics, outbox.clone()));
             }
             let group_of = |name: &str| broker.group(&qualified(&namespace, name)).or_else(|| broker.group(name));

@@ -11,7 +11,6 @@ mod entry_codec;
 mod log_store;
 #[cfg(test)]
 mod log_store_suite_test;
-pub mod member_auth;
 mod network;
 mod service;
 mod state_machine;
@@ -46,6 +45,10 @@ pub struct NodeInfo {
     /// Where clients reach the node's RocketMQ proxy endpoint (its `advertised_client_addr`):
     /// what every member hands out in routes.
     pub client_addr: String,
+    /// Where operators reach the node's admin API (empty: not recorded, as in memberships made
+    /// by earlier releases).
+    #[serde(default)]
+    pub admin_addr: String,
 }
 
 impl fmt::Display for NodeInfo {

@@ -20,7 +20,7 @@ use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::raft::member_auth::Attach;
+use crate::auth::member::Attach;
 
 use crate::raft::wire::{append_to_pb, from_json, to_json};
 use crate::raft::{NodeId, NodeInfo, TypeConfig, Vote};

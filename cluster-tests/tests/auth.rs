@@ -1,0 +1,404 @@
+//! A cluster with authentication on, plane by plane and RPC by RPC: every unsigned, wrongly
+//! signed or unauthorised request is refused with the status the official clients understand
+//! (UNAUTHORIZED, FORBIDDEN on the client port; UNAUTHENTICATED, PERMISSION_DENIED on the admin
+//! port) and changes nothing; the rules are replicated, so every node decides the same; and a
+//! producer's Telemetry stream is asked only about transactions of topics it may publish to.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use rockraft::admin::Credentials;
+use rockraft::admin::api::{AdminRequest, AdminResponse};
+use rockraft::broker::TopicKind;
+use rockraft::broker::access::{Action, Decision, Secret};
+use rockraft_cluster_tests::{Cluster, Options, retry};
+use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_proto::rocketmq::receive_message_response::Content;
+use rockraft_proto::rocketmq::{
+    AckMessageEntry, AckMessageRequest, ChangeInvisibleDurationRequest, Code, EndTransactionRequest,
+    ForwardMessageToDeadLetterQueueRequest, HeartbeatRequest, Message, MessageQueue, MessageType,
+    NotifyClientTerminationRequest, Publishing, QueryAssignmentRequest, QueryRouteRequest, RecallMessageRequest,
+    ReceiveMessageRequest, Resource, SendMessageRequest, Settings, SystemProperties, TelemetryCommand, settings,
+    telemetry_command,
+};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// Signs every request as the official clients do (or not at all).
+#[derive(Clone)]
+struct Signer(Option<(String, String)>);
+
+impl Interceptor for Signer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some((key, secret)) = &self.0 {
+            let (date_time, header) = rockraft::auth::signature::sign(key, secret, time::OffsetDateTime::now_utc());
+            r.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
+            r.metadata_mut().insert("authorization", header.parse().expect("ascii"));
+        }
+        r.metadata_mut().insert("x-mq-client-id", "auth-test".parse().expect("ascii"));
+        Ok(r)
+    }
+}
+
+type Client = MessagingServiceClient<InterceptedService<Channel, Signer>>;
+
+async fn client(addr: &str, as_user: Option<(&str, &str)>) -> Client {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    MessagingServiceClient::with_interceptor(channel, Signer(as_user.map(|(k, s)| (k.into(), s.into()))))
+}
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource { resource_namespace: String::new(), name: name.into() })
+}
+
+fn message(topic: &str, id: &str, kind: MessageType) -> Message {
+    Message {
+        topic: resource(topic),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: id.into(),
+            message_type: kind as i32,
+            ..Default::default()
+        }),
+        body: Bytes::from_static(b"hello"),
+    }
+}
+
+fn seconds(s: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration { seconds: s, nanos: 0 })
+}
+
+fn status_of(s: &Option<rockraft_proto::rocketmq::Status>) -> i32 {
+    s.as_ref().map_or(-1, |s| s.code)
+}
+
+fn publishing(topic: &str) -> TelemetryCommand {
+    TelemetryCommand {
+        status: None,
+        command: Some(telemetry_command::Command::Settings(Settings {
+            pub_sub: Some(settings::PubSub::Publishing(Publishing {
+                topics: vec![Resource { resource_namespace: String::new(), name: topic.into() }],
+                max_body_size: 0,
+                validate_message_type: false,
+            })),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Every RPC of `MessagingService` on topic `Orders` and group `readers`, with the code each
+/// answered.
+async fn every_rpc(c: &mut Client) -> Vec<(&'static str, i32)> {
+    let mut out = Vec::new();
+    let r = c.query_route(QueryRouteRequest { topic: resource("Orders"), endpoints: None }).await.unwrap();
+    out.push(("QueryRoute", status_of(&r.into_inner().status)));
+    let r = c.heartbeat(HeartbeatRequest { group: None, client_type: 1 }).await.unwrap();
+    out.push(("Heartbeat", status_of(&r.into_inner().status)));
+    let send = SendMessageRequest { messages: vec![message("Orders", "forbidden-send", MessageType::Normal)] };
+    out.push(("SendMessage", status_of(&c.send_message(send).await.unwrap().into_inner().status)));
+    let assignment = QueryAssignmentRequest { topic: resource("Orders"), group: resource("readers"), endpoints: None };
+    out.push(("QueryAssignment", status_of(&c.query_assignment(assignment).await.unwrap().into_inner().status)));
+    let receive = ReceiveMessageRequest {
+        group: resource("readers"),
+        message_queue: Some(MessageQueue { topic: resource("Orders"), ..Default::default() }),
+        batch_size: 8,
+        invisible_duration: seconds(30),
+        long_polling_timeout: seconds(1),
+        ..Default::default()
+    };
+    let mut stream = c.receive_message(receive).await.unwrap().into_inner();
+    let first = stream.next().await.expect("a frame").expect("frame");
+    let Some(Content::Status(s)) = first.content else { panic!("a refused receive starts with its status") };
+    out.push(("ReceiveMessage", s.code));
+    let entries = vec![AckMessageEntry { message_id: "m".into(), receipt_handle: "r1.0.0.0".into(), lite_topic: None }];
+    let ack = AckMessageRequest { group: resource("readers"), topic: resource("Orders"), entries };
+    out.push(("AckMessage", status_of(&c.ack_message(ack).await.unwrap().into_inner().status)));
+    let change = ChangeInvisibleDurationRequest {
+        group: resource("readers"),
+        topic: resource("Orders"),
+        receipt_handle: "r1.0.0.0".into(),
+        invisible_duration: seconds(10),
+        message_id: "m".into(),
+        lite_topic: None,
+        suspend: None,
+    };
+    out.push((
+        "ChangeInvisibleDuration",
+        status_of(&c.change_invisible_duration(change).await.unwrap().into_inner().status),
+    ));
+    let dlq = ForwardMessageToDeadLetterQueueRequest {
+        group: resource("readers"),
+        topic: resource("Orders"),
+        receipt_handle: "r1.0.0.0".into(),
+        message_id: "m".into(),
+        delivery_attempt: 1,
+        max_delivery_attempts: 16,
+        lite_topic: None,
+    };
+    let r = c.forward_message_to_dead_letter_queue(dlq).await.unwrap();
+    out.push(("ForwardMessageToDeadLetterQueue", status_of(&r.into_inner().status)));
+    let end = EndTransactionRequest {
+        topic: resource("Orders"),
+        message_id: "m".into(),
+        transaction_id: "t".into(),
+        ..Default::default()
+    };
+    out.push(("EndTransaction", status_of(&c.end_transaction(end).await.unwrap().into_inner().status)));
+    let recall = RecallMessageRequest { topic: resource("Orders"), recall_handle: "x".into() };
+    out.push(("RecallMessage", status_of(&c.recall_message(recall).await.unwrap().into_inner().status)));
+    let notify = NotifyClientTerminationRequest { group: None };
+    out.push((
+        "NotifyClientTermination",
+        status_of(&c.notify_client_termination(notify).await.unwrap().into_inner().status),
+    ));
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(publishing("Orders")).await.unwrap();
+    let mut replies = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let reply = tokio::time::timeout(Duration::from_secs(5), replies.next()).await.expect("a telemetry reply");
+    out.push(("Telemetry", status_of(&reply.expect("frame").expect("reply").status)));
+    out
+}
+
+async fn admin_as(
+    cluster: &Cluster,
+    id: u64,
+    who: Option<(&str, &str)>,
+    req: AdminRequest,
+) -> Result<AdminResponse, String> {
+    let credentials = who.map(|(k, s)| Credentials { access_key: k.into(), secret: Secret::new(s) });
+    rockraft::admin::call_as(&cluster.admin_addr(id), &req, credentials.as_ref()).await
+}
+
+fn done(r: AdminResponse) {
+    assert!(!matches!(r, AdminResponse::Error(_)), "{r:?}");
+}
+
+async fn grant(cluster: &Cluster, key: &str, resource: &str, actions: &[Action], decision: Decision) {
+    let req =
+        AdminRequest::Grant { access_key: key.into(), resource: resource.into(), actions: actions.to_vec(), decision };
+    done(cluster.admin(req).await);
+}
+
+async fn create_user(cluster: &Cluster, key: &str, secret: &str, admin: bool) {
+    done(cluster.admin(AdminRequest::CreateUser { access_key: key.into(), secret: Secret::new(secret), admin }).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_nothing() {
+    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
+    cluster.create_topic("Orders", 2, TopicKind::Normal).await;
+    cluster.create_group("readers", false, 16).await;
+    create_user(&cluster, "producer", "producer-secret", false).await;
+    create_user(&cluster, "consumer", "consumer-secret", false).await;
+    create_user(&cluster, "nobody", "nobody-secret", false).await;
+    create_user(&cluster, "operator", "operator-secret", true).await;
+    grant(&cluster, "producer", "Topic:Ord*", &[Action::Pub], Decision::Allow).await;
+    grant(&cluster, "consumer", "Topic:Orders", &[Action::Sub], Decision::Allow).await;
+    grant(&cluster, "consumer", "Group:readers", &[Action::Sub], Decision::Allow).await;
+
+    // The admin plane: admins only, checked before anything is decoded.
+    let status = AdminRequest::ListTopics;
+    for (who, expect) in [
+        (None, "authentication is required"),
+        (Some(("operator", "not-the-secret")), "wrong signature"),
+        (Some(("ghost", "ghost-secret")), "wrong signature"),
+        (Some(("consumer", "consumer-secret")), "not an admin"),
+    ] {
+        for id in 1..=3 {
+            let e = admin_as(&cluster, id, who, status.clone()).await.expect_err("refused");
+            assert!(e.contains(expect), "{who:?} on node {id}: {e}");
+        }
+    }
+    // A refused operator request changes nothing: the topic is still there.
+    let delete = AdminRequest::DeleteTopic { name: "Orders".into() };
+    admin_as(&cluster, 1, Some(("consumer", "consumer-secret")), delete).await.expect_err("not an admin");
+    match admin_as(&cluster, 2, Some(("operator", "operator-secret")), AdminRequest::ListTopics).await {
+        Ok(AdminResponse::Topics(t)) => assert!(t.iter().any(|t| t.config.name == "Orders"), "{t:?}"),
+        other => panic!("a replicated admin user lists topics: {other:?}"),
+    }
+    // Listings never show a secret.
+    let users = format!("{:?}", cluster.admin(AdminRequest::ListUsers).await);
+    assert!(users.contains("producer") && !users.contains("producer-secret"), "{users}");
+
+    // The planes are apart: no operator API on the client port, no RocketMQ API on the admin port.
+    let on_client_port =
+        rockraft::admin::call_as(&cluster.client_addr(1), &AdminRequest::ListTopics, cluster.admin.as_ref())
+            .await
+            .expect_err("no admin API on the client port");
+    assert!(on_client_port.contains("unimplemented") || on_client_port.contains("Unimplemented"), "{on_client_port}");
+    let mut wrong_port = client(&cluster.admin_addr(1), None).await;
+    let route = wrong_port.query_route(QueryRouteRequest { topic: resource("Orders"), endpoints: None }).await;
+    assert!(route.is_err(), "the admin port serves no MessagingService");
+
+    // The client plane, RPC by RPC, on every node: unsigned and wrongly signed calls are
+    // UNAUTHORIZED; an authenticated user without a rule is FORBIDDEN (a heartbeat, a goodbye and
+    // the Telemetry handshake need only authentication).
+    let unauthorized = Code::Unauthorized as i32;
+    let forbidden = Code::Forbidden as i32;
+    for id in 1..=3 {
+        let addr = cluster.client_addr(id);
+        for who in [None, Some(("consumer", "wrong-secret")), Some(("ghost", "ghost-secret"))] {
+            for (rpc, code) in every_rpc(&mut client(&addr, who).await).await {
+                assert_eq!(code, unauthorized, "{rpc} as {who:?} on node {id}");
+            }
+        }
+        for (rpc, code) in every_rpc(&mut client(&addr, Some(("nobody", "nobody-secret"))).await).await {
+            let expect = match rpc {
+                "Heartbeat" | "NotifyClientTermination" | "Telemetry" => Code::Ok as i32,
+                _ => forbidden,
+            };
+            assert_eq!(code, expect, "{rpc} as nobody on node {id}");
+        }
+    }
+    for id in 1..=3 {
+        for q in 0..2 {
+            assert!(cluster.local_messages(id, "Orders", q).await.is_empty(), "a refused send stored something");
+        }
+    }
+
+    // Each user may do what their rules allow, and nothing else.
+    let mut producer = client(&cluster.client_addr(2), Some(("producer", "producer-secret"))).await;
+    let mut consumer = client(&cluster.client_addr(3), Some(("consumer", "consumer-secret"))).await;
+    let send = |id: &str| SendMessageRequest { messages: vec![message("Orders", id, MessageType::Normal)] };
+    let r = producer.send_message(send("allowed-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+    let r = consumer.send_message(send("not-the-consumers")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), forbidden, "{r:?}");
+    let receive = || ReceiveMessageRequest {
+        group: resource("readers"),
+        message_queue: Some(MessageQueue { topic: resource("Orders"), ..Default::default() }),
+        batch_size: 8,
+        invisible_duration: seconds(30),
+        long_polling_timeout: seconds(3),
+        ..Default::default()
+    };
+    let frames: Vec<Content> = consumer
+        .receive_message(receive())
+        .await
+        .unwrap()
+        .into_inner()
+        .filter_map(|f| async move { f.ok().and_then(|f| f.content) })
+        .collect()
+        .await;
+    let delivered: Vec<_> = frames
+        .iter()
+        .filter_map(|c| match c {
+            Content::Message(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delivered.len(), 1, "{frames:?}");
+    let handle = delivered[0].system_properties.as_ref().unwrap().receipt_handle.clone().expect("a receipt handle");
+    let entries = vec![AckMessageEntry { message_id: "allowed-1".into(), receipt_handle: handle, lite_topic: None }];
+    let ack = AckMessageRequest { group: resource("readers"), topic: resource("Orders"), entries };
+    let r = consumer.ack_message(ack).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+
+    // Deny wins, the rules are replicated (every node refuses from the same entry on), and a
+    // revoked or deleted credential stops working everywhere.
+    grant(&cluster, "producer", "Topic:Orders", &[Action::Pub], Decision::Deny).await;
+    for id in 1..=3 {
+        let mut p = client(&cluster.client_addr(id), Some(("producer", "producer-secret"))).await;
+        let code = retry(Duration::from_secs(10), || {
+            let mut p = p.clone();
+            async move {
+                let r = p.send_message(send("denied")).await.map_err(|e| e.to_string())?.into_inner();
+                let code = status_of(&r.status);
+                if code == forbidden { Ok(code) } else { Err(format!("answered {code}")) }
+            }
+        })
+        .await;
+        assert_eq!(code, forbidden);
+        let r = p.send_message(send("denied")).await.unwrap().into_inner();
+        assert_eq!(status_of(&r.status), forbidden, "node {id}");
+    }
+    done(cluster.admin(AdminRequest::Revoke { access_key: "producer".into(), resource: "Topic:Orders".into() }).await);
+    let r = retry(Duration::from_secs(10), || {
+        let mut p = producer.clone();
+        async move {
+            let r = p.send_message(send("allowed-2")).await.map_err(|e| e.to_string())?.into_inner();
+            if status_of(&r.status) == Code::Ok as i32 { Ok(r) } else { Err(format!("{r:?}")) }
+        }
+    })
+    .await;
+    assert_eq!(r.entries.len(), 1);
+    // A new secret replaces the old one at once.
+    let rotate = AdminRequest::UpdateUser {
+        access_key: "producer".into(),
+        secret: Some(Secret::new("rotated-secret")),
+        admin: None,
+    };
+    done(cluster.admin(rotate).await);
+    let mut rotated = client(&cluster.client_addr(1), Some(("producer", "rotated-secret"))).await;
+    let r = retry(Duration::from_secs(10), || {
+        let mut p = rotated.clone();
+        async move {
+            let r = p.send_message(send("allowed-3")).await.map_err(|e| e.to_string())?.into_inner();
+            if status_of(&r.status) == Code::Ok as i32 { Ok(r) } else { Err(format!("{r:?}")) }
+        }
+    })
+    .await;
+    assert_eq!(r.entries.len(), 1);
+    let mut old = client(&cluster.client_addr(1), Some(("producer", "producer-secret"))).await;
+    let r = old.send_message(send("old-secret")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), unauthorized, "{r:?}");
+    done(cluster.admin(AdminRequest::DeleteUser { access_key: "consumer".into() }).await);
+    let gone = retry(Duration::from_secs(10), || {
+        let mut c = consumer.clone();
+        async move {
+            let r = c.heartbeat(HeartbeatRequest { group: None, client_type: 1 }).await.map_err(|e| e.to_string())?;
+            let code = status_of(&r.into_inner().status);
+            if code == unauthorized { Ok(code) } else { Err(format!("answered {code}")) }
+        }
+    })
+    .await;
+    assert_eq!(gone, unauthorized);
+    let _ = &mut rotated;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_a_producer_allowed_to_publish_is_asked_about_a_transaction() {
+    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\n".to_string();
+    let cluster = Cluster::start(3, Options { auth: true, broker, ..Default::default() }).await;
+    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
+    create_user(&cluster, "payer", "payer-secret", false).await;
+    create_user(&cluster, "eavesdropper", "eavesdropper-secret", false).await;
+    grant(&cluster, "payer", "Topic:Payments", &[Action::Pub], Decision::Allow).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let addr = cluster.client_addr(leader);
+
+    // Both open a Telemetry stream naming the topic; the eavesdropper first.
+    let mut streams = Vec::new();
+    for who in [("eavesdropper", "eavesdropper-secret"), ("payer", "payer-secret")] {
+        let mut c = client(&addr, Some(who)).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(publishing("Payments")).await.unwrap();
+        let mut replies = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let settings = replies.next().await.expect("settings").expect("reply");
+        assert_eq!(status_of(&settings.status), Code::Ok as i32);
+        streams.push((who.0, tx, replies));
+    }
+    let mut payer = client(&addr, Some(("payer", "payer-secret"))).await;
+    let half = SendMessageRequest { messages: vec![message("Payments", "half-1", MessageType::Transaction)] };
+    let r = payer.send_message(half).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+
+    // Checks come every second; the payer is asked, the eavesdropper never.
+    let (_, _payer_tx, payer_replies) = streams.pop().unwrap();
+    let (_, _eavesdropper_tx, mut eavesdropper_replies) = streams.pop().unwrap();
+    let mut payer_replies = payer_replies;
+    let asked = tokio::time::timeout(Duration::from_secs(15), payer_replies.next()).await.expect("the payer is asked");
+    let asked = asked.expect("frame").expect("command");
+    assert!(
+        matches!(asked.command, Some(telemetry_command::Command::RecoverOrphanedTransactionCommand(_))),
+        "{asked:?}"
+    );
+    let overheard = tokio::time::timeout(Duration::from_secs(4), eavesdropper_replies.next()).await;
+    assert!(overheard.is_err(), "the eavesdropper was sent {overheard:?}");
+}

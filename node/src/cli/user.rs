@@ -1,0 +1,154 @@
+//! `rockraft user …` and `rockraft acl …`: users and their access rules, replicated through the
+//! log. Secrets are printed once, when the CLI makes one up, and never read back.
+
+use clap::Subcommand;
+
+use crate::admin::api::{AdminRequest, AdminResponse};
+use crate::broker::access::{Action, Decision, Secret};
+
+#[derive(Subcommand)]
+pub enum UserCmd {
+    /// Create a user. Without `--secret-key` a random secret is made and printed (only now).
+    Create {
+        access_key: String,
+        /// Read from the environment rather than typed on a command line where others see it.
+        #[arg(long = "user-secret", env = "ROCKRAFT_USER_SECRET", hide_env_values = true)]
+        secret: Option<String>,
+        /// May do everything: every topic and group, and the admin API.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// Change a user's secret (`--new-secret`, or a random one with `--rotate`) or admin flag.
+    Update {
+        access_key: String,
+        #[arg(long = "user-secret", env = "ROCKRAFT_USER_SECRET", hide_env_values = true, conflicts_with = "rotate")]
+        secret: Option<String>,
+        /// Make up a new random secret and print it.
+        #[arg(long)]
+        rotate: bool,
+        #[arg(long)]
+        admin: Option<bool>,
+    },
+    /// Remove a user and every rule of theirs.
+    Delete { access_key: String },
+    /// Users, whether they are admins, and how many rules each has; never secrets.
+    List,
+}
+
+#[derive(Subcommand)]
+pub enum AclCmd {
+    /// Allow (or with `--deny`, deny) a user actions on a resource; replaces their rule on it.
+    Grant {
+        access_key: String,
+        /// `Topic:<name>`, `Topic:<prefix>*`, `Group:<name>` or `Group:<prefix>*`.
+        #[arg(long)]
+        resource: String,
+        /// Comma-separated: `pub`, `sub` (a group takes `sub` only).
+        #[arg(long, value_delimiter = ',', required = true)]
+        actions: Vec<ActionArg>,
+        /// A deny: wins over every allow that covers the same request.
+        #[arg(long)]
+        deny: bool,
+    },
+    /// Remove a user's rule on a resource.
+    Revoke {
+        access_key: String,
+        #[arg(long)]
+        resource: String,
+    },
+    /// Every rule, or one user's.
+    List { access_key: Option<String> },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ActionArg {
+    Pub,
+    Sub,
+}
+
+/// A secret of 32 random characters from the OS's random source.
+fn random_secret() -> Result<String, String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = [0u8; 32];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    Ok(bytes.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect())
+}
+
+/// The secret to send, and whether to print it (only one the CLI made up).
+fn secret_or_random(given: Option<String>) -> Result<(String, bool), String> {
+    match given {
+        Some(s) => Ok((s, false)),
+        None => Ok((random_secret()?, true)),
+    }
+}
+
+pub fn user_request(cmd: UserCmd) -> Result<AdminRequest, String> {
+    Ok(match cmd {
+        UserCmd::Create { access_key, secret, admin } => {
+            let (secret, made) = secret_or_random(secret)?;
+            if made {
+                println!("access key: {access_key}\nsecret key: {secret}");
+            }
+            AdminRequest::CreateUser { access_key, secret: Secret::new(secret), admin }
+        }
+        UserCmd::Update { access_key, secret, rotate, admin } => {
+            let secret = match (secret, rotate) {
+                (Some(s), _) => Some(s),
+                (None, true) => {
+                    let s = random_secret()?;
+                    println!("access key: {access_key}\nsecret key: {s}");
+                    Some(s)
+                }
+                (None, false) => None,
+            };
+            if secret.is_none() && admin.is_none() {
+                return Err("nothing to change: give --user-secret, --rotate or --admin".into());
+            }
+            AdminRequest::UpdateUser { access_key, secret: secret.map(Secret::new), admin }
+        }
+        UserCmd::Delete { access_key } => AdminRequest::DeleteUser { access_key },
+        UserCmd::List => AdminRequest::ListUsers,
+    })
+}
+
+pub fn acl_request(cmd: AclCmd) -> Result<AdminRequest, String> {
+    Ok(match cmd {
+        AclCmd::Grant { access_key, resource, actions, deny } => AdminRequest::Grant {
+            access_key,
+            resource,
+            actions: actions
+                .into_iter()
+                .map(|a| match a {
+                    ActionArg::Pub => Action::Pub,
+                    ActionArg::Sub => Action::Sub,
+                })
+                .collect(),
+            decision: if deny { Decision::Deny } else { Decision::Allow },
+        },
+        AclCmd::Revoke { access_key, resource } => AdminRequest::Revoke { access_key, resource },
+        AclCmd::List { access_key } => AdminRequest::ListAcl { access_key },
+    })
+}
+
+pub fn print(response: AdminResponse) {
+    match response {
+        AdminResponse::Done(text) => println!("{text}"),
+        AdminResponse::Users(users) => {
+            println!("{:<32} {:<6} rules", "access key", "admin");
+            for u in users {
+                println!("{:<32} {:<6} {}", u.access_key, u.admin, u.rules);
+            }
+        }
+        AdminResponse::Acl(lines) => {
+            println!("{:<32} {:<32} {:<8} decision", "access key", "resource", "actions");
+            for l in lines {
+                let actions: Vec<String> = l.actions.iter().map(|a| format!("{a:?}").to_lowercase()).collect();
+                println!("{:<32} {:<32} {:<8} {:?}", l.access_key, l.resource, actions.join(","), l.decision);
+            }
+        }
+        other => println!("{other:?}"),
+    }
+}

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus, Role};
-use rockraft::admin::{Credentials, call_as};
+use rockraft::admin::{CallOptions, Credentials, call_with};
 use rockraft::broker::group::GroupConfig;
 use rockraft::broker::{TopicConfig, TopicKind};
 use rockraft::plugin::PluginKind;
@@ -34,6 +34,8 @@ pub struct Cluster {
     /// The admin credential of a cluster started with `Options::auth` (every node's config
     /// carries it): the harness signs its admin requests with it.
     pub admin: Option<Credentials>,
+    /// The CA that signed the nodes' certificates, when started with `Options::tls`.
+    pub tls_ca: Option<PathBuf>,
     bin: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -49,6 +51,31 @@ pub struct Options {
     pub broker: String,
     /// Authentication on, with an admin credential in every node's config.
     pub auth: bool,
+    /// TLS on the client and admin listeners, with a certificate for 127.0.0.1 and localhost
+    /// signed by a CA made for this cluster (`Cluster::tls_ca`).
+    pub tls: bool,
+}
+
+/// Makes a CA and a certificate for 127.0.0.1 and localhost signed by it, in `dir`; returns the
+/// paths of (CA certificate, node certificate, node key), PEM.
+pub fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "RockRaft test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let node_key = KeyPair::generate().expect("node key");
+    let mut node_params =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("node params");
+    node_params.distinguished_name.push(DnType::CommonName, "rockraft node");
+    let node_cert = node_params.signed_by(&node_key, &issuer).expect("node certificate");
+    let paths = (dir.join("ca.pem"), dir.join("node.pem"), dir.join("node.key"));
+    std::fs::write(&paths.0, ca_cert.pem()).expect("write CA");
+    std::fs::write(&paths.1, node_cert.pem()).expect("write certificate");
+    std::fs::write(&paths.2, node_key.serialize_pem()).expect("write key");
+    paths
 }
 
 /// A fresh cluster secret: 48 hex digits from the standard library's random hash keys.
@@ -115,10 +142,17 @@ impl Cluster {
             ),
             None => String::new(),
         };
+        let (tls_ca, tls) = match options.tls {
+            true => {
+                let (ca, cert, key) = make_certificates(dir.path());
+                (Some(ca), format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert.display(), key.display()))
+            }
+            false => (None, String::new()),
+        };
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
@@ -131,7 +165,7 @@ impl Cluster {
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
-        let mut cluster = Cluster { nodes, secret, admin, bin: node_binary(), _dir: dir };
+        let mut cluster = Cluster { nodes, secret, admin, tls_ca, bin: node_binary(), _dir: dir };
         for id in 1..=n {
             cluster.spawn(id);
         }
@@ -249,7 +283,8 @@ impl Cluster {
     /// `req` to the admin endpoint at `addr`, signed with the cluster's admin credential if it
     /// has one.
     pub async fn call(&self, addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
-        call_as(addr, req, self.admin.as_ref()).await
+        let options = CallOptions { credentials: self.admin.clone(), tls_ca: self.tls_ca.clone() };
+        call_with(addr, req, &options).await
     }
 
     /// [`Cluster::call`], with an error answer as `Err`.

@@ -402,3 +402,106 @@ async fn only_a_producer_allowed_to_publish_is_asked_about_a_transaction() {
     let overheard = tokio::time::timeout(Duration::from_secs(4), eavesdropper_replies.next()).await;
     assert!(overheard.is_err(), "the eavesdropper was sent {overheard:?}");
 }
+
+/// A cluster with authentication and TLS, and a user allowed one topic and group.
+async fn secured_cluster() -> Cluster {
+    let cluster = Cluster::start(3, Options { auth: true, tls: true, ..Default::default() }).await;
+    cluster.create_topic("Secure", 2, TopicKind::Normal).await;
+    cluster.create_group("secure-readers", false, 16).await;
+    create_user(&cluster, "app", "app-secret-1", false).await;
+    grant(&cluster, "app", "Topic:Secure", &[Action::Pub, Action::Sub], Decision::Allow).await;
+    grant(&cluster, "app", "Group:secure-readers", &[Action::Sub], Decision::Allow).await;
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_official_python_client_signs_over_tls_and_a_wrong_secret_is_refused() {
+    let cluster = secured_cluster().await;
+    let ca = cluster.tls_ca.clone().expect("a CA").display().to_string();
+    let endpoint = cluster.client_addr(2);
+    let run = move || {
+        let args = [
+            "--endpoints",
+            &endpoint,
+            "--topic",
+            "Secure",
+            "--group",
+            "secure-readers",
+            "--access-key",
+            "app",
+            "--secret-key",
+            "app-secret-1",
+            "--ca",
+            &ca,
+        ];
+        rockraft_cluster_tests::run_python("auth_tls.py", &args)
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "auth_tls.py failed:\n{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_official_node_client_signs_over_tls_and_a_wrong_secret_is_refused() {
+    let cluster = secured_cluster().await;
+    let ca = cluster.tls_ca.clone().expect("a CA").display().to_string();
+    let endpoint = cluster.client_addr(3);
+    let run = move || {
+        let args = [endpoint.as_str(), "Secure", "secure-readers", "app", "app-secret-1", &ca];
+        rockraft_cluster_tests::run_node("auth_tls.js", &args)
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "auth_tls.js failed:\n{output}");
+}
+
+/// Runs one of the examples (the official Rust client; `scripts/smoke.sh` builds them) with the
+/// user's credentials, over TLS verified against the test CA; returns whether it succeeded and
+/// what it printed.
+fn run_example(bin: &str, args: &[&str], secret: &str, ca: &std::path::Path) -> (bool, String) {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let path = target.join("debug").join(bin);
+    assert!(path.exists(), "{} is missing: `cargo build -p rockraft-examples` (scripts/smoke.sh does)", path.display());
+    let out = std::process::Command::new(path)
+        .args(args)
+        .env("ROCKRAFT_CLIENT_ACCESS_KEY", "app")
+        .env("ROCKRAFT_CLIENT_SECRET_KEY", secret)
+        .env("ROCKRAFT_CLIENT_TLS", "1")
+        .env("SSL_CERT_FILE", ca)
+        .output()
+        .expect("run the example");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_official_rust_client_signs_over_tls_and_a_wrong_secret_is_refused() {
+    let cluster = secured_cluster().await;
+    let ca = cluster.tls_ca.clone().expect("a CA");
+    let endpoint = cluster.client_addr(1);
+    let (sent, output) = tokio::task::spawn_blocking({
+        let (endpoint, ca) = (endpoint.clone(), ca.clone());
+        move || run_example("produce", &[&endpoint, "Secure", "from-rust-over-tls"], "app-secret-1", &ca)
+    })
+    .await
+    .unwrap();
+    assert!(sent, "a signed send over TLS failed:\n{output}");
+    let (received, output) = tokio::task::spawn_blocking({
+        let (endpoint, ca) = (endpoint.clone(), ca.clone());
+        move || run_example("consume", &[&endpoint, "Secure", "secure-readers", "1"], "app-secret-1", &ca)
+    })
+    .await
+    .unwrap();
+    assert!(received && output.contains("from-rust-over-tls"), "receiving over TLS failed:\n{output}");
+    let (sent, output) = tokio::task::spawn_blocking({
+        let (endpoint, ca) = (endpoint.clone(), ca.clone());
+        move || run_example("produce", &[&endpoint, "Secure", "wrong"], "not-the-secret", &ca)
+    })
+    .await
+    .unwrap();
+    assert!(!sent, "a send with a wrong secret succeeded:\n{output}");
+    assert!(
+        output.contains("40100") || output.contains("Unauthorized") || output.contains("wrong signature"),
+        "{output}"
+    );
+}

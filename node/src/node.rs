@@ -157,6 +157,8 @@ fn server_builder() -> tonic::transport::Server {
 /// Serves the three listeners until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
 /// the node reports a fatal condition (`Jobs::fail_stop`), then stops at once with that error.
 pub async fn run(config: NodeConfig) -> Result<(), String> {
+    // Read before anything is opened, so a bad certificate stops the node at once.
+    let tls = config.tls.server()?;
     let node = open(config).await?;
     let config = Arc::clone(&node.config);
     let raft_addr = config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
@@ -186,7 +188,11 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
             "authentication is off: any caller that reaches the client or admin port may do everything"
         );
     }
-    let admin_server = server_builder()
+    let secured = || match &tls {
+        Some(t) => server_builder().tls_config(t.clone()).map_err(|e| format!("[tls]: {e}")),
+        None => Ok(server_builder()),
+    };
+    let admin_server = secured()?
         .add_service(InterceptedService::new(
             admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES),
             AdminsOnly(Arc::clone(&authenticator)),
@@ -203,7 +209,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
     let messaging = MessagingServiceServer::new(proxy)
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
-    let client_server = server_builder()
+    let client_server = secured()?
         .add_service(InterceptedService::new(messaging, MarkCaller(authenticator)))
         .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
     let raft_task = tokio::spawn(raft_server);
@@ -216,6 +222,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         admin = %config.admin_addr,
         advertised = %config.advertised_client_addr(),
         auth = config.auth.enabled,
+        tls = tls.is_some(),
         "node started"
     );
 

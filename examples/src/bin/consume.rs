@@ -4,7 +4,8 @@
 //! `cargo run -p rockraft-examples --bin consume -- ENDPOINTS TOPIC GROUP [COUNT] [TAG_EXPRESSION]`
 //! The group must exist (`rockraft group create GROUP`). Stops after COUNT messages (default 1),
 //! or with exit code 1 if none arrives for 30 s. With `ROCKRAFT_CLIENT_ACCESS_KEY` and
-//! `ROCKRAFT_CLIENT_SECRET_KEY` set, requests are signed.
+//! `ROCKRAFT_CLIENT_SECRET_KEY` set, requests are signed; with `ROCKRAFT_CLIENT_TLS=1`, sent
+//! over TLS.
 
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,9 @@ async fn main() {
         client_option.set_access_key(key);
         client_option.set_secret_key(secret);
     }
-    client_option.set_enable_tls(false);
+    // A cluster with TLS: `ROCKRAFT_CLIENT_TLS=1`; the client verifies the node against the
+    // system's roots, or the CA file `SSL_CERT_FILE` names.
+    client_option.set_enable_tls(std::env::var("ROCKRAFT_CLIENT_TLS").is_ok_and(|v| v == "1"));
     client_option.set_long_polling_timeout(Duration::from_secs(10));
     let mut consumer = match SimpleConsumer::new(consumer_option, client_option) {
         Ok(c) => c,

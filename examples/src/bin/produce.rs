@@ -2,7 +2,8 @@
 //!
 //! `cargo run -p rockraft-examples --bin produce -- ENDPOINTS TOPIC BODY [TAG]`
 //! ENDPOINTS is one or more client endpoints, comma-separated (e.g. 127.0.0.1:8081). With
-//! `ROCKRAFT_CLIENT_ACCESS_KEY` and `ROCKRAFT_CLIENT_SECRET_KEY` set, requests are signed.
+//! `ROCKRAFT_CLIENT_ACCESS_KEY` and `ROCKRAFT_CLIENT_SECRET_KEY` set, requests are signed; with `ROCKRAFT_CLIENT_TLS=1`, sent
+//! over TLS.
 
 use rocketmq::Producer;
 use rocketmq::conf::{ClientOption, ProducerOption};
@@ -26,7 +27,9 @@ async fn main() {
         client_option.set_access_key(key);
         client_option.set_secret_key(secret);
     }
-    client_option.set_enable_tls(false);
+    // A cluster with TLS: `ROCKRAFT_CLIENT_TLS=1`; the client verifies the node against the
+    // system's roots, or the CA file `SSL_CERT_FILE` names.
+    client_option.set_enable_tls(std::env::var("ROCKRAFT_CLIENT_TLS").is_ok_and(|v| v == "1"));
     let mut producer = match Producer::new(producer_option, client_option) {
         Ok(p) => p,
         Err(e) => {

@@ -57,6 +57,9 @@ pub struct NodeConfig {
     /// Client and operator authentication.
     #[serde(default)]
     pub auth: crate::auth::AuthConfig,
+    /// TLS on the client and admin listeners.
+    #[serde(default)]
+    pub tls: crate::auth::tls::TlsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -7,4 +7,4 @@ mod config;
 mod service;
 
 pub use config::{BrokerConfig, Member, NodeConfig, RaftTimings, StorageConfig};
-pub use service::{AdminServer, Credentials, call, call_as, call_on};
+pub use service::{AdminServer, CallOptions, Credentials, call, call_as, call_on, call_with};

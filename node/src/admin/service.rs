@@ -7,7 +7,10 @@ use std::sync::Arc;
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::admin_service_server::AdminService;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
+
+use crate::auth::signature::SignRequests;
 
 use crate::admin::NodeConfig;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,7 +26,7 @@ use crate::broker::transaction::{Resolver, TransactionCommand, TransactionOutcom
 use crate::broker::{AdminCommand, Command, Reply, StoredEntry};
 use crate::cluster::Cluster;
 use crate::plugin::{ModuleSource, PluginError, PluginKind, blocking, builtin, module_hash};
-use crate::raft::{NodeInfo, channel};
+use crate::raft::NodeInfo;
 
 pub struct AdminServer {
     cluster: Cluster,
@@ -90,9 +93,17 @@ pub struct Credentials {
     pub secret: crate::broker::access::Secret,
 }
 
-/// Sends `req` to the admin service at `addr`, unsigned (a cluster without authentication).
+/// How the CLI reaches an admin listener: signed or not, over TLS or not.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    pub credentials: Option<Credentials>,
+    /// The CA certificate (PEM) a listener with TLS is verified against; `None`: plain HTTP/2.
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+/// Sends `req` to the admin service at `addr`, unsigned, without TLS.
 pub async fn call(addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
-    call_as(addr, req, None).await
+    call_with(addr, req, &CallOptions::default()).await
 }
 
 /// Sends `req` to the admin service at `addr`, signed with `credentials` if given.
@@ -101,15 +112,17 @@ pub async fn call_as(
     req: &AdminRequest,
     credentials: Option<&Credentials>,
 ) -> Result<AdminResponse, String> {
-    call_on(channel(addr)?, req, credentials).await.map_err(|e| format!("{addr}: {e}"))
+    call_with(addr, req, &CallOptions { credentials: credentials.cloned(), tls_ca: None }).await
+}
+
+pub async fn call_with(addr: &str, req: &AdminRequest, options: &CallOptions) -> Result<AdminResponse, String> {
+    let channel = crate::auth::tls::channel(addr, options.tls_ca.as_deref())?;
+    let sign = SignRequests(options.credentials.as_ref().map(|c| (c.access_key.clone(), c.secret.clone())));
+    call_on(InterceptedService::new(channel, sign), req).await.map_err(|e| format!("{addr}: {e}"))
 }
 
 /// Sends `req` over an existing channel (a plain one, or a member's to another member).
-pub async fn call_on<T>(
-    channel: T,
-    req: &AdminRequest,
-    credentials: Option<&Credentials>,
-) -> Result<AdminResponse, String>
+pub async fn call_on<T>(channel: T, req: &AdminRequest) -> Result<AdminResponse, String>
 where
     T: tonic::client::GrpcService<tonic::body::Body>,
     T::Error: Into<tonic::codegen::StdError>,
@@ -117,21 +130,14 @@ where
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
     let json = serde_json::to_vec(req).map_err(|e| e.to_string())?;
-    let mut request = Request::new(pb::Json { json: json.into() });
-    if let Some(c) = credentials {
-        let (date_time, authorization) =
-            crate::auth::signature::sign(&c.access_key, c.secret.expose(), time::OffsetDateTime::now_utc());
-        let metadata = request.metadata_mut();
-        let ascii = |v: String| v.parse().map_err(|_| "credentials must be printable ASCII".to_string());
-        metadata.insert(crate::auth::signature::DATE_TIME, ascii(date_time)?);
-        metadata.insert(crate::auth::signature::AUTHORIZATION, ascii(authorization)?);
-    }
-    let reply = AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX).call(request).await.map_err(
-        |s| match s.message() {
+    let reply = AdminServiceClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .call(pb::Json { json: json.into() })
+        .await
+        .map_err(|s| match s.message() {
             "" => format!("{:?}", s.code()),
             m => m.to_string(),
-        },
-    )?;
+        })?;
     serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
 }
 
@@ -142,7 +148,7 @@ impl AdminServer {
         let broker = cluster.broker();
         if req.needs_leader() && !cluster.is_leader() {
             return match cluster.leader_channel() {
-                Ok(leader) => call_on(leader, &req, None).await.unwrap_or_else(AdminResponse::Error),
+                Ok(leader) => call_on(leader, &req).await.unwrap_or_else(AdminResponse::Error),
                 Err(e) => AdminResponse::Error(format!("{e}; try again")),
             };
         }

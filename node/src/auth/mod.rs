@@ -3,6 +3,7 @@
 //!
 //! - `member`: the raft port serves cluster members only (the cluster secret);
 //! - `signature`: the `MQv2-HMAC-SHA1` signature the official clients send;
+//! - `tls`: TLS on the client and admin listeners, and the CLI's TLS channel;
 //! - here: the `[auth]` configuration, the [`Authenticator`] that turns a signature into a
 //!   [`Caller`] against the replicated users (`broker::access`), and the interceptors of the
 //!   client plane (marks the caller; the proxy answers refusals with RocketMQ's UNAUTHORIZED or
@@ -10,6 +11,7 @@
 
 pub mod member;
 pub mod signature;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,6 +10,9 @@ use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use tonic::service::interceptor::InterceptedService;
+
+use crate::auth::signature::SignRequests;
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
     AckMessageEntry, AckMessageRequest, Code, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource,
@@ -18,7 +21,7 @@ use rockraft_proto::rocketmq::{
 use tokio::sync::Mutex;
 
 pub struct ProduceOptions {
-    pub endpoints: Vec<String>,
+    pub endpoints: Endpoints,
     pub topic: String,
     pub messages: u64,
     pub size: usize,
@@ -105,7 +108,7 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
 }
 
 pub struct ConsumeOptions {
-    pub endpoints: Vec<String>,
+    pub endpoints: Endpoints,
     /// The subscription's expression; `None` receives everything.
     pub filter: Option<rockraft_proto::rocketmq::FilterExpression>,
     pub topic: String,
@@ -222,13 +225,22 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
     }
 }
 
+/// The client endpoints load goes to, and how to reach them: signed as the official clients
+/// sign (a cluster with authentication on), over TLS (verified against `tls_ca`).
+pub struct Endpoints {
+    pub addrs: Vec<String>,
+    pub sign: SignRequests,
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+pub(super) type Client = MessagingServiceClient<InterceptedService<tonic::transport::Channel, SignRequests>>;
+
 /// One client per endpoint; workers take turns over them.
-pub(super) async fn connect(
-    endpoints: &[String],
-) -> Result<Vec<MessagingServiceClient<tonic::transport::Channel>>, String> {
+pub(super) async fn connect(endpoints: &Endpoints) -> Result<Vec<Client>, String> {
     let mut clients = Vec::new();
-    for e in endpoints {
-        let c = MessagingServiceClient::connect(format!("http://{e}")).await.map_err(|err| format!("{e}: {err}"))?;
+    for e in &endpoints.addrs {
+        let channel = crate::auth::tls::channel(e, endpoints.tls_ca.as_deref())?;
+        let c = MessagingServiceClient::with_interceptor(channel, endpoints.sign.clone());
         clients.push(c.max_encoding_message_size(usize::MAX).max_decoding_message_size(usize::MAX));
     }
     Ok(clients)

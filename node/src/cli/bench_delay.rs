@@ -18,7 +18,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
     AckMessageEntry, AckMessageRequest, Code, Message, MessageQueue, MessageType, ReceiveMessageRequest,
@@ -26,9 +25,7 @@ use rockraft_proto::rocketmq::{
 };
 use tokio::sync::watch;
 
-use super::bench::{connect, resource};
-
-type Client = MessagingServiceClient<tonic::transport::Channel>;
+use super::bench::{Client, connect, resource};
 
 /// User properties every bench message carries.
 const RUN: &str = "bench-run";
@@ -93,12 +90,12 @@ pub struct DelayArgs {
     /// pending: every timer is due this far ahead (spread over the minute after it).
     #[arg(long, default_value_t = 3600)]
     pub pending_due_secs: u64,
-    /// Client endpoints to spread the load over (comma-separated); default: --endpoint.
+    /// Client endpoints to spread the load over (comma-separated).
     #[arg(long)]
     pub endpoints: Option<String>,
 }
 
-pub async fn run(a: DelayArgs, endpoints: Vec<String>) -> Result<(), String> {
+pub async fn run(a: DelayArgs, endpoints: super::bench::Endpoints) -> Result<(), String> {
     if a.mode != DelayMode::Pending && a.group.is_none() {
         return Err("--group is required with --mode spread and burst".into());
     }

@@ -12,7 +12,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Role};
-use crate::admin::{Credentials, NodeConfig, call_as};
+use crate::admin::{CallOptions, Credentials, NodeConfig, call_with};
+use crate::auth::signature::SignRequests;
 use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldEntry;
 use crate::broker::settings::SettingsChange;
@@ -30,6 +31,9 @@ pub struct Cli {
     /// The secret of `--access-key` (better given in the environment than on a command line).
     #[arg(long, global = true, env = "ROCKRAFT_SECRET_KEY", hide_env_values = true)]
     secret_key: Option<String>,
+    /// Connect over TLS, verifying the node's certificate against this CA certificate (PEM).
+    #[arg(long, global = true, env = "ROCKRAFT_TLS_CA")]
+    tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Top,
 }
@@ -209,15 +213,23 @@ enum GroupCmd {
 /// The client endpoint load goes to without `--endpoints`: the quick start's first node.
 const DEFAULT_CLIENT_ENDPOINT: &str = "127.0.0.1:8081";
 
-/// `--endpoints A,B,C`, else the quick start's first node.
-fn endpoint_list(endpoints: Option<String>) -> Vec<String> {
-    endpoints.unwrap_or_else(|| DEFAULT_CLIENT_ENDPOINT.to_string()).split(',').map(str::to_string).collect()
-}
-
-/// Where operator requests go, and what they are signed with.
+/// Where operator requests go, and how: signed, over TLS.
 pub(crate) struct Admin {
     endpoint: String,
-    credentials: Option<Credentials>,
+    options: CallOptions,
+}
+
+impl Admin {
+    /// `--endpoints A,B,C`, else the quick start's first node, reached as operator requests are.
+    fn client_endpoints(&self, endpoints: Option<String>) -> bench::Endpoints {
+        let list = endpoints.unwrap_or_else(|| DEFAULT_CLIENT_ENDPOINT.to_string());
+        let credentials = self.options.credentials.as_ref();
+        bench::Endpoints {
+            addrs: list.split(',').map(str::to_string).collect(),
+            sign: SignRequests(credentials.map(|c| (c.access_key.clone(), c.secret.clone()))),
+            tls_ca: self.options.tls_ca.clone(),
+        }
+    }
 }
 
 /// Milliseconds since the epoch, from RFC 3339 or a plain number of milliseconds.
@@ -332,7 +344,7 @@ async fn request(admin: &Admin, req: AdminRequest) -> Result<AdminResponse, Stri
 
 /// `req` to another node's admin endpoint, signed as the CLI signs.
 async fn request_at(admin: &Admin, endpoint: &str, req: AdminRequest) -> Result<AdminResponse, String> {
-    match call_as(endpoint, &req, admin.credentials.as_ref()).await? {
+    match call_with(endpoint, &req, &admin.options).await? {
         AdminResponse::Error(e) => Err(e),
         ok => Ok(ok),
     }
@@ -461,7 +473,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         (None, None) => None,
         _ => return Err("--access-key and --secret-key go together".into()),
     };
-    let admin = Admin { endpoint: cli.endpoint, credentials };
+    let admin = Admin { endpoint: cli.endpoint, options: CallOptions { credentials, tls_ca: cli.tls_ca } };
     let ep = &admin;
     let done = |r: AdminResponse| {
         if let AdminResponse::Done(text) = r {
@@ -474,7 +486,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             crate::node::run(config).await
         }
         Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints }) => {
-            let endpoints = endpoint_list(endpoints);
+            let endpoints = admin.client_endpoints(endpoints);
             bench::produce(bench::ProduceOptions {
                 endpoints,
                 topic,
@@ -496,7 +508,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             sql,
             tag,
         }) => {
-            let endpoints = endpoint_list(endpoints);
+            let endpoints = admin.client_endpoints(endpoints);
             use rockraft_proto::rocketmq::{FilterExpression, FilterType};
             let filter = match (sql, tag) {
                 (Some(expression), _) => Some(FilterExpression { r#type: FilterType::Sql as i32, expression }),
@@ -516,7 +528,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             .await
         }
         Top::Bench(BenchCmd::Delay(args)) => {
-            let endpoints = endpoint_list(args.endpoints.clone());
+            let endpoints = admin.client_endpoints(args.endpoints.clone());
             bench_delay::run(args, endpoints).await
         }
         Top::Cluster(ClusterCmd::Status) => cluster_status(ep).await,

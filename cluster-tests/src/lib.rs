@@ -49,6 +49,8 @@ pub struct Options {
     pub storage: String,
     /// Keys of the `[broker]` table.
     pub broker: String,
+    /// Keys of the `[limits]` table.
+    pub limits: String,
     /// Authentication on, with an admin credential in every node's config.
     pub auth: bool,
     /// TLS on the client and admin listeners, with a certificate for 127.0.0.1 and localhost
@@ -152,7 +154,7 @@ impl Cluster {
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
@@ -161,6 +163,7 @@ impl Cluster {
                 options.extra_config,
                 options.storage,
                 options.broker,
+                options.limits,
                 members
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");

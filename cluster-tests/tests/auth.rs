@@ -505,3 +505,117 @@ async fn the_official_rust_client_signs_over_tls_and_a_wrong_secret_is_refused()
         "{output}"
     );
 }
+
+/// The first delivery of a receive, with its receipt handle.
+async fn receive_one(c: &mut Client, group: &str, topic: &str) -> (String, String) {
+    let receive = ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
+        batch_size: 1,
+        invisible_duration: seconds(30),
+        long_polling_timeout: seconds(5),
+        ..Default::default()
+    };
+    let mut stream = c.receive_message(receive).await.unwrap().into_inner();
+    while let Some(frame) = stream.next().await {
+        if let Some(Content::Message(m)) = frame.unwrap().content {
+            let sp = m.system_properties.unwrap();
+            return (sp.message_id, sp.receipt_handle.expect("a receipt handle"));
+        }
+    }
+    panic!("nothing delivered from {topic} to {group}");
+}
+
+async fn ack_code(c: &mut Client, group: &str, topic: &str, id: &str, handle: &str) -> i32 {
+    let entries = vec![AckMessageEntry { message_id: id.into(), receipt_handle: handle.into(), lite_topic: None }];
+    let req = AckMessageRequest { group: resource(group), topic: resource(topic), entries };
+    let r = c.ack_message(req).await.unwrap().into_inner();
+    r.entries.first().and_then(|e| e.status.as_ref()).map_or(status_of(&r.status), |s| s.code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rotation() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Jobs", 1, TopicKind::Normal).await;
+    cluster.create_topic("Deferred", 1, TopicKind::Delay).await;
+    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
+    cluster.create_group("workers", false, 16).await;
+    cluster.create_group("thieves", false, 16).await;
+    let mut c = client(&cluster.client_addr(2), None).await;
+    let invalid = Code::InvalidReceiptHandle as i32;
+    for id in ["job-1", "job-2", "job-3"] {
+        let r = c.send_message(SendMessageRequest { messages: vec![message("Jobs", id, MessageType::Normal)] }).await;
+        assert_eq!(status_of(&r.unwrap().into_inner().status), Code::Ok as i32);
+    }
+
+    // Receipt handles: sealed for their group and topic.
+    let (id, handle) = receive_one(&mut c, "workers", "Jobs").await;
+    let (inner, _) = handle.split_once('~').expect("a sealed handle");
+    let parts: Vec<&str> = inner.split('.').collect();
+    let next_offset = format!("{}.{}.{}.{}", parts[0], parts[1], parts[2].parse::<u64>().unwrap() + 1, parts[3]);
+    let altered = handle.replacen(inner, &next_offset, 1);
+    for forged in [inner.to_string(), altered, format!("{handle}0"), handle.replace('~', "~1")] {
+        assert_eq!(ack_code(&mut c, "workers", "Jobs", &id, &forged).await, invalid, "{forged}");
+    }
+    assert_eq!(ack_code(&mut c, "thieves", "Jobs", &id, &handle).await, invalid, "another group's handle");
+    // One rotation: the handle still works; the refused attempts changed nothing.
+    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    let ack = retry(Duration::from_secs(10), || {
+        let (mut c, id, handle) = (c.clone(), id.clone(), handle.clone());
+        async move {
+            match ack_code(&mut c, "workers", "Jobs", &id, &handle).await {
+                0 | 20000 => Ok(()),
+                code => Err(format!("ack after one rotation answered {code}")),
+            }
+        }
+    })
+    .await;
+    let () = ack;
+    // Two rotations: a handle sealed before both no longer opens.
+    let (id2, handle2) = receive_one(&mut c, "workers", "Jobs").await;
+    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    cluster.wait_caught_up(2, Duration::from_secs(10)).await;
+    assert_eq!(ack_code(&mut c, "workers", "Jobs", &id2, &handle2).await, invalid, "sealed two keys ago");
+
+    // Transaction ids: sealed for their topic and message.
+    let r =
+        c.send_message(SendMessageRequest { messages: vec![message("Payments", "pay-1", MessageType::Transaction)] });
+    let entry = r.await.unwrap().into_inner().entries.remove(0);
+    let tx = entry.transaction_id.clone();
+    assert!(tx.contains('~'), "a sealed transaction id: {tx}");
+    let end = |transaction_id: String, message_id: &str| EndTransactionRequest {
+        topic: resource("Payments"),
+        message_id: message_id.into(),
+        transaction_id,
+        resolution: rockraft_proto::rocketmq::TransactionResolution::Commit as i32,
+        ..Default::default()
+    };
+    let unsealed = tx.split_once('~').unwrap().0.to_string();
+    for (forged, message_id) in [(unsealed, "pay-1"), (tx.clone(), "pay-2"), (format!("{tx}f"), "pay-1")] {
+        let r = c.end_transaction(end(forged.clone(), message_id)).await.unwrap().into_inner();
+        assert_eq!(status_of(&r.status), Code::InvalidTransactionId as i32, "{forged} for {message_id}");
+    }
+    let r = c.end_transaction(end(tx, "pay-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+
+    // Recall handles: sealed for their topic.
+    let mut delayed = message("Deferred", "later-1", MessageType::Delay);
+    let later = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap() + Duration::from_secs(600);
+    delayed.system_properties.as_mut().unwrap().delivery_timestamp =
+        Some(prost_types::Timestamp { seconds: later.as_secs() as i64, nanos: 0 });
+    let entry =
+        c.send_message(SendMessageRequest { messages: vec![delayed] }).await.unwrap().into_inner().entries.remove(0);
+    let recall = entry.recall_handle;
+    assert!(recall.contains('~'), "a sealed recall handle: {recall}");
+    let unsealed = recall.split_once('~').unwrap().0.to_string();
+    for forged in [unsealed, format!("{recall}0")] {
+        let r = c.recall_message(RecallMessageRequest { topic: resource("Deferred"), recall_handle: forged.clone() });
+        let code = status_of(&r.await.unwrap().into_inner().status);
+        assert_eq!(code, Code::BadRequest as i32, "{forged}");
+    }
+    let r = c.recall_message(RecallMessageRequest { topic: resource("Jobs"), recall_handle: recall.clone() });
+    assert_ne!(status_of(&r.await.unwrap().into_inner().status), Code::Ok as i32, "another topic's recall handle");
+    let r = c.recall_message(RecallMessageRequest { topic: resource("Deferred"), recall_handle: recall });
+    assert_eq!(status_of(&r.await.unwrap().into_inner().status), Code::Ok as i32);
+}

@@ -9,10 +9,12 @@
 //!   jobs that start and stop with leadership) and the node's fail-stop signal.
 //! - `proxy`: the RocketMQ gRPC endpoint the official clients use.
 //! - `sessions`: the producers whose Telemetry streams this node holds (transaction checks).
+//! - `auth`: who is calling and may they: signatures, the planes' interceptors, the cluster
+//!   secret, sealed handles, TLS (users and rules are replicated in `broker`).
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
 //! - `node`: one node wired together.
 //!
-//! Layering, `a ← b` meaning "a is imported by b": store ← broker ← raft ← cluster ←
+//! Layering, `a ← b` meaning "a is imported by b": store ← broker ← auth ← raft ← cluster ←
 //! {jobs, proxy, admin} ← node ← cli, and jobs may use proxy's renewal table; `sessions` stands
 //! alone and is used by cluster, jobs and proxy. No module imports
 //! one that imports it back; `tests/layering.rs` checks.

@@ -120,6 +120,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
     jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
     let leadership = jobs.follow_leadership(&cluster);
+    let keyed = cluster.clone();
+    jobs.spawn_leader("handle key", leadership.clone(), move || crate::jobs::first_handle_key(keyed.clone()));
     let timers = cluster.clone();
     jobs.spawn_leader("timers", leadership.clone(), move || crate::jobs::fire_timers(timers.clone()));
     let broker_config = &config.broker;
@@ -143,6 +145,9 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
 /// The largest admin request: a plugin registration, its module in base64 (4/3 of its size),
 /// plus room for the rest of the request.
 const MAX_ADMIN_REQUEST_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES * 4 / 3 + (1 << 20);
+
+/// Operator requests one connection may have in flight: the CLI sends one at a time.
+const MAX_ADMIN_STREAMS_PER_CONNECTION: u32 = 64;
 
 /// HTTP/2 settings for every listener. Windows are wide, so thousands of 1 KiB sends in flight
 /// need few WINDOW_UPDATEs; a peer reconnecting after a partition may reset many streams at once
@@ -193,6 +198,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         None => Ok(server_builder()),
     };
     let admin_server = secured()?
+        .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
         .add_service(InterceptedService::new(
             admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES),
             AdminsOnly(Arc::clone(&authenticator)),
@@ -205,11 +211,13 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         max_delay: Duration::from_secs(config.broker.max_delay_secs),
         transaction_recovery: Duration::from_secs(config.broker.transaction_recovery_secs),
         advertised_client_addr: config.advertised_client_addr().to_string(),
+        limits: config.limits.clone(),
     };
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
     let messaging = MessagingServiceServer::new(proxy)
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
     let client_server = secured()?
+        .max_concurrent_streams(Some(config.limits.max_streams_per_connection))
         .add_service(InterceptedService::new(messaging, MarkCaller(authenticator)))
         .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
     let raft_task = tokio::spawn(raft_server);

@@ -1,5 +1,5 @@
 //! No module of `node/src/` imports a module that imports it back: the top-level modules form
-//! layers (store ← broker ← {plugin, raft} ← cluster ← {jobs, proxy, admin} ← node ← cli, `a ← b` meaning
+//! layers (store ← broker ← auth ← {plugin, raft} ← cluster ← {jobs, proxy, admin} ← node ← cli, `a ← b` meaning
 //! "a is imported by b"). A reference is any path to another top-level module from a file of
 //! this one: `crate::x`, `crate::{x, ..}`, or `super::` climbing out of the module.
 

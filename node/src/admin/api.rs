@@ -136,6 +136,9 @@ pub enum AdminRequest {
     ListAcl {
         access_key: Option<String>,
     },
+    /// A new key for sealing handles, made on the leader; handles sealed under the one before
+    /// still open, older ones no longer do.
+    RotateHandleKey,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -194,6 +197,7 @@ impl AdminRequest {
             | AdminRequest::RegisterPlugin { .. }
             | AdminRequest::BindPlugin { .. }
             | AdminRequest::UpdateUser { .. }
+            | AdminRequest::RotateHandleKey
             | AdminRequest::Settings => true,
             AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
             _ => false,

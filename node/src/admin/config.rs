@@ -60,6 +60,9 @@ pub struct NodeConfig {
     /// TLS on the client and admin listeners.
     #[serde(default)]
     pub tls: crate::auth::tls::TlsConfig,
+    /// What one client may hold of this node at once.
+    #[serde(default)]
+    pub limits: LimitsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -110,6 +113,35 @@ pub struct BrokerConfig {
     pub transaction_max_age_secs: u64,
     /// An unresolved half is rolled back after a producer was asked this often (0: no limit).
     pub transaction_max_checks: u32,
+}
+
+/// Bounds on what clients may hold of a node at once; each refused with a status the clients
+/// act on, never by exhausting the node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// HTTP/2 streams one connection to the client port may have open (clients queue the rest).
+    pub max_streams_per_connection: u32,
+    /// Long polls (`ReceiveMessage`) waiting on this node at once; more get TOO_MANY_REQUESTS.
+    pub max_long_polls: usize,
+    /// Long polls one client (`x-mq-client-id`) may have waiting on this node at once.
+    pub max_long_polls_per_client: usize,
+    /// The longest a receive may ask to wait; longer gets ILLEGAL_POLLING_TIME.
+    pub max_long_poll_secs: u64,
+    /// Entries one `AckMessage` may carry; more gets BAD_REQUEST.
+    pub max_ack_entries: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_streams_per_connection: 1024,
+            max_long_polls: 4096,
+            max_long_polls_per_client: 256,
+            max_long_poll_secs: 60,
+            max_ack_entries: 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -6,5 +6,5 @@ pub mod api;
 mod config;
 mod service;
 
-pub use config::{BrokerConfig, Member, NodeConfig, RaftTimings, StorageConfig};
+pub use config::{BrokerConfig, LimitsConfig, Member, NodeConfig, RaftTimings, StorageConfig};
 pub use service::{AdminServer, CallOptions, Credentials, call, call_as, call_on, call_with};

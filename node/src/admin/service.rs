@@ -266,6 +266,13 @@ impl AdminServer {
                     })
                     .collect()
             }))),
+            AdminRequest::RotateHandleKey => match crate::auth::random_key() {
+                Ok(key) => {
+                    let key = crate::broker::access::HandleKey::new(key);
+                    self.write(Command::Access(AccessCommand::RotateHandleKey { key })).await
+                }
+                Err(e) => Err(e),
+            },
             AdminRequest::CreateGroup(g) => self.write(Command::Consume(ConsumeCommand::CreateGroup(g))).await,
             AdminRequest::DeleteGroup { name } => {
                 self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await

@@ -2,6 +2,8 @@
 //! interceptor on each listener works out the [`Caller`] before the request is decoded.
 //!
 //! - `member`: the raft port serves cluster members only (the cluster secret);
+//! - `handles`: receipt handles, recall handles and transaction ids sealed with the cluster's
+//!   replicated handle key;
 //! - `signature`: the `MQv2-HMAC-SHA1` signature the official clients send;
 //! - `tls`: TLS on the client and admin listeners, and the CLI's TLS channel;
 //! - here: the `[auth]` configuration, the [`Authenticator`] that turns a signature into a
@@ -9,6 +11,7 @@
 //!   client plane (marks the caller; the proxy answers refusals with RocketMQ's UNAUTHORIZED or
 //!   FORBIDDEN) and the admin plane (refuses anyone but an admin).
 
+pub mod handles;
 pub mod member;
 pub mod signature;
 pub mod tls;
@@ -24,6 +27,16 @@ use tonic::{Request, Status};
 use crate::broker::Broker;
 use crate::broker::access::{Action, ResourceKind, Secret, check_access_key, check_secret};
 use signature::Refusal;
+
+/// 32 bytes from the OS's random source, hex: a new handle key.
+pub fn random_key() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    Ok(hex::encode(bytes))
+}
 
 /// The `[auth]` section of a node's configuration.
 #[derive(Debug, Clone, Deserialize)]

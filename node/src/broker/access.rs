@@ -121,6 +121,32 @@ pub struct Rule {
     pub decision: Decision,
 }
 
+/// A key handles are sealed with (`auth::handles`): 32 random bytes, hex. Never printed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct HandleKey(String);
+
+impl HandleKey {
+    pub fn new(hex: String) -> HandleKey {
+        HandleKey(hex)
+    }
+
+    /// The key's bytes (its hex form was checked when it was applied).
+    pub fn bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    fn valid(&self) -> bool {
+        self.0.len() == 64 && self.0.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+}
+
+impl fmt::Debug for HandleKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HandleKey(<redacted>)")
+    }
+}
+
 /// The replicated access tables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AccessTables {
@@ -128,6 +154,9 @@ pub struct AccessTables {
     pub users: Table<String, User>,
     /// By (access key, resource).
     pub rules: Table<(String, Resource), Rule>,
+    /// The newest two handle keys, by id (the newest seals).
+    #[serde(default)]
+    pub handle_keys: Table<u32, HandleKey>,
 }
 
 /// A change to users or rules (`rockraft user …`, `rockraft acl …`).
@@ -154,6 +183,10 @@ pub enum AccessCommand {
         access_key: String,
         resource: Resource,
     },
+    /// Makes `key` the one new handles are sealed with; the one before it still opens handles.
+    RotateHandleKey {
+        key: HandleKey,
+    },
 }
 
 impl fmt::Debug for AccessCommand {
@@ -169,6 +202,7 @@ impl fmt::Debug for AccessCommand {
             AccessCommand::Revoke { access_key, resource } => {
                 write!(f, "Revoke {{ access_key: {access_key:?}, resource: {resource} }}")
             }
+            AccessCommand::RotateHandleKey { .. } => f.write_str("RotateHandleKey"),
         }
     }
 }
@@ -259,6 +293,16 @@ impl AccessTables {
                 if self.rules.remove(&(access_key.clone(), resource.clone())).is_none() {
                     return Reply::Rejected(format!("user {access_key} has no rule on {resource}"));
                 }
+                Reply::Applied
+            }
+            AccessCommand::RotateHandleKey { key } => {
+                if !key.valid() {
+                    return Reply::Rejected("a handle key is 64 hex digits".into());
+                }
+                let id = self.handle_keys.keys().max().map_or(1, |last| last.wrapping_add(1));
+                self.handle_keys.insert(id, key);
+                // The one before stays, so handles sealed under it still open.
+                self.handle_keys.remove_where(|k| *k < id.saturating_sub(1));
                 Reply::Applied
             }
         }

@@ -141,6 +141,12 @@ pub enum ConsumeCommand {
         now_ms: i64,
         invisible_ms: i64,
     },
+    /// One round of renewals, as one entry: each receipt's invisible time extended, answered
+    /// one by one.
+    RenewMany {
+        renewals: Vec<(Receipt, i64)>,
+        now_ms: i64,
+    },
     /// Moves every queue of the group on the topic to the given positions; nothing stays in flight.
     ResetOffset {
         group: String,
@@ -155,7 +161,9 @@ impl ConsumeCommand {
     pub fn set_time(&mut self, now: i64) {
         match self {
             ConsumeCommand::Pop(p) => p.now_ms = now,
-            ConsumeCommand::ChangeInvisible { now_ms, .. } | ConsumeCommand::Renew { now_ms, .. } => *now_ms = now,
+            ConsumeCommand::ChangeInvisible { now_ms, .. }
+            | ConsumeCommand::Renew { now_ms, .. }
+            | ConsumeCommand::RenewMany { now_ms, .. } => *now_ms = now,
             _ => {}
         }
     }
@@ -173,6 +181,7 @@ impl ConsumeCommand {
             ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
             ConsumeCommand::Pop(_)
             | ConsumeCommand::Renew { .. }
+            | ConsumeCommand::RenewMany { .. }
             | ConsumeCommand::CreateGroup(_)
             | ConsumeCommand::DeleteGroup { .. } => None,
         }
@@ -260,6 +269,12 @@ impl Consumption {
             ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => {
                 self.extend(receipt, None, now_ms.saturating_add(*invisible_ms))
             }
+            ConsumeCommand::RenewMany { renewals, now_ms } => ConsumeOutcome::Each(
+                renewals
+                    .iter()
+                    .map(|(r, invisible_ms)| self.extend(r, None, now_ms.saturating_add(*invisible_ms)))
+                    .collect(),
+            ),
             ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions } => {
                 if !self.groups.contains_key(group) {
                     return ConsumeOutcome::GroupNotFound(group.clone());
@@ -506,6 +521,18 @@ mod tests {
         let again = Redelivery { queue_id: 0, offset: 0, generation: 2 };
         assert!(delivered(c.apply(4, &pop(1500, vec![], vec![again]))).is_empty(), "still invisible");
         assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
+    }
+
+    #[test]
+    fn one_round_of_renewals_is_one_entry_answered_per_receipt() {
+        let mut c = consumption();
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
+        let round =
+            ConsumeCommand::RenewMany { renewals: vec![(receipt(0, 2), 1000), (receipt(1, 2), 1000)], now_ms: 900 };
+        let ConsumeOutcome::Each(outcomes) = c.apply(3, &round) else { panic!("one outcome each") };
+        assert!(matches!(outcomes[0], ConsumeOutcome::Renewed(d) if d.invisible_until_ms == 1900 && d.generation == 2));
+        assert_eq!(outcomes[1], ConsumeOutcome::StaleReceipt, "nothing in flight at offset 1");
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done, "the receipt is kept");
     }
 
     #[test]

@@ -131,7 +131,7 @@ impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
     /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
     /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 14] {
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 15] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
@@ -144,6 +144,7 @@ impl State {
             ("topic_checker/", &mut self.plugins.topic_checkers),
             ("user/", &mut self.access.users),
             ("acl/", &mut self.access.rules),
+            ("handle_key/", &mut self.access.handle_keys),
             ("~half/", &mut self.halves),
             ("~check/", &mut self.checks),
             ("~hold/", &mut self.holds),

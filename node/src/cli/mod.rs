@@ -153,6 +153,9 @@ enum ClusterCmd {
         #[arg(long)]
         id: u64,
     },
+    /// Seal new receipt handles, recall handles and transaction ids with a new key; those sealed
+    /// under the key before it still work, older ones no longer do.
+    RotateHandleKey,
     /// Checks that the replicas agree: every member's digest of its replicated state, compared
     /// once they have applied the same index (exit code 1 if they differ).
     Verify,
@@ -541,6 +544,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         }
         Top::Cluster(ClusterCmd::RemoveNode { id }) => request(ep, AdminRequest::RemoveNode { id }).await.map(done),
         Top::Cluster(ClusterCmd::Verify) => cluster_verify(ep).await,
+        Top::Cluster(ClusterCmd::RotateHandleKey) => request(ep, AdminRequest::RotateHandleKey).await.map(done),
         Top::Cluster(ClusterCmd::Configure { dedupe_window_secs, max_module_bytes }) => {
             if dedupe_window_secs.is_some() || max_module_bytes.is_some() {
                 let change = SettingsChange { dedupe_window_secs, max_module_bytes };

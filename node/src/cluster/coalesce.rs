@@ -24,6 +24,11 @@ use crate::cluster::ClusterError;
 /// Entries a lane may have proposed and not yet applied: one committing while the next fills.
 const LANE_DEPTH: usize = 2;
 
+/// Message bytes that may wait in all lanes of one coalescer for a round: past it a send is
+/// answered [`ClusterError::Busy`] at once (back-pressure) instead of queueing without end while
+/// the log is slow.
+pub const MAX_WAITING_BYTES: usize = 256 << 20;
+
 /// Bytes a `SendBatch` spends besides its messages' own (topic, queue, time, field tags).
 fn batch_overhead(topic: &str) -> usize {
     32 + topic.len()
@@ -50,10 +55,10 @@ struct Lane {
 
 type LaneKey = (String, u32);
 
-/// The lanes of every queue with sends waiting or in flight.
+/// The lanes of every queue with sends waiting or in flight, and the bytes waiting in them.
 #[derive(Default)]
 pub struct Coalescer {
-    lanes: Mutex<HashMap<LaneKey, Lane>>,
+    lanes: Mutex<(HashMap<LaneKey, Lane>, usize)>,
 }
 
 /// Sends taken from a lane to be proposed as one entry.
@@ -69,18 +74,26 @@ impl Coalescer {
     pub fn join(&self, batch: SendBatch, max_entry_bytes: usize) -> (oneshot::Receiver<Answer>, Option<Round>) {
         let (tx, rx) = oneshot::channel();
         let key = (batch.topic, batch.queue_id);
-        let mut lanes = self.lanes.lock().expect("coalescer lock");
+        let bytes: usize = batch.messages.iter().map(Bytes::len).sum();
+        let mut guard = self.lanes.lock().expect("coalescer lock");
+        let (lanes, waiting) = &mut *guard;
+        if *waiting + bytes > MAX_WAITING_BYTES {
+            let _ = tx.send(Err(ClusterError::Busy { waiting_bytes: *waiting as u64 }));
+            return (rx, None);
+        }
+        *waiting += bytes;
         let lane = lanes.entry(key.clone()).or_default();
         lane.waiters.push(Waiter { messages: batch.messages.len(), answer: tx });
         lane.messages.extend(batch.messages);
-        let round = (lane.in_flight < LANE_DEPTH).then(|| take(key, lane, max_entry_bytes));
+        let round = (lane.in_flight < LANE_DEPTH).then(|| take(key, lane, max_entry_bytes, waiting));
         (rx, round)
     }
 
     /// After a round of the lane `key` was answered: the next round to propose, if sends are
     /// waiting; otherwise the lane has one entry fewer in flight.
     pub fn next(&self, done: &Round, max_entry_bytes: usize) -> Option<Round> {
-        let mut lanes = self.lanes.lock().expect("coalescer lock");
+        let mut guard = self.lanes.lock().expect("coalescer lock");
+        let (lanes, waiting) = &mut *guard;
         let lane = lanes.get_mut(&done.key)?;
         if lane.waiters.is_empty() {
             lane.in_flight -= 1;
@@ -91,13 +104,13 @@ impl Coalescer {
         }
         // The finished round's place in flight passes to this one.
         lane.in_flight -= 1;
-        Some(take(done.key.clone(), lane, max_entry_bytes))
+        Some(take(done.key.clone(), lane, max_entry_bytes, waiting))
     }
 }
 
 /// Takes the longest prefix of the lane's waiting sends that fits one entry (at least one send:
 /// a single send was checked against the entry size before it joined).
-fn take(key: LaneKey, lane: &mut Lane, max_entry_bytes: usize) -> Round {
+fn take(key: LaneKey, lane: &mut Lane, max_entry_bytes: usize, waiting: &mut usize) -> Round {
     let mut bytes = batch_overhead(&key.0);
     let mut messages = 0;
     let mut waiters = 0;
@@ -113,6 +126,7 @@ fn take(key: LaneKey, lane: &mut Lane, max_entry_bytes: usize) -> Round {
     }
     lane.in_flight += 1;
     let taken: Vec<Bytes> = lane.messages.drain(..messages).collect();
+    *waiting -= taken.iter().map(Bytes::len).sum::<usize>();
     let waiters = lane.waiters.drain(..waiters).collect();
     let batch =
         SendBatch { topic: key.0.clone(), queue_id: key.1, store_timestamp_ms: 0, clock_ms: 0, messages: taken };
@@ -144,6 +158,33 @@ impl Round {
 mod tests {
     use super::*;
     use crate::broker::SendOutcome;
+
+    #[test]
+    fn sends_past_the_waiting_bound_are_answered_busy_and_room_comes_back() {
+        let c = Coalescer::default();
+        let big = |queue| SendBatch {
+            topic: "T".into(),
+            queue_id: queue,
+            store_timestamp_ms: 0,
+            clock_ms: 0,
+            messages: vec![Bytes::from(vec![0u8; MAX_WAITING_BYTES / 2])],
+        };
+        // Each lane's first send is taken into a round at once; the next two wait.
+        let (_, first) = c.join(big(0), usize::MAX);
+        let (_, second) = c.join(big(0), usize::MAX);
+        let (_, third) = c.join(big(0), usize::MAX);
+        assert!(first.is_some() && second.is_some() && third.is_none());
+        let (_, fourth) = c.join(big(0), usize::MAX);
+        assert!(fourth.is_none());
+        let (mut refused, none) = c.join(big(1), usize::MAX);
+        assert!(none.is_none());
+        assert!(matches!(refused.try_recv(), Ok(Err(ClusterError::Busy { .. }))), "over the bound: busy at once");
+        // A round finishes: the waiting sends are taken, and there is room again.
+        let next = c.next(&first.unwrap(), usize::MAX).expect("the waiting sends go next");
+        assert_eq!(next.batch.messages.len(), 2);
+        let (_, again) = c.join(big(1), usize::MAX);
+        assert!(again.is_some(), "room came back once the waiting sends were taken");
+    }
     use prost::Message as _;
 
     fn batch(queue: u32, bodies: &[&'static str]) -> SendBatch {
@@ -204,7 +245,7 @@ mod tests {
         second.answer(Err(ClusterError::NoLeader));
         assert_eq!(b.blocking_recv().unwrap(), Err(ClusterError::NoLeader));
         assert!(c.next(&second, 1 << 20).is_none());
-        assert!(c.lanes.lock().unwrap().is_empty(), "an idle lane is forgotten");
+        assert!(c.lanes.lock().unwrap().0.is_empty(), "an idle lane is forgotten");
     }
 
     #[test]

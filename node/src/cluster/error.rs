@@ -16,6 +16,9 @@ pub enum ClusterError {
     /// The command is larger than one log entry can be.
     #[error("{len} bytes exceed the largest log entry, {max} bytes")]
     TooLarge { len: u64, max: u64 },
+    /// Too many sends are waiting for the log already: back off and try again.
+    #[error("{waiting_bytes} bytes of sends are waiting for the log; try again shortly")]
+    Busy { waiting_bytes: u64 },
     /// This node did not apply up to `index` in time (it is behind, or very busy).
     #[error("not applied up to index {index} in time")]
     Lagging { index: u64 },

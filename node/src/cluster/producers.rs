@@ -37,7 +37,9 @@ impl Cluster {
     /// Sends `RecoverOrphanedTransactionCommand` to a producer of the topic connected here.
     pub fn ask_producer_here(&self, ask: &AskProducer) -> bool {
         let Ok(Some((message, store_ms))) = self.broker().message_at(ask.position) else { return false };
-        let id = transaction_id(ask.position);
+        // Sealed for the topic and message, as the id the producer got from its send was.
+        let keys = self.broker().access(crate::auth::handles::HandleKeys::of);
+        let id = keys.seal(&transaction_id(ask.position), &[&ask.topic, &message.message_id]);
         self.sessions()
             .ask(&ask.topic, |resource| crate::sessions::recover_command(resource, message.clone(), store_ms, &id))
     }

@@ -17,6 +17,7 @@
 
 mod checkpoint;
 mod clock_skew;
+mod handle_key;
 mod health;
 mod plugin_warmup;
 mod renewals;
@@ -34,6 +35,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::Cluster;
 pub use checkpoint::checkpoints;
 pub use clock_skew::watch_clocks;
+pub use handle_key::first_handle_key;
 pub use health::watch_health;
 pub use plugin_warmup::plugin_warmup;
 pub use renewals::renewals;

@@ -11,25 +11,34 @@ use crate::proxy::renew::Renewals;
 
 const TICK: Duration = Duration::from_secs(1);
 
-/// Renews what is due, every second.
+/// Renewals one entry carries: each is a receipt of under 200 bytes.
+pub const MAX_RENEWALS_PER_ENTRY: usize = 1024;
+
+/// Renews what is due, every second: one entry per round (per 1024 deliveries), not per delivery.
 pub async fn renewals(cluster: Cluster, renewals: Arc<Renewals>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for (receipt, invisible) in renewals.due() {
-            let command = ConsumeCommand::Renew {
-                receipt: receipt.clone(),
-                // The leader stamps its own time when it proposes the renewal.
+        let due = renewals.due();
+        for chunk in due.chunks(MAX_RENEWALS_PER_ENTRY) {
+            let command = ConsumeCommand::RenewMany {
+                renewals: chunk.iter().map(|(r, invisible)| (r.clone(), invisible.as_millis() as i64)).collect(),
+                // The leader stamps its own time when it proposes the renewals.
                 now_ms: now_ms(),
-                invisible_ms: invisible.as_millis() as i64,
             };
             match cluster.write(&Command::Consume(command)).await {
-                Ok(Reply::Consume(ConsumeOutcome::Renewed(_))) => {}
-                // Settled elsewhere, or redelivered already: nothing left to renew.
-                Ok(_) => renewals.settled(&receipt),
+                Ok(Reply::Consume(ConsumeOutcome::Each(outcomes))) => {
+                    for ((receipt, _), outcome) in chunk.iter().zip(outcomes) {
+                        // Settled elsewhere, or redelivered already: nothing left to renew.
+                        if !matches!(outcome, ConsumeOutcome::Renewed(_)) {
+                            renewals.settled(receipt);
+                        }
+                    }
+                }
+                Ok(other) => tracing::warn!(reply = ?other, "unexpected reply to renewals"),
                 // No leader right now: try again next tick.
-                Err(e) => tracing::debug!(error = %e, "renewing a delivery failed"),
+                Err(e) => tracing::debug!(error = %e, "renewing deliveries failed"),
             }
         }
     }

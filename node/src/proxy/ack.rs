@@ -65,10 +65,16 @@ impl Proxy {
             Ok(names) => names,
             Err(Rejection(s)) => return AckMessageResponse { status: Some(s), entries: vec![] },
         };
+        let most = self.options.limits.max_ack_entries;
+        if req.entries.len() > most {
+            let why = format!("an AckMessage carries at most {most} entries, not {}", req.entries.len());
+            return AckMessageResponse { status: Some(status(Code::BadRequest, why)), entries: vec![] };
+        }
         // Every current receipt of the request goes in one entry (a chunk of them, for a huge
         // request): acking 32 messages costs one round of the log, not 32.
+        let keys = self.handle_keys();
         let receipts: Vec<Option<Receipt>> =
-            req.entries.iter().map(|e| receipt::decode(&e.receipt_handle, &group, &topic)).collect();
+            req.entries.iter().map(|e| receipt::decode(&keys, &e.receipt_handle, &group, &topic)).collect();
         let current: Vec<&Receipt> = receipts.iter().flatten().collect();
         let mut statuses = Vec::with_capacity(current.len());
         for chunk in current.chunks(MAX_ACKS_PER_ENTRY) {
@@ -127,7 +133,10 @@ impl Proxy {
             let why = format!("invisible duration must be {MIN_INVISIBLE:?} to {MAX_INVISIBLE:?}");
             return refuse(status(Code::IllegalInvisibleTime, why));
         };
-        let Some(receipt) = receipt::decode(&req.receipt_handle, &group, &topic) else { return refuse(stale()) };
+        let keys = self.handle_keys();
+        let Some(receipt) = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
+            return refuse(stale());
+        };
         let command = ConsumeCommand::ChangeInvisible {
             receipt: receipt.clone(),
             // The leader stamps its own time when it proposes the change.
@@ -141,7 +150,8 @@ impl Proxy {
         }
         match reply {
             Ok(Reply::Consume(ConsumeOutcome::Renewed(d))) => {
-                ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle: receipt::encode(&d) }
+                let receipt_handle = receipt::encode(&keys, &d, &group, &topic);
+                ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle }
             }
             Ok(reply) => refuse(outcome_status(reply)),
             Err(e) => refuse(write_failed(&e, 0)),
@@ -158,7 +168,8 @@ impl Proxy {
             Ok(names) => names,
             Err(Rejection(s)) => return s,
         };
-        let Some(receipt): Option<Receipt> = receipt::decode(&req.receipt_handle, &group, &topic) else {
+        let keys = self.handle_keys();
+        let Some(receipt): Option<Receipt> = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
             return stale();
         };
         // The leader builds the dead letter: it holds the message.

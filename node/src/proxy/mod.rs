@@ -8,6 +8,7 @@
 
 mod ack;
 mod members;
+mod poll_slots;
 mod receipt;
 mod receive;
 pub mod renew;
@@ -27,6 +28,7 @@ use rockraft_proto::rocketmq::messaging_service_server::MessagingService;
 use rockraft_proto::rocketmq::*;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::handles::HandleKeys;
 use crate::auth::{Caller, Denied};
 use crate::broker::access::{Action, ResourceKind};
 use crate::broker::timer::recall_handle;
@@ -54,6 +56,7 @@ pub struct ProxyOptions {
     /// Where clients reach this node (`advertised_client_addr`), for routes while the
     /// membership does not list it.
     pub advertised_client_addr: String,
+    pub limits: crate::admin::LimitsConfig,
 }
 
 pub struct Proxy {
@@ -62,6 +65,7 @@ pub struct Proxy {
     round_robin: AtomicU32,
     renewals: Arc<renew::Renewals>,
     live: members::LiveMembers,
+    polls: poll_slots::PollSlots,
 }
 
 pub(crate) use crate::sessions::timestamp;
@@ -69,7 +73,15 @@ pub(crate) use crate::sessions::timestamp;
 impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.
     pub fn new(cluster: Cluster, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
-        Proxy { cluster, options, round_robin: AtomicU32::new(0), renewals, live: members::LiveMembers::default() }
+        let polls = poll_slots::PollSlots::new(options.limits.max_long_polls, options.limits.max_long_polls_per_client);
+        Proxy {
+            cluster,
+            options,
+            round_robin: AtomicU32::new(0),
+            renewals,
+            live: members::LiveMembers::default(),
+            polls,
+        }
     }
 
     /// The members routes lead clients to, by id (see `members`, `route`).
@@ -128,6 +140,8 @@ impl Proxy {
             futures_util::future::join_all(writes).await
         };
         let mut entries = vec![SendResultEntry::default(); messages];
+        let keys = self.handle_keys();
+        let topic = known.as_ref().map(|k| k.name.as_str()).unwrap_or_default();
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
         for (positions, result) in results {
             let outcome = match result {
@@ -142,8 +156,12 @@ impl Proxy {
                 Ok(outcomes) => {
                     for (pos, o) in positions.into_iter().zip(outcomes) {
                         let (transaction_id, recall_handle) = match o.held {
-                            Some(Held::Half { position }) => (transaction_id(position), String::new()),
-                            Some(Held::Timer { due_ms, position }) => (String::new(), recall_handle(due_ms, position)),
+                            Some(Held::Half { position }) => {
+                                (keys.seal(&transaction_id(position), &[topic, &o.message_id]), String::new())
+                            }
+                            Some(Held::Timer { due_ms, position }) => {
+                                (String::new(), keys.seal(&recall_handle(due_ms, position), &[topic]))
+                            }
                             None => (String::new(), String::new()),
                         };
                         entries[pos] = SendResultEntry {
@@ -173,6 +191,11 @@ impl Proxy {
 type Needs<'a> = &'a [(Action, ResourceKind, &'a str)];
 
 impl Proxy {
+    /// The handle keys as this node has applied them: what handles are sealed and opened with.
+    fn handle_keys(&self) -> HandleKeys {
+        self.cluster.broker().access(HandleKeys::of)
+    }
+
     /// `None` if the request's caller may do everything `needs` names; else the refusal
     /// (UNAUTHORIZED: not authenticated; FORBIDDEN: not allowed), and the request changes nothing.
     fn refused<T>(&self, req: &Request<T>, needs: Needs<'_>) -> Option<rockraft_proto::rocketmq::Status> {

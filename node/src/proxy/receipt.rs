@@ -1,17 +1,20 @@
 //! Receipt handles: opaque to clients, they name one delivery — queue, offset and the generation
 //! of the entry that made it. The group and topic come with every request that carries a handle.
 //! A handle that does not parse, or names a delivery that is no longer current (acked, redelivered,
-//! or given a new invisible time since), gets INVALID_RECEIPT_HANDLE.
+//! or given a new invisible time since), gets INVALID_RECEIPT_HANDLE. Handles are sealed for their
+//! group and topic (`auth::handles`): a guessed, altered or another group's handle gets the same.
 
+use crate::auth::handles::HandleKeys;
 use crate::broker::pop::{Delivery, Receipt};
 
 const VERSION: &str = "r1";
 
-pub fn encode(d: &Delivery) -> String {
-    format!("{VERSION}.{}.{}.{}", d.queue_id, d.offset, d.generation)
+pub fn encode(keys: &HandleKeys, d: &Delivery, group: &str, topic: &str) -> String {
+    keys.seal(&format!("{VERSION}.{}.{}.{}", d.queue_id, d.offset, d.generation), &[group, topic])
 }
 
-pub fn decode(handle: &str, group: &str, topic: &str) -> Option<Receipt> {
+pub fn decode(keys: &HandleKeys, handle: &str, group: &str, topic: &str) -> Option<Receipt> {
+    let handle = keys.open(handle, &[group, topic])?;
     let mut parts = handle.split('.');
     if parts.next()? != VERSION {
         return None;
@@ -31,13 +34,14 @@ mod tests {
 
     #[test]
     fn handles_round_trip_and_garbage_does_not_parse() {
+        let keys = HandleKeys::default();
         let d = Delivery { queue_id: 3, offset: 42, attempt: 1, generation: 1234, invisible_until_ms: 0 };
-        let r = decode(&encode(&d), "g", "t").unwrap();
+        let r = decode(&keys, &encode(&keys, &d, "g", "t"), "g", "t").unwrap();
         assert_eq!((r.queue_id, r.offset, r.generation, r.group.as_str()), (3, 42, 1234, "g"));
         for bad in
             ["", "r1", "r1.1.2", "r1.1.2.3.4", "r2.1.2.3", "r1.-1.2.3", "r1.a.2.3", "r1.1.2.99999999999999999999"]
         {
-            assert!(decode(bad, "g", "t").is_none(), "{bad:?}");
+            assert!(decode(&keys, bad, "g", "t").is_none(), "{bad:?}");
         }
     }
 }

@@ -180,6 +180,17 @@ impl Proxy {
             Ok(p) => p,
             Err(Rejection(s)) => return status_only(s),
         };
+        let longest = Duration::from_secs(self.options.limits.max_long_poll_secs);
+        if params.long_polling > longest {
+            let why =
+                format!("long polling timeout {:?} is over this node's limit of {longest:?}", params.long_polling);
+            return status_only(status(Code::IllegalPollingTime, why));
+        }
+        // Held until the answer is built, however the poll ends.
+        let _slot = match self.polls.take(client) {
+            Ok(slot) => slot,
+            Err(Rejection(s)) => return status_only(s),
+        };
         // From the start: catching up below counts against the client's deadline too.
         let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
         if let Err(Rejection(s)) = self.consumer_group(&params.group).await {
@@ -272,10 +283,11 @@ impl Proxy {
     fn stream(&self, p: &ReceiveParams, deliveries: Vec<Delivery>) -> (Vec<ReceiveMessageResponse>, Vec<Delivery>) {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let mut streamed = Vec::new();
+        let keys = self.handle_keys();
         for d in deliveries {
             match self.cluster.broker().read(&p.topic_name, d.queue_id, d.offset) {
                 Ok(Some(e)) => {
-                    let handle = receipt::encode(&d);
+                    let handle = receipt::encode(&keys, &d, &p.group, &p.topic_name);
                     out.push(ReceiveMessageResponse {
                         content: Some(Content::Message(message(&p.topic, e, &d, handle, p.invisible))),
                     });

@@ -22,6 +22,8 @@ pub fn write_failed(e: &ClusterError, messages: usize) -> Status {
         ClusterError::NoLeader | ClusterError::Unreachable { .. } | ClusterError::Lagging { .. } => {
             Code::HaNotAvailable
         }
+        // The clients back off and retry on this.
+        ClusterError::Busy { .. } => Code::TooManyRequests,
         ClusterError::TooLarge { .. } if messages == 1 => Code::MessageBodyTooLarge,
         ClusterError::TooLarge { .. } => Code::PayloadTooLarge,
         ClusterError::Raft(_) | ClusterError::Internal(_) => Code::InternalServerError,
@@ -66,6 +68,7 @@ mod tests {
         assert_eq!(code(ClusterError::TooLarge { len: 2, max: 1 }, 1), Code::MessageBodyTooLarge as i32);
         assert_eq!(code(ClusterError::TooLarge { len: 2, max: 1 }, 3), Code::PayloadTooLarge as i32);
         assert_eq!(code(ClusterError::Raft("stopped".into()), 1), Code::InternalServerError as i32);
+        assert_eq!(code(ClusterError::Busy { waiting_bytes: 1 }, 1), Code::TooManyRequests as i32);
         assert_eq!(pop_failed(&PopError::Cluster(gone)).code, Code::HaNotAvailable as i32);
         assert_eq!(pop_failed(&PopError::GroupNotFound("g".into())).code, Code::ConsumerGroupNotFound as i32);
         // A quarantined filter: a status every client knows, and the plugin's own explanation.

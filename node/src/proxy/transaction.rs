@@ -37,7 +37,9 @@ impl Proxy {
             Ok(t) => t,
             Err(s) => return s,
         };
-        let Some(position) = parse_transaction_id(&req.transaction_id) else {
+        let keys = self.handle_keys();
+        let opened = keys.open(&req.transaction_id, &[&topic, &req.message_id]);
+        let Some(position) = opened.and_then(parse_transaction_id) else {
             return status(Code::InvalidTransactionId, format!("{:?} is not a transaction id", req.transaction_id));
         };
         let commit = match TransactionResolution::try_from(req.resolution) {
@@ -72,7 +74,8 @@ impl Proxy {
             Ok(t) => t,
             Err(s) => return answer(s, String::new()),
         };
-        let Some(timer) = parse_recall_handle(&req.recall_handle) else {
+        let keys = self.handle_keys();
+        let Some(timer) = keys.open(&req.recall_handle, &[&topic]).and_then(parse_recall_handle) else {
             return answer(status(Code::BadRequest, "not a recall handle"), String::new());
         };
         let command = TimerCommand::Recall { now_ms: 0, topic, timer };

@@ -1,0 +1,123 @@
+//! What one client may hold of a node, each limit hit: the longest long poll, long polls per
+//! client and per node, entries per AckMessage, and HTTP/2 streams per connection. Each is
+//! refused with a status the official clients act on (or, for streams, queued by the client), and
+//! the node keeps serving.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_proto::rocketmq::receive_message_response::Content;
+use rockraft_proto::rocketmq::{
+    AckMessageEntry, AckMessageRequest, Code, HeartbeatRequest, MessageQueue, ReceiveMessageRequest, Resource,
+};
+use tonic::transport::Channel;
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource { resource_namespace: String::new(), name: name.into() })
+}
+
+async fn channel(addr: &str) -> Channel {
+    Channel::from_shared(format!("http://{addr}")).expect("url").connect().await.expect("connect")
+}
+
+/// A receive on an empty topic by `client`, waiting up to `poll_secs`: the code it ends with.
+async fn receive(channel: Channel, client: &str, poll_secs: i64) -> i32 {
+    let mut c = MessagingServiceClient::new(channel);
+    let mut req = tonic::Request::new(ReceiveMessageRequest {
+        group: resource("pollers"),
+        message_queue: Some(MessageQueue { topic: resource("Quiet"), ..Default::default() }),
+        batch_size: 1,
+        invisible_duration: Some(prost_types::Duration { seconds: 30, nanos: 0 }),
+        long_polling_timeout: Some(prost_types::Duration { seconds: poll_secs, nanos: 0 }),
+        ..Default::default()
+    });
+    req.metadata_mut().insert("x-mq-client-id", client.parse().expect("ascii"));
+    let mut stream = c.receive_message(req).await.expect("rpc").into_inner();
+    match stream.next().await.expect("a frame").expect("frame").content {
+        Some(Content::Status(s)) => s.code,
+        other => panic!("a receive starts with its status: {other:?}"),
+    }
+}
+
+/// Tries a short receive as `client` until it is refused as over a limit (the polls holding the
+/// slots may take a moment to start waiting).
+async fn refused_while_full(addr: &str, client: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let code = receive(channel(addr).await, client, 1).await;
+        if code != Code::MessageNotFound as i32 || Instant::now() > deadline {
+            return code;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_limit_on_what_a_client_holds_is_enforced_and_the_node_keeps_serving() {
+    let limits = "max_streams_per_connection = 3\nmax_long_polls = 4\nmax_long_polls_per_client = 2\n\
+                  max_long_poll_secs = 5\nmax_ack_entries = 8\n"
+        .to_string();
+    let cluster = Cluster::start(3, Options { limits, ..Default::default() }).await;
+    cluster.create_topic("Quiet", 1, TopicKind::Normal).await;
+    cluster.create_group("pollers", false, 16).await;
+    let addr = cluster.client_addr(2);
+
+    // The longest poll.
+    assert_eq!(receive(channel(&addr).await, "a", 6).await, Code::IllegalPollingTime as i32);
+
+    // Long polls per client, then per node; slots come back when the polls end.
+    let waiting: Vec<_> = ["x", "x", "y", "y"]
+        .into_iter()
+        .map(|client| {
+            let addr = addr.clone();
+            tokio::spawn(async move { receive(channel(&addr).await, client, 4).await })
+        })
+        .collect();
+    assert_eq!(refused_while_full(&addr, "x").await, Code::TooManyRequests as i32, "a third poll of one client");
+    assert_eq!(refused_while_full(&addr, "z").await, Code::TooManyRequests as i32, "the node's fifth poll");
+    for w in waiting {
+        assert_eq!(w.await.unwrap(), Code::MessageNotFound as i32, "the waiting polls are answered as usual");
+    }
+    assert_eq!(receive(channel(&addr).await, "x", 1).await, Code::MessageNotFound as i32, "slots came back");
+
+    // Entries per AckMessage.
+    let mut c = MessagingServiceClient::new(channel(&addr).await);
+    let entries = (0..9)
+        .map(|i| AckMessageEntry { message_id: format!("m{i}"), receipt_handle: "r1.0.0.0".into(), lite_topic: None })
+        .collect();
+    let ack = AckMessageRequest { group: resource("pollers"), topic: resource("Quiet"), entries };
+    let r = c.ack_message(ack).await.unwrap().into_inner();
+    assert_eq!(r.status.map(|s| s.code), Some(Code::BadRequest as i32));
+
+    // HTTP/2 streams per connection: with three polls open on one connection, a heartbeat on it
+    // waits for one of them to end.
+    let shared = channel(&addr).await;
+    let ended = Arc::new(AtomicUsize::new(0));
+    let polls: Vec<_> = ["s1", "s2", "s3"]
+        .into_iter()
+        .map(|client| {
+            let (shared, ended) = (shared.clone(), Arc::clone(&ended));
+            tokio::spawn(async move {
+                let code = receive(shared, client, 2).await;
+                ended.fetch_add(1, Ordering::SeqCst);
+                code
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut hb = MessagingServiceClient::new(shared.clone());
+    let r = hb.heartbeat(HeartbeatRequest { group: None, client_type: 1 }).await.unwrap().into_inner();
+    assert_eq!(r.status.map(|s| s.code), Some(Code::Ok as i32));
+    assert!(ended.load(Ordering::SeqCst) >= 1, "the heartbeat got a fourth stream while three polls were open");
+    for p in polls {
+        assert_eq!(p.await.unwrap(), Code::MessageNotFound as i32);
+    }
+    // A fresh connection is served at once.
+    let mut other = MessagingServiceClient::new(channel(&addr).await);
+    let r = other.heartbeat(HeartbeatRequest { group: None, client_type: 1 }).await.unwrap().into_inner();
+    assert_eq!(r.status.map(|s| s.code), Some(Code::Ok as i32));
+}

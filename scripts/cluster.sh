@@ -21,6 +21,8 @@
 # (node N listens on BASE+N; defaults 8080, 9080 and 7080).
 # ROCKRAFT_BIN runs that binary instead of building target/release/rockraft.
 # ROCKRAFT_DURABILITY (sync|async) sets [storage] durability in newly written configs.
+# ROCKRAFT_TLS_CERT / ROCKRAFT_TLS_KEY (PEM paths) put the client and admin ports of newly written
+# configs on TLS; the CLI then needs --tls-ca (or ROCKRAFT_TLS_CA).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -99,6 +101,12 @@ write_config() {
       echo "enabled = true"
       echo "admin_access_key = \"$key\""
       echo "admin_secret_key = \"$secret\""
+    fi
+    if [ -n "${ROCKRAFT_TLS_CERT:-}" ]; then
+      echo
+      echo "[tls]"
+      echo "cert_file = \"$ROCKRAFT_TLS_CERT\""
+      echo "key_file = \"$ROCKRAFT_TLS_KEY\""
     fi
     echo
     echo "[storage]"

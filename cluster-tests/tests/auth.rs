@@ -619,3 +619,78 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
     let r = c.recall_message(RecallMessageRequest { topic: resource("Deferred"), recall_handle: recall });
     assert_eq!(status_of(&r.await.unwrap().into_inner().status), Code::Ok as i32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_listings() {
+    use rockraft_proto::rockraft as pb;
+    use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
+    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.admin_addr(2)))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let admin = cluster.admin.clone().expect("an admin credential");
+    let signer = Signer(Some((admin.access_key.clone(), admin.secret.expose().to_string())));
+    let mut c = AdminServiceClient::with_interceptor(channel.clone(), signer);
+    for i in 0..5 {
+        let req = pb::CreateTopicRequest { name: format!("Paged{i}"), queues: 2, kind: "FIFO".into() };
+        c.create_topic(req).await.expect("created");
+    }
+    let bad = c.create_topic(pb::CreateTopicRequest { name: "Odd".into(), queues: 2, kind: "QUEUE".into() }).await;
+    assert_eq!(bad.expect_err("an unknown kind").code(), tonic::Code::InvalidArgument);
+    let mut names = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = c.list_topics(pb::ListRequest { after, limit: 2 }).await.expect("listed").into_inner();
+        assert!(page.topics.len() <= 2);
+        names.extend(page.topics.iter().map(|t| (t.name.clone(), t.kind.clone())));
+        if page.next_after.is_empty() {
+            break;
+        }
+        after = page.next_after;
+    }
+    let expected: Vec<(String, String)> = (0..5).map(|i| (format!("Paged{i}"), "FIFO".to_string())).collect();
+    assert_eq!(names, expected);
+    c.create_user(pb::CreateUserRequest {
+        access_key: "typed".into(),
+        secret_key: "typed-secret".into(),
+        admin: false,
+    })
+    .await
+    .expect("user created");
+    let grant = pb::GrantRequest {
+        access_key: "typed".into(),
+        resource: "Topic:Paged*".into(),
+        actions: vec!["PUB".into()],
+        deny: false,
+    };
+    c.grant(grant).await.expect("granted");
+    let wrong = pb::GrantRequest {
+        access_key: "typed".into(),
+        resource: "Topic:x".into(),
+        actions: vec!["FLY".into()],
+        deny: false,
+    };
+    assert_eq!(c.grant(wrong).await.expect_err("no such action").code(), tonic::Code::InvalidArgument);
+    let users = c.list_users(pb::ListRequest::default()).await.unwrap().into_inner();
+    let typed = users.users.iter().find(|u| u.access_key == "typed").expect("listed");
+    assert_eq!((typed.admin, typed.rules), (false, 1));
+    assert!(!format!("{users:?}").contains("typed-secret"));
+    let acl = c.list_acl(pb::ListAclRequest { access_key: "typed".into() }).await.unwrap().into_inner();
+    assert_eq!(acl.rules.len(), 1);
+    assert_eq!((acl.rules[0].actions.clone(), acl.rules[0].decision.as_str()), (vec!["PUB".to_string()], "ALLOW"));
+    let dup = c.create_topic(pb::CreateTopicRequest { name: "Paged0".into(), queues: 3, kind: "FIFO".into() }).await;
+    assert_eq!(dup.expect_err("exists with another configuration").code(), tonic::Code::FailedPrecondition);
+    let status = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(status.members.len(), 3);
+    // Unsigned and non-admin callers are refused on every typed method too.
+    let mut anonymous = AdminServiceClient::with_interceptor(channel.clone(), Signer(None));
+    let e = anonymous.list_topics(pb::ListRequest::default()).await.expect_err("unsigned");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let mut user = AdminServiceClient::with_interceptor(channel, Signer(Some(("typed".into(), "typed-secret".into()))));
+    let e = user.delete_topic(pb::DeleteTopicRequest { name: "Paged0".into() }).await.expect_err("not an admin");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let still = c.list_topics(pb::ListRequest::default()).await.unwrap().into_inner();
+    assert_eq!(still.topics.len(), 5, "the refused delete changed nothing");
+}

@@ -5,6 +5,7 @@
 pub mod api;
 mod config;
 mod service;
+mod typed;
 
 pub use config::{BrokerConfig, LimitsConfig, Member, NodeConfig, RaftTimings, StorageConfig};
 pub use service::{AdminServer, CallOptions, Credentials, call, call_as, call_on, call_with};

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
-use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::service::interceptor::InterceptedService;
-use tonic::{Request, Response, Status};
 
 use crate::auth::signature::SignRequests;
 
@@ -142,7 +140,7 @@ where
 }
 
 impl AdminServer {
-    async fn handle(&self, req: AdminRequest) -> AdminResponse {
+    pub(super) async fn handle(&self, req: AdminRequest) -> AdminResponse {
         let cluster = &self.cluster;
         let raft = cluster.raft();
         let broker = cluster.broker();
@@ -542,16 +540,5 @@ impl AdminServer {
                 .collect(),
             clock: self.cluster.clock_report(),
         }
-    }
-}
-
-#[tonic::async_trait]
-impl AdminService for AdminServer {
-    async fn call(&self, req: Request<pb::Json>) -> Result<Response<pb::Json>, Status> {
-        let request: AdminRequest =
-            serde_json::from_slice(&req.get_ref().json).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let response = self.handle(request).await;
-        let json = serde_json::to_vec(&response).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(pb::Json { json: json.into() }))
     }
 }

@@ -336,11 +336,16 @@ impl Cluster {
     /// The leader's side of a write a member forwarded: stamped here, never forwarded again.
     /// Forwarded sends are batched per queue like the leader's own.
     async fn propose_forwarded(&self, command: Bytes) -> Result<Reply, ClusterError> {
+        self.check_size(command.len())?;
         if let Some(batch) = Command::decode_send(&command) {
             return match self.is_leader() {
                 true => self.join(Lanes::Forwarded, batch).await,
                 false => Err(ClusterError::NoLeader),
             };
+        }
+        // Bytes that are no command would only be skipped at apply: they never reach the log.
+        if let Err(e) = Command::decode(command.clone()) {
+            return Err(ClusterError::Internal(format!("a forwarded write is not a command: {e}")));
         }
         match self.propose(|now| Command::restamp(command, |c| self.stamp(c, now))).await? {
             Proposed::Applied(reply) => Ok(reply),

@@ -45,6 +45,7 @@ SIZE=1024
 RUN_TIMEOUT=1200 # seconds any one measurement may take
 export ROCKRAFT_CLIENT_PORT_BASE="${ROCKRAFT_CLIENT_PORT_BASE:-18080}"
 export ROCKRAFT_RAFT_PORT_BASE="${ROCKRAFT_RAFT_PORT_BASE:-19080}"
+export ROCKRAFT_ADMIN_PORT_BASE="${ROCKRAFT_ADMIN_PORT_BASE:-17080}"
 WORK="${WORK:-$(mktemp -d /tmp/rockraft-compare.XXXXXX)}"
 mkdir -p "$WORK/logs"
 OUT="${OUT:-$WORK/compare.md}"
@@ -330,24 +331,27 @@ RR_EP=()
 for n in 1 2 3; do RR_EP+=("127.0.0.1:$((ROCKRAFT_CLIENT_PORT_BASE + n))"); done
 RR_COMMA="${RR_EP[0]},${RR_EP[1]},${RR_EP[2]}"
 RR_SEMI="${RR_EP[0]};${RR_EP[1]};${RR_EP[2]}"
+# The operator ports the CLI talks to.
+RR_ADMIN=()
+for n in 1 2 3; do RR_ADMIN+=("127.0.0.1:$((ROCKRAFT_ADMIN_PORT_BASE + n))"); done
 
 cluster() { ROCKRAFT_DATA="$RR_DATA" ROCKRAFT_BIN="$ROCKRAFT" "$root/scripts/cluster.sh" "$@"; }
 rr_pid() { cat "$RR_DATA/node$1/pid" 2> /dev/null || true; }
 # The node that leads, asked through node $1.
 leader_via() {
-  { "$ROCKRAFT" --endpoint "${RR_EP[$(($1 - 1))]}" cluster status 2> /dev/null || true; } | awk '$3 == "Leader" {print $1}'
+  { "$ROCKRAFT" --endpoint "${RR_ADMIN[$(($1 - 1))]}" cluster status 2> /dev/null || true; } | awk '$3 == "Leader" {print $1}'
 }
 leader_is() { [ "$(leader_via 1)" = "$1" ]; }
 
 start_rockraft() {
   local durability=$1
-  require_free_ports "${RR_EP[@]##*:}" $((ROCKRAFT_RAFT_PORT_BASE + 1)) $((ROCKRAFT_RAFT_PORT_BASE + 2)) $((ROCKRAFT_RAFT_PORT_BASE + 3))
+  require_free_ports "${RR_EP[@]##*:}" "${RR_ADMIN[@]##*:}" $((ROCKRAFT_RAFT_PORT_BASE + 1)) $((ROCKRAFT_RAFT_PORT_BASE + 2)) $((ROCKRAFT_RAFT_PORT_BASE + 3))
   RR_DATA="$WORK/rockraft-$durability"
   ROCKRAFT_DURABILITY="$durability" cluster start > "$LOGS/rockraft-$durability-start.log" 2>&1 ||
     { tail -5 "$LOGS/rockraft-$durability-start.log" >&2; die "RockRaft ($durability) did not start"; }
   grep -q "durability = \"$durability\"" "$RR_DATA/node1/config.toml" || die "config without durability"
-  "$ROCKRAFT" --endpoint "${RR_EP[0]}" topic create BenchTopic --queues 8 > /dev/null
-  "$ROCKRAFT" --endpoint "${RR_EP[0]}" group create bench-readers > /dev/null
+  "$ROCKRAFT" --endpoint "${RR_ADMIN[0]}" topic create BenchTopic --queues 8 > /dev/null
+  "$ROCKRAFT" --endpoint "${RR_ADMIN[0]}" group create bench-readers > /dev/null
 }
 
 # record_rockraft_rss KEY: peak RSS of the running nodes.
@@ -380,7 +384,7 @@ failover() {
   for k in $(seq "$KILLS"); do
     l=$(leader_via 1)
     if [ "$l" = 1 ]; then
-      "$ROCKRAFT" --endpoint "${RR_EP[0]}" cluster transfer-leader --to 2 > /dev/null 2>&1 || true
+      "$ROCKRAFT" --endpoint "${RR_ADMIN[0]}" cluster transfer-leader --to 2 > /dev/null 2>&1 || true
       wait_until 15 leader_is 2 || true
       sleep 2
       l=$(leader_via 1)

@@ -10,7 +10,8 @@ use crate::broker::access::{Action, Decision, Secret};
 pub enum UserCmd {
     /// Create a user. Without `--secret-key` a random secret is made and printed (only now).
     Create {
-        access_key: String,
+        /// The user's access key.
+        user: String,
         /// Read from the environment rather than typed on a command line where others see it.
         #[arg(long = "user-secret", env = "ROCKRAFT_USER_SECRET", hide_env_values = true)]
         secret: Option<String>,
@@ -20,7 +21,8 @@ pub enum UserCmd {
     },
     /// Change a user's secret (`--new-secret`, or a random one with `--rotate`) or admin flag.
     Update {
-        access_key: String,
+        /// The user's access key.
+        user: String,
         #[arg(long = "user-secret", env = "ROCKRAFT_USER_SECRET", hide_env_values = true, conflicts_with = "rotate")]
         secret: Option<String>,
         /// Make up a new random secret and print it.
@@ -30,7 +32,10 @@ pub enum UserCmd {
         admin: Option<bool>,
     },
     /// Remove a user and every rule of theirs.
-    Delete { access_key: String },
+    Delete {
+        /// The user's access key.
+        user: String,
+    },
     /// Users, whether they are admins, and how many rules each has; never secrets.
     List,
 }
@@ -39,7 +44,8 @@ pub enum UserCmd {
 pub enum AclCmd {
     /// Allow (or with `--deny`, deny) a user actions on a resource; replaces their rule on it.
     Grant {
-        access_key: String,
+        /// The user's access key.
+        user: String,
         /// `Topic:<name>`, `Topic:<prefix>*`, `Group:<name>` or `Group:<prefix>*`.
         #[arg(long)]
         resource: String,
@@ -52,12 +58,16 @@ pub enum AclCmd {
     },
     /// Remove a user's rule on a resource.
     Revoke {
-        access_key: String,
+        /// The user's access key.
+        user: String,
         #[arg(long)]
         resource: String,
     },
     /// Every rule, or one user's.
-    List { access_key: Option<String> },
+    List {
+        /// Only this user's rules.
+        user: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -87,14 +97,14 @@ fn secret_or_random(given: Option<String>) -> Result<(String, bool), String> {
 
 pub fn user_request(cmd: UserCmd) -> Result<AdminRequest, String> {
     Ok(match cmd {
-        UserCmd::Create { access_key, secret, admin } => {
+        UserCmd::Create { user: access_key, secret, admin } => {
             let (secret, made) = secret_or_random(secret)?;
             if made {
                 println!("access key: {access_key}\nsecret key: {secret}");
             }
             AdminRequest::CreateUser { access_key, secret: Secret::new(secret), admin }
         }
-        UserCmd::Update { access_key, secret, rotate, admin } => {
+        UserCmd::Update { user: access_key, secret, rotate, admin } => {
             let secret = match (secret, rotate) {
                 (Some(s), _) => Some(s),
                 (None, true) => {
@@ -109,14 +119,14 @@ pub fn user_request(cmd: UserCmd) -> Result<AdminRequest, String> {
             }
             AdminRequest::UpdateUser { access_key, secret: secret.map(Secret::new), admin }
         }
-        UserCmd::Delete { access_key } => AdminRequest::DeleteUser { access_key },
+        UserCmd::Delete { user: access_key } => AdminRequest::DeleteUser { access_key },
         UserCmd::List => AdminRequest::ListUsers,
     })
 }
 
 pub fn acl_request(cmd: AclCmd) -> Result<AdminRequest, String> {
     Ok(match cmd {
-        AclCmd::Grant { access_key, resource, actions, deny } => AdminRequest::Grant {
+        AclCmd::Grant { user: access_key, resource, actions, deny } => AdminRequest::Grant {
             access_key,
             resource,
             actions: actions
@@ -128,8 +138,8 @@ pub fn acl_request(cmd: AclCmd) -> Result<AdminRequest, String> {
                 .collect(),
             decision: if deny { Decision::Deny } else { Decision::Allow },
         },
-        AclCmd::Revoke { access_key, resource } => AdminRequest::Revoke { access_key, resource },
-        AclCmd::List { access_key } => AdminRequest::ListAcl { access_key },
+        AclCmd::Revoke { user: access_key, resource } => AdminRequest::Revoke { access_key, resource },
+        AclCmd::List { user: access_key } => AdminRequest::ListAcl { access_key },
     })
 }
 
@@ -150,5 +160,35 @@ pub fn print(response: AdminResponse) {
             }
         }
         other => println!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Top};
+
+    #[test]
+    fn the_user_named_never_replaces_the_credential_the_cli_signs_with() {
+        let args = ["rockraft", "--access-key", "admin", "--secret-key", "admin-secret", "user", "create", "app"];
+        let cli = Cli::try_parse_from(args).expect("parses");
+        assert_eq!(cli.access_key.as_deref(), Some("admin"));
+        let Top::User(super::UserCmd::Create { user, .. }) = cli.command else { panic!("user create") };
+        assert_eq!(user, "app");
+        let args = [
+            "rockraft",
+            "--access-key",
+            "admin",
+            "acl",
+            "grant",
+            "app",
+            "--resource",
+            "Topic:t",
+            "--actions",
+            "pub,sub",
+        ];
+        let cli = Cli::try_parse_from(args).expect("parses");
+        assert_eq!(cli.access_key.as_deref(), Some("admin"));
     }
 }

@@ -140,7 +140,8 @@ impl Proxy {
             futures_util::future::join_all(writes).await
         };
         let mut entries = vec![SendResultEntry::default(); messages];
-        let keys = self.handle_keys();
+        // Read only when a send held something: most sends need no key.
+        let mut keys: Option<HandleKeys> = None;
         let topic = known.as_ref().map(|k| k.name.as_str()).unwrap_or_default();
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
         for (positions, result) in results {
@@ -157,9 +158,11 @@ impl Proxy {
                     for (pos, o) in positions.into_iter().zip(outcomes) {
                         let (transaction_id, recall_handle) = match o.held {
                             Some(Held::Half { position }) => {
+                                let keys = keys.get_or_insert_with(|| self.handle_keys());
                                 (keys.seal(&transaction_id(position), &[topic, &o.message_id]), String::new())
                             }
                             Some(Held::Timer { due_ms, position }) => {
+                                let keys = keys.get_or_insert_with(|| self.handle_keys());
                                 (String::new(), keys.seal(&recall_handle(due_ms, position), &[topic]))
                             }
                             None => (String::new(), String::new()),

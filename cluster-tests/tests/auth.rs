@@ -335,7 +335,7 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
         admin: None,
     };
     done(cluster.admin(rotate).await);
-    let mut rotated = client(&cluster.client_addr(1), Some(("producer", "rotated-secret"))).await;
+    let rotated = client(&cluster.client_addr(1), Some(("producer", "rotated-secret"))).await;
     let r = retry(Duration::from_secs(10), || {
         let mut p = rotated.clone();
         async move {
@@ -359,7 +359,6 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
     })
     .await;
     assert_eq!(gone, unauthorized);
-    let _ = &mut rotated;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -560,7 +559,7 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
     assert_eq!(ack_code(&mut c, "thieves", "Jobs", &id, &handle).await, invalid, "another group's handle");
     // One rotation: the handle still works; the refused attempts changed nothing.
     done(cluster.admin(AdminRequest::RotateHandleKey).await);
-    let ack = retry(Duration::from_secs(10), || {
+    retry(Duration::from_secs(10), || {
         let (mut c, id, handle) = (c.clone(), id.clone(), handle.clone());
         async move {
             match ack_code(&mut c, "workers", "Jobs", &id, &handle).await {
@@ -570,7 +569,6 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
         }
     })
     .await;
-    let () = ack;
     // Two rotations: a handle sealed before both no longer opens.
     let (id2, handle2) = receive_one(&mut c, "workers", "Jobs").await;
     done(cluster.admin(AdminRequest::RotateHandleKey).await);

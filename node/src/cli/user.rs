@@ -8,7 +8,8 @@ use crate::broker::access::{Action, Decision, Secret};
 
 #[derive(Subcommand)]
 pub enum UserCmd {
-    /// Create a user. Without `--secret-key` a random secret is made and printed (only now).
+    /// Create a user. Without `--user-secret` a random secret (64 hex digits) is made and printed
+    /// (only now).
     Create {
         /// The user's access key.
         user: String,
@@ -76,22 +77,11 @@ pub enum ActionArg {
     Sub,
 }
 
-/// A secret of 32 random characters from the OS's random source.
-fn random_secret() -> Result<String, String> {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut bytes = [0u8; 32];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
-    Ok(bytes.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect())
-}
-
 /// The secret to send, and whether to print it (only one the CLI made up).
 fn secret_or_random(given: Option<String>) -> Result<(String, bool), String> {
     match given {
         Some(s) => Ok((s, false)),
-        None => Ok((random_secret()?, true)),
+        None => Ok((crate::auth::random_key()?, true)),
     }
 }
 
@@ -108,7 +98,7 @@ pub fn user_request(cmd: UserCmd) -> Result<AdminRequest, String> {
             let secret = match (secret, rotate) {
                 (Some(s), _) => Some(s),
                 (None, true) => {
-                    let s = random_secret()?;
+                    let s = crate::auth::random_key()?;
                     println!("access key: {access_key}\nsecret key: {s}");
                     Some(s)
                 }

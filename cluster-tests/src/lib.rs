@@ -311,15 +311,28 @@ impl Cluster {
         }
     }
 
-    /// Waits until a running node reports a leader that is running too.
+    /// Waits until a running node leads with a quorum of voters behind it, and returns it.
+    ///
+    /// A node reporting itself leader is not enough: a leader that restarts resumes its old term
+    /// as leader until it hears of the newer one, and an isolated leader keeps its role. So the
+    /// leader is the one of the highest term that a majority of voters name, in that term.
     pub async fn wait_for_leader(&self, timeout: Duration) -> u64 {
         let deadline = Instant::now() + timeout;
         loop {
+            let mut statuses = Vec::new();
             for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-                if let Some(s) = self.status(n.id).await
-                    && s.role == Role::Leader
-                {
-                    return s.id;
+                if let Some(s) = self.status(n.id).await {
+                    statuses.push(s);
+                }
+            }
+            if let Some(leader) = statuses.iter().filter(|s| s.role == Role::Leader).max_by_key(|s| s.term) {
+                let voters: Vec<u64> = leader.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+                let behind = statuses
+                    .iter()
+                    .filter(|s| voters.contains(&s.id) && s.term == leader.term && s.leader == Some(leader.id))
+                    .count();
+                if behind > voters.len() / 2 {
+                    return leader.id;
                 }
             }
             assert!(Instant::now() < deadline, "no leader within {timeout:?}");

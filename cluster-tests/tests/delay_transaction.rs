@@ -586,7 +586,7 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     let held = |timers: bool, all: bool| {
         let cluster = &cluster;
         async move {
-            match cluster.admin(AdminRequest::ListHeld { timers, topic: None, all, limit: 100 }).await {
+            match cluster.admin(AdminRequest::ListHeld { timers, topic: None, all, after: None, limit: 100 }).await {
                 AdminResponse::Held(h) => h,
                 other => panic!("ListHeld: {other:?}"),
             }
@@ -637,6 +637,41 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     never(&got, "stuck");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(checks_of(&checks, &aged).len(), asked, "a resolved half is never checked again");
+
+    // The same through the typed API, as grpcurl or a generated client sees it, on a follower.
+    use rockraft_proto::rockraft as pb;
+    let endpoint = format!("http://{}", cluster.admin_addr(2));
+    let mut typed = pb::admin_service_client::AdminServiceClient::connect(endpoint).await.unwrap();
+    let by_id = |id: &str| pb::GetMessageRequest { message_id: id.to_string(), local: false };
+    let found = typed.get_message(by_id(&aged)).await.unwrap().into_inner();
+    let line = found.message.expect("delivered: found as a stored message");
+    assert_eq!((line.topic.as_str(), line.message_id.as_str()), ("Orders", aged.as_str()));
+    let pending = typed.get_message(by_id(&timer_id)).await.unwrap().into_inner();
+    let pending = pending.held.expect("a pending timer is found as a held message");
+    assert_eq!((pending.kind.as_str(), pending.topic.as_str()), ("TIMER", "Scheduled"));
+    let missing = typed.get_message(by_id("no-such-id")).await.expect_err("an unknown id");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    // Both halves, one page at a time.
+    let half_page =
+        |after: String| pb::ListHeldRequest { kind: "HALF".into(), all: true, after, limit: 1, ..Default::default() };
+    let first = typed.list_held(half_page(String::new())).await.unwrap().into_inner();
+    let second = typed.list_held(half_page(first.next_after.clone())).await.unwrap().into_inner();
+    let third = typed.list_held(half_page(second.next_after.clone())).await.unwrap().into_inner();
+    let mut ids: Vec<String> = first.held.iter().chain(&second.held).map(|h| h.message_id.clone()).collect();
+    ids.sort();
+    let mut expected = vec![aged.clone(), stuck.clone()];
+    expected.sort();
+    assert_eq!((ids, third.held.len()), (expected, 0));
+    let bad = typed.list_held(pb::ListHeldRequest { kind: "BOTH".into(), ..Default::default() }).await;
+    assert_eq!(bad.expect_err("no such kind").code(), tonic::Code::InvalidArgument);
+    let listed =
+        pb::ListMessagesRequest { topic: "Orders".into(), queue: line.queue, from: 0, limit: 10, local: false };
+    let listed = typed.list_messages(listed).await.unwrap().into_inner();
+    assert!(listed.messages.iter().any(|m| m.message_id == aged));
+    let digest = typed.get_digest(pb::GetDigestRequest {}).await.unwrap().into_inner();
+    assert!(digest.applied.is_some() && digest.digest != 0);
+    let settings = typed.get_settings(pb::GetSettingsRequest {}).await.unwrap().into_inner();
+    assert_eq!(settings.dedupe_window_secs, 120);
 }
 
 /// A transaction checker's body (WAT) that answers WAIT (0) for every half, whatever its age.
@@ -676,7 +711,9 @@ async fn a_checker_that_always_waits_is_overruled_at_the_maximum_age() {
     let id = send_half(&tp, "Waits", "never-decided").await.message_id().to_string();
     tokio::time::sleep(Duration::from_secs(10)).await;
 
-    let halves = match cluster.admin(AdminRequest::ListHeld { timers: false, topic: None, all: true, limit: 10 }).await
+    let halves = match cluster
+        .admin(AdminRequest::ListHeld { timers: false, topic: None, all: true, after: None, limit: 10 })
+        .await
     {
         AdminResponse::Held(h) => h,
         other => panic!("ListHeld: {other:?}"),

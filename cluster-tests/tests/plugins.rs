@@ -804,7 +804,8 @@ async fn example_checker_plugin_resolves_transactions() {
 
     // The others are rolled back by it once 3 s old, and never delivered.
     let list = |topic: &str| {
-        let req = AdminRequest::ListHeld { timers: false, topic: Some(topic.into()), all: true, limit: 100 };
+        let req =
+            AdminRequest::ListHeld { timers: false, topic: Some(topic.into()), all: true, after: None, limit: 100 };
         let cluster = &cluster;
         async move {
             match cluster.admin(req).await {

@@ -77,6 +77,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         BrokerOptions {
             dir: config.data_dir.join("broker"),
             cq_records_per_file: config.storage.consume_queue_records_per_file,
+            message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
             checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
         },
         log_store.commit_log(),

@@ -32,7 +32,12 @@ struct Replica {
 }
 
 fn options(dir: &Path) -> BrokerOptions {
-    BrokerOptions { dir: dir.join("broker"), cq_records_per_file: 4, checkpoint_interval: Duration::from_secs(3600) }
+    BrokerOptions {
+        dir: dir.join("broker"),
+        cq_records_per_file: 4,
+        message_index_entries_per_file: 8,
+        checkpoint_interval: Duration::from_secs(3600),
+    }
 }
 
 impl Replica {
@@ -153,7 +158,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
     r.commit(&Command::Timer(TimerCommand::Fire { now_ms: now, timers }));
     // Recall the latest timer of every other round.
     if !round.is_multiple_of(2)
-        && let Some(t) = r.broker.held(true, Some("D"), false, 100).unwrap().last()
+        && let Some(t) = r.broker.held(true, Some("D"), false, None, 100).unwrap().last()
     {
         let timer = parse_recall_handle(&t.handle).unwrap();
         r.commit(&Command::Timer(TimerCommand::Recall { now_ms: now, topic: "D".into(), timer }));
@@ -162,7 +167,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
     let halves = due.iter().map(|(p, h)| (*p, h.checks, now + 3_000)).collect();
     r.commit(&Command::Transaction(TransactionCommand::Checked { now_ms: now, halves, asked: true }));
     // Resolve the oldest open half: commit or roll back, by turns.
-    if let Some(h) = r.broker.held(false, Some("X"), false, 1).unwrap().first() {
+    if let Some(h) = r.broker.held(false, Some("X"), false, None, 1).unwrap().first() {
         let command = TransactionCommand::Resolve {
             now_ms: now,
             topic: "X".into(),
@@ -176,7 +181,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
     // The workload does reach every path: timers fired, halves committed, timers still pending.
     assert!(r.broker.queue_status("X")[0].next > 0, "a half was committed");
     assert!(round == 0 || r.broker.queue_status("D")[0].next > 0, "timers fired");
-    assert!(!r.broker.held(true, Some("D"), false, 1).unwrap().is_empty(), "timers are pending");
+    assert!(!r.broker.held(true, Some("D"), false, None, 1).unwrap().is_empty(), "timers are pending");
 }
 
 /// A workload touching every kind of state: topics, queues, retries, groups, pops, acks, timers

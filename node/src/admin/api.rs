@@ -70,6 +70,9 @@ pub enum AdminRequest {
         timers: bool,
         topic: Option<String>,
         all: bool,
+        /// The page after the entry with this handle (the last one of the previous page).
+        #[serde(default)]
+        after: Option<String>,
         limit: usize,
     },
     /// Commits or rolls back a transactional half by message id, as an operator (a half the

@@ -291,8 +291,11 @@ impl AdminServer {
             AdminRequest::ResetOffset { group, topic, time_ms } => self.reset_offset(group, topic, time_ms).await,
             AdminRequest::ListMessages { topic, queue, from, limit, .. } => {
                 let mut out = Vec::new();
-                let mut offset = from;
-                let end = broker.queue_status(&topic).get(queue as usize).map_or(0, |q| q.next);
+                let (start, end) =
+                    broker.queue_status(&topic).get(queue as usize).map_or((0, 0), |q| (q.start, q.next));
+                // Purged offsets are skipped, not walked.
+                let mut offset = from.max(start);
+                let limit = limit.min(crate::admin::typed::MAX_PAGE as u64);
                 while offset < end && (out.len() as u64) < limit {
                     match broker.read(&topic, queue, offset) {
                         Ok(Some(e)) => out.push(line(e)),
@@ -316,9 +319,10 @@ impl AdminServer {
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             },
-            AdminRequest::ListHeld { timers, topic, all, limit } => {
-                broker.held(timers, topic.as_deref(), all, limit).map(AdminResponse::Held).map_err(|e| e.to_string())
-            }
+            AdminRequest::ListHeld { timers, topic, all, after, limit } => broker
+                .held(timers, topic.as_deref(), all, after.as_deref(), limit.min(crate::admin::typed::MAX_PAGE))
+                .map(AdminResponse::Held)
+                .map_err(|e| e.to_string()),
             AdminRequest::ResolveTransaction { message_id, commit } => match broker.find_held(&message_id) {
                 Ok(Some(h)) if h.kind == "half" => {
                     let Some(position) = parse_transaction_id(&h.handle) else {

@@ -7,23 +7,24 @@ use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::admin::AdminServer;
-use crate::admin::api::{AdminRequest, AdminResponse};
+use crate::admin::api::{AdminRequest, AdminResponse, BindTarget, MessageLine};
 use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
+use crate::broker::held::HeldEntry;
+use crate::broker::plugins::PluginKind;
+use crate::broker::settings::SettingsChange;
+use crate::broker::transaction::HalfState;
 use crate::broker::{TopicConfig, TopicKind};
 
 /// Rows a page holds when the request names no limit, and at most.
 const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 1000;
+pub(crate) const MAX_PAGE: usize = 1000;
 
 type Reply<T> = Result<Response<T>, Status>;
 
 /// The rows after `after` (by name), at most `limit`; and the name to continue after, if more.
 fn page<T>(rows: Vec<T>, name: impl Fn(&T) -> &str, req: &pb::ListRequest) -> (Vec<T>, String) {
-    let limit = match req.limit as usize {
-        0 => DEFAULT_PAGE,
-        n => n.min(MAX_PAGE),
-    };
+    let limit = page_limit(req.limit);
     let mut rows: Vec<T> = rows.into_iter().filter(|r| req.after.is_empty() || name(r) > req.after.as_str()).collect();
     rows.sort_by(|a, b| name(a).cmp(name(b)));
     let more = rows.len() > limit;
@@ -216,6 +217,200 @@ impl AdminService for AdminServer {
             })
             .collect();
         Ok(Response::new(pb::ListAclReply { rules }))
+    }
+
+    async fn rotate_handle_key(&self, _: Request<pb::RotateHandleKeyRequest>) -> Reply<pb::AdminDone> {
+        self.done(AdminRequest::RotateHandleKey).await
+    }
+
+    async fn add_node(&self, req: Request<pb::AddNodeRequest>) -> Reply<pb::AdminDone> {
+        let r = req.into_inner();
+        let (id, raft_addr, client_addr, admin_addr) = (r.id, r.raft_addr, r.client_addr, r.admin_addr);
+        self.done(AdminRequest::AddNode { id, raft_addr, client_addr, admin_addr }).await
+    }
+
+    async fn remove_node(&self, req: Request<pb::RemoveNodeRequest>) -> Reply<pb::AdminDone> {
+        self.done(AdminRequest::RemoveNode { id: req.into_inner().id }).await
+    }
+
+    async fn transfer_leader(&self, req: Request<pb::TransferLeaderRequest>) -> Reply<pb::AdminDone> {
+        self.done(AdminRequest::TransferLeader { to: req.into_inner().to }).await
+    }
+
+    async fn get_digest(&self, _: Request<pb::GetDigestRequest>) -> Reply<pb::DigestReply> {
+        match self.answer(AdminRequest::Digest).await? {
+            AdminResponse::Digest(d) => Ok(Response::new(pb::DigestReply { applied: d.applied, digest: d.digest })),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::SettingsReply> {
+        match self.answer(AdminRequest::Settings).await? {
+            AdminResponse::Settings(s) => Ok(Response::new(pb::SettingsReply {
+                dedupe_window_secs: s.dedupe_window_secs,
+                max_module_bytes: s.max_module_bytes,
+            })),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn configure(&self, req: Request<pb::ConfigureRequest>) -> Reply<pb::AdminDone> {
+        let r = req.into_inner();
+        let change = SettingsChange { dedupe_window_secs: r.dedupe_window_secs, max_module_bytes: r.max_module_bytes };
+        self.done(AdminRequest::Configure(change)).await
+    }
+
+    async fn list_messages(&self, req: Request<pb::ListMessagesRequest>) -> Reply<pb::ListMessagesReply> {
+        let r = req.into_inner();
+        let limit = page_limit(r.limit) as u64;
+        let req = AdminRequest::ListMessages { topic: r.topic, queue: r.queue, from: r.from, limit, local: r.local };
+        let lines = match self.answer(req).await? {
+            AdminResponse::Messages(m) => m,
+            other => return Err(unexpected(other)),
+        };
+        let next_from = match lines.last() {
+            Some(last) if lines.len() as u64 == limit => last.offset + 1,
+            _ => 0,
+        };
+        Ok(Response::new(pb::ListMessagesReply { messages: lines.into_iter().map(message_line).collect(), next_from }))
+    }
+
+    async fn get_message(&self, req: Request<pb::GetMessageRequest>) -> Reply<pb::GetMessageReply> {
+        let r = req.into_inner();
+        match self.answer(AdminRequest::GetMessage { id: r.message_id.clone(), local: r.local }).await? {
+            AdminResponse::Messages(m) if !m.is_empty() => {
+                Ok(Response::new(pb::GetMessageReply { message: m.into_iter().next().map(message_line), held: None }))
+            }
+            AdminResponse::Held(h) if !h.is_empty() => {
+                Ok(Response::new(pb::GetMessageReply { message: None, held: h.into_iter().next().map(held_message) }))
+            }
+            AdminResponse::Messages(_) | AdminResponse::Held(_) => {
+                Err(Status::not_found(format!("no message with id {}", r.message_id)))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn reset_offset(&self, req: Request<pb::ResetOffsetRequest>) -> Reply<pb::AdminDone> {
+        let r = req.into_inner();
+        self.done(AdminRequest::ResetOffset { group: r.group, topic: r.topic, time_ms: r.time_ms }).await
+    }
+
+    async fn list_held(&self, req: Request<pb::ListHeldRequest>) -> Reply<pb::ListHeldReply> {
+        let r = req.into_inner();
+        let timers = match r.kind.to_ascii_uppercase().as_str() {
+            "TIMER" => true,
+            "HALF" => false,
+            other => return Err(Status::invalid_argument(format!("{other:?} is not a kind: TIMER or HALF"))),
+        };
+        let limit = page_limit(r.limit);
+        let topic = Some(r.topic).filter(|t| !t.is_empty());
+        let after = Some(r.after).filter(|a| !a.is_empty());
+        let held = match self.answer(AdminRequest::ListHeld { timers, topic, all: r.all, after, limit }).await? {
+            AdminResponse::Held(h) => h,
+            other => return Err(unexpected(other)),
+        };
+        let next_after = match held.last() {
+            Some(last) if held.len() == limit => last.handle.clone(),
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::ListHeldReply { held: held.into_iter().map(held_message).collect(), next_after }))
+    }
+
+    async fn resolve_transaction(&self, req: Request<pb::ResolveTransactionRequest>) -> Reply<pb::AdminDone> {
+        let r = req.into_inner();
+        self.done(AdminRequest::ResolveTransaction { message_id: r.message_id, commit: r.commit }).await
+    }
+
+    async fn register_plugin(&self, req: Request<pb::RegisterPluginRequest>) -> Reply<pb::AdminDone> {
+        let r = req.into_inner();
+        let kind: PluginKind =
+            r.kind.to_ascii_lowercase().replace('_', "-").parse().map_err(Status::invalid_argument)?;
+        self.done(AdminRequest::RegisterPlugin { name: r.name, kind, module: r.module.to_vec() }).await
+    }
+
+    async fn remove_plugin(&self, req: Request<pb::PluginName>) -> Reply<pb::AdminDone> {
+        self.done(AdminRequest::RemovePlugin { name: req.into_inner().name }).await
+    }
+
+    async fn enable_plugin(&self, req: Request<pb::PluginName>) -> Reply<pb::AdminDone> {
+        self.done(AdminRequest::EnablePlugin { name: req.into_inner().name }).await
+    }
+
+    async fn list_plugins(&self, req: Request<pb::ListRequest>) -> Reply<pb::ListPluginsReply> {
+        let plugins = match self.answer(AdminRequest::ListPlugins).await? {
+            AdminResponse::Plugins(p) => p,
+            other => return Err(unexpected(other)),
+        };
+        let rows = plugins
+            .into_iter()
+            .map(|p| pb::Plugin {
+                name: p.name,
+                kind: p.kind.as_str().to_ascii_uppercase().replace('-', "_"),
+                version: p.version,
+                builtin: p.builtin,
+                size: p.size as u64,
+                hash: p.hash,
+                registered_ms: p.registered_ms,
+                bound_to: p.bound_to,
+                calls: p.calls,
+                messages: p.messages,
+                failures: p.failures,
+                quarantined: p.quarantined.unwrap_or_default(),
+            })
+            .collect();
+        let (plugins, next_after) = page(rows, |p: &pb::Plugin| &p.name, req.get_ref());
+        Ok(Response::new(pb::ListPluginsReply { plugins, next_after }))
+    }
+
+    async fn bind_plugin(&self, req: Request<pb::BindPluginRequest>) -> Reply<pb::AdminDone> {
+        let r = req.into_inner();
+        let target = match r.target {
+            Some(pb::bind_plugin_request::Target::Group(g)) => BindTarget::Group(g),
+            Some(pb::bind_plugin_request::Target::Topic(t)) => BindTarget::Topic(t),
+            None => return Err(Status::invalid_argument("name a group or a topic to bind")),
+        };
+        let plugin = Some(r.plugin).filter(|p| !p.is_empty());
+        self.done(AdminRequest::BindPlugin { target, plugin, config: r.config }).await
+    }
+}
+
+fn page_limit(asked: u32) -> usize {
+    match asked as usize {
+        0 => DEFAULT_PAGE,
+        n => n.min(MAX_PAGE),
+    }
+}
+
+fn message_line(m: MessageLine) -> pb::MessageLine {
+    pb::MessageLine {
+        topic: m.topic,
+        queue: m.queue,
+        offset: m.offset,
+        message_id: m.message_id,
+        tag: m.tag,
+        keys: m.keys,
+        body_len: m.body_len as u64,
+        store_timestamp_ms: m.store_timestamp_ms,
+    }
+}
+
+fn held_message(h: HeldEntry) -> pb::HeldMessage {
+    let state = match h.state {
+        None => "",
+        Some(HalfState::Open) => "OPEN",
+        Some(HalfState::Committed { .. }) => "COMMITTED",
+        Some(HalfState::RolledBack { .. }) => "ROLLED_BACK",
+    };
+    pb::HeldMessage {
+        topic: h.message.topic,
+        queue: h.message.queue_id,
+        message_id: h.message.message_id,
+        kind: h.kind.to_ascii_uppercase(),
+        at_ms: h.at_ms,
+        handle: h.handle,
+        state: state.to_string(),
+        checks: h.checks,
     }
 }
 

@@ -50,12 +50,24 @@ pub(crate) struct QueueWrite {
     pub queue_id: u32,
     pub first_offset: u64,
     pub records: Vec<CqRecord>,
+    /// The message id of each record, for the message index.
+    pub message_ids: Vec<String>,
+}
+
+/// A message now held (a timer or a half), for the message index.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct HeldPlace {
+    pub message_id: String,
+    pub position: u64,
+    pub place: crate::store::Place,
 }
 
 /// What applying an entry does besides changing the state.
 #[derive(Debug, Default)]
 pub(crate) struct Effects {
     pub writes: Vec<QueueWrite>,
+    /// Messages held from now on.
+    pub held: Vec<HeldPlace>,
     /// Topics whose ConsumeQueue files go.
     pub removed_topics: Vec<String>,
     /// Topics whose waiting receivers may now find something.
@@ -199,6 +211,7 @@ impl State {
             queue_id: batch.queue_id,
             first_offset: range.next,
             records: Vec::with_capacity(decoded.len()),
+            message_ids: Vec::with_capacity(decoded.len()),
         };
         let mut outcomes = Vec::with_capacity(decoded.len());
         // Ids stored by this entry so far: the leader batches concurrent sends into one entry, so
@@ -265,6 +278,7 @@ impl State {
             }
             let offset = range.next;
             write.records.push(CqRecord { position, size: raw.len() as u32, tag_hash: tag_hash(&msg.tag) });
+            write.message_ids.push(msg.message_id.clone());
             range.next += 1;
             if let Some(key) = dedupe_key {
                 stored_here.insert(key);

@@ -87,6 +87,9 @@ impl Broker {
         if let Err(e) = self.inner.queues.sync() {
             return Err(self.fail(format!("syncing ConsumeQueues: {e}")));
         }
+        if let Err(e) = self.inner.message_index.sync() {
+            return Err(self.fail(format!("syncing the message index: {e}")));
+        }
         crate::crash_point!("checkpoint::after_queue_sync");
         let mark = journal.write(pending)?;
         crate::crash_point!("checkpoint::after_journal");

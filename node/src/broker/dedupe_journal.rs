@@ -139,6 +139,18 @@ impl DedupeJournal {
     /// check in `Broker::open` refuses such a directory before this; this catches a journal left
     /// beside metadata that was removed.)
     pub fn open(dir: &Path, mark: Option<JournalMark>) -> Result<(DedupeJournal, Table<Key, Seen>), StoreError> {
+        let (table, records) = Self::read(dir, mark)?;
+        let mark = mark.unwrap_or_default();
+        let path = dir.join(file_name(mark.generation));
+        let file =
+            OpenOptions::new().create(true).read(true).write(true).truncate(false).open(&path).map_err(io(&path))?;
+        file.set_len(mark.len).map_err(io(&path))?;
+        remove_other_generations(dir, mark.generation)?;
+        Ok((DedupeJournal { dir: dir.to_path_buf(), mark, file, records, rewrite_next: false }, table))
+    }
+
+    /// The rows the checkpoint `mark` covers, and how many records hold them; changes no file.
+    pub fn read(dir: &Path, mark: Option<JournalMark>) -> Result<(Table<Key, Seen>, u64), StoreError> {
         if let Some(path) = legacy_journal(dir)? {
             return Err(StoreError::CorruptSegment {
                 path,
@@ -164,13 +176,7 @@ impl DedupeJournal {
                 reason: format!("holds {} bytes, the last checkpoint wrote {}", bytes.len(), mark.len),
             });
         }
-        let (table, records) =
-            replay(&bytes).map_err(|reason| StoreError::CorruptSegment { path: path.clone(), reason })?;
-        let file =
-            OpenOptions::new().create(true).read(true).write(true).truncate(false).open(&path).map_err(io(&path))?;
-        file.set_len(mark.len).map_err(io(&path))?;
-        remove_other_generations(dir, mark.generation)?;
-        Ok((DedupeJournal { dir: dir.to_path_buf(), mark, file, records, rewrite_next: false }, table))
+        replay(&bytes).map_err(|reason| StoreError::CorruptSegment { path, reason })
     }
 
     /// Encodes the current rows of the changed `keys` (done while the state is locked). When the

@@ -16,13 +16,15 @@ use crate::broker::queues::Queues;
 use crate::broker::state::{Applied, LogPosition, State};
 use crate::broker::timer_wheel::{TimerWheel, WheelMark};
 use crate::broker::{BrokerError, Reply};
-use crate::store::LogReader;
+use crate::store::{LogReader, MessageIndex, Place};
 
 #[derive(Debug, Clone)]
 pub struct BrokerOptions {
     /// Holds `meta/` (sled), `queues/` (ConsumeQueues) and the dedupe journal.
     pub dir: PathBuf,
     pub cq_records_per_file: u64,
+    /// Entries per message index file (`store::MessageIndex`).
+    pub message_index_entries_per_file: u32,
     /// How often applied state is made durable.
     pub checkpoint_interval: Duration,
 }
@@ -41,6 +43,8 @@ pub(crate) struct Inner {
     pub tree: sled::Tree,
     pub db: sled::Db,
     pub queues: Queues,
+    /// Message id → where the message is (node-local, written with the ConsumeQueues).
+    pub message_index: MessageIndex,
     pub log: LogReader,
     pub state: RwLock<State>,
     /// Held through a checkpoint or an install: one at a time, and only they write the journal
@@ -81,8 +85,6 @@ impl Broker {
             sled::Config::new().path(options.dir.join("meta")).flush_every_ms(None).cache_capacity(16 << 20).open()?;
         let tree = db.open_tree("broker")?;
         let mut state = State::default();
-        let mut journal_mark: Option<JournalMark> = None;
-        let mut wheel_mark: Option<WheelMark> = None;
         let found = match tree.get(KEY_SCHEMA)? {
             Some(v) => Some(parse::<u32>(KEY_SCHEMA, &v)?),
             None => None,
@@ -102,30 +104,7 @@ impl Broker {
                 )));
             }
         }
-        // Rows of tables kept on disk (prefixes from `~`) stay there.
-        for item in tree.range(..&b"~"[..]) {
-            let (k, v) = item?;
-            let key = String::from_utf8_lossy(&k);
-            match key.as_ref() {
-                KEY_SCHEMA => {}
-                KEY_APPLIED => state.set_applied(parse::<Applied>(&key, &v)?),
-                KEY_JOURNAL => journal_mark = Some(parse(&key, &v)?),
-                KEY_TIMERS => wheel_mark = Some(parse(&key, &v)?),
-                _ => {
-                    let mut loaded = false;
-                    for (prefix, table) in state.tables() {
-                        if let Some(row) = k.strip_prefix(prefix.as_bytes()) {
-                            table.load(row, &v).map_err(|e| BrokerError::CorruptEntry(format!("{prefix}: {e}")))?;
-                            loaded = true;
-                            break;
-                        }
-                    }
-                    if !loaded {
-                        return Err(BrokerError::CorruptEntry(format!("unknown metadata key {key}")));
-                    }
-                }
-            }
-        }
+        let (journal_mark, wheel_mark) = load_rows(&tree, &mut state)?;
         let (journal, dedupe) = DedupeJournal::open(&options.dir, journal_mark)?;
         state.dedupe = dedupe;
         state.timers = TimerWheel::open(&options.dir, wheel_mark)?;
@@ -136,10 +115,13 @@ impl Broker {
             table.attach(&tree, prefix);
         }
         let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
+        let (message_index, index_created) =
+            MessageIndex::open(&options.dir.join("message-index"), options.message_index_entries_per_file)?;
         let inner = Inner {
             tree,
             db,
             queues,
+            message_index,
             log,
             state: RwLock::new(state),
             journal: Mutex::new(journal),
@@ -148,7 +130,16 @@ impl Broker {
             options,
             watchers: Mutex::new(HashMap::new()),
         };
-        Ok(Broker { inner: Arc::new(inner) })
+        let broker = Broker { inner: Arc::new(inner) };
+        if index_created {
+            // A data directory from before the message index: what it stores is indexed once.
+            let indexed = broker.index_stored_messages(true)?;
+            broker.inner.message_index.sync()?;
+            if indexed > 0 {
+                tracing::info!(messages = indexed, "indexed the stored messages by id");
+            }
+        }
+        Ok(broker)
     }
 
     pub(crate) fn state(&self) -> RwLockReadGuard<'_, State> {
@@ -215,7 +206,12 @@ impl Broker {
             for (i, record) in w.records.iter().enumerate() {
                 queue.put(w.first_offset + i as u64, record)?;
             }
+            let placed = w.records.iter().zip(&w.message_ids).enumerate().map(|(i, (record, id))| {
+                (id.as_str(), record.position, Place::Queued { offset: w.first_offset + i as u64 })
+            });
+            self.inner.message_index.put(placed)?;
         }
+        self.inner.message_index.put(fx.held.iter().map(|h| (h.message_id.as_str(), h.position, h.place)))?;
         Ok(())
     }
 
@@ -237,6 +233,20 @@ impl Broker {
         }
     }
 
+    /// The state as the last checkpoint wrote it, read without changing a file. The caller holds
+    /// the journal lock, so no checkpoint or install writes meanwhile.
+    pub(crate) fn read_checkpoint(&self) -> Result<State, BrokerError> {
+        let mut state = State::default();
+        let (journal_mark, wheel_mark) = load_rows(&self.inner.tree, &mut state)?;
+        let dir = &self.inner.options.dir;
+        state.dedupe = DedupeJournal::read(dir, journal_mark)?.0;
+        state.timers = TimerWheel::read_only(dir, wheel_mark)?;
+        for (prefix, table) in state.tables() {
+            table.attach(&self.inner.tree, prefix);
+        }
+        Ok(state)
+    }
+
     /// How often [`Broker::checkpoint`] should run.
     pub fn checkpoint_interval(&self) -> Duration {
         self.inner.options.checkpoint_interval
@@ -253,4 +263,35 @@ impl Broker {
             t => Some(t),
         }
     }
+}
+
+/// Loads the rows of the tables kept in memory from `tree` into `state` (tables kept on disk,
+/// prefixes from `~`, stay there), and returns the marks of the journal and the timer wheel.
+fn load_rows(tree: &sled::Tree, state: &mut State) -> Result<(Option<JournalMark>, Option<WheelMark>), BrokerError> {
+    let mut journal_mark: Option<JournalMark> = None;
+    let mut wheel_mark: Option<WheelMark> = None;
+    for item in tree.range(..&b"~"[..]) {
+        let (k, v) = item?;
+        let key = String::from_utf8_lossy(&k);
+        match key.as_ref() {
+            KEY_SCHEMA => {}
+            KEY_APPLIED => state.set_applied(parse::<Applied>(&key, &v)?),
+            KEY_JOURNAL => journal_mark = Some(parse(&key, &v)?),
+            KEY_TIMERS => wheel_mark = Some(parse(&key, &v)?),
+            _ => {
+                let mut loaded = false;
+                for (prefix, table) in state.tables() {
+                    if let Some(row) = k.strip_prefix(prefix.as_bytes()) {
+                        table.load(row, &v).map_err(|e| BrokerError::CorruptEntry(format!("{prefix}: {e}")))?;
+                        loaded = true;
+                        break;
+                    }
+                }
+                if !loaded {
+                    return Err(BrokerError::CorruptEntry(format!("unknown metadata key {key}")));
+                }
+            }
+        }
+    }
+    Ok((journal_mark, wheel_mark))
 }

@@ -15,8 +15,8 @@ use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::apply::{Effects, QueueWrite};
 use crate::broker::state::State;
-use crate::broker::timer::{TimerKey, recall_handle};
-use crate::broker::transaction::{Half, transaction_id};
+use crate::broker::timer::{TimerKey, parse_recall_handle};
+use crate::broker::transaction::{Half, parse_transaction_id};
 use crate::broker::{Broker, BrokerError, Command, split_position};
 use crate::store::CqRecord;
 
@@ -162,6 +162,7 @@ impl State {
             queue_id: m.queue_id,
             first_offset: offset,
             records: vec![CqRecord { position, size: m.size, tag_hash: m.tag_hash }],
+            message_ids: vec![m.message_id.clone()],
         });
         fx.wakes.push(m.topic.clone());
         Some(offset)
@@ -227,6 +228,13 @@ pub struct HeldEntry {
     pub checks: u32,
 }
 
+/// Held rows read per hold of the state lock when listing.
+const HELD_CHUNK: usize = 256;
+
+fn bad_cursor(handle: &str) -> BrokerError {
+    BrokerError::BadRequest(format!("{handle} is not a recall handle or transaction id to list after"))
+}
+
 fn disk(e: sled::Error) -> BrokerError {
     BrokerError::CorruptEntry(format!("reading broker state: {e}"))
 }
@@ -249,10 +257,10 @@ impl Broker {
     /// The lowest log index retention must keep for held messages (`max_age_ms`: this node's
     /// retention time), if any.
     pub fn first_held_index(&self, now_ms: i64, max_age_ms: i64) -> Result<Option<u64>, BrokerError> {
-        let state = self.state();
         let mut from = 0;
         loop {
-            let rows = state.holds.range_from(&from, 1024).map_err(disk)?;
+            // A chunk per hold of the lock: apply never waits for the whole table.
+            let rows = self.state().holds.range_from(&from, HELD_CHUNK).map_err(disk)?;
             let Some((last, _)) = rows.last() else { return Ok(None) };
             from = last + 1;
             if let Some((index, _)) = rows.iter().find(|(_, h)| h.blocks(now_ms, max_age_ms)) {
@@ -279,65 +287,46 @@ impl Broker {
     }
 
     /// Pending timers (`timers`) or halves (`!timers`; open ones only unless `all`) of `topic`
-    /// (any if `None`), up to `limit`.
+    /// (any if `None`), up to `limit`, from just after the one whose handle is `after`. The state
+    /// is read a chunk at a time, so apply never waits for a whole listing.
     pub fn held(
         &self,
         timers: bool,
         topic: Option<&str>,
         all: bool,
+        after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<HeldEntry>, BrokerError> {
-        let state = self.state();
         let wanted = |m: &HeldMessage| topic.is_none_or(|t| m.topic == t);
         let mut out = Vec::new();
         if timers {
-            let mut from = (i64::MIN, 0);
+            let mut from = match after {
+                Some(h) => {
+                    let (second, position) = parse_recall_handle(h).ok_or_else(|| bad_cursor(h))?;
+                    (second, position.saturating_add(1))
+                }
+                None => (i64::MIN, 0),
+            };
             while out.len() < limit {
-                let rows = state.timers.range_from(&from, 1024).map_err(disk)?;
+                let rows = self.state().timers.range_from(&from, HELD_CHUNK).map_err(disk)?;
                 let Some((last, _)) = rows.last() else { break };
                 from = (last.0, last.1 + 1);
-                for (key, t) in rows.into_iter().filter(|(_, t)| wanted(&t.message)).take(limit - out.len()) {
-                    out.push(HeldEntry {
-                        message: t.message,
-                        kind: "timer".into(),
-                        at_ms: t.due_ms,
-                        handle: recall_handle(t.due_ms, key.1),
-                        state: None,
-                        checks: 0,
-                    });
-                }
+                let shown = rows.into_iter().filter(|(_, t)| wanted(&t.message));
+                out.extend(shown.take(limit - out.len()).map(|(key, t)| HeldEntry::timer(key, t)));
             }
         } else {
-            let mut from = 0;
+            let mut from = match after {
+                Some(h) => parse_transaction_id(h).ok_or_else(|| bad_cursor(h))?.saturating_add(1),
+                None => 0,
+            };
             while out.len() < limit {
-                let rows = state.halves.range_from(&from, 1024).map_err(disk)?;
+                let rows = self.state().halves.range_from(&from, HELD_CHUNK).map_err(disk)?;
                 let Some((last, _)) = rows.last() else { break };
                 from = last + 1;
                 let shown = rows.into_iter().filter(|(_, h)| wanted(&h.message) && (all || h.is_open()));
-                for (position, h) in shown.take(limit - out.len()) {
-                    out.push(HeldEntry {
-                        kind: "half".into(),
-                        at_ms: h.next_check_ms,
-                        handle: transaction_id(position),
-                        state: Some(h.state),
-                        checks: h.checks,
-                        message: h.message,
-                    });
-                }
+                out.extend(shown.take(limit - out.len()).map(|(position, h)| HeldEntry::half(position, h)));
             }
         }
         Ok(out)
-    }
-
-    /// Finds a held message (pending timer, or half in any state) by message id.
-    pub fn find_held(&self, message_id: &str) -> Result<Option<HeldEntry>, BrokerError> {
-        for timers in [true, false] {
-            let hit =
-                self.held(timers, None, true, usize::MAX)?.into_iter().find(|e| e.message.message_id == message_id);
-            if hit.is_some() {
-                return Ok(hit);
-            }
-        }
-        Ok(None)
     }
 }

@@ -33,6 +33,7 @@ mod handle;
 pub mod held;
 #[cfg(test)]
 mod held_test;
+mod lookup;
 pub mod plugins;
 #[cfg(test)]
 mod plugins_test;

@@ -6,7 +6,6 @@ use prost::Message;
 use rockraft_proto::rockraft::StoredMessage;
 use serde::{Deserialize, Serialize};
 
-use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::Receipt;
 use crate::broker::state::{LogPosition, MembershipRecord, QueueRange};
@@ -67,9 +66,21 @@ impl Broker {
         self.range(topic, queue_id).last_store_ms
     }
 
-    /// A digest of the replicated state as applied here, and the index it is at: replicas at the
-    /// same index must report the same digest.
+    /// A digest of the replicated state and the index it is at: replicas at the same index must
+    /// report the same digest (`rockraft cluster verify`). The state is checkpointed, then read
+    /// back from disk while checkpoints wait: the digest reads every row, and apply never waits
+    /// for that. What is compared is therefore also what a crash would recover.
     pub fn digest(&self) -> Result<(Option<u64>, u64), BrokerError> {
+        self.checkpoint()?;
+        let _no_checkpoint = self.inner.journal.lock().expect("journal lock");
+        let state = self.read_checkpoint()?;
+        let digest = state.digest().map_err(BrokerError::CorruptEntry)?;
+        Ok((state.last_applied.map(|l| l.index), digest))
+    }
+
+    /// The digest of the state in memory, under its lock (tests compare it across restarts).
+    #[cfg(test)]
+    pub fn live_digest(&self) -> Result<(Option<u64>, u64), BrokerError> {
         let state = self.state();
         let digest = state.digest().map_err(BrokerError::CorruptEntry)?;
         Ok((state.last_applied.map(|l| l.index), digest))
@@ -200,38 +211,5 @@ impl Broker {
             }
         }
         Ok(lo)
-    }
-
-    /// Finds a message by id: the dedupe window first, then a scan of every queue. The window is
-    /// keyed by (topic, id) hashes, so each topic's key is looked up (topics are few).
-    pub fn find(&self, message_id: &str) -> Result<Option<StoredEntry>, BrokerError> {
-        let hits: Vec<(String, Seen)> = {
-            let state = self.state();
-            state
-                .topics
-                .keys()
-                .filter_map(|t| state.dedupe.get(&DedupeKey::new(t, message_id)).map(|s| (t.clone(), *s)))
-                .collect()
-        };
-        for (topic, seen) in hits {
-            // The id is checked: a row may outlive its topic's incarnation (deleted, created again).
-            if let Some(e) = self.read(&topic, seen.queue_id, seen.offset)?
-                && e.message.message_id == message_id
-            {
-                return Ok(Some(e));
-            }
-        }
-        let queues: Vec<((String, u32), QueueRange)> =
-            self.state().queues.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        for ((topic, q), range) in queues {
-            for offset in range.start..range.next {
-                if let Some(e) = self.read(&topic, q, offset)?
-                    && e.message.message_id == message_id
-                {
-                    return Ok(Some(e));
-                }
-            }
-        }
-        Ok(None)
     }
 }

@@ -75,6 +75,11 @@ impl Broker {
                 }
             }
         }
+        drop(state);
+        // Every message below the snapshot is gone from the log.
+        if let Some(at) = snapshot.last_applied {
+            self.inner.message_index.purge_below(at.index)?;
+        }
         Ok(())
     }
 
@@ -138,7 +143,16 @@ impl Broker {
         for (prefix, table) in new.tables() {
             table.attach(&self.inner.tree, prefix);
         }
+        let purged_below = new.last_applied.map(|a| a.index);
         *state = new;
+        drop(state);
+        drop(journal);
+        // The snapshot's held messages were sent before this node's log starts: they are indexed
+        // from the state; everything older is gone.
+        if let Some(index) = purged_below {
+            self.inner.message_index.purge_below(index)?;
+        }
+        self.index_stored_messages(false)?;
         Ok(())
     }
 }

@@ -162,14 +162,14 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             n.commit(&Command::Timer(TimerCommand::Fire { now_ms: *clock, timers: due }));
         }
         Op::Recall { pick } => {
-            let timers = n.broker.held(true, None, true, 8).unwrap();
+            let timers = n.broker.held(true, None, true, None, 8).unwrap();
             let Some(t) = timers.get(pick % timers.len().max(1)) else { return };
             let key = parse_recall_handle(&t.handle).unwrap();
             let topic = t.message.topic.clone();
             n.commit(&Command::Timer(TimerCommand::Recall { now_ms: *clock, topic, timer: key }));
         }
         Op::Resolve { pick, commit, operator } => {
-            let halves = n.broker.held(false, None, true, 8).unwrap();
+            let halves = n.broker.held(false, None, true, None, 8).unwrap();
             let Some(h) = halves.get(pick % halves.len().max(1)) else { return };
             let command = TransactionCommand::Resolve {
                 now_ms: *clock,
@@ -253,6 +253,7 @@ fn follower(dir: &Path, leader: &Node) -> Broker {
     let options = BrokerOptions {
         dir: dir.join("broker"),
         cq_records_per_file: 8,
+        message_index_entries_per_file: 16,
         checkpoint_interval: std::time::Duration::from_secs(3600),
     };
     crate::broker::state_test::open_broker(options, leader.log.reader())
@@ -306,6 +307,13 @@ fn check_install_then_replay(ops: &[Op], at_pick: prop::sample::Index, earlier_p
     f.install(serde_json::from_slice(&serde_json::to_vec(&snapshot).unwrap()).unwrap()).unwrap();
     replay(&f, &leader, at + 1, end);
     assert_same(&leader.broker, &f);
+    // Held messages sent before the snapshot point are found by id on the replica too.
+    for timers in [true, false] {
+        for e in leader.broker.held(timers, None, true, None, 1000).unwrap() {
+            let id = &e.message.message_id;
+            assert!(f.find_held(id).unwrap().is_some(), "held {id} is found by id after the install");
+        }
+    }
     // And the install was durable: a restart plus the replay of what was not checkpointed.
     drop(f);
     let f = follower(fd.path(), &leader);

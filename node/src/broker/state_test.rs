@@ -23,7 +23,12 @@ pub(crate) fn lid(index: u64) -> crate::broker::LogPosition {
 }
 
 fn options(dir: &Path) -> BrokerOptions {
-    BrokerOptions { dir: dir.join("broker"), cq_records_per_file: 8, checkpoint_interval: Duration::from_secs(3600) }
+    BrokerOptions {
+        dir: dir.join("broker"),
+        cq_records_per_file: 8,
+        message_index_entries_per_file: 16,
+        checkpoint_interval: Duration::from_secs(3600),
+    }
 }
 
 /// Opens a broker, waiting out sled's file lock while a handle on the same directory that this
@@ -256,7 +261,7 @@ fn the_dedupe_window_is_a_replicated_setting() {
     let refused = SettingsChange { dedupe_window_secs: Some(0), ..Default::default() };
     assert!(matches!(n.commit(&Command::Admin(AdminCommand::Configure(refused))), Reply::Rejected(_)));
     assert_eq!(n.broker.settings().dedupe_window_secs, 60, "a refused change changes nothing");
-    let live = n.broker.digest().unwrap();
+    let live = n.broker.live_digest().unwrap();
 
     // Another replica replaying the same log from scratch reaches the same state.
     let other = tempfile::tempdir().unwrap();
@@ -265,7 +270,7 @@ fn the_dedupe_window_is_a_replicated_setting() {
         let record = n.log.reader().read(index).unwrap().unwrap();
         replica.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
     }
-    assert_eq!(replica.digest().unwrap(), live);
+    assert_eq!(replica.live_digest().unwrap(), live);
 }
 
 /// A window that ended for many ids at once (a burst, then quiet) is worked off a bounded number
@@ -305,7 +310,7 @@ fn a_window_ending_for_many_ids_at_once_expires_in_bounded_steps_alike_on_every_
         let record = n.log.reader().read(index).unwrap().unwrap();
         replica.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
     }
-    assert_eq!(replica.digest().unwrap(), n.broker.digest().unwrap());
+    assert_eq!(replica.live_digest().unwrap(), n.broker.live_digest().unwrap());
 }
 
 #[test]
@@ -353,11 +358,11 @@ fn a_retry_sharing_an_entry_with_its_first_attempt_is_a_duplicate_also_after_a_r
     let batched = send("T", 0, 1_000, &["a", "b", "a"]);
     assert_eq!(offsets(&n.commit(&batched)), vec![(0, false), (1, false), (0, true)]);
     // (Not a clone of the whole state: its tables on disk would keep sled's lock.)
-    let (digest, dedupe) = (n.broker.digest().unwrap(), n.broker.state().dedupe.clone());
+    let (digest, dedupe) = (n.broker.live_digest().unwrap(), n.broker.state().dedupe.clone());
     // The entry is applied again after a restart (it came after the checkpoint): the same state,
     // not a duplicate of itself.
     let n = n.restart(dir.path());
-    assert_eq!((n.broker.digest().unwrap(), &n.broker.state().dedupe), (digest, &dedupe));
+    assert_eq!((n.broker.live_digest().unwrap(), &n.broker.state().dedupe), (digest, &dedupe));
     assert_eq!(n.broker.queue_status("T")[0].next, 2);
 }
 
@@ -373,9 +378,51 @@ fn a_message_is_found_by_id_in_whichever_topic_holds_it() {
     assert_eq!((found.topic.as_str(), found.queue_id, found.offset), ("U", 1, 1));
     assert_eq!(n.broker.find("t-1").unwrap().unwrap().topic, "T");
     assert_eq!(n.broker.find("nowhere").unwrap(), None);
-    // Past the dedupe window the id is found by scanning the queues.
-    n.commit(&send("T", 0, 500_000, &["t-2"]));
+    // Long past the dedupe window, and past several index files (16 entries each here).
+    for i in 0..40 {
+        n.commit(&send("T", 0, 500_000 + i, &[format!("late-{i}").as_str()]));
+    }
     assert_eq!(n.broker.find("u-2").unwrap().unwrap().offset, 1);
+    assert_eq!(n.broker.find("late-7").unwrap().unwrap().offset, 8);
+}
+
+#[test]
+fn messages_are_found_by_id_after_a_restart_and_after_the_index_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 2));
+    for i in 0..30u64 {
+        n.commit(&send("T", (i % 2) as u32, 1_000 + i as i64, &[format!("m{i}").as_str()]));
+    }
+    n.broker.checkpoint().unwrap();
+    // Applied after the checkpoint: replayed on restart, and indexed again then.
+    n.commit(&send("T", 0, 2_000, &["after"]));
+    let n = n.restart(dir.path());
+    let found = |n: &Node, id: &str| n.broker.find(id).unwrap().map(|e| (e.queue_id, e.offset));
+    assert_eq!(found(&n, "m0"), Some((0, 0)));
+    assert_eq!(found(&n, "m29"), Some((1, 14)));
+    assert_eq!(found(&n, "after"), Some((0, 15)));
+    // A data directory without the index (an earlier release's, or a lost one): indexed on open.
+    n.broker.checkpoint().unwrap();
+    std::fs::remove_dir_all(dir.path().join("broker/message-index")).unwrap();
+    let n = n.restart(dir.path());
+    assert_eq!(found(&n, "m13"), Some((1, 6)));
+    assert_eq!(found(&n, "after"), Some((0, 15)));
+    assert_eq!(found(&n, "never"), None);
+}
+
+#[test]
+fn a_deleted_topic_s_messages_are_not_found_by_id_even_in_a_topic_made_again_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, 1_000, &["old"]));
+    n.commit(&Command::Admin(AdminCommand::DeleteTopic { name: "T".into() }));
+    assert_eq!(n.broker.find("old").unwrap(), None);
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, 2_000, &["new"]));
+    assert_eq!(n.broker.find("old").unwrap(), None, "offset 0 of the new topic is another message");
+    assert_eq!(n.broker.find("new").unwrap().unwrap().offset, 0);
 }
 
 /// A data directory of a release with the string-keyed dedupe journal is refused with a clear

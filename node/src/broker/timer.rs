@@ -7,9 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::apply::Effects;
+use crate::broker::apply::{Effects, HeldPlace};
 use crate::broker::held::HeldMessage;
 use crate::broker::state::State;
+use crate::store::Place;
 
 /// A timer: (due second, position of the message in the log).
 pub type TimerKey = (i64, u64);
@@ -63,6 +64,7 @@ impl State {
     pub(crate) fn add_timer(&mut self, due_ms: i64, position: u64, message: HeldMessage, fx: &mut Effects) {
         self.hold(crate::broker::split_position(position).0, fx);
         self.count_held(&message.topic, |c| c.timers += 1);
+        fx.held.push(HeldPlace { message_id: message.message_id.clone(), position, place: Place::Timer { due_ms } });
         self.timers.insert(timer_key(due_ms, position), Timer { due_ms, message });
     }
 

@@ -295,12 +295,24 @@ impl TimerWheel {
     /// Opens the wheel the last checkpoint named (`None`: nothing was ever checkpointed): replays
     /// exactly the bytes the mark covers and removes every other wheel file.
     pub fn open(dir: &Path, mark: Option<WheelMark>) -> Result<TimerWheel, StoreError> {
+        let wheel = Self::load(dir, mark.clone(), true)?;
+        let keep: Vec<(i64, u64)> = mark.unwrap_or_default().files.iter().map(|&(b, g, _)| (b, g)).collect();
+        remove_files_except(dir, &keep)?;
+        Ok(wheel)
+    }
+
+    /// The wheel the checkpoint `mark` covers, for reading only: changes no file.
+    pub fn read_only(dir: &Path, mark: Option<WheelMark>) -> Result<TimerWheel, StoreError> {
+        Self::load(dir, mark, false)
+    }
+
+    fn load(dir: &Path, mark: Option<WheelMark>, writable: bool) -> Result<TimerWheel, StoreError> {
         let mark = mark.unwrap_or_default();
         let mut wheel =
             TimerWheel { dir: Some(dir.to_path_buf()), next_generation: mark.next_generation, ..Default::default() };
         for &(bucket, generation, len) in &mark.files {
             let path = dir.join(file_name(bucket, generation));
-            let file = OpenOptions::new().read(true).write(true).open(&path).map_err(io(&path))?;
+            let file = OpenOptions::new().read(true).write(writable).open(&path).map_err(io(&path))?;
             let found = file.metadata().map_err(io(&path))?.len();
             if found < len {
                 return Err(StoreError::CorruptSegment {
@@ -308,7 +320,9 @@ impl TimerWheel {
                     reason: format!("holds {found} bytes, the last checkpoint wrote {len}"),
                 });
             }
-            file.set_len(len).map_err(io(&path))?;
+            if writable {
+                file.set_len(len).map_err(io(&path))?;
+            }
             wheel.buckets.insert(bucket, Bucket { generation, file: None, durable: len, tail: Vec::new(), live: 0 });
             wheel
                 .replay(bucket, BufReader::new(&file).take(len), len)
@@ -320,8 +334,6 @@ impl TimerWheel {
         for slot in wheel.slots.values_mut() {
             slot.entries.shrink_to_fit();
         }
-        let keep: Vec<(i64, u64)> = mark.files.iter().map(|&(b, g, _)| (b, g)).collect();
-        remove_files_except(dir, &keep)?;
         Ok(wheel)
     }
 

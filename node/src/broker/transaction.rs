@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::apply::Effects;
+use crate::broker::apply::{Effects, HeldPlace};
 use crate::broker::held::HeldMessage;
 use crate::broker::split_position;
 use crate::broker::state::State;
+use crate::store::Place;
 
 /// Who resolved a half.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +88,7 @@ impl State {
     pub(crate) fn add_half(&mut self, position: u64, m: HeldMessage, first_check_ms: i64, fx: &mut Effects) {
         self.hold(split_position(position).0, fx);
         self.count_held(&m.topic, |c| c.open_halves += 1);
+        fx.held.push(HeldPlace { message_id: m.message_id.clone(), position, place: Place::Half });
         self.checks.insert((first_check_ms, position), ());
         self.halves
             .insert(position, Half { message: m, next_check_ms: first_check_ms, checks: 0, state: HalfState::Open });

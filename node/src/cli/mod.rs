@@ -251,6 +251,10 @@ enum TimerCmd {
     List {
         #[arg(long)]
         topic: Option<String>,
+        /// The next page: the timers after this recall handle (the last one listed).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many (the node answers at most 1000 at a time).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
@@ -264,6 +268,10 @@ enum TransactionCmd {
         topic: Option<String>,
         #[arg(long)]
         all: bool,
+        /// The next page: the halves after this transaction id (the last one listed).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many (the node answers at most 1000 at a time).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
@@ -630,17 +638,17 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 _ => Err(format!("message {id} not found")),
             }
         }
-        Top::Timer(TimerCmd::List { topic, limit }) => {
+        Top::Timer(TimerCmd::List { topic, after, limit }) => {
             if let AdminResponse::Held(held) =
-                request(ep, AdminRequest::ListHeld { timers: true, topic, all: false, limit }).await?
+                request(ep, AdminRequest::ListHeld { timers: true, topic, all: false, after, limit }).await?
             {
                 print_held(&held);
             }
             Ok(())
         }
-        Top::Transaction(TransactionCmd::List { topic, all, limit }) => {
+        Top::Transaction(TransactionCmd::List { topic, all, after, limit }) => {
             if let AdminResponse::Held(held) =
-                request(ep, AdminRequest::ListHeld { timers: false, topic, all, limit }).await?
+                request(ep, AdminRequest::ListHeld { timers: false, topic, all, after, limit }).await?
             {
                 print_held(&held);
             }

@@ -5,6 +5,7 @@
 //!   one record, and messages are read back zero-copy from the mapping.
 //! - [`LogIndex`](index::LogIndex): `index → (segment, position, length, term)` in 32-byte slots.
 //! - [`ConsumeQueue`]: per (topic, queue) files of 20-byte records pointing into the CommitLog.
+//! - [`MessageIndex`]: message id → where the message is, in hashed files (for lookups by id).
 //! - [`MetaStore`]: small durable values (vote, committed, last purged) in sled.
 //!
 //! Durability is chosen by [`Durability`]; see `docs/durability.md` for what each mode can lose.
@@ -16,6 +17,7 @@ mod consume_queue;
 mod durable;
 mod flush;
 pub mod index;
+mod message_index;
 mod meta;
 pub mod record;
 pub mod retention;
@@ -29,6 +31,9 @@ use std::time::Duration;
 pub use commit_log::{CommitLog, LogBounds, LogReader, StoredRecord};
 pub use consume_queue::{CQ_RECORD_LEN, ConsumeQueue, CqRecord, tag_hash};
 pub use flush::FlushCallback;
+pub use message_index::{
+    DEFAULT_ENTRIES_PER_FILE as DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE, Located, MessageIndex, Place,
+};
 pub use meta::MetaStore;
 pub use record::RecordMeta;
 

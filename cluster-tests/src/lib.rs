@@ -16,6 +16,8 @@ use rockraft::broker::group::GroupConfig;
 use rockraft::broker::{TopicConfig, TopicKind};
 use rockraft::plugin::PluginKind;
 
+pub mod history;
+
 pub struct Node {
     pub id: u64,
     pub raft_addr: String,
@@ -235,6 +237,22 @@ impl Cluster {
         self.spawn(id);
     }
 
+    /// SIGSTOP: the process freezes (timers, sockets and all) until [`Cluster::resume`].
+    pub fn pause(&mut self, id: u64) {
+        self.signal(id, "-STOP");
+    }
+
+    /// SIGCONT after [`Cluster::pause`].
+    pub fn resume(&mut self, id: u64) {
+        self.signal(id, "-CONT");
+    }
+
+    fn signal(&mut self, id: u64, signal: &str) {
+        if let Some(pid) = self.pid(id) {
+            let _ = Command::new("kill").arg(signal).arg(pid.to_string()).status();
+        }
+    }
+
     /// Starts node `id` again on its data with its clock `offset_ms` ahead of the machine's (for
     /// this and later restarts).
     pub fn restart_with_clock_offset(&mut self, id: u64, offset_ms: i64) {
@@ -404,10 +422,21 @@ impl Cluster {
 
     /// The messages of one queue as node `id` stores them.
     pub async fn local_messages(&self, id: u64, topic: &str, queue: u32) -> Vec<MessageLine> {
-        let req = AdminRequest::ListMessages { topic: topic.into(), queue, from: 0, limit: u64::MAX, local: true };
-        match self.call(&self.node(id).admin_addr, &req).await {
-            Ok(AdminResponse::Messages(m)) => m,
-            other => panic!("listing messages on node {id}: {other:?}"),
+        const PAGE: u64 = 1000;
+        let mut out: Vec<MessageLine> = Vec::new();
+        loop {
+            let from = out.last().map_or(0, |m| m.offset + 1);
+            let req = AdminRequest::ListMessages { topic: topic.into(), queue, from, limit: PAGE, local: true };
+            match self.call(&self.node(id).admin_addr, &req).await {
+                Ok(AdminResponse::Messages(m)) => {
+                    let full = m.len() as u64 == PAGE;
+                    out.extend(m);
+                    if !full {
+                        return out;
+                    }
+                }
+                other => panic!("listing messages on node {id}: {other:?}"),
+            }
         }
     }
 

@@ -31,7 +31,7 @@ fn main() {
         });
         index.put(puts).expect("put");
         // A checkpoint every 10k entries' worth (every 200 ms at 50k msg/s).
-        if (base + PER_ENTRY) % 10_240 == 0 {
+        if (base + PER_ENTRY).is_multiple_of(10_240) {
             let s = Instant::now();
             index.sync().expect("sync");
             syncs += s.elapsed();

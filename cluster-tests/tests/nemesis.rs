@@ -1,0 +1,485 @@
+//! Many faults at once, a recorded history, and a checker (`rockraft_cluster_tests::history`).
+//!
+//! Producers (normal sends to random queues, and FIFO message groups sent in order) and POP
+//! consumers (acking most deliveries, letting some invisible times lapse, changing others) work
+//! through random nodes, followers included, while a nemesis kills nodes (the leader too), pauses
+//! them with SIGSTOP for longer than an election timeout, and restarts them, one fault at a time
+//! so a majority is always up. Every operation is recorded with what its client saw: ok, failed,
+//! or unknown (no answer within the client's deadline). Once the faults heal, the consumers drain
+//! both topics, every replica's store is read, and the checker judges the history; a failure
+//! prints each operation that breaks a rule. It also reports how soon sends were accepted again
+//! after each fault healed.
+//!
+//! `ROCKRAFT_NEMESIS_SECS` sets how long faults are injected (60 s unless given), and
+//! `ROCKRAFT_NEMESIS_SEED` the seed: the faults' order and timing follow it, the interleaving
+//! with the clients does not.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::history::{self, Ack, Delivery, History, Outcome, Rules, Send, Stored};
+use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_proto::rocketmq::receive_message_response::Content;
+use rockraft_proto::rocketmq::{
+    AckMessageEntry, AckMessageRequest, ChangeInvisibleDurationRequest, Code, FilterExpression, FilterType, Message,
+    MessageQueue, MessageType, ReceiveMessageRequest, Resource, SendMessageRequest, SystemProperties,
+};
+use tonic::transport::Channel;
+
+const TOPIC: &str = "Ledger";
+const FIFO_TOPIC: &str = "LedgerFifo";
+const GROUP: &str = "auditors";
+const FIFO_GROUP: &str = "fifo-auditors";
+const QUEUES: u32 = 4;
+const MAX_ATTEMPTS: u32 = 16;
+/// How long a client waits for an answer before it counts the operation as unknown.
+const DEADLINE: Duration = Duration::from_secs(3);
+const PRODUCERS: usize = 3;
+const FIFO_PRODUCERS: usize = 2;
+const CONSUMERS: usize = 2;
+
+/// A small deterministic generator, so a seed replays the same faults.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource { resource_namespace: String::new(), name: name.into() })
+}
+
+fn epoch_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What every client shares: where the nodes are, the history, the test's clock, and when to stop.
+#[derive(Clone)]
+struct Shared {
+    addrs: Arc<Vec<String>>,
+    history: Arc<Mutex<History>>,
+    started: Instant,
+    stop_sending: Arc<AtomicBool>,
+    stop_consuming: Arc<AtomicBool>,
+    /// How often each status other than OK answered a send.
+    refusals: Arc<Mutex<BTreeMap<i32, u64>>>,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A client of some node: any of them, followers too.
+    async fn client(&self, pick: u64) -> Option<MessagingServiceClient<Channel>> {
+        let addr = &self.addrs[(pick % self.addrs.len() as u64) as usize];
+        let connect = MessagingServiceClient::connect(format!("http://{addr}"));
+        tokio::time::timeout(DEADLINE, connect).await.ok()?.ok()
+    }
+}
+
+/// A send's outcome from its answer: refusals before anything was proposed are failures, any
+/// other trouble leaves it unknown.
+fn send_outcome(code: i32) -> Outcome {
+    match code {
+        c if c == Code::Ok as i32 => Outcome::Ok,
+        c if (40000..40500).contains(&c) || c == Code::TooManyRequests as i32 => Outcome::Failed,
+        _ => Outcome::Unknown,
+    }
+}
+
+/// Sends one message; returns its outcome and offset.
+async fn send_once(shared: &Shared, pick: u64, message: Message) -> (Outcome, Option<u64>) {
+    let Some(mut client) = shared.client(pick).await else { return (Outcome::Failed, None) };
+    let sent = tokio::time::timeout(DEADLINE, client.send_message(SendMessageRequest { messages: vec![message] }));
+    match sent.await {
+        Ok(Ok(r)) => {
+            let r = r.into_inner();
+            let code = r.status.map_or(Code::Unspecified as i32, |s| s.code);
+            let outcome = send_outcome(code);
+            if outcome != Outcome::Ok {
+                *shared.refusals.lock().unwrap().entry(code).or_default() += 1;
+            }
+            let offset = r.entries.first().filter(|_| outcome == Outcome::Ok).map(|e| e.offset as u64);
+            (outcome, offset)
+        }
+        _ => (Outcome::Unknown, None),
+    }
+}
+
+fn message(topic: &str, id: &str, queue: u32, group: Option<&str>) -> Message {
+    Message {
+        topic: resource(topic),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: id.into(),
+            message_type: if group.is_some() { MessageType::Fifo } else { MessageType::Normal } as i32,
+            queue_id: queue as i32,
+            message_group: group.map(str::to_string),
+            ..Default::default()
+        }),
+        body: Bytes::from(format!("body of {id}")),
+    }
+}
+
+/// Normal sends to random queues; an unknown outcome is retried with the same id, at once.
+async fn producer(shared: Shared, process: usize, seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let mut n = 0u64;
+    while !shared.stop_sending.load(Ordering::Relaxed) {
+        let id = format!("p{process}-{n}");
+        n += 1;
+        let queue = rng.below(QUEUES as u64) as u32;
+        for _ in 0..3 {
+            let start_ms = shared.now_ms();
+            let (outcome, offset) = send_once(&shared, rng.next(), message(TOPIC, &id, queue, None)).await;
+            let end_ms = shared.now_ms();
+            shared.history.lock().unwrap().sends.push(Send {
+                process,
+                message_id: id.clone(),
+                topic: TOPIC.into(),
+                queue,
+                fifo: None,
+                due_ms: None,
+                outcome,
+                offset,
+                start_ms,
+                end_ms,
+            });
+            match outcome {
+                Outcome::Unknown => continue,
+                Outcome::Failed => tokio::time::sleep(Duration::from_millis(100)).await,
+                Outcome::Ok => {}
+            }
+            break;
+        }
+    }
+}
+
+/// One message group, in order: the next message is sent only once the one before is stored.
+async fn fifo_producer(shared: Shared, process: usize, seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let group = format!("g{process}");
+    let queue = process as u32 % 2;
+    let mut seq = 0u64;
+    while !shared.stop_sending.load(Ordering::Relaxed) {
+        let id = format!("f{process}-{seq}");
+        let start_ms = shared.now_ms();
+        let (outcome, offset) = send_once(&shared, rng.next(), message(FIFO_TOPIC, &id, queue, Some(&group))).await;
+        let end_ms = shared.now_ms();
+        shared.history.lock().unwrap().sends.push(Send {
+            process: 100 + process,
+            message_id: id,
+            topic: FIFO_TOPIC.into(),
+            queue,
+            fifo: Some((group.clone(), seq)),
+            due_ms: None,
+            outcome,
+            offset,
+            start_ms,
+            end_ms,
+        });
+        match outcome {
+            // A steady trickle: one group is consumed a message at a time.
+            Outcome::Ok => {
+                seq += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Outcome::Failed => tokio::time::sleep(Duration::from_millis(100)).await,
+            Outcome::Unknown => {}
+        }
+    }
+}
+
+/// Receives from `topic` as `group` through random nodes: acks most deliveries, lets some lapse
+/// and changes the invisible time of others (to 1 s: they come back soon, as a retry).
+async fn consumer(shared: Shared, process: usize, seed: u64, topic: &'static str, group: &'static str) {
+    let mut rng = Rng(seed | 1);
+    while !shared.stop_consuming.load(Ordering::Relaxed) {
+        let Some(mut client) = shared.client(rng.next()).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let request = ReceiveMessageRequest {
+            group: resource(group),
+            message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
+            filter_expression: Some(FilterExpression { r#type: FilterType::Tag as i32, expression: "*".into() }),
+            batch_size: 8,
+            invisible_duration: Some(prost_types::Duration { seconds: 4, nanos: 0 }),
+            auto_renew: false,
+            long_polling_timeout: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+            attempt_id: None,
+        };
+        let received = async {
+            let mut got = Vec::new();
+            let Ok(stream) = client.receive_message(request).await else { return got };
+            let mut stream = stream.into_inner();
+            while let Some(Ok(frame)) = stream.next().await {
+                if let Some(Content::Message(m)) = frame.content
+                    && let Some(sp) = m.system_properties
+                {
+                    got.push(sp);
+                }
+            }
+            got
+        };
+        let Ok(received) = tokio::time::timeout(DEADLINE + Duration::from_secs(1), received).await else { continue };
+        let at_ms = shared.now_ms();
+        let at_epoch_ms = epoch_ms();
+        let mut acks = Vec::new();
+        for sp in received {
+            shared.history.lock().unwrap().deliveries.push(Delivery {
+                process,
+                message_id: sp.message_id.clone(),
+                topic: topic.into(),
+                queue: sp.queue_id.max(0) as u32,
+                offset: sp.queue_offset.unwrap_or(-1) as u64,
+                attempt: sp.delivery_attempt.unwrap_or(1) as u32,
+                at_ms,
+                at_epoch_ms,
+            });
+            let Some(handle) = sp.receipt_handle else { continue };
+            match rng.below(20) {
+                0 => {} // lapses: delivered again after the invisible time
+                1 => {
+                    let change = ChangeInvisibleDurationRequest {
+                        group: resource(group),
+                        topic: resource(topic),
+                        receipt_handle: handle,
+                        invisible_duration: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
+                        message_id: sp.message_id,
+                        ..Default::default()
+                    };
+                    let _ = tokio::time::timeout(DEADLINE, client.change_invisible_duration(change)).await;
+                }
+                _ => acks.push(AckMessageEntry { message_id: sp.message_id, receipt_handle: handle, lite_topic: None }),
+            }
+        }
+        if acks.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = acks.iter().map(|a| a.message_id.clone()).collect();
+        let start_ms = shared.now_ms();
+        let request = AckMessageRequest { group: resource(group), topic: resource(topic), entries: acks };
+        let outcomes: Vec<Outcome> = match tokio::time::timeout(DEADLINE, client.ack_message(request)).await {
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                let by_id: BTreeMap<String, i32> = r
+                    .entries
+                    .into_iter()
+                    .map(|e| (e.message_id, e.status.map_or(Code::Unspecified as i32, |s| s.code)))
+                    .collect();
+                ids.iter().map(|id| by_id.get(id).map_or(Outcome::Unknown, |&c| send_outcome(c))).collect()
+            }
+            _ => vec![Outcome::Unknown; ids.len()],
+        };
+        let end_ms = shared.now_ms();
+        let mut history = shared.history.lock().unwrap();
+        for (message_id, outcome) in ids.into_iter().zip(outcomes) {
+            history.acks.push(Ack { process, message_id, outcome, start_ms, end_ms });
+        }
+    }
+}
+
+/// One fault, as the nemesis injected it.
+#[derive(Debug)]
+struct Fault {
+    what: String,
+    /// When it healed (ms on the test's clock).
+    healed_ms: u64,
+}
+
+async fn leader(cluster: &Cluster) -> u64 {
+    cluster.wait_for_leader(Duration::from_secs(30)).await
+}
+
+/// Injects one fault on one node, waits, heals it.
+async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault {
+    let victim = match rng.below(2) {
+        0 => leader(cluster).await,
+        _ => 1 + rng.below(3),
+    };
+    let hold = rng.millis(600, 3_000);
+    let what = match rng.below(3) {
+        0 => {
+            cluster.kill(victim);
+            tokio::time::sleep(hold).await;
+            cluster.restart(victim);
+            format!("SIGKILL node {victim}, restarted after {hold:?}")
+        }
+        1 => {
+            // Longer than an election timeout: the others elect a leader meanwhile.
+            let hold = hold + Duration::from_millis(1_500);
+            cluster.pause(victim);
+            tokio::time::sleep(hold).await;
+            cluster.resume(victim);
+            format!("SIGSTOP node {victim} for {hold:?}")
+        }
+        _ => {
+            cluster.stop(victim);
+            tokio::time::sleep(hold).await;
+            cluster.restart(victim);
+            format!("SIGTERM node {victim}, restarted after {hold:?}")
+        }
+    };
+    Fault { what, healed_ms: shared.now_ms() }
+}
+
+/// Every message id node `id` stores in the two topics.
+async fn stored(cluster: &Cluster, id: u64) -> Stored {
+    let mut out = Stored::new();
+    for (topic, queues) in [(TOPIC, QUEUES), (FIFO_TOPIC, 2)] {
+        for q in 0..queues {
+            let lines = cluster.local_messages(id, topic, q).await;
+            out.insert((topic.to_string(), q), lines.into_iter().map(|m| (m.offset, m.message_id)).collect());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_kills_and_pauses_no_acknowledged_message_is_lost_and_every_rule_holds() {
+    let seed: u64 = std::env::var("ROCKRAFT_NEMESIS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0xfa17_5eed);
+    let secs: u64 = std::env::var("ROCKRAFT_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    eprintln!("nemesis: seed {seed}, {secs} s of faults");
+    let mut rng = Rng(seed | 1);
+    let mut cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic(TOPIC, QUEUES, TopicKind::Normal).await;
+    cluster.create_topic(FIFO_TOPIC, 2, TopicKind::Fifo).await;
+    cluster.create_group(GROUP, false, MAX_ATTEMPTS).await;
+    cluster.create_group(FIFO_GROUP, true, MAX_ATTEMPTS).await;
+    let shared = Shared {
+        addrs: Arc::new((1..=3).map(|id| cluster.client_addr(id)).collect()),
+        history: Arc::default(),
+        started: Instant::now(),
+        stop_sending: Arc::default(),
+        stop_consuming: Arc::default(),
+        refusals: Arc::default(),
+    };
+    let mut tasks = Vec::new();
+    for p in 0..PRODUCERS {
+        tasks.push(tokio::spawn(producer(shared.clone(), p, rng.next())));
+    }
+    for p in 0..FIFO_PRODUCERS {
+        tasks.push(tokio::spawn(fifo_producer(shared.clone(), p, rng.next())));
+    }
+    for c in 0..CONSUMERS {
+        tasks.push(tokio::spawn(consumer(shared.clone(), c, rng.next(), TOPIC, GROUP)));
+    }
+    tasks.push(tokio::spawn(consumer(shared.clone(), 50, rng.next(), FIFO_TOPIC, FIFO_GROUP)));
+
+    let mut faults = Vec::new();
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        tokio::time::sleep(rng.millis(300, 2_000)).await;
+        let fault = inject(&mut cluster, &mut rng, &shared).await;
+        eprintln!("nemesis: {} (healed at {} ms)", fault.what, fault.healed_ms);
+        faults.push(fault);
+    }
+    // Healed: every node up. Sends go on a little, then stop; the consumers drain.
+    for id in 1..=3 {
+        if !cluster.is_running(id) {
+            cluster.restart(id);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    shared.stop_sending.store(true, Ordering::Relaxed);
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(60)).await;
+    }
+    let reference = stored(&cluster, 1).await;
+    let stored_ids: BTreeSet<String> = reference.values().flat_map(|m| m.values().cloned()).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let delivered: BTreeSet<String> =
+            shared.history.lock().unwrap().deliveries.iter().map(|d| d.message_id.clone()).collect();
+        let waiting = stored_ids.difference(&delivered).count();
+        if waiting == 0 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    shared.stop_consuming.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+
+    let mut stores = BTreeMap::new();
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(60)).await;
+        stores.insert(id, stored(&cluster, id).await);
+    }
+    let digests: Vec<_> = {
+        let mut d = Vec::new();
+        for id in 1..=3 {
+            d.push(cluster.digest(id).await);
+        }
+        d
+    };
+    let history = shared.history.lock().unwrap().clone();
+    let rules = Rules { max_attempts: MAX_ATTEMPTS, drained: [TOPIC.to_string(), FIFO_TOPIC.to_string()].into() };
+    let anomalies = history::check(&history, &stores, &rules);
+
+    // How soon sends were accepted again once each fault healed.
+    let mut recovery: Vec<u64> = faults
+        .iter()
+        .filter_map(|f| {
+            history
+                .sends
+                .iter()
+                .filter(|s| s.outcome == Outcome::Ok && s.start_ms >= f.healed_ms)
+                .map(|s| s.end_ms)
+                .min()
+                .map(|ok| ok - f.healed_ms)
+        })
+        .collect();
+    recovery.sort_unstable();
+    let count = |o: Outcome| history.sends.iter().filter(|s| s.outcome == o).count();
+    eprintln!(
+        "nemesis: {} faults; sends ok {} / failed {} / unknown {}; {} deliveries, {} acks; first accepted send \
+         after a heal: median {:?} ms, max {:?} ms",
+        faults.len(),
+        count(Outcome::Ok),
+        count(Outcome::Failed),
+        count(Outcome::Unknown),
+        history.deliveries.len(),
+        history.acks.len(),
+        recovery.get(recovery.len() / 2),
+        recovery.last(),
+    );
+    eprintln!("nemesis: sends answered other than OK, by status: {:?}", shared.refusals.lock().unwrap());
+    for a in &anomalies {
+        eprintln!("anomaly: {a}");
+    }
+    if !anomalies.is_empty() {
+        let path = std::env::temp_dir().join(format!("rockraft-nemesis-{seed}.history"));
+        let text = format!("{faults:#?}\n{history:#?}\n");
+        if std::fs::write(&path, text).is_ok() {
+            eprintln!("nemesis: the history is in {}", path.display());
+        }
+    }
+    assert!(anomalies.is_empty(), "{} anomalies (seed {seed}); see above", anomalies.len());
+    let applied: BTreeSet<_> = digests.iter().map(|d| d.map(|d| d.applied)).collect();
+    if applied.len() == 1 {
+        assert!(digests.windows(2).all(|w| w[0] == w[1]), "replicas at the same index differ: {digests:?}");
+    }
+    assert!(count(Outcome::Ok) > 200, "the workload acknowledged only {} sends", count(Outcome::Ok));
+    assert!(faults.len() >= 5, "only {} faults were injected", faults.len());
+}

@@ -143,3 +143,53 @@ async fn killing_the_leader_mid_stream_loses_no_acknowledged_message() {
         assert_eq!(difference, None, "node {id}'s ConsumeQueues differ from node {}'s", survivors[0]);
     }
 }
+
+/// A follower forwards a send to a slow leader, gives up waiting after its attempt's time and
+/// forwards it again, more than once: the retries wait for the first attempt's answer, so the
+/// message's body is written to the log once, not once per attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_send_forwarded_again_while_the_leader_is_slow_is_written_to_the_log_once() {
+    use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+    use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest, SystemProperties};
+    let mut cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Slow", 1, TopicKind::Normal).await;
+    // Every round the leader proposes waits 2.5 s first; a forward attempt gives up after 1 s.
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.kill(leader);
+    cluster.restart_with_crash_points(leader, "cluster::propose_round=return(2500)");
+    cluster.make_leader(leader).await;
+    cluster.wait_caught_up(leader, Duration::from_secs(30)).await;
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    cluster.wait_caught_up(follower, Duration::from_secs(30)).await;
+    // A new leader writes an entry or two of its own at first: wait until its log is quiet.
+    let last = async || cluster.status(leader).await.and_then(|s| s.last_log_index).unwrap();
+    let mut before = last().await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let now = last().await;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+
+    let mut client =
+        MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(follower))).await.unwrap();
+    let message = Message {
+        topic: Some(Resource { resource_namespace: String::new(), name: "Slow".into() }),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: "slow-1".into(),
+            message_type: MessageType::Normal as i32,
+            ..Default::default()
+        }),
+        body: bytes::Bytes::from_static(b"once"),
+    };
+    let reply = client.send_message(SendMessageRequest { messages: vec![message] }).await.unwrap().into_inner();
+    assert_eq!(reply.status.map(|s| s.code), Some(Code::Ok as i32), "the send is acknowledged");
+    cluster.wait_caught_up(follower, Duration::from_secs(30)).await;
+    let after = last().await;
+    assert_eq!(after - before, 1, "one entry for one send, however often it was forwarded");
+    let stored = cluster.local_messages(leader, "Slow", 0).await;
+    assert_eq!(stored.iter().filter(|m| m.message_id == "slow-1").count(), 1);
+}

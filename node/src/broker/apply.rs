@@ -25,7 +25,7 @@ use crate::store::{CqRecord, tag_hash};
 /// A dedupe row of a held message has this bit in its queue id, the message's ordinal in its
 /// entry in the others, and its due time (delayed messages) as its offset: a retry of it answers
 /// with the recall handle or transaction id of the first attempt, whatever the retry says.
-const HELD_FLAG: u32 = 1 << 31;
+pub(crate) const HELD_FLAG: u32 = 1 << 31;
 /// Rows of held messages written by earlier releases: this queue id and the position as offset.
 const LEGACY_HELD_QUEUE: u32 = u32::MAX;
 

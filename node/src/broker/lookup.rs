@@ -3,11 +3,13 @@
 //! read per candidate, never a scan. Every candidate is read back and compared by id, so the
 //! index, a node-local cache, can miss but never answers wrongly.
 
+use crate::broker::apply::HELD_FLAG;
+use crate::broker::dedupe::DedupeKey;
 use crate::broker::held::HeldEntry;
 use crate::broker::read::StoredEntry;
 use crate::broker::timer::{recall_handle, timer_key};
 use crate::broker::transaction::transaction_id;
-use crate::broker::{Broker, BrokerError, Command, split_position};
+use crate::broker::{Broker, BrokerError, Command, SendOutcome, split_position};
 use crate::store::{Located, Place};
 
 /// Held rows indexed per read of the state when the index is filled from it.
@@ -52,6 +54,36 @@ impl Broker {
             }
         }
         Ok(None)
+    }
+
+    /// When every message of `batch` is stored already (a retry within the dedupe window, none
+    /// held), the outcomes apply would answer it with: its first results, as duplicates.
+    pub fn stored_sends(&self, batch: &rockraft_proto::rockraft::SendBatch) -> Option<Vec<SendOutcome>> {
+        use prost::Message;
+        let state = self.state();
+        let topic = state.topics.get(&batch.topic)?;
+        if batch.queue_id >= topic.queues || batch.messages.is_empty() {
+            return None;
+        }
+        let mut outcomes = Vec::with_capacity(batch.messages.len());
+        for raw in &batch.messages {
+            let id = rockraft_proto::rockraft::StoredMessage::decode(raw.clone()).ok()?.message_id;
+            if id.is_empty() {
+                return None;
+            }
+            let seen = state.dedupe.get(&DedupeKey::new(&batch.topic, &id))?;
+            if seen.queue_id & HELD_FLAG != 0 {
+                return None;
+            }
+            outcomes.push(SendOutcome {
+                message_id: id,
+                queue_id: seen.queue_id,
+                offset: seen.offset,
+                duplicate: true,
+                held: None,
+            });
+        }
+        Some(outcomes)
     }
 
     /// The topic and queue of the message at `position`, from its log entry.

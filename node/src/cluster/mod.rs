@@ -16,6 +16,7 @@ mod members;
 mod peer;
 pub mod pop;
 mod producers;
+mod retries;
 mod service;
 pub mod skew;
 
@@ -92,6 +93,9 @@ struct Inner {
     outgoing: Coalescer,
     /// Sends other members forwarded to this node as leader, batched per queue and proposed.
     forwarded: Coalescer,
+    /// The messages of forwarded rounds being proposed: a member's retry of them waits for the
+    /// first answer instead of writing them to the log again.
+    pending: retries::PendingSends,
 }
 
 /// Which sends a lane batches: this node's clients', or those members forwarded to it.
@@ -127,6 +131,7 @@ impl Cluster {
                 sessions: Arc::default(),
                 outgoing: Coalescer::default(),
                 forwarded: Coalescer::default(),
+                pending: retries::PendingSends::default(),
             }),
         }
     }
@@ -289,7 +294,14 @@ impl Cluster {
     async fn deliver_rounds(&self, lanes: Lanes, mut round: Round) {
         loop {
             let answer = match (lanes, self.leader()) {
-                (_, Some((id, _))) if id == self.id() => self.propose_round(&round.batch).await,
+                (_, Some((id, _))) if id == self.id() => {
+                    let pending = matches!(lanes, Lanes::Forwarded).then(|| self.inner.pending.register(&round.batch));
+                    let answer = self.propose_round(&round.batch).await;
+                    if let Some(pending) = pending {
+                        self.inner.pending.answered(pending, &answer);
+                    }
+                    answer
+                }
                 // Forwarded here, so never forwarded again: the sender tries the next leader.
                 (Lanes::Forwarded, _) | (Lanes::Outgoing, None) => Err(ClusterError::NoLeader),
                 (Lanes::Outgoing, Some((_, leader))) => self.forward_round(&leader, &round.batch).await,
@@ -303,6 +315,12 @@ impl Cluster {
     }
 
     async fn propose_round(&self, batch: &SendBatch) -> Result<Reply, ClusterError> {
+        // A slow leader, for the tests of retried forwards: `cluster::propose_round=return(MS)`
+        // holds each round MS ms before it is proposed (without blocking the runtime's threads).
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(ms)) = fail::eval("cluster::propose_round", |ms| ms.and_then(|m| m.parse::<u64>().ok())) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         let proposed = self
             .propose(|now| {
                 let mut stamped = Command::Send(batch.clone());
@@ -338,10 +356,18 @@ impl Cluster {
     async fn propose_forwarded(&self, command: Bytes) -> Result<Reply, ClusterError> {
         self.check_size(command.len())?;
         if let Some(batch) = Command::decode_send(&command) {
-            return match self.is_leader() {
-                true => self.join(Lanes::Forwarded, batch).await,
-                false => Err(ClusterError::NoLeader),
-            };
+            if !self.is_leader() {
+                return Err(ClusterError::NoLeader);
+            }
+            // A retry of messages still being proposed here, or stored already, is answered
+            // without a second copy of their bodies in the log.
+            if let Some(answer) = self.inner.pending.retry_answer(&batch).await {
+                return answer;
+            }
+            if let Some(outcomes) = self.broker().stored_sends(&batch) {
+                return Ok(Reply::Sent(outcomes));
+            }
+            return self.join(Lanes::Forwarded, batch).await;
         }
         // Bytes that are no command would only be skipped at apply: they never reach the log.
         if let Err(e) = Command::decode(command.clone()) {

@@ -3,7 +3,9 @@
 //! the leader gave no answer at all.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use bytes::Bytes;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
@@ -17,6 +19,21 @@ use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::raft::{NodeId, PeerChannel, member_channel};
+
+/// No peer call waits longer than this for its answer. A member that took the connection but
+/// answers nothing (paused, or half-open behind a partition) must not stall the caller: the
+/// transaction checks, the renewals and the pop planning all go on with the members that answer.
+pub const PEER_CALL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Runs one call to the peer at `addr`, or gives up at the deadline (as an unanswered call).
+pub(crate) async fn within<T>(
+    addr: &str,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<tonic::Response<T>, tonic::Status> {
+    tokio::time::timeout(PEER_CALL_DEADLINE, call).await.unwrap_or_else(|_| {
+        Err(tonic::Status::deadline_exceeded(format!("no answer from {addr} within {PEER_CALL_DEADLINE:?}")))
+    })
+}
 
 /// One channel per peer address, reused by every call; each call carries the cluster secret.
 #[derive(Default)]
@@ -50,37 +67,37 @@ impl Peers {
 
     /// Proposes an encoded command through the leader at `addr`.
     pub async fn write(&self, addr: &str, command: Bytes) -> Result<Reply, ClusterError> {
-        let reply = self.client(addr)?.write(WriteRequest { command }).await;
+        let reply = within(addr, self.client(addr)?.write(WriteRequest { command })).await;
         answer(addr, reply)
     }
 
     /// The leader's read index.
     pub async fn read_index(&self, addr: &str) -> Result<u64, ClusterError> {
-        let reply = self.client(addr)?.read_index(ReadIndexRequest {}).await;
+        let reply = within(addr, self.client(addr)?.read_index(ReadIndexRequest {})).await;
         answer(addr, reply)
     }
 
     /// A pop planned and proposed by the leader.
     pub async fn pop(&self, addr: &str, order: &PopOrder) -> Result<Popped, PopError> {
-        let reply = self.client(addr)?.pop(json(order)?).await;
+        let reply = within(addr, self.client(addr)?.pop(json(order)?)).await;
         answer(addr, reply)
     }
 
     /// The voters the leader at `addr` heard from lately, itself included.
     pub async fn live_members(&self, addr: &str) -> Result<std::collections::BTreeSet<NodeId>, ClusterError> {
-        let reply = self.client(addr)?.live_members(LiveMembersRequest {}).await;
+        let reply = within(addr, self.client(addr)?.live_members(LiveMembersRequest {})).await;
         answer(addr, reply)
     }
 
     /// The clock of the member at `addr`.
     pub async fn clock(&self, addr: &str) -> Result<i64, ClusterError> {
-        let reply = self.client(addr)?.clock(ClockRequest {}).await;
+        let reply = within(addr, self.client(addr)?.clock(ClockRequest {})).await;
         answer(addr, reply)
     }
 
     /// A dead letter built and proposed by the leader.
     pub async fn dead_letter(&self, addr: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
-        let reply = self.client(addr)?.dead_letter(json(receipt)?).await;
+        let reply = within(addr, self.client(addr)?.dead_letter(json(receipt)?)).await;
         answer(addr, reply)
     }
 }
@@ -116,6 +133,41 @@ mod tests {
 
     fn reply(value: &impl Serialize) -> Result<tonic::Response<Json>, tonic::Status> {
         Ok(tonic::Response::new(Json { json: serde_json::to_vec(value).unwrap().into() }))
+    }
+
+    /// A listener that accepts connections and holds them, reading and writing nothing: a member
+    /// that is paused, or cut off without a reset.
+    fn silent_member() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in listener.incoming() {
+                held.push(s);
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_accepts_and_never_answers_fails_each_call_at_its_deadline() {
+        let addr = silent_member();
+        let peers = Peers::new(Attach::default());
+        // The outer bound only turns a hang into a failure.
+        let answered = tokio::time::timeout(PEER_CALL_DEADLINE * 4, peers.read_index(&addr)).await;
+        assert!(matches!(answered, Ok(Err(ClusterError::Unreachable { .. }))), "{answered:?}");
+        let asked = tokio::time::timeout(PEER_CALL_DEADLINE * 4, peers.clock(&addr)).await;
+        assert!(matches!(asked, Ok(Err(ClusterError::Unreachable { .. }))), "{asked:?}");
+    }
+
+    /// Keepalive: even a call with no deadline of its own ends once the member stops answering
+    /// pings, and the channel dials afresh for the next call.
+    #[tokio::test]
+    async fn a_member_channel_drops_a_connection_whose_pings_go_unanswered() {
+        let addr = silent_member();
+        let mut client = PeerServiceClient::new(member_channel(&addr, &Attach::default()).unwrap());
+        let answered = tokio::time::timeout(Duration::from_secs(60), client.read_index(ReadIndexRequest {})).await;
+        assert!(matches!(answered, Ok(Err(_))), "the call ended with an error instead of hanging: {answered:?}");
     }
 
     #[test]

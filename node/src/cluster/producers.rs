@@ -48,8 +48,7 @@ impl Cluster {
         use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
         let json = serde_json::to_vec(ask).map_err(|e| ClusterError::Internal(e.to_string()))?;
         let mut client = PeerServiceClient::new(self.peers().channel(addr)?);
-        let reply = client
-            .ask_producer(Json { json: json.into() })
+        let reply = crate::cluster::peer::within(addr, client.ask_producer(Json { json: json.into() }))
             .await
             .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
         serde_json::from_slice(&reply.into_inner().json).map_err(|e| ClusterError::Internal(e.to_string()))

@@ -52,10 +52,25 @@ pub fn member_channel(addr: &str, attach: &Attach) -> Result<PeerChannel, String
     Ok(InterceptedService::new(channel(addr)?, attach.clone()))
 }
 
+/// How often an idle or busy connection to a member is pinged (HTTP/2 PING), and how long a ping
+/// may go unanswered before the connection is dropped: a member that stopped answering (paused,
+/// or gone behind a partition without a reset) is noticed within seconds, and the next call
+/// dials afresh instead of queueing on a dead connection.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A lazily connected channel to `addr` (host:port); errors surface on the first call.
 pub fn channel(addr: &str) -> Result<Channel, String> {
     Endpoint::from_shared(format!("http://{addr}"))
-        .map(|e| e.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true).connect_lazy())
+        .map(|e| {
+            e.connect_timeout(Duration::from_secs(1))
+                .tcp_nodelay(true)
+                .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                .keep_alive_while_idle(true)
+                .connect_lazy()
+        })
         .map_err(|e| format!("bad address {addr:?}: {e}"))
 }
 

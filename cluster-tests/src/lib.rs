@@ -18,6 +18,28 @@ use rockraft::plugin::PluginKind;
 
 pub mod history;
 
+/// A small deterministic generator (xorshift), so a failing seed replays the same choices.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// A duration from `from_ms` up to (not including) `to_ms` milliseconds.
+    pub fn millis(&mut self, from_ms: u64, to_ms: u64) -> Duration {
+        Duration::from_millis(from_ms + self.below(to_ms - from_ms))
+    }
+}
+
 pub struct Node {
     pub id: u64,
     pub raft_addr: String,

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::broker::TopicKind;
-use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_cluster_tests::{Cluster, Options, Rng};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
@@ -31,21 +31,6 @@ const DELAY_TOPIC: &str = "CrashDelay";
 const GROUP: &str = "crash-readers";
 const QUEUES: u32 = 4;
 const BODY: usize = 4 << 10;
-
-/// A small deterministic generator, so a failing seed can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn resource(name: &str) -> Option<Resource> {
     Some(Resource { resource_namespace: String::new(), name: name.into() })

@@ -60,18 +60,25 @@ impl Broker {
     /// held), the outcomes apply would answer it with: its first results, as duplicates.
     pub fn stored_sends(&self, batch: &rockraft_proto::rockraft::SendBatch) -> Option<Vec<SendOutcome>> {
         use prost::Message;
-        let state = self.state();
-        let topic = state.topics.get(&batch.topic)?;
-        if batch.queue_id >= topic.queues || batch.messages.is_empty() {
+        if batch.messages.is_empty() {
             return None;
         }
-        let mut outcomes = Vec::with_capacity(batch.messages.len());
+        // Decoded and hashed before the state is locked: apply waits for none of it.
+        let mut keyed = Vec::with_capacity(batch.messages.len());
         for raw in &batch.messages {
             let id = rockraft_proto::rockraft::StoredMessage::decode(raw.clone()).ok()?.message_id;
             if id.is_empty() {
                 return None;
             }
-            let seen = state.dedupe.get(&DedupeKey::new(&batch.topic, &id))?;
+            keyed.push((DedupeKey::new(&batch.topic, &id), id));
+        }
+        let state = self.state();
+        if batch.queue_id >= state.topics.get(&batch.topic)?.queues {
+            return None;
+        }
+        let mut outcomes = Vec::with_capacity(keyed.len());
+        for (key, id) in keyed {
+            let seen = state.dedupe.get(&key)?;
             if seen.queue_id & HELD_FLAG != 0 {
                 return None;
             }

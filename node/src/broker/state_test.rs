@@ -486,3 +486,26 @@ fn the_module_size_limit_is_a_replicated_setting() {
     assert_eq!(n.commit(&limit(300_000)), Reply::Applied);
     assert_eq!(n.commit(&register("big")), Reply::Applied);
 }
+
+/// A retry whose every message is stored already is answered from the stored results, as apply
+/// would answer it; anything new, unknown or held leaves it to be proposed.
+#[test]
+fn a_retry_of_stored_messages_is_answered_with_their_first_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 2));
+    n.commit(&send("T", 1, 1_000, &["a", "b"]));
+    let batch = |ids: &[&str]| match send("T", 1, 2_000, ids) {
+        Command::Send(b) => b,
+        _ => unreachable!(),
+    };
+    let answered = n.broker.stored_sends(&batch(&["b", "a"])).expect("both stored");
+    let got: Vec<(&str, u32, u64, bool)> =
+        answered.iter().map(|o| (o.message_id.as_str(), o.queue_id, o.offset, o.duplicate)).collect();
+    assert_eq!(got, vec![("b", 1, 1, true), ("a", 1, 0, true)]);
+    assert_eq!(n.broker.stored_sends(&batch(&["a", "new"])), None);
+    assert_eq!(n.broker.stored_sends(&batch(&[])), None);
+    let mut elsewhere = batch(&["a"]);
+    elsewhere.topic = "Gone".into();
+    assert_eq!(n.broker.stored_sends(&elsewhere), None);
+}

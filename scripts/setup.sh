@@ -34,3 +34,13 @@ if ! [ -d "$node_dir/node_modules/rocketmq-client-nodejs" ] || ! cmp -s "$packag
   cp "$package" "$node_dir/package.json"
   npm install --prefix "$node_dir" --no-audit --no-fund --silent
 fi
+
+# The fault suite cuts links between nodes with network namespaces and nftables (as root; where
+# that is refused it runs without partitions and says so).
+if ! command -v nft >/dev/null || ! command -v ip >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null
+  else
+    echo "setup: nftables and iproute2 are missing and cannot be installed here: the fault suite will skip partitions" >&2
+  fi
+fi

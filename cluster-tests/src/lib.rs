@@ -17,6 +17,9 @@ use rockraft::broker::{TopicConfig, TopicKind};
 use rockraft::plugin::PluginKind;
 
 pub mod history;
+pub mod network;
+
+use network::Network;
 
 /// A small deterministic generator (xorshift), so a failing seed replays the same choices.
 pub struct Rng(pub u64);
@@ -60,6 +63,9 @@ pub struct Cluster {
     pub admin: Option<Credentials>,
     /// The CA that signed the nodes' certificates, when started with `Options::tls`.
     pub tls_ca: Option<PathBuf>,
+    /// The nodes' private network, for a cluster started with `Options::network` where the
+    /// kernel allows it: partitions go through it.
+    pub network: Option<Network>,
     bin: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -80,6 +86,9 @@ pub struct Options {
     /// TLS on the client and admin listeners, with a certificate for 127.0.0.1 and localhost
     /// signed by a CA made for this cluster (`Cluster::tls_ca`).
     pub tls: bool,
+    /// Each node in a network namespace of its own, so links can be cut (`Cluster::network`);
+    /// on loopback, with a message saying why, where namespaces cannot be made.
+    pub network: bool,
 }
 
 /// Makes a CA and a certificate for 127.0.0.1 and localhost signed by it, in `dir`; returns the
@@ -135,15 +144,37 @@ impl Cluster {
     /// one segment), initialises the group and waits for a leader.
     pub async fn start(n: u64, options: Options) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let nodes: Vec<Node> = (1..=n)
-            .map(|id| Node {
-                id,
-                raft_addr: format!("127.0.0.1:{}", free_port()),
-                client_addr: format!("127.0.0.1:{}", free_port()),
-                admin_addr: format!("127.0.0.1:{}", free_port()),
-                dir: dir.path().join(format!("node{id}")),
-                child: None,
-                clock_offset_ms: 0,
+        let ids: Vec<u64> = (1..=n).collect();
+        let network = match options.network {
+            true => Network::create(&ids)
+                .inspect_err(|e| eprintln!("no private network ({e}): the nodes run on loopback, unpartitioned"))
+                .ok(),
+            false => None,
+        };
+        let nodes: Vec<Node> = ids
+            .iter()
+            .map(|&id| {
+                let (raft_addr, client_addr, admin_addr) = match &network {
+                    Some(net) => (
+                        format!("{}:{}", net.ip(id), network::RAFT_PORT),
+                        format!("{}:{}", net.ip(id), network::CLIENT_PORT),
+                        format!("{}:{}", net.ip(id), network::ADMIN_PORT),
+                    ),
+                    None => (
+                        format!("127.0.0.1:{}", free_port()),
+                        format!("127.0.0.1:{}", free_port()),
+                        format!("127.0.0.1:{}", free_port()),
+                    ),
+                };
+                Node {
+                    id,
+                    raft_addr,
+                    client_addr,
+                    admin_addr,
+                    dir: dir.path().join(format!("node{id}")),
+                    child: None,
+                    clock_offset_ms: 0,
+                }
             })
             .collect();
         let members: String = nodes
@@ -192,7 +223,7 @@ impl Cluster {
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
-        let mut cluster = Cluster { nodes, secret, admin, tls_ca, bin: node_binary(), _dir: dir };
+        let mut cluster = Cluster { nodes, secret, admin, tls_ca, network, bin: node_binary(), _dir: dir };
         for id in 1..=n {
             cluster.spawn(id);
         }
@@ -218,9 +249,18 @@ impl Cluster {
     /// the test suite is built with the `failpoints` feature).
     fn spawn_with(&mut self, id: u64, crash_points: Option<&str>) {
         let bin = self.bin.clone();
+        let namespace = self.network.as_ref().map(|net| net.namespace(id));
         let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(node.dir.join("node.log")).expect("log");
-        let mut command = Command::new(bin);
+        // `ip netns exec` enters the namespace and execs the node: the child's pid is the node's.
+        let mut command = match namespace {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         match crash_points {
             Some(f) => command.env("FAILPOINTS", f),
             None => command.env_remove("FAILPOINTS"),
@@ -280,6 +320,37 @@ impl Cluster {
     pub fn restart_with_clock_offset(&mut self, id: u64, offset_ms: i64) {
         self.nodes.iter_mut().find(|n| n.id == id).expect("known node").clock_offset_ms = offset_ms;
         self.spawn(id);
+    }
+
+    /// Steps node `id`'s clock to `offset_ms` from the machine's while it runs (and for its later
+    /// restarts): the test build follows a file in its data directory, within 100 ms.
+    pub fn set_clock_offset(&mut self, id: u64, offset_ms: i64) {
+        let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
+        node.clock_offset_ms = offset_ms;
+        std::fs::write(node.dir.join("test-clock-offset-ms"), offset_ms.to_string()).expect("clock offset file");
+    }
+
+    /// Writes a record cut short just past the end of node `id`'s log (the node must be down): a
+    /// header whose payload never made it to disk, as a crash during a write leaves. Returns
+    /// where it was written, or `None` if the log has no segment yet.
+    pub fn tear_log_tail(&self, id: u64) -> Option<(PathBuf, u64)> {
+        use std::os::unix::fs::FileExt;
+        let segments = self.node(id).dir.join("log/segments");
+        let newest = std::fs::read_dir(&segments)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .max()?;
+        let end = rockraft::store::segment_written_end(&newest).expect("the newest segment opens");
+        let mut torn = Vec::new();
+        torn.extend_from_slice(&rockraft::store::record::RECORD_MAGIC.to_le_bytes());
+        torn.extend_from_slice(&4096u32.to_le_bytes());
+        torn.extend_from_slice(&[0x5a; 64]); // the rest of the header and a little payload
+        let file = std::fs::OpenOptions::new().write(true).open(&newest).expect("segment opens for writing");
+        let room = file.metadata().map_or(0, |m| m.len()).saturating_sub(end);
+        torn.truncate(room as usize);
+        file.write_all_at(&torn, end).expect("tear the tail");
+        Some((newest, end))
     }
 
     /// Starts node `id` again on its data with crash points armed (`FAILPOINTS` syntax, e.g.

@@ -1,18 +1,28 @@
-//! Many faults at once, a recorded history, and a checker (`rockraft_cluster_tests::history`).
+//! Many faults, a recorded history, and a checker (`rockraft_cluster_tests::history`).
 //!
-//! Producers (normal sends to random queues, and FIFO message groups sent in order) and POP
-//! consumers (acking most deliveries, letting some invisible times lapse, changing others) work
-//! through random nodes, followers included, while a nemesis kills nodes (the leader too), pauses
-//! them with SIGSTOP for longer than an election timeout, and restarts them, one fault at a time
-//! so a majority is always up. Every operation is recorded with what its client saw: ok, failed,
-//! or unknown (no answer within the client's deadline). Once the faults heal, the consumers drain
-//! both topics, every replica's store is read, and the checker judges the history; a failure
-//! prints each operation that breaks a rule. It also reports how soon sends were accepted again
-//! after each fault healed.
+//! Producers (normal sends to random queues, delayed messages, and FIFO message groups sent in
+//! order) and POP consumers (acking most deliveries, letting some invisible times lapse, changing
+//! others) work through random nodes, followers included, while a nemesis injects one fault at a
+//! time, at random moments, so a majority is always up and able to talk:
+//! - SIGKILL, SIGTERM and restart, of the leader or a follower;
+//! - SIGSTOP for longer than an election timeout, then SIGCONT;
+//! - network partitions, each node in a network namespace of its own (`network.rs`): the leader
+//!   or a follower isolated, a bridge (two nodes cut apart, the third seeing both), and one-way
+//!   loss (a node hears nobody, or nobody hears it);
+//! - a clock jump forward or back on one node, while it runs;
+//! - a disk that fails an fsync (the node fail-stops; it is restarted once it has);
+//! - a torn tail: a node killed, a record cut short written past its log's end, restarted.
+//!
+//! Every operation is recorded with what its client saw: ok, failed, or unknown (no answer within
+//! the client's deadline). Once the faults heal, the consumers drain the topics, every replica's
+//! store is read, and the checker judges the history; a failure prints each operation that breaks
+//! a rule. It also reports how soon sends were accepted again after each fault began and healed,
+//! and how long sends through a cut-off node took to be answered.
 //!
 //! `ROCKRAFT_NEMESIS_SECS` sets how long faults are injected (60 s unless given), and
 //! `ROCKRAFT_NEMESIS_SEED` the seed: the faults' order and timing follow it, the interleaving
-//! with the clients does not.
+//! with the clients does not. Partitions need root and network namespaces: where the kernel
+//! refuses, the run says so and injects the other faults.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +44,7 @@ use tonic::transport::Channel;
 
 const TOPIC: &str = "Ledger";
 const FIFO_TOPIC: &str = "LedgerFifo";
+const DELAY_TOPIC: &str = "LedgerDelayed";
 const GROUP: &str = "auditors";
 const FIFO_GROUP: &str = "fifo-auditors";
 const QUEUES: u32 = 4;
@@ -43,6 +54,8 @@ const DEADLINE: Duration = Duration::from_secs(3);
 const PRODUCERS: usize = 3;
 const FIFO_PRODUCERS: usize = 2;
 const CONSUMERS: usize = 2;
+/// The disk fault: the node's fourth fsync fails, and the node stops itself (fail-stop).
+const SEGMENT_SYNC_FAILS: &str = "segment::sync=3*off->return";
 
 fn resource(name: &str) -> Option<Resource> {
     Some(Resource { resource_namespace: String::new(), name: name.into() })
@@ -51,6 +64,9 @@ fn resource(name: &str) -> Option<Resource> {
 fn epoch_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
+
+/// One send call: (node, start ms, end ms, answered before the deadline).
+type Call = (u64, u64, u64, bool);
 
 /// What every client shares: where the nodes are, the history, the test's clock, and when to stop.
 #[derive(Clone)]
@@ -62,6 +78,8 @@ struct Shared {
     stop_consuming: Arc<AtomicBool>,
     /// How often each status other than OK answered a send.
     refusals: Arc<Mutex<BTreeMap<i32, u64>>>,
+    /// Every send as the node it went to saw it.
+    calls: Arc<Mutex<Vec<Call>>>,
 }
 
 impl Shared {
@@ -69,9 +87,14 @@ impl Shared {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// The node `pick` chooses.
+    fn node(&self, pick: u64) -> u64 {
+        1 + pick % self.addrs.len() as u64
+    }
+
     /// A client of some node: any of them, followers too.
     async fn client(&self, pick: u64) -> Option<MessagingServiceClient<Channel>> {
-        let addr = &self.addrs[(pick % self.addrs.len() as u64) as usize];
+        let addr = &self.addrs[(self.node(pick) - 1) as usize];
         let connect = MessagingServiceClient::connect(format!("http://{addr}"));
         tokio::time::timeout(DEADLINE, connect).await.ok()?.ok()
     }
@@ -90,8 +113,14 @@ fn send_outcome(code: i32) -> Outcome {
 /// Sends one message; returns its outcome and offset.
 async fn send_once(shared: &Shared, pick: u64, message: Message) -> (Outcome, Option<u64>) {
     let Some(mut client) = shared.client(pick).await else { return (Outcome::Failed, None) };
-    let sent = tokio::time::timeout(DEADLINE, client.send_message(SendMessageRequest { messages: vec![message] }));
-    match sent.await {
+    let start_ms = shared.now_ms();
+    // With its deadline in `grpc-timeout`, as the official clients send it: a node answers before it.
+    let mut request = tonic::Request::new(SendMessageRequest { messages: vec![message] });
+    request.set_timeout(DEADLINE);
+    let sent = tokio::time::timeout(DEADLINE + Duration::from_millis(500), client.send_message(request)).await;
+    let answered = matches!(sent, Ok(Ok(_)));
+    shared.calls.lock().unwrap().push((shared.node(pick), start_ms, shared.now_ms(), answered));
+    match sent {
         Ok(Ok(r)) => {
             let r = r.into_inner();
             let code = r.status.map_or(Code::Unspecified as i32, |s| s.code);
@@ -106,32 +135,48 @@ async fn send_once(shared: &Shared, pick: u64, message: Message) -> (Outcome, Op
     }
 }
 
-fn message(topic: &str, id: &str, queue: u32, group: Option<&str>) -> Message {
+fn message(topic: &str, id: &str, queue: u32, group: Option<&str>, due_ms: Option<i64>) -> Message {
+    let message_type = match (group, due_ms) {
+        (Some(_), _) => MessageType::Fifo,
+        (None, Some(_)) => MessageType::Delay,
+        (None, None) => MessageType::Normal,
+    };
     Message {
         topic: resource(topic),
         user_properties: Default::default(),
         system_properties: Some(SystemProperties {
             message_id: id.into(),
-            message_type: if group.is_some() { MessageType::Fifo } else { MessageType::Normal } as i32,
+            message_type: message_type as i32,
             queue_id: queue as i32,
             message_group: group.map(str::to_string),
+            delivery_timestamp: due_ms.map(|ms| prost_types::Timestamp {
+                seconds: ms.div_euclid(1000),
+                nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+            }),
             ..Default::default()
         }),
         body: Bytes::from(format!("body of {id}")),
     }
 }
 
+/// What one send carries besides its id and queue.
+#[derive(Clone)]
+enum Kind {
+    Normal,
+    /// Message group and sequence number in it.
+    Fifo(String, u64),
+    /// Due time, ms since the epoch.
+    Delayed(i64),
+}
+
 /// Sends one message through some node and records the send with its outcome.
-async fn send_recorded(
-    shared: &Shared,
-    pick: u64,
-    process: usize,
-    id: &str,
-    queue: u32,
-    fifo: Option<(String, u64)>,
-) -> Outcome {
-    let topic = if fifo.is_some() { FIFO_TOPIC } else { TOPIC };
-    let sent = message(topic, id, queue, fifo.as_ref().map(|(group, _)| group.as_str()));
+async fn send_recorded(shared: &Shared, pick: u64, process: usize, id: &str, queue: u32, kind: Kind) -> Outcome {
+    let (topic, fifo, due_ms) = match &kind {
+        Kind::Normal => (TOPIC, None, None),
+        Kind::Fifo(group, seq) => (FIFO_TOPIC, Some((group.clone(), *seq)), None),
+        Kind::Delayed(due) => (DELAY_TOPIC, None, Some(*due)),
+    };
+    let sent = message(topic, id, queue, fifo.as_ref().map(|(group, _)| group.as_str()), due_ms);
     let start_ms = shared.now_ms();
     let (outcome, offset) = send_once(shared, pick, sent).await;
     let end_ms = shared.now_ms();
@@ -141,7 +186,7 @@ async fn send_recorded(
         topic: topic.into(),
         queue,
         fifo,
-        due_ms: None,
+        due_ms,
         outcome,
         offset,
         start_ms,
@@ -150,16 +195,20 @@ async fn send_recorded(
     outcome
 }
 
-/// Normal sends to random queues; an unknown outcome is retried with the same id, at once.
+/// Normal sends to random queues, and now and then a message delayed by up to 5 s; an unknown
+/// outcome is retried with the same id, at once.
 async fn producer(shared: Shared, process: usize, seed: u64) {
     let mut rng = Rng(seed | 1);
     let mut n = 0u64;
     while !shared.stop_sending.load(Ordering::Relaxed) {
         let id = format!("p{process}-{n}");
         n += 1;
-        let queue = rng.below(QUEUES as u64) as u32;
+        let (kind, queue) = match rng.below(10) {
+            0 => (Kind::Delayed(epoch_ms() + 200 + rng.below(4_800) as i64), rng.below(2) as u32),
+            _ => (Kind::Normal, rng.below(QUEUES as u64) as u32),
+        };
         for _ in 0..3 {
-            match send_recorded(&shared, rng.next_u64(), process, &id, queue, None).await {
+            match send_recorded(&shared, rng.next_u64(), process, &id, queue, kind.clone()).await {
                 Outcome::Unknown => continue,
                 Outcome::Failed => tokio::time::sleep(Duration::from_millis(100)).await,
                 Outcome::Ok => {}
@@ -177,7 +226,7 @@ async fn fifo_producer(shared: Shared, process: usize, seed: u64) {
     let mut seq = 0u64;
     while !shared.stop_sending.load(Ordering::Relaxed) {
         let id = format!("f{process}-{seq}");
-        match send_recorded(&shared, rng.next_u64(), 100 + process, &id, queue, Some((group.clone(), seq))).await {
+        match send_recorded(&shared, rng.next_u64(), 100 + process, &id, queue, Kind::Fifo(group.clone(), seq)).await {
             // A steady trickle: one group is consumed a message at a time.
             Outcome::Ok => {
                 seq += 1;
@@ -283,29 +332,72 @@ async fn consumer(shared: Shared, process: usize, seed: u64, topic: &'static str
 #[derive(Debug)]
 struct Fault {
     what: String,
-    /// When it healed (ms on the test's clock).
+    /// When it began and when it healed (ms on the test's clock).
+    began_ms: u64,
     healed_ms: u64,
+    /// The node cut off from the others by a partition, if any.
+    cut_off: Option<u64>,
 }
 
 async fn leader(cluster: &Cluster) -> u64 {
     cluster.wait_for_leader(Duration::from_secs(30)).await
 }
 
-/// Injects one fault on one node, waits, heals it.
+#[derive(Clone, Copy, Debug)]
+enum Nemesis {
+    Kill,
+    Pause,
+    Terminate,
+    Isolate,
+    Bridge,
+    DeafNode,
+    MuteNode,
+    ClockJump,
+    FailedFsync,
+    TornTail,
+}
+
+impl Nemesis {
+    const ALL: [Nemesis; 10] = [
+        Nemesis::Kill,
+        Nemesis::Pause,
+        Nemesis::Terminate,
+        Nemesis::Isolate,
+        Nemesis::Bridge,
+        Nemesis::DeafNode,
+        Nemesis::MuteNode,
+        Nemesis::ClockJump,
+        Nemesis::FailedFsync,
+        Nemesis::TornTail,
+    ];
+
+    fn needs_network(self) -> bool {
+        matches!(self, Nemesis::Isolate | Nemesis::Bridge | Nemesis::DeafNode | Nemesis::MuteNode)
+    }
+}
+
+/// Injects one fault on one node (the leader half the time), waits, heals it.
 async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault {
+    let kinds: Vec<Nemesis> =
+        Nemesis::ALL.into_iter().filter(|k| cluster.network.is_some() || !k.needs_network()).collect();
+    let kind = kinds[rng.below(kinds.len() as u64) as usize];
+    let leader_now = leader(cluster).await;
     let victim = match rng.below(2) {
-        0 => leader(cluster).await,
+        0 => leader_now,
         _ => 1 + rng.below(3),
     };
+    let other = [1, 2, 3].into_iter().find(|&n| n != victim).expect("three nodes");
     let hold = rng.millis(600, 3_000);
-    let what = match rng.below(3) {
-        0 => {
+    let began_ms = shared.now_ms();
+    let mut cut_off = None;
+    let what = match kind {
+        Nemesis::Kill => {
             cluster.kill(victim);
             tokio::time::sleep(hold).await;
             cluster.restart(victim);
             format!("SIGKILL node {victim}, restarted after {hold:?}")
         }
-        1 => {
+        Nemesis::Pause => {
             // Longer than an election timeout: the others elect a leader meanwhile.
             let hold = hold + Duration::from_millis(1_500);
             cluster.pause(victim);
@@ -313,20 +405,89 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
             cluster.resume(victim);
             format!("SIGSTOP node {victim} for {hold:?}")
         }
-        _ => {
+        Nemesis::Terminate => {
             cluster.stop(victim);
             tokio::time::sleep(hold).await;
             cluster.restart(victim);
             format!("SIGTERM node {victim}, restarted after {hold:?}")
         }
+        Nemesis::Isolate => {
+            let hold = hold + Duration::from_millis(1_500);
+            let net = cluster.network.as_ref().expect("network");
+            net.isolate(victim);
+            cut_off = Some(victim);
+            tokio::time::sleep(hold).await;
+            net.heal();
+            format!("node {victim} isolated for {hold:?}")
+        }
+        Nemesis::Bridge => {
+            // The two cut apart are the victim and another; the third sees both.
+            let hold = hold + Duration::from_millis(1_500);
+            let net = cluster.network.as_ref().expect("network");
+            net.cut(victim, other);
+            tokio::time::sleep(hold).await;
+            net.heal();
+            format!("nodes {victim} and {other} cut apart (the third a bridge) for {hold:?}")
+        }
+        Nemesis::DeafNode => {
+            let hold = hold + Duration::from_millis(1_500);
+            let net = cluster.network.as_ref().expect("network");
+            for n in [1, 2, 3].into_iter().filter(|&n| n != victim) {
+                net.drop_from(n, victim);
+            }
+            cut_off = Some(victim);
+            tokio::time::sleep(hold).await;
+            net.heal();
+            format!("node {victim} heard nobody for {hold:?}")
+        }
+        Nemesis::MuteNode => {
+            let hold = hold + Duration::from_millis(1_500);
+            let net = cluster.network.as_ref().expect("network");
+            for n in [1, 2, 3].into_iter().filter(|&n| n != victim) {
+                net.drop_from(victim, n);
+            }
+            cut_off = Some(victim);
+            tokio::time::sleep(hold).await;
+            net.heal();
+            format!("nobody heard node {victim} for {hold:?}")
+        }
+        Nemesis::ClockJump => {
+            let step_ms = (2_000 + rng.below(28_000) as i64) * if rng.below(2) == 0 { 1 } else { -1 };
+            cluster.set_clock_offset(victim, step_ms);
+            tokio::time::sleep(hold + Duration::from_millis(1_500)).await;
+            cluster.set_clock_offset(victim, 0);
+            format!("node {victim}'s clock jumped {step_ms} ms for {hold:?}, then back")
+        }
+        Nemesis::FailedFsync => {
+            cluster.kill(victim);
+            cluster.restart_with_crash_points(victim, SEGMENT_SYNC_FAILS);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while cluster.is_running(victim) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let stopped = !cluster.is_running(victim);
+            cluster.kill(victim);
+            cluster.restart(victim);
+            match stopped {
+                true => format!("node {victim}'s disk failed an fsync; it stopped itself and was restarted"),
+                false => format!("node {victim}'s disk was to fail an fsync, but it wrote too little in 20 s"),
+            }
+        }
+        Nemesis::TornTail => {
+            cluster.kill(victim);
+            let torn = cluster.tear_log_tail(victim);
+            tokio::time::sleep(hold).await;
+            cluster.restart(victim);
+            format!("SIGKILL node {victim}, a torn record past its log's end at {torn:?}, restarted after {hold:?}")
+        }
     };
-    Fault { what, healed_ms: shared.now_ms() }
+    Fault { what, began_ms, healed_ms: shared.now_ms(), cut_off }
 }
 
 /// Every message id node `id` stores in the two topics.
 async fn stored(cluster: &Cluster, id: u64) -> Stored {
     let mut out = Stored::new();
-    for (topic, queues) in [(TOPIC, QUEUES), (FIFO_TOPIC, 2)] {
+    for (topic, queues) in [(TOPIC, QUEUES), (FIFO_TOPIC, 2), (DELAY_TOPIC, 2)] {
         for q in 0..queues {
             let lines = cluster.local_messages(id, topic, q).await;
             out.insert((topic.to_string(), q), lines.into_iter().map(|m| (m.offset, m.message_id)).collect());
@@ -336,13 +497,14 @@ async fn stored(cluster: &Cluster, id: u64) -> Stored {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn under_kills_and_pauses_no_acknowledged_message_is_lost_and_every_rule_holds() {
+async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     let seed: u64 = std::env::var("ROCKRAFT_NEMESIS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0xfa17_5eed);
     let secs: u64 = std::env::var("ROCKRAFT_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     eprintln!("nemesis: seed {seed}, {secs} s of faults");
     let mut rng = Rng(seed | 1);
-    let mut cluster = Cluster::start(3, Options::default()).await;
+    let mut cluster = Cluster::start(3, Options { network: true, ..Options::default() }).await;
     cluster.create_topic(TOPIC, QUEUES, TopicKind::Normal).await;
+    cluster.create_topic(DELAY_TOPIC, 2, TopicKind::Delay).await;
     cluster.create_topic(FIFO_TOPIC, 2, TopicKind::Fifo).await;
     cluster.create_group(GROUP, false, MAX_ATTEMPTS).await;
     cluster.create_group(FIFO_GROUP, true, MAX_ATTEMPTS).await;
@@ -353,6 +515,7 @@ async fn under_kills_and_pauses_no_acknowledged_message_is_lost_and_every_rule_h
         stop_sending: Arc::default(),
         stop_consuming: Arc::default(),
         refusals: Arc::default(),
+        calls: Arc::default(),
     };
     let mut tasks = Vec::new();
     for p in 0..PRODUCERS {
@@ -365,6 +528,7 @@ async fn under_kills_and_pauses_no_acknowledged_message_is_lost_and_every_rule_h
         tasks.push(tokio::spawn(consumer(shared.clone(), c, rng.next_u64(), TOPIC, GROUP)));
     }
     tasks.push(tokio::spawn(consumer(shared.clone(), 50, rng.next_u64(), FIFO_TOPIC, FIFO_GROUP)));
+    tasks.push(tokio::spawn(consumer(shared.clone(), 60, rng.next_u64(), DELAY_TOPIC, GROUP)));
 
     let mut faults = Vec::new();
     let until = Instant::now() + Duration::from_secs(secs);
@@ -382,6 +546,8 @@ async fn under_kills_and_pauses_no_acknowledged_message_is_lost_and_every_rule_h
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     shared.stop_sending.store(true, Ordering::Relaxed);
+    // The last delayed messages come due (5 s at most) before the drain counts what is stored.
+    tokio::time::sleep(Duration::from_secs(6)).await;
     for id in 1..=3 {
         cluster.wait_caught_up(id, Duration::from_secs(60)).await;
     }
@@ -420,35 +586,58 @@ async fn under_kills_and_pauses_no_acknowledged_message_is_lost_and_every_rule_h
         d
     };
     let history = shared.history.lock().unwrap().clone();
-    let rules = Rules { max_attempts: MAX_ATTEMPTS, drained: [TOPIC.to_string(), FIFO_TOPIC.to_string()].into() };
+    let rules = Rules {
+        max_attempts: MAX_ATTEMPTS,
+        drained: [TOPIC, FIFO_TOPIC, DELAY_TOPIC].into_iter().map(str::to_string).collect(),
+    };
     let anomalies = history::check(&history, &stores, &rules);
 
-    // How soon sends were accepted again once each fault healed.
-    let mut recovery: Vec<u64> = faults
+    // Liveness: how soon a send was accepted once each fault began (a failover's cost) and once
+    // it healed, and how long a node cut off by a partition took to answer a send.
+    let first_ok_after = |t: u64| {
+        history.sends.iter().filter(|s| s.outcome == Outcome::Ok && s.start_ms >= t).map(|s| s.end_ms - t).min()
+    };
+    let mut after_begin: Vec<(u64, &str)> =
+        faults.iter().filter_map(|f| Some((first_ok_after(f.began_ms)?, f.what.as_str()))).collect();
+    let mut after_heal: Vec<(u64, &str)> =
+        faults.iter().filter_map(|f| Some((first_ok_after(f.healed_ms)?, f.what.as_str()))).collect();
+    after_begin.sort_unstable();
+    after_heal.sort_unstable();
+    let calls = shared.calls.lock().unwrap().clone();
+    let cut_off_calls: Vec<(u64, bool)> = faults
         .iter()
-        .filter_map(|f| {
-            history
-                .sends
+        .filter_map(|f| Some((f, f.cut_off?)))
+        .flat_map(|(f, node)| {
+            calls
                 .iter()
-                .filter(|s| s.outcome == Outcome::Ok && s.start_ms >= f.healed_ms)
-                .map(|s| s.end_ms)
-                .min()
-                .map(|ok| ok - f.healed_ms)
+                .filter(move |c| c.0 == node && c.1 >= f.began_ms && c.2 <= f.healed_ms)
+                .map(|c| (c.2 - c.1, c.3))
         })
         .collect();
-    recovery.sort_unstable();
     let count = |o: Outcome| history.sends.iter().filter(|s| s.outcome == o).count();
+    let median = |v: &[(u64, &str)]| v.get(v.len() / 2).map(|x| x.0);
     eprintln!(
-        "nemesis: {} faults; sends ok {} / failed {} / unknown {}; {} deliveries, {} acks; first accepted send \
-         after a heal: median {:?} ms, max {:?} ms",
+        "nemesis: {} faults; sends ok {} / failed {} / unknown {}; {} deliveries, {} acks",
         faults.len(),
         count(Outcome::Ok),
         count(Outcome::Failed),
         count(Outcome::Unknown),
         history.deliveries.len(),
         history.acks.len(),
-        recovery.get(recovery.len() / 2),
-        recovery.last(),
+    );
+    eprintln!(
+        "nemesis: first accepted send after a fault began: median {:?} ms, max {:?}; after it healed: median {:?} \
+         ms, max {:?}",
+        median(&after_begin),
+        after_begin.last(),
+        median(&after_heal),
+        after_heal.last(),
+    );
+    eprintln!(
+        "nemesis: {} sends through a cut-off node: {} unanswered within {DEADLINE:?}, slowest answer {:?} ms",
+        cut_off_calls.len(),
+        cut_off_calls.iter().filter(|c| !c.1).count(),
+        cut_off_calls.iter().filter(|c| c.1).map(|c| c.0).max(),
     );
     eprintln!("nemesis: sends answered other than OK, by status: {:?}", shared.refusals.lock().unwrap());
     for a in &anomalies {

@@ -63,6 +63,11 @@ fn raft_config(config: &NodeConfig) -> Result<Config, String> {
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
         enable_pre_vote: Some(true),
+        // A leader that stops hearing a quorum (it can send but not receive) goes quiet once its
+        // lease (election_timeout_max) is over, so the members that can talk elect another
+        // within an election timeout instead of hearing its heartbeats for as long as it lasts.
+        // The shortest interval openraft allows: the lease plus one election timeout.
+        quorum_loss_probe_interval: Some(config.raft.election_timeout_max_ms * 2),
         ..Default::default()
     }
     .validate()
@@ -72,6 +77,8 @@ fn raft_config(config: &NodeConfig) -> Result<Config, String> {
 /// Opens the node's storage, starts Raft and the per-node jobs; does not serve yet.
 pub async fn open(config: NodeConfig) -> Result<Node, String> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
+    #[cfg(feature = "failpoints")]
+    crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
     let log_store = LogStore::open(config.log_config()).map_err(|e| e.to_string())?;
     let broker = Broker::open(
         BrokerOptions {

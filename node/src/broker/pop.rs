@@ -32,6 +32,18 @@ pub struct Inflight {
     /// The message group, kept for orderly (FIFO) deliveries only.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message_group: String,
+    /// The generation before the last change of invisible time: a client whose answer to that
+    /// change was lost still holds its handle, and may retry the change or ack with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed_from: Option<u64>,
+}
+
+impl Inflight {
+    /// Whether a receipt of `generation` names this delivery: the current handle, or the one
+    /// the last change of invisible time replaced.
+    fn named_by(&self, generation: u64) -> bool {
+        self.generation == generation || self.renewed_from == Some(generation)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,15 +229,26 @@ pub struct Consumption {
 }
 
 impl Consumption {
-    /// Ends the delivery `r` names, if it is still the current one.
+    /// Ends the delivery `r` names, if it is still the current one. An ack of a delivery that
+    /// already ended (acked, its retry answered lost, or dead-lettered) is answered as done: the
+    /// message will not come again either way. A handle a redelivery replaced is stale.
     fn ack(&mut self, r: &Receipt) -> ConsumeOutcome {
-        match self.current(r) {
-            Some(q) => {
-                q.inflight.remove(&r.offset);
-                ConsumeOutcome::Done
-            }
-            None => ConsumeOutcome::StaleReceipt,
+        if let Some(q) = self.current(r) {
+            q.inflight.remove(&r.offset);
+            return ConsumeOutcome::Done;
         }
+        match self.ended(r) {
+            true => ConsumeOutcome::Done,
+            false => ConsumeOutcome::StaleReceipt,
+        }
+    }
+
+    /// Whether the message `r` names was taken by its group and is neither in flight nor held:
+    /// its delivery is over.
+    fn ended(&self, r: &Receipt) -> bool {
+        self.queues.get(&r.key()).is_some_and(|q| {
+            r.offset < q.position && !q.inflight.contains_key(&r.offset) && !q.held.contains_key(&r.offset)
+        })
     }
 
     /// Applies `command`, committed at `index`.
@@ -306,7 +329,7 @@ impl Consumption {
     pub fn frees_message_group(&self, r: &Receipt) -> bool {
         let q = self.queues.get(&r.key());
         q.and_then(|q| q.inflight.get(&r.offset))
-            .is_some_and(|f| f.generation == r.generation && !f.message_group.is_empty())
+            .is_some_and(|f| f.named_by(r.generation) && !f.message_group.is_empty())
     }
 
     /// Records a topic created at `index`, unless it exists.
@@ -328,7 +351,10 @@ impl Consumption {
         let Some(q) = self.current(r) else { return ConsumeOutcome::StaleReceipt };
         let f = q.inflight.get_mut(&r.offset).expect("current() checked it");
         match generation {
+            // A retry of the change whose answer was lost: the same delivery, as it stands.
+            Some(_) if f.generation != r.generation => {}
             Some(g) => {
+                f.renewed_from = Some(f.generation);
                 f.generation = g;
                 f.invisible_until_ms = until_ms;
             }
@@ -347,7 +373,7 @@ impl Consumption {
     /// The queue whose in-flight delivery `r` names, if that delivery is still current.
     fn current(&mut self, r: &Receipt) -> Option<&mut PopQueue> {
         let q = self.queues.get_mut(&r.key())?;
-        (q.inflight.get(&r.offset)?.generation == r.generation).then_some(q)
+        q.inflight.get(&r.offset)?.named_by(r.generation).then_some(q)
     }
 
     fn pop(&mut self, index: u64, pop: &Pop) -> Vec<Delivery> {
@@ -361,6 +387,7 @@ impl Consumption {
             }
             f.attempt += 1;
             f.generation = index;
+            f.renewed_from = None;
             f.invisible_until_ms = invisible_until_ms;
             out.push(Delivery {
                 queue_id: r.queue_id,
@@ -384,7 +411,13 @@ impl Consumption {
             let q = self.queues.get_or_insert_with(key.clone(), fresh);
             for (offset, group) in &take.deliver {
                 q.held.remove(offset);
-                let f = Inflight { attempt: 1, generation: index, invisible_until_ms, message_group: group.clone() };
+                let f = Inflight {
+                    attempt: 1,
+                    generation: index,
+                    invisible_until_ms,
+                    message_group: group.clone(),
+                    renewed_from: None,
+                };
                 q.inflight.insert(*offset, f);
                 out.push(Delivery {
                     queue_id: take.queue_id,
@@ -482,7 +515,41 @@ mod tests {
         c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
         assert_eq!(c.apply(3, &ConsumeCommand::Ack(receipt(0, 99))), ConsumeOutcome::StaleReceipt);
         assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
-        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::StaleReceipt);
+        // The same ack again (its answer was lost): done already, and nothing changes.
+        let before = c.clone();
+        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
+        assert_eq!(c, before);
+        // A message not taken yet is no delivery to end.
+        assert_eq!(c.apply(6, &ConsumeCommand::Ack(receipt(7, 2))), ConsumeOutcome::StaleReceipt);
+    }
+
+    #[test]
+    fn a_handle_a_redelivery_replaced_is_stale_but_one_a_change_replaced_still_names_the_delivery() {
+        let mut c = consumption();
+        c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
+        let change = |generation, now_ms| ConsumeCommand::ChangeInvisible {
+            receipt: receipt(0, generation),
+            now_ms,
+            invisible_ms: 1_000,
+        };
+        let renewed = match c.apply(3, &change(2, 5)) {
+            ConsumeOutcome::Renewed(d) => d,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((renewed.generation, renewed.invisible_until_ms), (3, 1_005));
+        // The change retried with the old handle (its answer was lost): the same delivery back.
+        assert_eq!(c.apply(4, &change(2, 9)), ConsumeOutcome::Renewed(renewed));
+        // The old handle acks it too.
+        let mut acked = c.clone();
+        assert_eq!(acked.apply(5, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::Done);
+        assert!(acked.queues.get(&("g".into(), "t".into(), 0)).unwrap().inflight.is_empty());
+        // Once the invisible time lapses and the message goes out again, both handles are stale.
+        let again = Redelivery { queue_id: 0, offset: 0, generation: 3 };
+        assert_eq!(delivered(c.apply(6, &pop(2_000, vec![], vec![again]))), vec![(0, 2, 6)]);
+        for generation in [2, 3] {
+            assert_eq!(c.apply(7, &ConsumeCommand::Ack(receipt(0, generation))), ConsumeOutcome::StaleReceipt);
+        }
+        assert_eq!(c.apply(8, &ConsumeCommand::Ack(receipt(0, 6))), ConsumeOutcome::Done);
     }
 
     #[test]
@@ -496,19 +563,19 @@ mod tests {
             Ok(crate::broker::Command::Consume(c)) => c,
             other => panic!("{other:?}"),
         };
-        assert_eq!(c.apply(3, &acks), ConsumeOutcome::Each(vec![Done, StaleReceipt, Done, StaleReceipt]));
+        // The repeated receipt finds its delivery over already: done, like a retried ack.
+        assert_eq!(c.apply(3, &acks), ConsumeOutcome::Each(vec![Done, StaleReceipt, Done, Done]));
         assert!(c.queues.get(&("g".into(), "t".into(), 0)).unwrap().inflight.is_empty());
     }
 
     #[test]
-    fn a_new_invisible_time_replaces_the_receipt() {
+    fn a_new_invisible_time_comes_with_a_new_receipt() {
         let mut c = consumption();
         c.apply(2, &pop(0, vec![take(0, 1, &[(0, "")], &[])], vec![]));
         let change = ConsumeCommand::ChangeInvisible { receipt: receipt(0, 2), now_ms: 500, invisible_ms: 100 };
         let ConsumeOutcome::Renewed(d) = c.apply(3, &change) else { panic!("renewed") };
         assert_eq!((d.generation, d.invisible_until_ms, d.attempt), (3, 600, 1));
-        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 2))), ConsumeOutcome::StaleReceipt);
-        assert_eq!(c.apply(5, &ConsumeCommand::Ack(receipt(0, 3))), ConsumeOutcome::Done);
+        assert_eq!(c.apply(4, &ConsumeCommand::Ack(receipt(0, 3))), ConsumeOutcome::Done);
     }
 
     #[test]

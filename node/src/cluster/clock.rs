@@ -9,11 +9,12 @@
 //! leader applies everything committed before the term, so those per-queue floors cover every
 //! earlier leader's stamps.
 //!
-//! Clock jumps, then: a leader's clock stepping back holds its stamps at the last one until the
-//! clock passes it again (time-outs come late, never early); stepping forward moves its stamps
-//! forward (time-outs come early by the step). A new leader whose clock is behind the old one's
-//! delivers and expires later by the difference; one ahead, earlier. `skew.rs` finds a member
-//! whose clock is off and keeps it from leading.
+//! Clock jumps, then: within a term the leader's stamps follow its monotonic clock from the
+//! wall-clock time it read when the term became ready, so a step of its wall clock (an operator,
+//! a VM resumed, NTP stepping) moves no stamp until the next term; time-outs are neither early nor
+//! late by it. A new leader reads its wall clock afresh: one whose clock is behind the old one's
+//! delivers and expires later by the difference, one ahead earlier, and `skew.rs` finds a member
+//! whose clock is off by more than the allowed skew and keeps it from leading.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -25,12 +26,33 @@ pub fn now_ms() -> i64 {
 }
 
 /// Builds with crash points (tests only) may run a node whose clock is off by
-/// `ROCKRAFT_TEST_CLOCK_OFFSET_MS`, to test what a skewed clock does to a cluster.
+/// `ROCKRAFT_TEST_CLOCK_OFFSET_MS`, to test what a skewed clock does to a cluster; a test moves it
+/// while the node runs through [`watch_test_offset`].
 #[cfg(feature = "failpoints")]
 fn test_offset_ms() -> i64 {
-    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *OFFSET
-        .get_or_init(|| std::env::var("ROCKRAFT_TEST_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+    test_offset().load(Ordering::Relaxed)
+}
+
+#[cfg(feature = "failpoints")]
+fn test_offset() -> &'static AtomicI64 {
+    static OFFSET: std::sync::OnceLock<AtomicI64> = std::sync::OnceLock::new();
+    OFFSET.get_or_init(|| {
+        AtomicI64::new(std::env::var("ROCKRAFT_TEST_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+    })
+}
+
+/// Test builds: the clock offset follows the number in `file` (checked every 100 ms) once it
+/// exists, so a fault suite can make one node's clock jump forward or back while it runs.
+#[cfg(feature = "failpoints")]
+pub fn watch_test_offset(file: std::path::PathBuf) {
+    tokio::spawn(async move {
+        loop {
+            if let Some(ms) = tokio::fs::read_to_string(&file).await.ok().and_then(|s| s.trim().parse().ok()) {
+                test_offset().store(ms, Ordering::Relaxed);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
 }
 
 #[cfg(not(feature = "failpoints"))]
@@ -42,6 +64,8 @@ type Millis = Box<dyn Fn() -> i64 + Send + Sync>;
 
 pub struct LeaderClock {
     now_ms: Millis,
+    /// The wall-clock time read when the current term became ready, and when (monotonic).
+    anchor: std::sync::Mutex<Option<(i64, std::time::Instant)>>,
     /// At least every stamp handed out before.
     floor: AtomicI64,
     /// The last term whose earlier entries are known to be applied here.
@@ -54,16 +78,22 @@ impl LeaderClock {
     pub fn new(now_ms: impl Fn() -> i64 + Send + Sync + 'static) -> LeaderClock {
         LeaderClock {
             now_ms: Box::new(now_ms),
+            anchor: std::sync::Mutex::new(None),
             floor: AtomicI64::new(i64::MIN),
             ready_term: AtomicU64::new(0),
             catching_up: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// The time for the next command: this node's clock, but never less than a time it stamped
-    /// before. Call [`LeaderClock::ready`] for the term first.
+    /// The time for the next command: this node's clock as it read it when the term became ready,
+    /// advanced by the monotonic clock since, and never less than a time it stamped before. Call
+    /// [`LeaderClock::ready`] for the term first.
     pub fn stamp(&self) -> i64 {
-        let candidate = (self.now_ms)();
+        let anchor = *self.anchor.lock().expect("anchor lock");
+        let candidate = match anchor {
+            Some((wall_ms, at)) => wall_ms.saturating_add(at.elapsed().as_millis() as i64),
+            None => (self.now_ms)(),
+        };
         self.floor.fetch_max(candidate, Ordering::AcqRel).max(candidate)
     }
 
@@ -82,6 +112,7 @@ impl LeaderClock {
             return Ok(());
         }
         catch_up().await?;
+        *self.anchor.lock().expect("anchor lock") = Some(((self.now_ms)(), std::time::Instant::now()));
         self.ready_term.store(term, Ordering::Release);
         Ok(())
     }
@@ -115,6 +146,23 @@ mod tests {
             last = s;
         }
         assert_eq!(last, 2_000);
+    }
+
+    #[tokio::test]
+    async fn a_wall_clock_step_during_a_term_moves_no_stamp_until_the_next_term() {
+        let (now, now_fn) = settable(10_000);
+        let clock = LeaderClock::new(now_fn);
+        clock.ready(1, || async { Ok::<(), ()>(()) }).await.unwrap();
+        let first = clock.stamp();
+        assert!((10_000..10_000 + 1_000).contains(&first), "stamped {first}");
+        now.store(70_000, Ordering::SeqCst); // a minute forward
+        let after_step = clock.stamp();
+        assert!(after_step < 10_000 + 1_000, "a forward step leaked into the term's stamps: {after_step}");
+        now.store(0, Ordering::SeqCst); // and far back
+        assert!(clock.stamp() >= after_step, "stamps never go back");
+        now.store(70_000, Ordering::SeqCst);
+        clock.ready(2, || async { Ok::<(), ()>(()) }).await.unwrap();
+        assert!(clock.stamp() >= 70_000, "the next term reads the wall clock afresh");
     }
 
     #[tokio::test]

@@ -247,10 +247,20 @@ impl Cluster {
         // The tag byte and the batch, as `Command::encode` would write them.
         self.check_size(1 + prost::Message::encoded_len(&batch))?;
         loop {
-            let leader = self.leader().map(|(id, _)| id);
-            match self.join(Lanes::Outgoing, batch.clone()).await {
+            let leader = self.leader();
+            // Never past the hold, however long the attempt would take (a leader cut off from
+            // this node, or a node cut off from every other): the client gets a retriable answer
+            // before its deadline. The round goes on; a retry of the send is deduplicated.
+            let attempt = tokio::time::timeout_at(deadline, self.join(Lanes::Outgoing, batch.clone()));
+            let answer = attempt.await.unwrap_or_else(|_| {
+                Err(ClusterError::Unreachable {
+                    addr: leader.as_ref().map_or_else(|| "no known leader".into(), |(_, l)| l.raft_addr.clone()),
+                    reason: format!("no answer within {} ms", hold.as_millis()),
+                })
+            });
+            match answer {
                 Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
-                    self.await_other_leader(leader, deadline).await;
+                    self.await_other_leader(leader.map(|(id, _)| id), deadline).await;
                 }
                 done => return done,
             }

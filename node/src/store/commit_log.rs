@@ -13,7 +13,7 @@
 //! fail-stop rule.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -135,6 +135,13 @@ fn scan(segment: &Segment, limit: u64, mut prev_term: u64) -> (Vec<(RecordMeta, 
         expect += 1;
     }
     (found, position)
+}
+
+/// Where the whole records of the segment file at `path` end, as recovery reads them (the next
+/// record would be written there): fault tests tear a log's tail just past it.
+pub fn segment_written_end(path: &Path) -> Result<u64, StoreError> {
+    let segment = Segment::open(path)?;
+    Ok(scan(&segment, u64::MAX, 0).1)
 }
 
 impl CommitLog {

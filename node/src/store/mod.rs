@@ -28,7 +28,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use commit_log::{CommitLog, LogBounds, LogReader, StoredRecord};
+pub use commit_log::{CommitLog, LogBounds, LogReader, StoredRecord, segment_written_end};
 pub use consume_queue::{CQ_RECORD_LEN, ConsumeQueue, CqRecord, tag_hash};
 pub use flush::FlushCallback;
 pub use message_index::{

@@ -331,3 +331,72 @@ async fn push_consumers_get_assignments_a_default_invisible_time_and_can_dead_le
     let again = receive(&mut c, receive_request("pushers", "Pushed", None, 30)).await;
     assert_eq!(status_code(&again), Code::MessageNotFound as i32, "not delivered again after dead-lettering");
 }
+
+/// The messages a receive delivered: (message id, receipt handle), in order.
+fn delivered(frames: &[Content]) -> Vec<(String, String)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Content::Message(m) => {
+                let sp = m.system_properties.as_ref()?;
+                Some((sp.message_id.clone(), sp.receipt_handle.clone()?))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_receive_retried_with_its_attempt_id_gets_the_same_messages_and_handles_on_any_node() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Orders", 1, TopicKind::Fifo).await;
+    cluster.create_group("order-readers", true, 16).await;
+    let mut clients = Vec::new();
+    for id in 1..=3 {
+        clients.push(MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await.unwrap());
+    }
+    for n in 0..2 {
+        let message = Message {
+            topic: resource("Orders"),
+            user_properties: Default::default(),
+            system_properties: Some(SystemProperties {
+                message_id: format!("order-{n}"),
+                message_type: MessageType::Fifo as i32,
+                message_group: Some("customer-7".into()),
+                ..Default::default()
+            }),
+            body: Bytes::from(format!("step {n}")),
+        };
+        let sent = clients[0].send_message(SendMessageRequest { messages: vec![message] }).await.unwrap();
+        assert_eq!(sent.into_inner().status.unwrap().code, Code::Ok as i32);
+    }
+    let request = |attempt: &str| ReceiveMessageRequest {
+        batch_size: 2,
+        attempt_id: Some(attempt.into()),
+        ..receive_request("order-readers", "Orders", None, 30)
+    };
+    // One message of a message group at a time.
+    let first = delivered(&receive(&mut clients[1], request("attempt-a")).await);
+    let ids: Vec<&str> = first.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["order-0"]);
+    // The answer was lost: the client asks again with the same attempt id, through any node,
+    // and gets the same messages with the same handles (so acking them works, in order).
+    for c in [2, 0, 1] {
+        let again = delivered(&receive(&mut clients[c], request("attempt-a")).await);
+        assert_eq!(again, first, "retry through node {}", c + 1);
+    }
+    // Another receive of the group gets nothing of it while they are in flight (FIFO).
+    let other =
+        receive(&mut clients[0], ReceiveMessageRequest { long_polling_timeout: seconds(1), ..request("b") }).await;
+    assert_eq!(status_code(&other), Code::MessageNotFound as i32);
+    for (_, handle) in &first {
+        assert_eq!(ack(&mut clients[2], "order-readers", "Orders", handle).await, Code::Ok as i32);
+    }
+    // Once it is acked, the same id is a new receive: the group's next message.
+    let next = delivered(&receive(&mut clients[0], request("attempt-a")).await);
+    let ids: Vec<&str> = next.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["order-1"]);
+    // An attempt id past its bound is refused.
+    let long = receive(&mut clients[0], request(&"x".repeat(200))).await;
+    assert_eq!(status_code(&long), Code::BadRequest as i32);
+}

@@ -80,6 +80,8 @@ struct Shared {
     refusals: Arc<Mutex<BTreeMap<i32, u64>>>,
     /// Every send as the node it went to saw it.
     calls: Arc<Mutex<Vec<Call>>>,
+    /// Receives retried with their attempt id that delivered messages.
+    retried_receives: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Shared {
@@ -242,11 +244,22 @@ async fn fifo_producer(shared: Shared, process: usize, seed: u64) {
 /// and changes the invisible time of others (to 1 s: they come back soon, as a retry).
 async fn consumer(shared: Shared, process: usize, seed: u64, topic: &'static str, group: &'static str) {
     let mut rng = Rng(seed | 1);
+    // Every receive has an attempt id; one that got no answer is retried with the same id (up to
+    // twice), as the official push consumers do, and gets the same deliveries back.
+    let (mut receives, mut retrying) = (0u64, None::<(String, u32)>);
     while !shared.stop_consuming.load(Ordering::Relaxed) {
         let Some(mut client) = shared.client(rng.next_u64()).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
+        let (attempt_id, retry) = match retrying.take() {
+            Some((id, tries)) if tries < 3 => (id, tries),
+            _ => {
+                receives += 1;
+                (format!("r{process}-{receives}"), 0)
+            }
+        };
+        retrying = Some((attempt_id.clone(), retry + 1));
         let request = ReceiveMessageRequest {
             group: resource(group),
             message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
@@ -255,22 +268,27 @@ async fn consumer(shared: Shared, process: usize, seed: u64, topic: &'static str
             invisible_duration: Some(prost_types::Duration { seconds: 4, nanos: 0 }),
             auto_renew: false,
             long_polling_timeout: Some(prost_types::Duration { seconds: 1, nanos: 0 }),
-            attempt_id: None,
+            attempt_id: Some(attempt_id),
         };
         let received = async {
             let mut got = Vec::new();
-            let Ok(stream) = client.receive_message(request).await else { return got };
-            let mut stream = stream.into_inner();
-            while let Some(Ok(frame)) = stream.next().await {
-                if let Some(Content::Message(m)) = frame.content
+            let mut stream = client.receive_message(request).await.ok()?.into_inner();
+            while let Some(frame) = stream.next().await {
+                if let Some(Content::Message(m)) = frame.ok()?.content
                     && let Some(sp) = m.system_properties
                 {
                     got.push(sp);
                 }
             }
-            got
+            Some(got)
         };
-        let Ok(received) = tokio::time::timeout(DEADLINE + Duration::from_secs(1), received).await else { continue };
+        let Ok(Some(received)) = tokio::time::timeout(DEADLINE + Duration::from_secs(1), received).await else {
+            continue;
+        };
+        retrying = None;
+        if retry > 0 && !received.is_empty() {
+            shared.retried_receives.fetch_add(1, Ordering::Relaxed);
+        }
         let at_ms = shared.now_ms();
         let at_epoch_ms = epoch_ms();
         let mut acks = Vec::new();
@@ -306,24 +324,38 @@ async fn consumer(shared: Shared, process: usize, seed: u64, topic: &'static str
             continue;
         }
         let ids: Vec<String> = acks.iter().map(|a| a.message_id.clone()).collect();
-        let start_ms = shared.now_ms();
-        let request = AckMessageRequest { group: resource(group), topic: resource(topic), entries: acks };
-        let outcomes: Vec<Outcome> = match tokio::time::timeout(DEADLINE, client.ack_message(request)).await {
-            Ok(Ok(r)) => {
-                let r = r.into_inner();
-                let by_id: BTreeMap<String, i32> = r
-                    .entries
-                    .into_iter()
-                    .map(|e| (e.message_id, e.status.map_or(Code::Unspecified as i32, |s| s.code)))
-                    .collect();
-                ids.iter().map(|id| by_id.get(id).map_or(Outcome::Unknown, |&c| send_outcome(c))).collect()
+        // An ack with no answer is sent again once, through some node: answered OK if the first
+        // took effect.
+        for attempt in 0..2 {
+            if attempt > 0 {
+                match shared.client(rng.next_u64()).await {
+                    Some(other) => client = other,
+                    None => break,
+                }
             }
-            _ => vec![Outcome::Unknown; ids.len()],
-        };
-        let end_ms = shared.now_ms();
-        let mut history = shared.history.lock().unwrap();
-        for (message_id, outcome) in ids.into_iter().zip(outcomes) {
-            history.acks.push(Ack { process, message_id, outcome, start_ms, end_ms });
+            let start_ms = shared.now_ms();
+            let request = AckMessageRequest { group: resource(group), topic: resource(topic), entries: acks.clone() };
+            let outcomes: Vec<Outcome> = match tokio::time::timeout(DEADLINE, client.ack_message(request)).await {
+                Ok(Ok(r)) => {
+                    let r = r.into_inner();
+                    let by_id: BTreeMap<String, i32> = r
+                        .entries
+                        .into_iter()
+                        .map(|e| (e.message_id, e.status.map_or(Code::Unspecified as i32, |s| s.code)))
+                        .collect();
+                    ids.iter().map(|id| by_id.get(id).map_or(Outcome::Unknown, |&c| send_outcome(c))).collect()
+                }
+                _ => vec![Outcome::Unknown; ids.len()],
+            };
+            let end_ms = shared.now_ms();
+            let answered = outcomes.iter().any(|o| *o != Outcome::Unknown);
+            let mut history = shared.history.lock().unwrap();
+            for (message_id, outcome) in ids.iter().cloned().zip(outcomes) {
+                history.acks.push(Ack { process, message_id, outcome, start_ms, end_ms });
+            }
+            if answered {
+                break;
+            }
         }
     }
 }
@@ -516,6 +548,7 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
         stop_consuming: Arc::default(),
         refusals: Arc::default(),
         calls: Arc::default(),
+        retried_receives: Arc::default(),
     };
     let mut tasks = Vec::new();
     for p in 0..PRODUCERS {
@@ -597,8 +630,25 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     let first_ok_after = |t: u64| {
         history.sends.iter().filter(|s| s.outcome == Outcome::Ok && s.start_ms >= t).map(|s| s.end_ms - t).min()
     };
-    let mut after_begin: Vec<(u64, &str)> =
-        faults.iter().filter_map(|f| Some((first_ok_after(f.began_ms)?, f.what.as_str()))).collect();
+    // The longest stretch, from a fault's start until 2 s after it healed (or the next fault
+    // began), in which no send was accepted (by the time each accepted send was answered).
+    let mut accepted: Vec<u64> = history.sends.iter().filter(|s| s.outcome == Outcome::Ok).map(|s| s.end_ms).collect();
+    accepted.sort_unstable();
+    let next_began: BTreeMap<u64, u64> = faults.windows(2).map(|w| (w[0].began_ms, w[1].began_ms)).collect();
+    let longest_outage = |f: &Fault| {
+        let until = (f.healed_ms + 2_000).min(next_began.get(&f.began_ms).copied().unwrap_or(u64::MAX));
+        let within = accepted.iter().copied().filter(|&t| t > f.began_ms && t <= until);
+        let (mut last, mut longest) = (f.began_ms, 0);
+        for t in within.chain(std::iter::once(until)) {
+            longest = longest.max(t - last);
+            last = t;
+        }
+        longest
+    };
+    let mut after_begin: Vec<(u64, &str)> = faults.iter().map(|f| (longest_outage(f), f.what.as_str())).collect();
+    for f in &faults {
+        eprintln!("nemesis: {} ms without an accepted send during: {}", longest_outage(f), f.what);
+    }
     let mut after_heal: Vec<(u64, &str)> =
         faults.iter().filter_map(|f| Some((first_ok_after(f.healed_ms)?, f.what.as_str()))).collect();
     after_begin.sort_unstable();
@@ -626,8 +676,8 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
         history.acks.len(),
     );
     eprintln!(
-        "nemesis: first accepted send after a fault began: median {:?} ms, max {:?}; after it healed: median {:?} \
-         ms, max {:?}",
+        "nemesis: longest stretch without an accepted send, per fault: median {:?} ms, max {:?}; first accepted \
+         send after a heal: median {:?} ms, max {:?}",
         median(&after_begin),
         after_begin.last(),
         median(&after_heal),
@@ -638,6 +688,10 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
         cut_off_calls.len(),
         cut_off_calls.iter().filter(|c| !c.1).count(),
         cut_off_calls.iter().filter(|c| c.1).map(|c| c.0).max(),
+    );
+    eprintln!(
+        "nemesis: {} receives retried with their attempt id delivered messages",
+        shared.retried_receives.load(Ordering::Relaxed)
     );
     eprintln!("nemesis: sends answered other than OK, by status: {:?}", shared.refusals.lock().unwrap());
     for a in &anomalies {

@@ -109,6 +109,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         max_entry_bytes: max_entry_bytes(config.storage.segment_size),
         plugins: Arc::clone(&plugins),
         attach: Attach::new(config.cluster_secret.as_ref()),
+        election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
     };
     let cluster = Cluster::new(raft, broker.clone(), options);
 
@@ -186,7 +187,8 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
     // Members only: the secret is checked before a request is decoded.
     let members_only = Check::new(config.cluster_secret.as_ref());
-    let raft_service = RaftServiceServer::new(RaftServer::new(cluster.raft().clone())).max_decoding_message_size(max);
+    let raft_service = RaftServiceServer::new(RaftServer::new(cluster.raft().clone(), cluster.leader_contact()))
+        .max_decoding_message_size(max);
     let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
     let raft_server = server_builder()
         .add_service(InterceptedService::new(raft_service, members_only.clone()))

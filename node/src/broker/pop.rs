@@ -36,12 +36,16 @@ pub struct Inflight {
     /// change was lost still holds its handle, and may retry the change or ack with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renewed_from: Option<u64>,
+    /// The `attempt_id` of the receive this delivery went to, if it gave one: the receive
+    /// retried with that id (its answer was lost) gets the same deliveries back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_attempt: Option<String>,
 }
 
 impl Inflight {
     /// Whether a receipt of `generation` names this delivery: the current handle, or the one
     /// the last change of invisible time replaced.
-    fn named_by(&self, generation: u64) -> bool {
+    pub(crate) fn named_by(&self, generation: u64) -> bool {
         self.generation == generation || self.renewed_from == Some(generation)
     }
 }
@@ -109,6 +113,10 @@ pub struct Pop {
     pub invisible_ms: i64,
     pub takes: Vec<QueueTake>,
     pub redeliveries: Vec<Redelivery>,
+    /// The receives this pop serves, in order: each takes the next `count` of its deliveries
+    /// (as the leader hands them out), and those that gave an `attempt_id` have it recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receives: Vec<(Option<String>, u32)>,
 }
 
 /// Names one delivery, as a receipt handle does.
@@ -388,6 +396,7 @@ impl Consumption {
             f.attempt += 1;
             f.generation = index;
             f.renewed_from = None;
+            f.receive_attempt = None;
             f.invisible_until_ms = invisible_until_ms;
             out.push(Delivery {
                 queue_id: r.queue_id,
@@ -417,6 +426,7 @@ impl Consumption {
                     invisible_until_ms,
                     message_group: group.clone(),
                     renewed_from: None,
+                    receive_attempt: None,
                 };
                 q.inflight.insert(*offset, f);
                 out.push(Delivery {
@@ -432,7 +442,45 @@ impl Consumption {
             }
             q.position = take.to;
         }
+        self.record_receive_attempts(pop, &out);
         out
+    }
+
+    /// Marks each delivery of `pop` with the `attempt_id` of the receive it goes to.
+    fn record_receive_attempts(&mut self, pop: &Pop, out: &[Delivery]) {
+        let mut deliveries = out.iter();
+        for (attempt_id, count) in &pop.receives {
+            for d in deliveries.by_ref().take(*count as usize) {
+                let Some(attempt_id) = attempt_id else { continue };
+                let key = (pop.group.clone(), pop.topic.clone(), d.queue_id);
+                if let Some(f) = self.queues.get_mut(&key).and_then(|q| q.inflight.get_mut(&d.offset)) {
+                    f.receive_attempt = Some(attempt_id.clone());
+                }
+            }
+        }
+    }
+
+    /// The deliveries still in flight, invisible at `now_ms`, that went to the receive of
+    /// `group` on `topic` with `attempt_id`, as they stand (same handles).
+    pub fn deliveries_of_attempt(&self, group: &str, topic: &str, attempt_id: &str, now_ms: i64) -> Vec<Delivery> {
+        let from = (group.to_string(), topic.to_string(), 0);
+        self.queues
+            .range(from..)
+            .take_while(|((g, t, _), _)| g == group && t == topic)
+            .flat_map(|((_, _, queue_id), q)| {
+                q.inflight.iter().filter_map(move |(&offset, f)| {
+                    (f.receive_attempt.as_deref() == Some(attempt_id) && f.invisible_until_ms > now_ms).then_some(
+                        Delivery {
+                            queue_id: *queue_id,
+                            offset,
+                            attempt: f.attempt,
+                            generation: f.generation,
+                            invisible_until_ms: f.invisible_until_ms,
+                        },
+                    )
+                })
+            })
+            .collect()
     }
 }
 
@@ -476,6 +524,7 @@ mod tests {
             invisible_ms: 1000,
             takes,
             redeliveries,
+            receives: Vec::new(),
         })
     }
 
@@ -550,6 +599,28 @@ mod tests {
             assert_eq!(c.apply(7, &ConsumeCommand::Ack(receipt(0, generation))), ConsumeOutcome::StaleReceipt);
         }
         assert_eq!(c.apply(8, &ConsumeCommand::Ack(receipt(0, 6))), ConsumeOutcome::Done);
+    }
+
+    #[test]
+    fn a_receive_attempt_finds_its_own_deliveries_while_they_are_in_flight() {
+        let mut c = consumption();
+        let two = take(0, 3, &[(0, ""), (1, ""), (2, "")], &[]);
+        let mut command = pop(0, vec![two], vec![]);
+        if let ConsumeCommand::Pop(p) = &mut command {
+            p.receives = vec![(Some("a".into()), 2), (None, 1)];
+        }
+        assert_eq!(delivered(c.apply(2, &command)), vec![(0, 1, 2), (1, 1, 2), (2, 1, 2)]);
+        let of = |c: &Consumption, attempt: &str, now_ms: i64| -> Vec<u64> {
+            c.deliveries_of_attempt("g", "t", attempt, now_ms).iter().map(|d| d.offset).collect()
+        };
+        assert_eq!(of(&c, "a", 10), vec![0, 1], "the first receive's two, not the third");
+        assert!(of(&c, "b", 10).is_empty());
+        c.apply(3, &ConsumeCommand::Ack(receipt(0, 2)));
+        assert_eq!(of(&c, "a", 10), vec![1], "an acked delivery is over");
+        assert!(of(&c, "a", 1_000).is_empty(), "nor one whose invisible time has lapsed");
+        let again = Redelivery { queue_id: 0, offset: 1, generation: 2 };
+        assert_eq!(delivered(c.apply(4, &pop(1_000, vec![], vec![again]))), vec![(1, 2, 4)]);
+        assert!(of(&c, "a", 1_001).is_empty(), "a redelivery goes to another receive");
     }
 
     #[test]

@@ -129,6 +129,7 @@ impl Broker {
                 invisible_ms: r.invisible_ms,
                 takes: Vec::new(),
                 redeliveries: Vec::new(),
+                receives: Vec::new(),
             },
             dead_letters: Vec::new(),
             next_due_ms: None,

@@ -156,7 +156,19 @@ impl Broker {
     pub fn is_current(&self, r: &Receipt) -> bool {
         let state = self.state();
         let q = state.consumption.queues.get(&r.key());
-        q.and_then(|q| q.inflight.get(&r.offset)).is_some_and(|f| f.generation == r.generation)
+        q.and_then(|q| q.inflight.get(&r.offset)).is_some_and(|f| f.named_by(r.generation))
+    }
+
+    /// The deliveries of the receive of `group` on `topic` with `attempt_id` that are still in
+    /// flight and invisible at `now_ms`.
+    pub fn deliveries_of_attempt(
+        &self,
+        group: &str,
+        topic: &str,
+        attempt_id: &str,
+        now_ms: i64,
+    ) -> Vec<crate::broker::pop::Delivery> {
+        self.state().consumption.deliveries_of_attempt(group, topic, attempt_id, now_ms)
     }
 
     /// Which incarnation of a topic exists: the index of the entry that created it.

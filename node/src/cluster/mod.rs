@@ -32,6 +32,7 @@ use openraft::metrics::WaitError;
 use openraft::{RaftMetrics, ReadPolicy};
 
 use crate::broker::{Broker, Command, Reply};
+use crate::raft::contact::LeaderContact;
 use crate::raft::{CommandBytes, NodeId, NodeInfo, Raft, TypeConfig};
 use crate::sessions::ProducerSessions;
 pub use clock::{LeaderClock, now_ms};
@@ -64,6 +65,8 @@ pub struct ClusterOptions {
     pub plugins: std::sync::Arc<crate::plugin::PluginHost>,
     /// Carries the cluster secret on every call to another member.
     pub attach: crate::auth::member::Attach,
+    /// Raft's `election_timeout_max` (also the leader's lease): how long an election may take.
+    pub election_timeout_max: Duration,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -96,6 +99,10 @@ struct Inner {
     /// The messages of forwarded rounds being proposed: a member's retry of them waits for the
     /// first answer instead of writing them to the log again.
     pending: retries::PendingSends,
+    /// When a leader last replicated here.
+    contact: Arc<LeaderContact>,
+    /// The leader the last forward failed to reach, and when; cleared by a forward it answers.
+    forward_failed: std::sync::Mutex<Option<(NodeId, tokio::time::Instant)>>,
 }
 
 /// Which sends a lane batches: this node's clients', or those members forwarded to it.
@@ -132,8 +139,40 @@ impl Cluster {
                 outgoing: Coalescer::default(),
                 forwarded: Coalescer::default(),
                 pending: retries::PendingSends::default(),
+                contact: Arc::default(),
+                forward_failed: std::sync::Mutex::new(None),
             }),
         }
+    }
+
+    /// What the Raft service tells of the appends leaders send here.
+    pub fn leader_contact(&self) -> Arc<LeaderContact> {
+        Arc::clone(&self.inner.contact)
+    }
+
+    /// Whether this node can tell it is cut off from a majority, so a send is answered at once
+    /// with a retriable status instead of held until the client's deadline:
+    /// - as leader, no quorum has acknowledged it for two election timeouts;
+    /// - as follower, its last forward to the current leader failed less than an election
+    ///   timeout ago, and it either still hears that leader (its way back is lost) or has heard
+    ///   no leader for two election timeouts (longer than an election takes).
+    ///
+    /// Forwarding is tried again once the last failure is older than an election timeout, so
+    /// a healed node serves again within about that.
+    pub fn cut_off(&self) -> bool {
+        let long = self.inner.options.election_timeout_max * 2;
+        let m = self.inner.metrics.borrow_watched();
+        if m.state == openraft::ServerState::Leader {
+            return m.last_quorum_acked.as_ref().is_some_and(|t| openraft::Instant::elapsed(&**t) > long);
+        }
+        let failed = *self.inner.forward_failed.lock().expect("forward failures");
+        let Some((unreachable, at)) = failed else { return false };
+        if m.current_leader != Some(unreachable) || at.elapsed() > self.inner.options.election_timeout_max {
+            return false;
+        }
+        let silence = self.inner.contact.silence();
+        let hears_it = silence.is_some_and(|s| s < self.inner.options.election_timeout_max);
+        hears_it || silence.is_none_or(|s| s > long)
     }
 
     /// The members' clocks as this node last read them.
@@ -246,6 +285,13 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + hold;
         // The tag byte and the batch, as `Command::encode` would write them.
         self.check_size(1 + prost::Message::encoded_len(&batch))?;
+        let cut_off = || ClusterError::Unreachable {
+            addr: "a majority of the members".into(),
+            reason: "this node is cut off from them".into(),
+        };
+        if self.cut_off() {
+            return Err(cut_off());
+        }
         loop {
             let leader = self.leader();
             // Never past the hold, however long the attempt would take (a leader cut off from
@@ -259,6 +305,7 @@ impl Cluster {
                 })
             });
             match answer {
+                Err(e) if e.is_transient() && self.cut_off() => return Err(cut_off()),
                 Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
                     self.await_other_leader(leader.map(|(id, _)| id), deadline).await;
                 }
@@ -314,7 +361,7 @@ impl Cluster {
                 }
                 // Forwarded here, so never forwarded again: the sender tries the next leader.
                 (Lanes::Forwarded, _) | (Lanes::Outgoing, None) => Err(ClusterError::NoLeader),
-                (Lanes::Outgoing, Some((_, leader))) => self.forward_round(&leader, &round.batch).await,
+                (Lanes::Outgoing, Some((id, leader))) => self.forward_round(id, &leader, &round.batch).await,
             };
             round.answer(answer);
             match self.coalescer(lanes).next(&round, self.max_entry_bytes()) {
@@ -344,17 +391,26 @@ impl Cluster {
         }
     }
 
-    async fn forward_round(&self, leader: &NodeInfo, batch: &SendBatch) -> Result<Reply, ClusterError> {
+    async fn forward_round(&self, id: NodeId, leader: &NodeInfo, batch: &SendBatch) -> Result<Reply, ClusterError> {
         let forward = self.peers().write(&leader.raft_addr, Command::Send(batch.clone()).encode());
         // A leader cut off from this node answers nothing: give up on it in time to try the
         // next one before the client's deadline.
-        match tokio::time::timeout(FORWARD_ATTEMPT, forward).await {
+        let reply = match tokio::time::timeout(FORWARD_ATTEMPT, forward).await {
             Ok(reply) => reply,
             Err(_) => Err(ClusterError::Unreachable {
                 addr: leader.raft_addr.clone(),
                 reason: format!("no answer within {} ms", FORWARD_ATTEMPT.as_millis()),
             }),
+        };
+        // What `cut_off` judges by.
+        let mut failed = self.inner.forward_failed.lock().expect("forward failures");
+        match &reply {
+            Err(ClusterError::Unreachable { .. }) => *failed = Some((id, tokio::time::Instant::now())),
+            _ if failed.is_some_and(|(f, _)| f == id) => *failed = None,
+            _ => {}
         }
+        drop(failed);
+        reply
     }
 
     fn max_entry_bytes(&self) -> usize {
@@ -394,6 +450,17 @@ impl Cluster {
     fn stamp(&self, command: &mut Command, now: i64) {
         command.set_time(now);
         command.hold_store_time(|topic, queue| self.broker().store_floor_ms(topic, queue));
+    }
+
+    /// On the leader: waits until everything committed before its term is applied here (so its
+    /// state holds what earlier leaders decided) and returns the time it would stamp now.
+    pub(crate) async fn leader_now(&self) -> Result<i64, ClusterError> {
+        let term = match self.raft().as_leader() {
+            Ok(leader) => leader.leader_id().term,
+            Err(_) => return Err(ClusterError::NoLeader),
+        };
+        self.inner.clock.ready(term, || self.apply_backlog()).await?;
+        Ok(self.inner.clock.stamp())
     }
 
     /// Proposes the command `encode` builds for the time given, on this node as leader.

@@ -27,6 +27,10 @@ pub struct PopOrder {
     pub filter_kind: FilterKind,
     pub max_messages: usize,
     pub invisible_ms: i64,
+    /// The receive's `attempt_id`: the same id again (a retry after a lost answer) gets the
+    /// deliveries the first attempt made, while they are in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -156,6 +160,13 @@ impl Cluster {
         broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
         // Checked before joining, so a bad expression fails only its own receive.
         self.subscription(order)?;
+        if let Some(attempt_id) = &order.attempt_id {
+            let now_ms = self.leader_now().await?;
+            let again = broker.deliveries_of_attempt(&order.group, &order.topic, attempt_id, now_ms);
+            if !again.is_empty() {
+                return Ok(Popped { deliveries: again, next_due_in_ms: None });
+            }
+        }
         let lane = self.pop_locks().get(&order.group, &order.topic);
         let (answer, popped) = tokio::sync::oneshot::channel();
         lane.waiting.lock().expect("pop lane").push(PopWaiter { order: order.clone(), answer });
@@ -195,7 +206,12 @@ impl Cluster {
         let total = round.iter().map(|w| w.order.max_messages).sum();
         let mut order = round[0].order.clone();
         order.max_messages = total;
-        match self.plan_and_pop(&order).await {
+        // Which deliveries go to which receive, for those a retry may ask for again.
+        let receives = match round.iter().any(|w| w.order.attempt_id.is_some()) {
+            true => round.iter().map(|w| (w.order.attempt_id.clone(), w.order.max_messages as u32)).collect(),
+            false => Vec::new(),
+        };
+        match self.plan_and_pop(&order, receives).await {
             Ok(popped) => {
                 let mut deliveries = popped.deliveries.into_iter();
                 for w in round {
@@ -212,7 +228,7 @@ impl Cluster {
     }
 
     /// Plans and proposes one pop of up to `order.max_messages` from this node's state.
-    async fn plan_and_pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
+    async fn plan_and_pop(&self, order: &PopOrder, receives: Vec<(Option<String>, u32)>) -> Result<Popped, PopError> {
         let broker = self.broker();
         let group = broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
         let topic = broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
@@ -243,6 +259,7 @@ impl Cluster {
         if !plan.changes_state() {
             return Ok(Popped { deliveries: Vec::new(), next_due_in_ms });
         }
+        plan.pop.receives = receives;
         match self.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await? {
             Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => Ok(Popped { deliveries, next_due_in_ms }),
             Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),

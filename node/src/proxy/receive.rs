@@ -51,7 +51,12 @@ pub struct ReceiveParams {
     pub batch: usize,
     pub invisible: Duration,
     pub long_polling: Duration,
+    /// The client's id for this receive, the same on its retries.
+    pub attempt_id: Option<String>,
 }
+
+/// The longest `attempt_id` kept (clients send a UUID).
+const MAX_ATTEMPT_ID_BYTES: usize = 128;
 
 fn duration(d: &Option<prost_types::Duration>) -> Option<Duration> {
     let d = d.as_ref()?;
@@ -108,6 +113,13 @@ impl ReceiveParams {
             ));
         }
         let (filter_kind, filter_expression) = filter(req.filter_expression.as_ref())?;
+        let attempt_id = req.attempt_id.clone().filter(|a| !a.is_empty());
+        if attempt_id.as_ref().is_some_and(|a| a.len() > MAX_ATTEMPT_ID_BYTES) {
+            return Err(Rejection::new(
+                Code::BadRequest,
+                format!("an attempt_id has at most {MAX_ATTEMPT_ID_BYTES} bytes"),
+            ));
+        }
         Ok(ReceiveParams {
             group: topic_name(group, namespace),
             topic_name: topic_name(&topic, namespace),
@@ -117,6 +129,7 @@ impl ReceiveParams {
             batch: req.batch_size as usize,
             invisible,
             long_polling: duration(&req.long_polling_timeout).unwrap_or(DEFAULT_LONG_POLLING),
+            attempt_id,
         })
     }
 }
@@ -235,12 +248,14 @@ impl Proxy {
             filter_kind: p.filter_kind,
             max_messages: p.batch,
             invisible_ms: p.invisible.as_millis() as i64,
+            attempt_id: p.attempt_id.clone(),
         };
         loop {
             let mut changes = self.cluster.broker().watch(&p.topic_name);
             changes.borrow_and_update();
             // Bounded: a pop that is still under way at the deadline is abandoned (its deliveries,
-            // if it commits, come back after their invisible time).
+            // if it commits, go to a retry with the same attempt_id, or come back after their
+            // invisible time).
             let Ok(popped) = tokio::time::timeout_at(deadline, self.cluster.pop(&order)).await else {
                 return Ok(Vec::new());
             };

@@ -7,6 +7,7 @@
 //!
 //! openraft is alpha software; its types stay behind this module so API changes land here only.
 
+pub mod contact;
 mod entry_codec;
 mod log_store;
 #[cfg(test)]

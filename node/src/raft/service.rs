@@ -8,16 +8,23 @@ use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_server::RaftService;
 use tonic::{Request, Response, Status, Streaming};
 
+use std::sync::Arc;
+
+use openraft::raft::AppendEntriesResponse;
+
+use crate::raft::contact::LeaderContact;
 use crate::raft::wire::{append_from_pb, from_json, to_json};
 use crate::raft::{Raft, SnapshotMeta, TypeConfig, Vote};
 
 pub struct RaftServer {
     raft: Raft,
+    contact: Arc<LeaderContact>,
 }
 
 impl RaftServer {
-    pub fn new(raft: Raft) -> RaftServer {
-        RaftServer { raft }
+    /// `contact` learns of every append a leader sends here.
+    pub fn new(raft: Raft, contact: Arc<LeaderContact>) -> RaftServer {
+        RaftServer { raft, contact }
     }
 }
 
@@ -46,6 +53,9 @@ impl RaftService for RaftServer {
     async fn append_entries(&self, req: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::Json>, Status> {
         let rpc = append_from_pb(req.into_inner()).map_err(bad)?;
         let reply = self.raft.append_entries(rpc).await.map_err(internal)?;
+        if !matches!(reply, AppendEntriesResponse::HigherVote(_)) {
+            self.contact.heard();
+        }
         Ok(Response::new(to_json(&reply)))
     }
 
@@ -66,8 +76,14 @@ impl RaftService for RaftServer {
                 None => None,
             }
         });
-        let output = self.raft.stream_append(input).map(|r| match r {
-            Ok(result) => Ok(to_json(&result)),
+        let contact = Arc::clone(&self.contact);
+        let output = self.raft.stream_append(input).map(move |r| match r {
+            Ok(result) => {
+                if result.is_ok() {
+                    contact.heard();
+                }
+                Ok(to_json(&result))
+            }
             Err(fatal) => Err(internal(fatal)),
         });
         Ok(Response::new(Box::pin(output)))

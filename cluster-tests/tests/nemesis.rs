@@ -198,7 +198,7 @@ async fn send_recorded(shared: &Shared, pick: u64, process: usize, id: &str, que
 }
 
 /// Normal sends to random queues, and now and then a message delayed by up to 5 s; an unknown
-/// outcome is retried with the same id, at once.
+/// outcome is retried with the same id, after 50 ms.
 async fn producer(shared: Shared, process: usize, seed: u64) {
     let mut rng = Rng(seed | 1);
     let mut n = 0u64;
@@ -211,7 +211,11 @@ async fn producer(shared: Shared, process: usize, seed: u64) {
         };
         for _ in 0..3 {
             match send_recorded(&shared, rng.next_u64(), process, &id, queue, kind.clone()).await {
-                Outcome::Unknown => continue,
+                // A short pause, as clients back off: a cut-off node answers at once.
+                Outcome::Unknown => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
                 Outcome::Failed => tokio::time::sleep(Duration::from_millis(100)).await,
                 Outcome::Ok => {}
             }
@@ -235,7 +239,7 @@ async fn fifo_producer(shared: Shared, process: usize, seed: u64) {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             Outcome::Failed => tokio::time::sleep(Duration::from_millis(100)).await,
-            Outcome::Unknown => {}
+            Outcome::Unknown => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }

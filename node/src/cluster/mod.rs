@@ -101,8 +101,16 @@ struct Inner {
     pending: retries::PendingSends,
     /// When a leader last replicated here.
     contact: Arc<LeaderContact>,
-    /// The leader the last forward failed to reach, and when; cleared by a forward it answers.
-    forward_failed: std::sync::Mutex<Option<(NodeId, tokio::time::Instant)>>,
+    /// The last forward that failed: to which leader, when it began and when it failed. Cleared
+    /// by a forward that leader answers.
+    forward_failed: std::sync::Mutex<Option<ForwardFailure>>,
+}
+
+#[derive(Clone, Copy)]
+struct ForwardFailure {
+    leader: NodeId,
+    began: std::time::Instant,
+    failed: std::time::Instant,
 }
 
 /// Which sends a lane batches: this node's clients', or those members forwarded to it.
@@ -154,8 +162,10 @@ impl Cluster {
     /// with a retriable status instead of held until the client's deadline:
     /// - as leader, no quorum has acknowledged it for two election timeouts;
     /// - as follower, its last forward to the current leader failed less than an election
-    ///   timeout ago, and it either still hears that leader (its way back is lost) or has heard
-    ///   no leader for two election timeouts (longer than an election takes).
+    ///   timeout ago, and it either heard that leader while the forward was under way or since
+    ///   (its way back is lost), or has heard no leader for two election timeouts (longer than
+    ///   an election takes). A leader that just died is neither: the sends it fails are held
+    ///   through the election.
     ///
     /// Forwarding is tried again once the last failure is older than an election timeout, so
     /// a healed node serves again within about that.
@@ -165,13 +175,14 @@ impl Cluster {
         if m.state == openraft::ServerState::Leader {
             return m.last_quorum_acked.as_ref().is_some_and(|t| openraft::Instant::elapsed(&**t) > long);
         }
-        let failed = *self.inner.forward_failed.lock().expect("forward failures");
-        let Some((unreachable, at)) = failed else { return false };
-        if m.current_leader != Some(unreachable) || at.elapsed() > self.inner.options.election_timeout_max {
+        let last = *self.inner.forward_failed.lock().expect("forward failures");
+        let Some(f) = last else { return false };
+        if m.current_leader != Some(f.leader) || f.failed.elapsed() > self.inner.options.election_timeout_max {
             return false;
         }
         let silence = self.inner.contact.silence();
-        let hears_it = silence.is_some_and(|s| s < self.inner.options.election_timeout_max);
+        let heard_at = silence.and_then(|s| std::time::Instant::now().checked_sub(s));
+        let hears_it = heard_at.is_some_and(|at| at > f.began);
         hears_it || silence.is_none_or(|s| s > long)
     }
 
@@ -392,6 +403,7 @@ impl Cluster {
     }
 
     async fn forward_round(&self, id: NodeId, leader: &NodeInfo, batch: &SendBatch) -> Result<Reply, ClusterError> {
+        let began = std::time::Instant::now();
         let forward = self.peers().write(&leader.raft_addr, Command::Send(batch.clone()).encode());
         // A leader cut off from this node answers nothing: give up on it in time to try the
         // next one before the client's deadline.
@@ -405,8 +417,10 @@ impl Cluster {
         // What `cut_off` judges by.
         let mut failed = self.inner.forward_failed.lock().expect("forward failures");
         match &reply {
-            Err(ClusterError::Unreachable { .. }) => *failed = Some((id, tokio::time::Instant::now())),
-            _ if failed.is_some_and(|(f, _)| f == id) => *failed = None,
+            Err(ClusterError::Unreachable { .. }) => {
+                *failed = Some(ForwardFailure { leader: id, began, failed: std::time::Instant::now() })
+            }
+            _ if failed.is_some_and(|f| f.leader == id) => *failed = None,
             _ => {}
         }
         drop(failed);

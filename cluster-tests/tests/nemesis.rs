@@ -19,9 +19,10 @@
 //! a rule. It also reports how soon sends were accepted again after each fault began and healed,
 //! and how long sends through a cut-off node took to be answered.
 //!
-//! `ROCKRAFT_NEMESIS_SECS` sets how long faults are injected (60 s unless given), and
-//! `ROCKRAFT_NEMESIS_SEED` the seed: the faults' order and timing follow it, the interleaving
-//! with the clients does not. Partitions need root and network namespaces: where the kernel
+//! `ROCKRAFT_NEMESIS_SECS` sets how long faults are injected (60 s unless given),
+//! `ROCKRAFT_NEMESIS_SEED` the seed (the faults' order and timing follow it, the interleaving
+//! with the clients does not), and `ROCKRAFT_NEMESIS_FAULTS` which kinds of fault, by name
+//! (`kill,pause,terminate,isolate,bridge,deaf,mute,clock,fsync,torn`; all unless given). Partitions need root and network namespaces: where the kernel
 //! refuses, the run says so and injects the other faults.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -373,10 +374,36 @@ struct Fault {
     healed_ms: u64,
     /// The node cut off from the others by a partition, if any.
     cut_off: Option<u64>,
+    /// How long after the heal the node it hit had applied what the leader had committed at
+    /// the heal (`None`: not within 30 s).
+    caught_up_ms: Option<u64>,
 }
 
 async fn leader(cluster: &Cluster) -> u64 {
     cluster.wait_for_leader(Duration::from_secs(30)).await
+}
+
+/// How long node `id` takes to apply what the leader has committed now.
+async fn catch_up_time(cluster: &Cluster, id: u64) -> Option<u64> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(30);
+    let target = loop {
+        let leader = cluster.wait_for_leader(Duration::from_secs(30)).await;
+        if let Some(committed) = cluster.status(leader).await.and_then(|s| s.committed) {
+            break committed;
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    while Instant::now() < deadline {
+        if cluster.status(id).await.and_then(|s| s.applied).is_some_and(|a| a >= target) {
+            return Some(started.elapsed().as_millis() as u64);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -407,6 +434,22 @@ impl Nemesis {
         Nemesis::TornTail,
     ];
 
+    /// The name `ROCKRAFT_NEMESIS_FAULTS` picks it by.
+    fn name(self) -> &'static str {
+        match self {
+            Nemesis::Kill => "kill",
+            Nemesis::Pause => "pause",
+            Nemesis::Terminate => "terminate",
+            Nemesis::Isolate => "isolate",
+            Nemesis::Bridge => "bridge",
+            Nemesis::DeafNode => "deaf",
+            Nemesis::MuteNode => "mute",
+            Nemesis::ClockJump => "clock",
+            Nemesis::FailedFsync => "fsync",
+            Nemesis::TornTail => "torn",
+        }
+    }
+
     fn needs_network(self) -> bool {
         matches!(self, Nemesis::Isolate | Nemesis::Bridge | Nemesis::DeafNode | Nemesis::MuteNode)
     }
@@ -414,8 +457,13 @@ impl Nemesis {
 
 /// Injects one fault on one node (the leader half the time), waits, heals it.
 async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault {
-    let kinds: Vec<Nemesis> =
-        Nemesis::ALL.into_iter().filter(|k| cluster.network.is_some() || !k.needs_network()).collect();
+    let chosen = std::env::var("ROCKRAFT_NEMESIS_FAULTS").unwrap_or_default();
+    let kinds: Vec<Nemesis> = Nemesis::ALL
+        .into_iter()
+        .filter(|k| cluster.network.is_some() || !k.needs_network())
+        .filter(|k| chosen.is_empty() || chosen.split(',').any(|c| c.trim() == k.name()))
+        .collect();
+    assert!(!kinds.is_empty(), "ROCKRAFT_NEMESIS_FAULTS={chosen} names no fault this machine can inject");
     let kind = kinds[rng.below(kinds.len() as u64) as usize];
     let leader_now = leader(cluster).await;
     let victim = match rng.below(2) {
@@ -517,7 +565,9 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
             format!("SIGKILL node {victim}, a torn record past its log's end at {torn:?}, restarted after {hold:?}")
         }
     };
-    Fault { what, began_ms, healed_ms: shared.now_ms(), cut_off }
+    let healed_ms = shared.now_ms();
+    let caught_up_ms = catch_up_time(cluster, victim).await;
+    Fault { what, began_ms, healed_ms, cut_off, caught_up_ms }
 }
 
 /// Every message id node `id` stores in the two topics.
@@ -692,6 +742,15 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
         cut_off_calls.len(),
         cut_off_calls.iter().filter(|c| !c.1).count(),
         cut_off_calls.iter().filter(|c| c.1).map(|c| c.0).max(),
+    );
+    let mut catch_up: Vec<u64> = faults.iter().filter_map(|f| f.caught_up_ms).collect();
+    catch_up.sort_unstable();
+    eprintln!(
+        "nemesis: the node a fault hit had caught up after the heal in: median {:?} ms, max {:?} ms; {} not \
+         within 30 s",
+        catch_up.get(catch_up.len() / 2),
+        catch_up.last(),
+        faults.len() - catch_up.len(),
     );
     eprintln!(
         "nemesis: {} receives retried with their attempt id delivered messages",

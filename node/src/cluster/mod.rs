@@ -162,10 +162,10 @@ impl Cluster {
     /// with a retriable status instead of held until the client's deadline:
     /// - as leader, no quorum has acknowledged it for two election timeouts;
     /// - as follower, its last forward to the current leader failed less than an election
-    ///   timeout ago, and it either heard that leader while the forward was under way or since
-    ///   (its way back is lost), or has heard no leader for two election timeouts (longer than
-    ///   an election takes). A leader that just died is neither: the sends it fails are held
-    ///   through the election.
+    ///   timeout ago, and it either hears that leader still, and heard it since the forward
+    ///   began (its way back is lost), or has heard no leader for two election timeouts (longer
+    ///   than an election takes). A leader that just died or stopped is neither: the sends it
+    ///   fails are held through the election.
     ///
     /// Forwarding is tried again once the last failure is older than an election timeout, so
     /// a healed node serves again within about that.
@@ -180,9 +180,12 @@ impl Cluster {
         if m.current_leader != Some(f.leader) || f.failed.elapsed() > self.inner.options.election_timeout_max {
             return false;
         }
+        // Hearing it means hearing it now (heartbeats come several times per election timeout):
+        // a leader that stopped while the forward was under way is not heard for long.
         let silence = self.inner.contact.silence();
         let heard_at = silence.and_then(|s| std::time::Instant::now().checked_sub(s));
-        let hears_it = heard_at.is_some_and(|at| at > f.began);
+        let hears_it = heard_at.is_some_and(|at| at > f.began)
+            && silence.is_some_and(|s| s < self.inner.options.election_timeout_max / 2);
         hears_it || silence.is_none_or(|s| s > long)
     }
 

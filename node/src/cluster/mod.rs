@@ -158,22 +158,24 @@ impl Cluster {
         Arc::clone(&self.inner.contact)
     }
 
-    /// Whether this node can tell it is cut off from a majority, so a send is answered at once
-    /// with a retriable status instead of held until the client's deadline:
-    /// - as leader, no quorum has acknowledged it for two election timeouts;
-    /// - as follower, its last forward to the current leader failed less than an election
-    ///   timeout ago, and it either hears that leader still, and heard it since the forward
-    ///   began (its way back is lost), or has heard no leader for two election timeouts (longer
-    ///   than an election takes). A leader that just died or stopped is neither: the sends it
-    ///   fails are held through the election.
+    /// Whether this node, a follower, can tell it is cut off from a majority, so a send is
+    /// answered at once with a retriable status instead of held until the client's deadline:
+    /// its last forward to the current leader failed less than an election timeout ago, and it
+    /// either hears that leader still, and heard it since the forward began (its way back is
+    /// lost), or has heard no leader for two election timeouts (longer than an election takes).
+    /// A leader that just died or stopped is neither: the sends it fails are held through the
+    /// election.
     ///
     /// Forwarding is tried again once the last failure is older than an election timeout, so
     /// a healed node serves again within about that.
     pub fn cut_off(&self) -> bool {
         let long = self.inner.options.election_timeout_max * 2;
         let m = self.inner.metrics.borrow_watched();
+        // A leader is not judged here: the metrics' quorum-ack time is only as fresh as the last
+        // metrics report, which an idle leader does not send. A leader past its lease refuses
+        // proposals itself, and the send is answered before the client's deadline.
         if m.state == openraft::ServerState::Leader {
-            return m.last_quorum_acked.as_ref().is_some_and(|t| openraft::Instant::elapsed(&**t) > long);
+            return false;
         }
         let last = *self.inner.forward_failed.lock().expect("forward failures");
         let Some(f) = last else { return false };

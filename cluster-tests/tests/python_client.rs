@@ -20,7 +20,7 @@ async fn endpoints(cluster: &Cluster) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn python_simple_consumer_changes_invisible_duration_and_the_old_handle_dies() {
+async fn python_simple_consumer_changes_invisible_duration_and_an_ack_with_either_handle_works() {
     let cluster = Cluster::start(3, Options::default()).await;
     cluster.create_topic("Tasks", 2, TopicKind::Normal).await;
     cluster.create_group("py-simple", false, 16).await;

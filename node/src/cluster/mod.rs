@@ -101,15 +101,14 @@ struct Inner {
     pending: retries::PendingSends,
     /// When a leader last replicated here.
     contact: Arc<LeaderContact>,
-    /// The last forward that failed: to which leader, when it began and when it failed. Cleared
-    /// by a forward that leader answers.
+    /// The last forward that failed: to which leader, and when. Cleared by a forward that
+    /// leader answers.
     forward_failed: std::sync::Mutex<Option<ForwardFailure>>,
 }
 
 #[derive(Clone, Copy)]
 struct ForwardFailure {
     leader: NodeId,
-    began: std::time::Instant,
     failed: std::time::Instant,
 }
 
@@ -161,10 +160,10 @@ impl Cluster {
     /// Whether this node, a follower, can tell it is cut off from a majority, so a send is
     /// answered at once with a retriable status instead of held until the client's deadline:
     /// its last forward to the current leader failed less than an election timeout ago, and it
-    /// either hears that leader still, and heard it since the forward began (its way back is
-    /// lost), or has heard no leader for two election timeouts (longer than an election takes).
-    /// A leader that just died or stopped is neither: the sends it fails are held through the
-    /// election.
+    /// has heard no leader for two election timeouts (longer than an election takes). A leader
+    /// that just died is not that yet (the sends it fails are held through the election), nor
+    /// is a slow one that still sends heartbeats; a node that hears the leader but cannot reach
+    /// it answers before the client's deadline.
     ///
     /// Forwarding is tried again once the last failure is older than an election timeout, so
     /// a healed node serves again within about that.
@@ -182,13 +181,7 @@ impl Cluster {
         if m.current_leader != Some(f.leader) || f.failed.elapsed() > self.inner.options.election_timeout_max {
             return false;
         }
-        // Hearing it means hearing it now (heartbeats come several times per election timeout):
-        // a leader that stopped while the forward was under way is not heard for long.
-        let silence = self.inner.contact.silence();
-        let heard_at = silence.and_then(|s| std::time::Instant::now().checked_sub(s));
-        let hears_it = heard_at.is_some_and(|at| at > f.began)
-            && silence.is_some_and(|s| s < self.inner.options.election_timeout_max / 2);
-        hears_it || silence.is_none_or(|s| s > long)
+        self.inner.contact.silence().is_none_or(|s| s > long)
     }
 
     /// The members' clocks as this node last read them.
@@ -408,7 +401,6 @@ impl Cluster {
     }
 
     async fn forward_round(&self, id: NodeId, leader: &NodeInfo, batch: &SendBatch) -> Result<Reply, ClusterError> {
-        let began = std::time::Instant::now();
         let forward = self.peers().write(&leader.raft_addr, Command::Send(batch.clone()).encode());
         // A leader cut off from this node answers nothing: give up on it in time to try the
         // next one before the client's deadline.
@@ -423,7 +415,7 @@ impl Cluster {
         let mut failed = self.inner.forward_failed.lock().expect("forward failures");
         match &reply {
             Err(ClusterError::Unreachable { .. }) => {
-                *failed = Some(ForwardFailure { leader: id, began, failed: std::time::Instant::now() })
+                *failed = Some(ForwardFailure { leader: id, failed: std::time::Instant::now() })
             }
             _ if failed.is_some_and(|f| f.leader == id) => *failed = None,
             _ => {}

@@ -495,45 +495,35 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
             cluster.restart(victim);
             format!("SIGTERM node {victim}, restarted after {hold:?}")
         }
-        Nemesis::Isolate => {
+        Nemesis::Isolate | Nemesis::Bridge | Nemesis::DeafNode | Nemesis::MuteNode => {
+            // Longer than an election timeout, like a pause.
             let hold = hold + Duration::from_millis(1_500);
             let net = cluster.network.as_ref().expect("network");
-            net.isolate(victim);
-            cut_off = Some(victim);
+            let others = [1, 2, 3].into_iter().filter(|&n| n != victim);
+            let what = match kind {
+                Nemesis::Isolate => {
+                    net.isolate(victim);
+                    format!("node {victim} isolated")
+                }
+                // The two cut apart are the victim and another; the third sees both.
+                Nemesis::Bridge => {
+                    net.cut(victim, other);
+                    format!("nodes {victim} and {other} cut apart (the third a bridge)")
+                }
+                Nemesis::DeafNode => {
+                    others.for_each(|n| net.drop_from(n, victim));
+                    format!("node {victim} heard nobody")
+                }
+                _ => {
+                    others.for_each(|n| net.drop_from(victim, n));
+                    format!("nobody heard node {victim}")
+                }
+            };
+            // A bridge leaves each of the two talking to the third: neither is cut off.
+            cut_off = (!matches!(kind, Nemesis::Bridge)).then_some(victim);
             tokio::time::sleep(hold).await;
             net.heal();
-            format!("node {victim} isolated for {hold:?}")
-        }
-        Nemesis::Bridge => {
-            // The two cut apart are the victim and another; the third sees both.
-            let hold = hold + Duration::from_millis(1_500);
-            let net = cluster.network.as_ref().expect("network");
-            net.cut(victim, other);
-            tokio::time::sleep(hold).await;
-            net.heal();
-            format!("nodes {victim} and {other} cut apart (the third a bridge) for {hold:?}")
-        }
-        Nemesis::DeafNode => {
-            let hold = hold + Duration::from_millis(1_500);
-            let net = cluster.network.as_ref().expect("network");
-            for n in [1, 2, 3].into_iter().filter(|&n| n != victim) {
-                net.drop_from(n, victim);
-            }
-            cut_off = Some(victim);
-            tokio::time::sleep(hold).await;
-            net.heal();
-            format!("node {victim} heard nobody for {hold:?}")
-        }
-        Nemesis::MuteNode => {
-            let hold = hold + Duration::from_millis(1_500);
-            let net = cluster.network.as_ref().expect("network");
-            for n in [1, 2, 3].into_iter().filter(|&n| n != victim) {
-                net.drop_from(victim, n);
-            }
-            cut_off = Some(victim);
-            tokio::time::sleep(hold).await;
-            net.heal();
-            format!("nobody heard node {victim} for {hold:?}")
+            format!("{what} for {hold:?}")
         }
         Nemesis::ClockJump => {
             let step_ms = (2_000 + rng.below(28_000) as i64) * if rng.below(2) == 0 { 1 } else { -1 };

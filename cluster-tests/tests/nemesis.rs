@@ -225,6 +225,28 @@ async fn producer(shared: Shared, process: usize, seed: u64) {
     }
 }
 
+/// A send every 100 ms, each through the next node in turn, none waiting for the one before:
+/// the closed-loop producers may all be waiting on a paused node (its kernel accepts what they
+/// send; only their deadline frees them), so this shows when the nodes that are up accept sends.
+async fn prober(shared: Shared, process: usize) {
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    let mut n = 0u64;
+    let mut sends = Vec::new();
+    while !shared.stop_sending.load(Ordering::Relaxed) {
+        ticks.tick().await;
+        let shared = shared.clone();
+        let id = format!("probe-{n}");
+        sends.push(tokio::spawn(async move {
+            send_recorded(&shared, n, process, &id, (n % QUEUES as u64) as u32, Kind::Normal).await
+        }));
+        n += 1;
+        sends.retain(|s| !s.is_finished());
+    }
+    for s in sends {
+        let _ = s.await;
+    }
+}
+
 /// One message group, in order: the next message is sent only once the one before is stored.
 async fn fifo_producer(shared: Shared, process: usize, seed: u64) {
     let mut rng = Rng(seed | 1);
@@ -368,6 +390,9 @@ async fn consumer(shared: Shared, process: usize, seed: u64, topic: &'static str
 /// One fault, as the nemesis injected it.
 #[derive(Debug)]
 struct Fault {
+    kind: Nemesis,
+    /// Whether it hit the node that led when it began.
+    on_leader: bool,
     what: String,
     /// When it began and when it healed (ms on the test's clock).
     began_ms: u64,
@@ -557,7 +582,7 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
     };
     let healed_ms = shared.now_ms();
     let caught_up_ms = catch_up_time(cluster, victim).await;
-    Fault { what, began_ms, healed_ms, cut_off, caught_up_ms }
+    Fault { kind, on_leader: victim == leader_now, what, began_ms, healed_ms, cut_off, caught_up_ms }
 }
 
 /// Every message id node `id` stores in the two topics.
@@ -598,6 +623,7 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     for p in 0..PRODUCERS {
         tasks.push(tokio::spawn(producer(shared.clone(), p, rng.next_u64())));
     }
+    tasks.push(tokio::spawn(prober(shared.clone(), 200)));
     for p in 0..FIFO_PRODUCERS {
         tasks.push(tokio::spawn(fifo_producer(shared.clone(), p, rng.next_u64())));
     }
@@ -692,6 +718,26 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     let mut after_begin: Vec<(u64, &str)> = faults.iter().map(|f| (longest_outage(f), f.what.as_str())).collect();
     for f in &faults {
         eprintln!("nemesis: {} ms without an accepted send during: {}", longest_outage(f), f.what);
+    }
+    // Per kind of fault, and apart for the faults that hit the leader (a failover).
+    let summary = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        let at = |q: usize| v.get((v.len() * q / 100).min(v.len().saturating_sub(1))).copied().unwrap_or(0);
+        let over = v.iter().filter(|&&t| t > 1_500).count();
+        format!("n {}, median {} ms, p90 {} ms, max {} ms, {} over 1.5 s", v.len(), at(50), at(90), at(100), over)
+    };
+    for kind in Nemesis::ALL {
+        for on_leader in [true, false] {
+            let mut v: Vec<u64> = faults
+                .iter()
+                .filter(|f| f.kind.name() == kind.name() && f.on_leader == on_leader)
+                .map(&longest_outage)
+                .collect();
+            if !v.is_empty() {
+                let whom = if on_leader { "the leader" } else { "a follower" };
+                eprintln!("nemesis: without an accepted send, {} on {whom}: {}", kind.name(), summary(&mut v));
+            }
+        }
     }
     let mut after_heal: Vec<(u64, &str)> =
         faults.iter().filter_map(|f| Some((first_ok_after(f.healed_ms)?, f.what.as_str()))).collect();

@@ -402,14 +402,19 @@ impl Cluster {
 
     async fn forward_round(&self, id: NodeId, leader: &NodeInfo, batch: &SendBatch) -> Result<Reply, ClusterError> {
         let forward = self.peers().write(&leader.raft_addr, Command::Send(batch.clone()).encode());
-        // A leader cut off from this node answers nothing: give up on it in time to try the
-        // next one before the client's deadline.
-        let reply = match tokio::time::timeout(FORWARD_ATTEMPT, forward).await {
-            Ok(reply) => reply,
-            Err(_) => Err(ClusterError::Unreachable {
-                addr: leader.raft_addr.clone(),
-                reason: format!("no answer within {} ms", FORWARD_ATTEMPT.as_millis()),
-            }),
+        // A leader cut off from this node (paused, partitioned) answers nothing: give up on it
+        // once this node stops following it (an election began or another leader is known), or
+        // after one attempt's time, so the send is tried on the next leader well before the
+        // client's deadline. Whatever the old leader did with it, a retry is deduplicated.
+        let wait = self.raft().wait(Some(FORWARD_ATTEMPT));
+        let deposed = wait.metrics(|m| m.current_leader != Some(id), "another leader or an election");
+        let unanswered = |why: &str| ClusterError::Unreachable { addr: leader.raft_addr.clone(), reason: why.into() };
+        let reply = tokio::select! {
+            reply = forward => reply,
+            deposed = deposed => Err(unanswered(match deposed {
+                Ok(_) => "no longer the leader",
+                Err(_) => "no answer within the forwarding attempt's time",
+            })),
         };
         // What `cut_off` judges by.
         let mut failed = self.inner.forward_failed.lock().expect("forward failures");

@@ -35,12 +35,16 @@ if ! [ -d "$node_dir/node_modules/rocketmq-client-nodejs" ] || ! cmp -s "$packag
   npm install --prefix "$node_dir" --no-audit --no-fund --silent
 fi
 
-# The fault suite cuts links between nodes with network namespaces and nftables (as root; where
-# that is refused it runs without partitions and says so).
-if ! command -v nft >/dev/null || ! command -v ip >/dev/null; then
+# The fault suite cuts links between nodes with network namespaces and nftables, and the status
+# page is checked in a headless browser (as root; where that is refused, those tests say so and
+# skip that part).
+packages=()
+if ! command -v nft >/dev/null || ! command -v ip >/dev/null; then packages+=(nftables iproute2); fi
+if ! command -v chromium >/dev/null; then packages+=(chromium); fi
+if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
   else
-    echo "setup: nftables and iproute2 are missing and cannot be installed here: the fault suite will skip partitions" >&2
+    echo "setup: ${packages[*]} missing and cannot be installed here: partitions and the browser check will be skipped" >&2
   fi
 fi

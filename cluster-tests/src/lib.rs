@@ -48,6 +48,8 @@ pub struct Node {
     pub raft_addr: String,
     pub client_addr: String,
     pub admin_addr: String,
+    /// The status page, `/metrics` and the health checks.
+    pub http_addr: String,
     pub dir: PathBuf,
     child: Option<Child>,
     /// How far this node's clock is set ahead (the test build reads `ROCKRAFT_TEST_CLOCK_OFFSET_MS`).
@@ -154,13 +156,15 @@ impl Cluster {
         let nodes: Vec<Node> = ids
             .iter()
             .map(|&id| {
-                let (raft_addr, client_addr, admin_addr) = match &network {
+                let (raft_addr, client_addr, admin_addr, http_addr) = match &network {
                     Some(net) => (
                         format!("{}:{}", net.ip(id), network::RAFT_PORT),
                         format!("{}:{}", net.ip(id), network::CLIENT_PORT),
                         format!("{}:{}", net.ip(id), network::ADMIN_PORT),
+                        format!("{}:{}", net.ip(id), network::HTTP_PORT),
                     ),
                     None => (
+                        format!("127.0.0.1:{}", free_port()),
                         format!("127.0.0.1:{}", free_port()),
                         format!("127.0.0.1:{}", free_port()),
                         format!("127.0.0.1:{}", free_port()),
@@ -171,6 +175,7 @@ impl Cluster {
                     raft_addr,
                     client_addr,
                     admin_addr,
+                    http_addr,
                     dir: dir.path().join(format!("node{id}")),
                     child: None,
                     clock_offset_ms: 0,
@@ -209,11 +214,12 @@ impl Cluster {
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
                 node.admin_addr,
+                node.http_addr,
                 node.dir.display(),
                 options.extra_config,
                 options.storage,
@@ -390,6 +396,11 @@ impl Cluster {
     }
 
     /// Node `id`'s admin endpoint (the CLI's `--endpoint`).
+    /// Where node `id` serves its status page and `/metrics`.
+    pub fn http_addr(&self, id: u64) -> String {
+        self.node(id).http_addr.clone()
+    }
+
     pub fn admin_addr(&self, id: u64) -> String {
         self.node(id).admin_addr.clone()
     }

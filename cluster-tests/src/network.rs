@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const RAFT_PORT: u16 = 7100;
 pub const CLIENT_PORT: u16 = 7101;
 pub const ADMIN_PORT: u16 = 7102;
+pub const HTTP_PORT: u16 = 7103;
 
 pub struct Network {
     /// Names this network's namespaces and interfaces apart from any other test's.

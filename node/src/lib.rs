@@ -12,10 +12,12 @@
 //! - `auth`: who is calling and may they: signatures, the planes' interceptors, the cluster
 //!   secret, sealed handles, TLS (users and rules are replicated in `broker`).
 //! - `admin`, `cli`: configuration, the admin API and the `rockraft` command line.
+//! - `metrics`: what a node counts (requests, latencies, events), shared by the parts that count.
+//! - `http`: the status page, `/metrics`, `/healthz` and `/readyz` on their own listener.
 //! - `node`: one node wired together.
 //!
-//! Layering, `a ← b` meaning "a is imported by b": store ← broker ← auth ← raft ← cluster ←
-//! {jobs, proxy, admin} ← node ← cli, and jobs may use proxy's renewal table; `sessions` stands
+//! Layering, `a ← b` meaning "a is imported by b": metrics ← store ← broker ← auth ← raft ←
+//! cluster ← {jobs, proxy, admin} ← http ← node ← cli, and jobs may use proxy's renewal table; `sessions` stands
 //! alone and is used by cluster, jobs and proxy. No module imports
 //! one that imports it back; `tests/layering.rs` checks.
 
@@ -25,7 +27,9 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod failpoint;
+pub mod http;
 pub mod jobs;
+pub mod metrics;
 pub mod node;
 pub mod plugin;
 pub mod proxy;

@@ -45,6 +45,8 @@ pub struct Node {
     pub leadership: tokio::sync::watch::Receiver<bool>,
     /// Deliveries to renew: filled by the proxy, worked through by the renewal job.
     renewals: Arc<Renewals>,
+    /// The log, read by the status page and metrics.
+    log: crate::store::LogReader,
 }
 
 /// The largest command one log entry holds: a segment, less the segment file's header (64 bytes,
@@ -91,8 +93,10 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     )
     .map_err(|e| e.to_string())?;
     let log = log_store.commit_log();
+    let meters = crate::metrics::Meters::new();
     let state_machine = StateMachine::open(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .with_meters(meters.clone());
     let raft_config = Arc::new(raft_config(&config)?);
     let network = Network { attach: Attach::new(config.cluster_secret.as_ref()) };
     if config.cluster_secret.is_none() {
@@ -110,6 +114,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         plugins: Arc::clone(&plugins),
         attach: Attach::new(config.cluster_secret.as_ref()),
         election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
+        meters,
     };
     let cluster = Cluster::new(raft, broker.clone(), options);
 
@@ -123,7 +128,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         disk_budget_bytes: storage.disk_budget_bytes,
     };
     jobs.spawn("health", crate::jobs::watch_health(cluster.clone(), log.clone(), jobs.clone()));
-    jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log, retention));
+    jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log.clone(), retention));
+    jobs.spawn("leaders", crate::jobs::watch_leaders(cluster.clone()));
     jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
     jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone()));
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
@@ -148,7 +154,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn_leader("transaction checks", leadership.clone(), move || {
         crate::jobs::check_transactions(checking.clone(), Arc::clone(&checker), checks.clone())
     });
-    Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals })
+    Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals, log })
 }
 
 /// The largest admin request: a plugin registration, its module in base64 (4/3 of its size),
@@ -178,6 +184,10 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     let raft_addr = config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
     let client_addr = config.client_addr.parse().map_err(|e| format!("client_addr: {e}"))?;
     let admin_addr = config.admin_addr.parse().map_err(|e| format!("admin_addr: {e}"))?;
+    let http_addr: std::net::SocketAddr = config.http_addr.parse().map_err(|e| format!("http_addr: {e}"))?;
+    // Bound before anything is served, so a port in use stops the node with its name.
+    let http_listener =
+        tokio::net::TcpListener::bind(http_addr).await.map_err(|e| format!("http_addr {http_addr}: {e}"))?;
     let max = usize::MAX;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -230,6 +240,8 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         .max_concurrent_streams(Some(config.limits.max_streams_per_connection))
         .add_service(InterceptedService::new(messaging, MarkCaller(authenticator)))
         .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
+    let http_state = crate::http::HttpState::new(cluster.clone(), Arc::clone(&config), node.log.clone());
+    let http_task = tokio::spawn(crate::http::serve(http_listener, http_state, stopped(stop_rx.clone())));
     let raft_task = tokio::spawn(raft_server);
     let client_task = tokio::spawn(client_server);
     let admin_task = tokio::spawn(admin_server);
@@ -238,6 +250,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         raft = %config.raft_addr,
         client = %config.client_addr,
         admin = %config.admin_addr,
+        http = %config.http_addr,
         advertised = %config.advertised_client_addr(),
         auth = config.auth.enabled,
         tls = tls.is_some(),
@@ -260,6 +273,10 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         if tokio::time::timeout(SERVER_DRAIN, task).await.is_err() {
             abort.abort();
         }
+    }
+    let abort = http_task.abort_handle();
+    if tokio::time::timeout(SERVER_DRAIN, http_task).await.is_err() {
+        abort.abort();
     }
     node.jobs.shutdown().await;
     let _ = cluster.raft().shutdown().await;

@@ -182,6 +182,11 @@ pub struct PluginInfo {
     pub calls: u64,
     pub messages: u64,
     pub failures: u64,
+    /// Fuel its batch calls burned on this node, and the time they took.
+    #[serde(default)]
+    pub fuel: u64,
+    #[serde(default)]
+    pub busy_ms: u64,
     /// Why the plugin is quarantined (not called), if it is.
     #[serde(default)]
     pub quarantined: Option<String>,

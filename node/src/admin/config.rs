@@ -32,6 +32,10 @@ pub struct NodeConfig {
     /// node. Admins only when `[auth] enabled`.
     #[serde(default = "default_admin_addr")]
     pub admin_addr: String,
+    /// HTTP for people and monitoring: `/` (the status page), `/metrics` (Prometheus),
+    /// `/healthz` and `/readyz`: listen address. Read-only; keep it on a private network.
+    #[serde(default = "default_http_addr")]
+    pub http_addr: String,
     /// The address clients reach `client_addr` at, when that differs (NAT, containers, a listen
     /// address of `0.0.0.0`): what routes hand out for this node. Default: `client_addr`.
     #[serde(default)]
@@ -166,6 +170,9 @@ fn default_client_addr() -> String {
 }
 fn default_admin_addr() -> String {
     "127.0.0.1:7081".into()
+}
+fn default_http_addr() -> String {
+    "127.0.0.1:6081".into()
 }
 fn default_data_dir() -> PathBuf {
     "./data".into()

@@ -26,6 +26,7 @@ use crate::cluster::Cluster;
 use crate::plugin::{ModuleSource, PluginError, PluginKind, blocking, builtin, module_hash};
 use crate::raft::NodeInfo;
 
+#[derive(Clone)]
 pub struct AdminServer {
     cluster: Cluster,
     config: Arc<NodeConfig>,
@@ -140,7 +141,7 @@ where
 }
 
 impl AdminServer {
-    pub(super) async fn handle(&self, req: AdminRequest) -> AdminResponse {
+    pub async fn handle(&self, req: AdminRequest) -> AdminResponse {
         let cluster = &self.cluster;
         let raft = cluster.raft();
         let broker = cluster.broker();
@@ -404,7 +405,15 @@ impl AdminServer {
         self.write(Command::Plugin(command)).await
     }
 
-    fn list_plugins(&self) -> Vec<PluginInfo> {
+    pub fn list_plugins(&self) -> Vec<PluginInfo> {
+        #[derive(Default)]
+        struct Counts {
+            calls: u64,
+            messages: u64,
+            failures: u64,
+            fuel: u64,
+            busy_ms: u64,
+        }
         let host = self.cluster.plugins();
         let state = self.cluster.broker().state();
         let tables = &state.plugins;
@@ -418,15 +427,21 @@ impl AdminServer {
         let loaded = host.loaded();
         let counts = |hash: &str, builtin: bool| {
             let m = loaded.iter().find(|m| if builtin { m.hash == format!("builtin:{hash}") } else { m.hash == hash });
-            m.map_or((0, 0, 0), |m| {
+            m.map_or(Counts::default(), |m| {
                 let c = &m.counters;
-                (c.calls.load(Relaxed), c.messages.load(Relaxed), c.failures.load(Relaxed))
+                Counts {
+                    calls: c.calls.load(Relaxed),
+                    messages: c.messages.load(Relaxed),
+                    failures: c.failures.load(Relaxed),
+                    fuel: c.fuel.load(Relaxed),
+                    busy_ms: c.busy_nanos.load(Relaxed) / 1_000_000,
+                }
             })
         };
         let mut out = Vec::new();
         for name in builtin::NAMES {
             let (bytes, kind) = builtin::module(name).expect("built-in names resolve");
-            let (calls, messages, failures) = counts(name, true);
+            let c = counts(name, true);
             out.push(PluginInfo {
                 name: name.to_string(),
                 kind,
@@ -436,14 +451,16 @@ impl AdminServer {
                 hash: module_hash(bytes),
                 registered_ms: 0,
                 bound_to: bound_to(name),
-                calls,
-                messages,
-                failures,
+                calls: c.calls,
+                messages: c.messages,
+                failures: c.failures,
+                fuel: c.fuel,
+                busy_ms: c.busy_ms,
                 quarantined: None,
             });
         }
         for (name, r) in tables.modules.iter() {
-            let (calls, messages, failures) = counts(&r.hash, false);
+            let c = counts(&r.hash, false);
             out.push(PluginInfo {
                 name: name.clone(),
                 kind: r.kind,
@@ -453,9 +470,11 @@ impl AdminServer {
                 hash: r.hash.clone(),
                 registered_ms: r.registered_ms,
                 bound_to: bound_to(name),
-                calls,
-                messages,
-                failures,
+                calls: c.calls,
+                messages: c.messages,
+                failures: c.failures,
+                fuel: c.fuel,
+                busy_ms: c.busy_ms,
                 quarantined: r.quarantine.as_ref().map(|q| {
                     let why = PluginError::Quarantined {
                         name: name.clone(),
@@ -519,7 +538,7 @@ impl AdminServer {
         Ok(AdminResponse::Done(format!("initialized a group of {n}")))
     }
 
-    fn status(&self) -> NodeStatus {
+    pub fn status(&self) -> NodeStatus {
         let m = self.cluster.metrics();
         let membership = m.membership_config.membership();
         let voters: BTreeSet<u64> = membership.voter_ids().collect();

@@ -683,13 +683,17 @@ pub fn main() -> i32 {
         };
     }
     if matches!(cli.command, Top::Node { .. }) {
-        tracing_subscriber::fmt()
+        let logs = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
             )
-            .with_writer(std::io::stderr)
-            .init();
+            .with_writer(std::io::stderr);
+        // One JSON object per line, for log shippers.
+        match std::env::var("ROCKRAFT_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+            true => logs.json().init(),
+            false => logs.init(),
+        }
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

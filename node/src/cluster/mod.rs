@@ -12,6 +12,7 @@
 pub mod clock;
 mod coalesce;
 mod error;
+pub mod leadership;
 mod members;
 mod peer;
 pub mod pop;
@@ -67,6 +68,8 @@ pub struct ClusterOptions {
     pub attach: crate::auth::member::Attach,
     /// Raft's `election_timeout_max` (also the leader's lease): how long an election may take.
     pub election_timeout_max: Duration,
+    /// What this node counts (`/metrics`).
+    pub meters: crate::metrics::Meters,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -104,6 +107,8 @@ struct Inner {
     /// The last forward that failed: to which leader, and when. Cleared by a forward that
     /// leader answers.
     forward_failed: std::sync::Mutex<Option<ForwardFailure>>,
+    /// The leadership changes this node saw.
+    leader_changes: leadership::LeaderChanges,
 }
 
 #[derive(Clone, Copy)]
@@ -148,6 +153,7 @@ impl Cluster {
                 pending: retries::PendingSends::default(),
                 contact: Arc::default(),
                 forward_failed: std::sync::Mutex::new(None),
+                leader_changes: Default::default(),
             }),
         }
     }
@@ -214,6 +220,16 @@ impl Cluster {
         &self.inner.sessions
     }
 
+    /// The leadership changes this node saw (fed by the `leaders` job).
+    pub fn leader_changes(&self) -> &leadership::LeaderChanges {
+        &self.inner.leader_changes
+    }
+
+    /// A channel to a member's raft port (calls carry the cluster secret).
+    pub fn member_channel(&self, raft_addr: &str) -> Result<crate::raft::PeerChannel, ClusterError> {
+        self.peers().channel(raft_addr)
+    }
+
     fn peers(&self) -> &Peers {
         &self.inner.peers
     }
@@ -248,6 +264,11 @@ impl Cluster {
     /// A channel to the leader's raft port, e.g. to pass an operator request on.
     pub fn leader_channel(&self) -> Result<crate::raft::PeerChannel, ClusterError> {
         self.peers().channel(&self.leader_addr()?)
+    }
+
+    /// What this node counts, for `/metrics`.
+    pub fn meters(&self) -> &crate::metrics::Meters {
+        &self.inner.options.meters
     }
 
     fn leader_addr(&self) -> Result<String, ClusterError> {
@@ -493,6 +514,7 @@ impl Cluster {
         // floor covers their times.
         let term = leader.leader_id().term;
         self.inner.clock.ready(term, || self.apply_backlog()).await?;
+        let started = std::time::Instant::now();
         let applied = {
             let _in_order = self.inner.proposing.lock().await;
             let command = encode(self.inner.clock.stamp());
@@ -508,7 +530,10 @@ impl Cluster {
             applied
         };
         match applied.await {
-            Ok(Ok(written)) => Ok(Proposed::Applied(written.data)),
+            Ok(Ok(written)) => {
+                self.inner.options.meters.committed(started.elapsed());
+                Ok(Proposed::Applied(written.data))
+            }
             Ok(Err(ClientWriteError::ForwardToLeader(f))) => Ok(Proposed::NotLeader(f.leader_node)),
             Ok(Err(e)) => Err(ClusterError::Raft(e.to_string())),
             Err(_) => Err(ClusterError::Raft("raft stopped before the write was answered".into())),

@@ -42,9 +42,11 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
                 continue;
             }
         };
-        if log.bounds().first_index > point {
+        let first = log.bounds().first_index;
+        if first > point {
             continue;
         }
+        cluster.meters().purged(point + 1 - first);
         tracing::info!(node = cluster.id(), upto = point, "retention: purging the log");
         cluster.broker().set_snapshot_target(point);
         if cluster.raft().trigger().snapshot().await.is_err() {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::broker::timer::{MAX_FIRES_PER_ENTRY, TimerCommand};
+use crate::broker::timer::{MAX_FIRES_PER_ENTRY, TimerCommand, TimerOutcome};
 use crate::broker::{Command, Reply};
 use crate::cluster::{Cluster, now_ms};
 
@@ -39,6 +39,7 @@ pub async fn fire_timers(cluster: Cluster) {
         });
         for result in futures_util::future::join_all(fires).await {
             match result {
+                Ok(Reply::Timer(TimerOutcome::Fired(n))) => cluster.meters().timers_fired(n as u64),
                 Ok(Reply::Timer(_)) => {}
                 Ok(other) => tracing::warn!(reply = ?other, "unexpected reply to a timer fire"),
                 Err(e) => {

@@ -81,6 +81,13 @@ async fn check(
         } else {
             checker.decide(&view(cluster, position, &half), Duration::from_millis(age_ms as u64), half.checks)
         };
+        let decided = match decision {
+            Decision::Commit => "commit",
+            Decision::Rollback => "rollback",
+            Decision::AskProducer => "ask_producer",
+            Decision::Wait => "wait",
+        };
+        cluster.meters().transaction_checked(&half.message.topic, decided);
         let next = next_check(now, half.message.stored_ms, interval, max_age);
         match decision {
             Decision::Commit | Decision::Rollback => {

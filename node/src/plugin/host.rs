@@ -53,6 +53,9 @@ pub struct CallCounters {
     /// Messages the plugin itself answered "error" for.
     pub eval_errors: AtomicU64,
     pub instances_built: AtomicU64,
+    /// Fuel burned by batch calls, and the time they took.
+    pub fuel: AtomicU64,
+    pub busy_nanos: AtomicU64,
 }
 
 /// A module compiled for this node, with its idle instances.
@@ -137,6 +140,8 @@ struct Guest {
     manifest: TypedFunc<(), i64>,
     /// Expression (or configuration) → open handle.
     handles: HashMap<String, i32>,
+    /// Fuel the last batch call burned.
+    fuel_used: u64,
 }
 
 /// The engine every module of this node is compiled with.
@@ -259,6 +264,7 @@ impl LoadedModule {
             memory,
             store,
             handles: HashMap::new(),
+            fuel_used: 0,
         })
     }
 
@@ -380,7 +386,11 @@ impl LoadedModule {
                 return Err(PluginError::Unavailable(format!("no instance: {e}")));
             }
         };
-        match guest.run(self.kind, expression, batch, count, fuel) {
+        let started = std::time::Instant::now();
+        let ran = guest.run(self.kind, expression, batch, count, fuel);
+        self.counters.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.counters.fuel.fetch_add(std::mem::take(&mut guest.fuel_used), Ordering::Relaxed);
+        match ran {
             Ok(out) => {
                 self.give_back(guest);
                 Ok(out)
@@ -492,7 +502,9 @@ impl Guest {
         let out = ptr + batch.len();
         self.store.set_fuel(fuel).map_err(fault)?;
         let args = (handle, ptr as i32, batch.len() as i32, count as i32, out as i32);
-        let rc = self.call.call(&mut self.store, args).map_err(fault)?;
+        let called = self.call.call(&mut self.store, args);
+        self.fuel_used = fuel.saturating_sub(self.store.get_fuel().unwrap_or(0));
+        let rc = called.map_err(fault)?;
         if rc < 0 {
             self.store.set_fuel(SETUP_FUEL).map_err(fault)?;
             let packed = self.last_error.call(&mut self.store, ()).map_err(fault)?;

@@ -101,6 +101,11 @@ impl Proxy {
         self.cluster.broker().topic(name)
     }
 
+    /// `topic` if it exists, else the empty name: metrics label only what the cluster holds.
+    fn known_topic<'a>(&self, topic: &'a str) -> &'a str {
+        if self.cluster.broker().topic(topic).is_some() { topic } else { "" }
+    }
+
     /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
     /// is answered before then.
     async fn send(&self, req: SendMessageRequest, namespace: &str, deadline: Option<Duration>) -> SendMessageResponse {
@@ -308,10 +313,18 @@ impl MessagingService for Proxy {
         let topics: std::collections::BTreeSet<String> =
             req.get_ref().messages.iter().map(|m| resource_name(&m.topic, &ns)).collect();
         let needs: Vec<_> = topics.iter().map(|t| (Action::Pub, ResourceKind::Topic, t.as_str())).collect();
-        if let Some(s) = self.refused(&req, &needs) {
-            return Ok(Response::new(SendMessageResponse { status: Some(s), entries: vec![] }));
+        let messages = req.get_ref().messages.len() as u64;
+        let reply = match self.refused(&req, &needs) {
+            Some(s) => SendMessageResponse { status: Some(s), entries: vec![] },
+            None => self.send(req.into_inner(), &ns, deadline).await,
+        };
+        let topic = self.known_topic(topics.first().map_or("", String::as_str));
+        let meters = self.cluster.meters();
+        match reply.entries.is_empty() {
+            true => meters.sent(topic, reply.status.as_ref().map_or(0, |s| s.code), messages),
+            false => reply.entries.iter().for_each(|e| meters.sent(topic, e.status.as_ref().map_or(0, |s| s.code), 1)),
         }
-        Ok(Response::new(self.send(req.into_inner(), &ns, deadline).await))
+        Ok(Response::new(reply))
     }
 
     async fn query_assignment(
@@ -346,21 +359,37 @@ impl MessagingService for Proxy {
         let timeout = grpc_timeout(&req);
         let r = req.get_ref();
         let topic = resource_name(&r.message_queue.as_ref().and_then(|q| q.topic.clone()), &ns);
-        if let Some(s) = self.refused(&req, &subscribe(&topic, &resource_name(&r.group, &ns))) {
-            let refusal = ReceiveMessageResponse { content: Some(receive_message_response::Content::Status(s)) };
-            return Ok(Response::new(Box::pin(futures_util::stream::iter([Ok(refusal)]))));
+        let group = resource_name(&r.group, &ns);
+        let responses = match self.refused(&req, &subscribe(&topic, &group)) {
+            Some(s) => vec![ReceiveMessageResponse { content: Some(receive_message_response::Content::Status(s)) }],
+            None => self.receive(req.get_ref(), &ns, timeout, &client_id(&req)).await,
+        };
+        let (mut delivered, mut code) = (0, 0);
+        for r in &responses {
+            match &r.content {
+                Some(receive_message_response::Content::Message(_)) => delivered += 1,
+                Some(receive_message_response::Content::Status(s)) => code = s.code,
+                _ => {}
+            }
         }
-        let responses = self.receive(req.get_ref(), &ns, timeout, &client_id(&req)).await;
+        let group = if self.cluster.broker().group(&group).is_some() { group.as_str() } else { "" };
+        self.cluster.meters().received(self.known_topic(&topic), group, code, delivered);
         Ok(Response::new(Box::pin(futures_util::stream::iter(responses.into_iter().map(Ok)))))
     }
 
     async fn ack_message(&self, req: Request<AckMessageRequest>) -> Result<Response<AckMessageResponse>, Status> {
         let ns = namespace(&req);
         let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
-        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
-            return Ok(Response::new(AckMessageResponse { status: Some(s), entries: vec![] }));
+        let reply = match self.refused(&req, &subscribe(&topic, &group)) {
+            Some(s) => AckMessageResponse { status: Some(s), entries: vec![] },
+            None => self.ack(req.get_ref(), &ns).await,
+        };
+        let (topic, meters) = (self.known_topic(&topic), self.cluster.meters());
+        match reply.entries.is_empty() {
+            true => meters.acked(topic, reply.status.as_ref().map_or(0, |s| s.code)),
+            false => reply.entries.iter().for_each(|e| meters.acked(topic, e.status.as_ref().map_or(0, |s| s.code))),
         }
-        Ok(Response::new(self.ack(req.get_ref(), &ns).await))
+        Ok(Response::new(reply))
     }
 
     async fn forward_message_to_dead_letter_queue(
@@ -443,13 +472,12 @@ impl MessagingService for Proxy {
     ) -> Result<Response<ChangeInvisibleDurationResponse>, Status> {
         let ns = namespace(&req);
         let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
-        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
-            return Ok(Response::new(ChangeInvisibleDurationResponse {
-                status: Some(s),
-                receipt_handle: String::new(),
-            }));
-        }
-        Ok(Response::new(self.change_invisible(req.get_ref(), &ns).await))
+        let reply = match self.refused(&req, &subscribe(&topic, &group)) {
+            Some(s) => ChangeInvisibleDurationResponse { status: Some(s), receipt_handle: String::new() },
+            None => self.change_invisible(req.get_ref(), &ns).await,
+        };
+        self.cluster.meters().invisible_changed(self.known_topic(&topic), reply.status.as_ref().map_or(0, |s| s.code));
+        Ok(Response::new(reply))
     }
 
     async fn recall_message(

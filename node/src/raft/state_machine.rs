@@ -36,6 +36,7 @@ pub struct StateMachine {
     /// installs them): one at a time, so a build that started before an install can never put
     /// an older snapshot back in place of the installed one, nor replay a log the install purged.
     snapshots: Arc<tokio::sync::Mutex<()>>,
+    meters: crate::metrics::Meters,
 }
 
 fn position(id: &LogId) -> LogPosition {
@@ -58,11 +59,17 @@ fn invalid(what: &str) -> impl FnOnce(serde_json::Error) -> io::Error + '_ {
 }
 
 impl StateMachine {
+    /// Counts applies and snapshots in `meters`.
+    pub fn with_meters(mut self, meters: crate::metrics::Meters) -> StateMachine {
+        self.meters = meters;
+        self
+    }
+
     /// The state machine over `broker`, finishing what a crash may have interrupted: a snapshot
     /// saved but not yet installed is installed, and queue records below the current snapshot
     /// are forgotten again.
     pub fn open(broker: Broker, log: LogReader, snapshot_path: PathBuf) -> io::Result<StateMachine> {
-        let sm = StateMachine { broker, log, snapshot_path, snapshots: Arc::default() };
+        let sm = StateMachine { broker, log, snapshot_path, snapshots: Arc::default(), meters: Default::default() };
         if let Some(snapshot) = sm.load_snapshot()? {
             let state: State = serde_json::from_slice(&snapshot.snapshot).map_err(invalid("snapshot"))?;
             let applied = sm.broker.last_applied().map(|l| l.index);
@@ -138,6 +145,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         self.save_snapshot(&meta, &bytes)?;
         crate::crash_point!("snapshot::build::after_save");
         self.broker.forget_before(&state)?;
+        self.meters.snapshot_built();
+        tracing::info!(index = at, bytes = bytes.len(), "snapshot built");
         Ok(Snapshot { meta, snapshot: bytes })
     }
 }
@@ -167,7 +176,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     self.broker.apply_other(at, Some(serde_json::to_string(&m).map_err(io::Error::other)?));
                     Default::default()
                 }
-                EntryPayload::Normal(CommandBytes(bytes)) => self.broker.apply(at, bytes)?,
+                EntryPayload::Normal(CommandBytes(bytes)) => {
+                    let started = std::time::Instant::now();
+                    let reply = self.broker.apply(at, bytes)?;
+                    self.meters.applied(started.elapsed());
+                    reply
+                }
             };
             if let Some(r) = responder {
                 r.send(reply);
@@ -190,6 +204,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.save_snapshot(meta, &snapshot)?;
         crate::crash_point!("snapshot::install::after_save");
         self.broker.install(state)?;
+        self.meters.snapshot_installed();
+        tracing::info!(index = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
         Ok(())
     }
 

@@ -1,0 +1,226 @@
+//! What `/metrics` reads from the node's state at each scrape: Raft (term, role, indexes, each
+//! follower's lag on the leader), topics and groups, plugins, the log on disk, and the process
+//! (named as the Prometheus client libraries' process collectors name them).
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::HttpState;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A per-scrape registry with helpers that register and set in one step.
+struct Scrape {
+    registry: Registry,
+}
+
+impl Scrape {
+    fn gauge(&mut self, name: &str, help: &str, unit: Option<Unit>, value: i64) {
+        let g = Gauge::<i64>::default();
+        g.set(value);
+        match unit {
+            Some(u) => self.registry.register_with_unit(name, help, u, g),
+            None => self.registry.register(name, help, g),
+        }
+    }
+
+    fn gauges(&mut self, name: &str, help: &str, values: impl IntoIterator<Item = (Labels, i64)>) {
+        let family = Family::<Labels, Gauge<i64>>::default();
+        for (labels, v) in values {
+            family.get_or_create(&labels).set(v);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    fn counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        values: impl IntoIterator<Item = (Labels, f64)>,
+    ) {
+        let family = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        for (labels, v) in values {
+            family.get_or_create(&labels).inc_by(v);
+        }
+        match unit {
+            Some(u) => self.registry.register_with_unit(name, help, u, family),
+            None => self.registry.register(name, help, family),
+        }
+    }
+}
+
+fn index(index: Option<u64>) -> i64 {
+    index.map_or(0, |i| i as i64)
+}
+
+pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
+    let mut s = Scrape { registry: Registry::with_prefix("rockraft") };
+    let m = state.cluster.metrics();
+    let me = state.cluster.id();
+    s.gauge("raft_term", "The Raft term this node is in", None, m.current_term as i64);
+    s.gauge(
+        "raft_leader_id",
+        "The node this node takes as leader (0: none known)",
+        None,
+        m.current_leader.unwrap_or(0) as i64,
+    );
+    let role = format!("{:?}", m.state).to_lowercase();
+    s.gauges(
+        "raft_role",
+        "1 for the part this node plays now",
+        ["leader", "follower", "candidate", "learner", "shutdown"]
+            .into_iter()
+            .map(|r| (vec![("role", r.to_string())], i64::from(role == r))),
+    );
+    s.gauge("raft_last_log_index", "The last index in this node's log", None, m.last_log_index.unwrap_or(0) as i64);
+    s.gauge(
+        "raft_commit_index",
+        "The highest index this node knows committed",
+        None,
+        index(m.local_committed.map(|l| l.index)),
+    );
+    s.gauge("raft_applied_index", "The highest index this node applied", None, index(m.last_applied.map(|l| l.index)));
+    s.gauge(
+        "raft_purged_index",
+        "The highest index retention removed from this node's log",
+        None,
+        index(m.purged.map(|l| l.index)),
+    );
+    // The leader alone knows how far each follower has replicated.
+    let last = m.last_log_index.unwrap_or(0);
+    let lag = m.replication.iter().flatten().filter(|(id, _)| **id != me).map(|(id, matched)| {
+        (vec![("peer", id.to_string())], last.saturating_sub(matched.map_or(0, |l| l.index)) as i64)
+    });
+    s.gauges("raft_replication_lag_entries", "On the leader: entries each follower has yet to store", lag);
+
+    let broker = state.cluster.broker();
+    let held = broker.held_counts();
+    let topics = broker.topics();
+    let mut stored = Vec::new();
+    let mut queues = Vec::new();
+    for t in &topics {
+        let total: u64 = broker.queue_status(&t.name).iter().map(|q| q.next - q.start).sum();
+        stored.push((vec![("topic", t.name.clone())], total as i64));
+        queues.push((vec![("topic", t.name.clone())], t.queues as i64));
+    }
+    s.gauges("topic_queues", "Queues of each topic", queues);
+    s.gauges("topic_stored_messages", "Messages each topic holds (not yet purged)", stored);
+    s.gauges(
+        "topic_pending_timers",
+        "Delayed messages and retries waiting for their time, by topic",
+        held.iter().map(|(t, c)| (vec![("topic", t.clone())], c.timers as i64)),
+    );
+    s.gauges(
+        "topic_open_transactions",
+        "Half messages waiting for a commit or rollback, by topic",
+        held.iter().map(|(t, c)| (vec![("topic", t.clone())], c.open_halves as i64)),
+    );
+    let progress = broker.group_progress();
+    let group_topic = |p: &crate::broker::GroupProgress| vec![("group", p.group.clone()), ("topic", p.topic.clone())];
+    s.gauges(
+        "consumer_lag_messages",
+        "Messages a group has not acknowledged yet, by group and topic",
+        progress.iter().map(|p| (group_topic(p), p.lag as i64)),
+    );
+    s.gauges(
+        "consumer_inflight_messages",
+        "Messages delivered to a group and not yet acknowledged or returned",
+        progress.iter().map(|p| (group_topic(p), p.inflight as i64)),
+    );
+
+    let plugins = state.admin.list_plugins();
+    let per_plugin = |f: fn(&crate::admin::api::PluginInfo) -> f64| {
+        plugins.iter().map(move |p| (vec![("plugin", p.name.clone())], f(p))).collect::<Vec<_>>()
+    };
+    s.counters("plugin_calls", "Batch calls of each plugin on this node", None, per_plugin(|p| p.calls as f64));
+    s.counters("plugin_messages", "Messages each plugin looked at", None, per_plugin(|p| p.messages as f64));
+    s.counters(
+        "plugin_failures",
+        "Calls that trapped, ran out of fuel or failed",
+        None,
+        per_plugin(|p| p.failures as f64),
+    );
+    s.counters("plugin_fuel", "Fuel each plugin's calls burned", None, per_plugin(|p| p.fuel as f64));
+    s.counters(
+        "plugin_busy",
+        "Time spent in each plugin",
+        Some(Unit::Seconds),
+        per_plugin(|p| p.busy_ms as f64 / 1000.0),
+    );
+    s.gauges(
+        "plugin_quarantined",
+        "1 for a plugin not called because it failed too often",
+        plugins.iter().map(|p| (vec![("plugin", p.name.clone())], i64::from(p.quarantined.is_some()))),
+    );
+
+    let segments = state.log.segment_stats();
+    s.gauge("log_segments", "Segment files of the log", None, segments.len() as i64);
+    s.gauge(
+        "log_size",
+        "Bytes of the log's segment files",
+        Some(Unit::Bytes),
+        segments.iter().map(|g| g.bytes).sum::<u64>() as i64,
+    );
+    if let Some((free, total)) = disk_space(&state.data_dir) {
+        s.gauge("disk_free", "Free bytes on the data directory's filesystem", Some(Unit::Bytes), free as i64);
+        s.gauge("disk_size", "Size of the data directory's filesystem", Some(Unit::Bytes), total as i64);
+    }
+    prometheus_client::encoding::prometheus_text::encode(out, &s.registry)?;
+    process(out)
+}
+
+/// Free and total bytes of the filesystem holding `dir`.
+fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some((st.f_bavail.saturating_mul(st.f_frsize), st.f_blocks.saturating_mul(st.f_frsize)))
+}
+
+/// The process metrics, named as the Prometheus client libraries name them, from `/proc`.
+fn process(out: &mut String) -> std::fmt::Result {
+    let mut s = Scrape { registry: Registry::with_prefix("process") };
+    let page = rustix::param::page_size() as i64;
+    let ticks = rustix::param::clock_ticks_per_second().max(1) as f64;
+    if let Ok(statm) = std::fs::read_to_string("/proc/self/statm") {
+        let mut fields = statm.split_whitespace().map(|f| f.parse::<i64>().unwrap_or(0));
+        let (virt, resident) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
+        s.gauge("virtual_memory", "Virtual memory size", Some(Unit::Bytes), virt * page);
+        s.gauge("resident_memory", "Resident memory size", Some(Unit::Bytes), resident * page);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        s.gauge("open_fds", "Open file descriptors", None, fds.count() as i64);
+    }
+    if let Some(max) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
+        s.gauge("max_fds", "The most file descriptors this process may open", None, max.min(i64::MAX as u64) as i64);
+    }
+    // /proc/self/stat: the fields after the command name (which may hold spaces) in parentheses.
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        && let Some((_, rest)) = stat.rsplit_once(')')
+    {
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let cpu = (field(14) + field(15)) / ticks;
+        s.counters("cpu", "User and system CPU time", Some(Unit::Seconds), [(Vec::new(), cpu)]);
+        s.gauge("threads", "Threads of the process", None, field(20) as i64);
+        if let Some(boot) = boot_time() {
+            let start = boot + field(22) / ticks;
+            s.gauge(
+                "start_time",
+                "When the process started, in seconds since the epoch",
+                Some(Unit::Seconds),
+                start as i64,
+            );
+        }
+    }
+    prometheus_client::encoding::prometheus_text::encode(out, &s.registry)
+}
+
+/// When the machine booted, in seconds since the epoch (`btime` of /proc/stat).
+fn boot_time() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|v| v.trim().parse().ok())
+}

@@ -111,7 +111,8 @@ async fn metrics_count_what_clients_did_and_parse_as_prometheus_text() {
 
     // Sends to a topic that does not exist are counted under no topic name: clients cannot
     // make up label values.
-    let mut raw = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(leader))).await.expect("connect");
+    let mut raw =
+        MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(leader))).await.expect("connect");
     let stray = Message {
         topic: Some(Resource { resource_namespace: String::new(), name: "NoSuchTopic".into() }),
         system_properties: Some(SystemProperties { message_id: "stray-1".into(), ..Default::default() }),

@@ -184,9 +184,9 @@ impl Meters {
         }
     }
 
-    pub fn acked(&self, topic: &str, code: i32) {
+    pub fn acked(&self, topic: &str, code: i32, entries: u64) {
         let labels = TopicStatus { topic: topic.into(), status: status_name(code) };
-        self.inner.acks.get_or_create(&labels).inc();
+        self.inner.acks.get_or_create(&labels).inc_by(entries);
     }
 
     pub fn invisible_changed(&self, topic: &str, code: i32) {

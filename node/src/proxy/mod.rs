@@ -319,11 +319,11 @@ impl MessagingService for Proxy {
             None => self.send(req.into_inner(), &ns, deadline).await,
         };
         let topic = self.known_topic(topics.first().map_or("", String::as_str));
-        let meters = self.cluster.meters();
-        match reply.entries.is_empty() {
-            true => meters.sent(topic, reply.status.as_ref().map_or(0, |s| s.code), messages),
-            false => reply.entries.iter().for_each(|e| meters.sent(topic, e.status.as_ref().map_or(0, |s| s.code), 1)),
-        }
+        let codes = match reply.entries.is_empty() {
+            true => vec![(code_of(&reply.status), messages)],
+            false => tally(reply.entries.iter().map(|e| code_of(&e.status))),
+        };
+        codes.into_iter().for_each(|(code, n)| self.cluster.meters().sent(topic, code, n));
         Ok(Response::new(reply))
     }
 
@@ -384,11 +384,12 @@ impl MessagingService for Proxy {
             Some(s) => AckMessageResponse { status: Some(s), entries: vec![] },
             None => self.ack(req.get_ref(), &ns).await,
         };
-        let (topic, meters) = (self.known_topic(&topic), self.cluster.meters());
-        match reply.entries.is_empty() {
-            true => meters.acked(topic, reply.status.as_ref().map_or(0, |s| s.code)),
-            false => reply.entries.iter().for_each(|e| meters.acked(topic, e.status.as_ref().map_or(0, |s| s.code))),
-        }
+        let topic = self.known_topic(&topic);
+        let codes = match reply.entries.is_empty() {
+            true => vec![(code_of(&reply.status), 1)],
+            false => tally(reply.entries.iter().map(|e| code_of(&e.status))),
+        };
+        codes.into_iter().for_each(|(code, n)| self.cluster.meters().acked(topic, code, n));
         Ok(Response::new(reply))
     }
 
@@ -476,7 +477,7 @@ impl MessagingService for Proxy {
             Some(s) => ChangeInvisibleDurationResponse { status: Some(s), receipt_handle: String::new() },
             None => self.change_invisible(req.get_ref(), &ns).await,
         };
-        self.cluster.meters().invisible_changed(self.known_topic(&topic), reply.status.as_ref().map_or(0, |s| s.code));
+        self.cluster.meters().invisible_changed(self.known_topic(&topic), code_of(&reply.status));
         Ok(Response::new(reply))
     }
 
@@ -498,4 +499,21 @@ impl MessagingService for Proxy {
     ) -> Result<Response<SyncLiteSubscriptionResponse>, Status> {
         not_yet("SyncLiteSubscription")
     }
+}
+
+/// The status code of an answer (0 when it has none).
+fn code_of(status: &Option<rockraft_proto::rocketmq::Status>) -> i32 {
+    status.as_ref().map_or(0, |s| s.code)
+}
+
+/// How many times each code occurs: metrics are counted once per code, not once per message.
+fn tally(codes: impl Iterator<Item = i32>) -> Vec<(i32, u64)> {
+    let mut out: Vec<(i32, u64)> = Vec::new();
+    for code in codes {
+        match out.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => out.push((code, 1)),
+        }
+    }
+    out
 }

@@ -132,7 +132,8 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
-fn node_binary() -> PathBuf {
+/// The `rockraft` binary the nodes run (also the CLI).
+pub fn node_binary() -> PathBuf {
     if let Ok(p) = std::env::var("ROCKRAFT_BIN") {
         return p.into();
     }

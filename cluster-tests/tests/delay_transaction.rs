@@ -672,6 +672,22 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     assert!(digest.applied.is_some() && digest.digest != 0);
     let settings = typed.get_settings(pb::GetSettingsRequest {}).await.unwrap().into_inner();
     assert_eq!(settings.dedupe_window_secs, 120);
+    let history = typed.get_failover_history(pb::GetFailoverHistoryRequest {}).await.unwrap().into_inner();
+    assert!(!history.failovers.is_empty(), "the first election at least is recorded");
+    assert!(history.failovers.iter().all(|f| f.elected_ms <= f.first_commit_ms), "{history:?}");
+    let applied = digest.applied.expect("applied");
+    let spans = typed.get_queue_spans(pb::GetQueueSpansRequest { upto: applied }).await.unwrap().into_inner();
+    let span = spans.spans.iter().find(|s| s.topic == "Orders" && s.queue == line.queue).expect("the queue");
+    assert!(span.end > span.start, "{span:?}");
+    let asked = pb::GetQueueChecksumsRequest {
+        topic: "Orders".into(),
+        queue: line.queue,
+        from: span.start,
+        to: span.end,
+        chunk: 1,
+    };
+    let sums = typed.get_queue_checksums(asked).await.unwrap().into_inner();
+    assert_eq!(sums.checksums.len() as u64, span.end - span.start, "one checksum per record");
 }
 
 /// A transaction checker's body (WAT) that answers WAIT (0) for every half, whatever its age.

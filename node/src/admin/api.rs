@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::broker::access::{Action, Decision, Secret};
+use crate::broker::failover::Failover;
 use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, HeldEntry};
 use crate::broker::settings::{ClusterSettings, SettingsChange};
-use crate::broker::{GroupProgress, TopicConfig};
+use crate::broker::{GroupProgress, QueueSpan, TopicConfig};
 use crate::plugin::PluginKind;
 use crate::raft::NodeId;
 
@@ -60,10 +61,26 @@ pub enum AdminRequest {
     /// This node's applied index and a digest of its replicated state: replicas at the same
     /// index must agree (`rockraft cluster verify`).
     Digest,
+    /// Each queue's ConsumeQueue span up to log index `upto` on this node (`cluster verify`).
+    QueueSpans {
+        upto: u64,
+    },
+    /// Checksums of the ConsumeQueue records of `from..to` of a queue and of their messages, one
+    /// per `chunk` offsets (`cluster verify` narrows a difference down to its first offset).
+    QueueChecksums {
+        topic: String,
+        queue: u32,
+        from: u64,
+        to: u64,
+        chunk: u64,
+    },
     /// Changes cluster settings through the log (`rockraft cluster configure`).
     Configure(SettingsChange),
     /// The cluster settings as this node has applied them.
     Settings,
+    /// The failover history as this node has applied it, newest first (`rockraft cluster
+    /// history`).
+    History,
     /// Pending delayed messages (`timers`), or transactional halves: open ones, or all kept
     /// (`all`: also committed and rolled back ones, e.g. rolled back for age).
     ListHeld {
@@ -225,6 +242,9 @@ pub enum AdminResponse {
     Held(Vec<HeldEntry>),
     Plugins(Vec<PluginInfo>),
     Settings(ClusterSettings),
+    History(Vec<Failover>),
+    QueueSpans(Vec<QueueSpan>),
+    Checksums(Vec<u32>),
     Users(Vec<UserInfo>),
     Acl(Vec<AclLine>),
     Error(String),

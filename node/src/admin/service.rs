@@ -140,6 +140,11 @@ where
     serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
 }
 
+/// Most records one `QueueChecksums` request reads (each a record and its message), and most
+/// checksums it returns: `cluster verify` asks per queue, in chunks.
+const MAX_CHECKSUMMED: u64 = 4_000_000;
+const MAX_PAGE_OF_SUMS: u64 = 4_096;
+
 impl AdminServer {
     pub async fn handle(&self, req: AdminRequest) -> AdminResponse {
         let cluster = &self.cluster;
@@ -193,6 +198,29 @@ impl AdminServer {
             AdminRequest::DeleteTopic { name } => self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await,
             AdminRequest::Configure(change) => self.write(Command::Admin(AdminCommand::Configure(change))).await,
             AdminRequest::Settings => Ok(AdminResponse::Settings(broker.settings())),
+            AdminRequest::History => Ok(AdminResponse::History(broker.failovers())),
+            AdminRequest::QueueSpans { upto } => {
+                let broker = broker.clone();
+                match tokio::task::spawn_blocking(move || broker.queue_spans(upto)).await {
+                    Ok(spans) => spans.map(AdminResponse::QueueSpans).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            AdminRequest::QueueChecksums { topic, queue, from, to, chunk } => {
+                if to.saturating_sub(from) > MAX_CHECKSUMMED
+                    || to.saturating_sub(from).div_ceil(chunk.max(1)) > MAX_PAGE_OF_SUMS
+                {
+                    return AdminResponse::Error(format!(
+                        "at most {MAX_CHECKSUMMED} records and {MAX_PAGE_OF_SUMS} checksums a request"
+                    ));
+                }
+                let broker = broker.clone();
+                let sums = tokio::task::spawn_blocking(move || broker.queue_checksums(&topic, queue, from, to, chunk));
+                match sums.await {
+                    Ok(sums) => sums.map(AdminResponse::Checksums).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
             AdminRequest::ListTopics => Ok(AdminResponse::Topics({
                 let held = broker.held_counts();
                 broker

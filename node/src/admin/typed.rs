@@ -244,6 +244,50 @@ impl AdminService for AdminServer {
         }
     }
 
+    async fn get_failover_history(&self, _: Request<pb::GetFailoverHistoryRequest>) -> Reply<pb::FailoverHistoryReply> {
+        match self.answer(AdminRequest::History).await? {
+            AdminResponse::History(h) => Ok(Response::new(pb::FailoverHistoryReply {
+                failovers: h
+                    .into_iter()
+                    .map(|f| pb::Failover {
+                        term: f.term,
+                        leader: f.leader,
+                        previous: f.previous,
+                        last_heard_ms: f.last_heard_ms,
+                        election_started_ms: f.election_started_ms,
+                        elected_ms: f.elected_ms,
+                        first_commit_ms: f.first_commit_ms,
+                        routes_converged_ms: f.routes_converged_ms,
+                        not_following: f.not_following,
+                    })
+                    .collect(),
+            })),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn get_queue_spans(&self, req: Request<pb::GetQueueSpansRequest>) -> Reply<pb::QueueSpansReply> {
+        match self.answer(AdminRequest::QueueSpans { upto: req.into_inner().upto }).await? {
+            AdminResponse::QueueSpans(spans) => Ok(Response::new(pb::QueueSpansReply {
+                spans: spans
+                    .into_iter()
+                    .map(|s| pb::QueueSpan { topic: s.topic, queue: s.queue_id, start: s.start, end: s.end })
+                    .collect(),
+            })),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn get_queue_checksums(&self, req: Request<pb::GetQueueChecksumsRequest>) -> Reply<pb::QueueChecksumsReply> {
+        let r = req.into_inner();
+        let asked =
+            AdminRequest::QueueChecksums { topic: r.topic, queue: r.queue, from: r.from, to: r.to, chunk: r.chunk };
+        match self.answer(asked).await? {
+            AdminResponse::Checksums(checksums) => Ok(Response::new(pb::QueueChecksumsReply { checksums })),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::SettingsReply> {
         match self.answer(AdminRequest::Settings).await? {
             AdminResponse::Settings(s) => Ok(Response::new(pb::SettingsReply {

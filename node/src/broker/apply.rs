@@ -12,6 +12,7 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
 use crate::broker::command::{AdminCommand, Command, SendBatchClock};
 use crate::broker::dedupe::{DedupeKey, Seen};
+use crate::broker::failover::{self, Failover};
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
 use crate::broker::held::HeldMessage;
 use crate::broker::plugins::PluginCommand;
@@ -150,6 +151,7 @@ impl State {
                 let groups = &self.consumption.groups;
                 self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))
             }
+            Command::Admin(AdminCommand::RecordFailover(f)) => self.record_failover(at, f),
             Command::Admin(AdminCommand::CreateTopic(t)) => {
                 if let Err(e) = t.validate() {
                     return Reply::Rejected(e.to_string());
@@ -179,6 +181,23 @@ impl State {
                 Reply::Applied
             }
         }
+    }
+
+    /// Keeps a new leader's failover record: only from the leader of the entry's own term, and
+    /// only the newest [`failover::KEPT`].
+    fn record_failover(&mut self, at: LogPosition, f: Failover) -> Reply {
+        if f.term != at.term || f.leader != at.leader {
+            return Reply::Rejected(format!("a failover record of term {} in an entry of term {}", f.term, at.term));
+        }
+        if let Err(e) = f.validate() {
+            return Reply::Rejected(e);
+        }
+        self.failovers.insert(f.term, f);
+        while self.failovers.len() > failover::KEPT {
+            let Some(oldest) = self.failovers.keys().next().copied() else { break };
+            self.failovers.remove(&oldest);
+        }
+        Reply::Applied
     }
 
     fn apply_send(&mut self, at: LogPosition, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {

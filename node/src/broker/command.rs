@@ -58,6 +58,8 @@ pub enum AdminCommand {
     },
     /// Changes cluster settings that apply reads (`rockraft cluster configure`).
     Configure(crate::broker::settings::SettingsChange),
+    /// A new leader's account of its failover (proposed by the leader itself, never by a client).
+    RecordFailover(crate::broker::failover::Failover),
 }
 
 impl Command {

@@ -22,6 +22,15 @@ pub struct QueueStatus {
 }
 
 /// How far a group is on one topic.
+/// The ConsumeQueue records of one queue up to a log index ([`Broker::queue_spans`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSpan {
+    pub topic: String,
+    pub queue_id: u32,
+    pub start: u64,
+    pub end: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupProgress {
     pub group: String,
@@ -141,6 +150,63 @@ impl Broker {
             message,
             raw: raw.clone(),
         }))
+    }
+
+    /// Every queue's ConsumeQueue records that entries up to log index `upto` wrote: the first
+    /// offset this node still holds and the first offset written after `upto`. Replicas that
+    /// applied past `upto` agree on `end`; `start` is each node's own retention.
+    pub fn queue_spans(&self, upto: u64) -> Result<Vec<QueueSpan>, BrokerError> {
+        let queues: Vec<((String, u32), QueueRange)> =
+            self.state().queues.iter().map(|(k, r)| (k.clone(), *r)).collect();
+        let mut spans = Vec::with_capacity(queues.len());
+        for ((topic, queue_id), range) in queues {
+            // Records are in log order: the first one past `upto`, by bisection.
+            let (mut low, mut high) = (range.start, range.next.max(range.start));
+            while low < high {
+                let mid = low + (high - low) / 2;
+                let record = self.inner.queues.get(&topic, queue_id)?.get(mid).ok_or_else(|| {
+                    BrokerError::CorruptEntry(format!("{topic}/{queue_id} has no record at offset {mid}"))
+                })?;
+                if split_position(record.position).0 <= upto { low = mid + 1 } else { high = mid }
+            }
+            spans.push(QueueSpan { topic, queue_id, start: range.start, end: low });
+        }
+        Ok(spans)
+    }
+
+    /// A checksum of the ConsumeQueue record at each offset of `from..to` and of the message it
+    /// points at, folded `chunk` offsets at a time (the last chunk may be shorter).
+    pub fn queue_checksums(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        from: u64,
+        to: u64,
+        chunk: u64,
+    ) -> Result<Vec<u32>, BrokerError> {
+        let chunk = chunk.max(1);
+        let mut sums = Vec::with_capacity(to.saturating_sub(from).div_ceil(chunk) as usize);
+        let mut offset = from;
+        while offset < to {
+            let mut sum = 0u32;
+            for o in offset..to.min(offset.saturating_add(chunk)) {
+                let unreadable = || BrokerError::CorruptEntry(format!("{topic}/{queue_id} offset {o} is not readable"));
+                let record = self.queue_record(topic, queue_id, o)?.ok_or_else(unreadable)?;
+                let entry = self.read(topic, queue_id, o)?.ok_or_else(unreadable)?;
+                sum = crc32c::crc32c_append(sum, &record.encode());
+                sum = crc32c::crc32c_append(sum, &entry.raw);
+            }
+            sums.push(sum);
+            offset = offset.saturating_add(chunk);
+        }
+        Ok(sums)
+    }
+
+    /// The failover history, newest first.
+    pub fn failovers(&self) -> Vec<crate::broker::failover::Failover> {
+        let mut history: Vec<_> = self.state().failovers.values().cloned().collect();
+        history.reverse();
+        history
     }
 
     /// The ConsumeQueue record at `offset`, if it is readable.

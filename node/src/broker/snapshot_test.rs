@@ -84,6 +84,10 @@ enum Op {
         user: usize,
         what: u8,
     },
+    /// A new term whose leader records its failover.
+    Failover {
+        later_ms: i64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -106,12 +110,29 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         (0..4_000i64, any::<bool>()).prop_map(|(later_ms, asked)| Op::Check { later_ms, asked }),
         (0..2usize, 0..5u8).prop_map(|(user, what)| Op::Access { user, what }),
+        (0..3_000i64).prop_map(|later_ms| Op::Failover { later_ms }),
     ]
 }
 
 /// Turns `op` into the commands a leader would propose against `n`'s state, and commits them.
 fn run(n: &mut Node, op: &Op, clock: &mut i64) {
     match op {
+        Op::Failover { later_ms } => {
+            n.term += 1;
+            *clock += later_ms;
+            let record = crate::broker::failover::Failover {
+                term: n.term,
+                leader: 1,
+                previous: Some(2),
+                last_heard_ms: Some(*clock - later_ms),
+                election_started_ms: *clock - later_ms / 2,
+                elected_ms: *clock,
+                first_commit_ms: *clock,
+                routes_converged_ms: *clock,
+                not_following: vec![2],
+            };
+            n.commit(&Command::Admin(AdminCommand::RecordFailover(record)));
+        }
         Op::Access { user, what } => {
             use crate::broker::access::{AccessCommand, Action, Decision, Rule, Secret};
             let access_key = ["alice", "bob"][*user].to_string();

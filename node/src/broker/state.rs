@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::access::AccessTables;
 use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
+use crate::broker::failover::Failover;
 use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::plugins::PluginTables;
 use crate::broker::pop::Consumption;
@@ -97,6 +98,9 @@ pub struct State {
     /// Users and their access rules.
     #[serde(default)]
     pub access: AccessTables,
+    /// The newest leadership changes with their phases, by term.
+    #[serde(default)]
+    pub failovers: Table<u64, Failover>,
     #[serde(skip)]
     pub(crate) local: Local,
 }
@@ -131,7 +135,7 @@ impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
     /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
     /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 15] {
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 16] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
@@ -145,6 +149,7 @@ impl State {
             ("user/", &mut self.access.users),
             ("acl/", &mut self.access.rules),
             ("handle_key/", &mut self.access.handle_keys),
+            ("failover/", &mut self.failovers),
             ("~half/", &mut self.halves),
             ("~check/", &mut self.checks),
             ("~hold/", &mut self.holds),
@@ -188,7 +193,7 @@ impl State {
                 (&self.last_applied, &self.membership, &self.dedupe_clock, &self.settings),
                 (&self.topics, &replicated_queues),
                 (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
-                (&self.holds, &self.held_counts, &self.plugins, &self.access),
+                (&self.holds, &self.held_counts, &self.plugins, &self.access, &self.failovers),
             ),
         )
         .map_err(|e| format!("reading the state for its digest: {e}"))?;

@@ -509,3 +509,36 @@ fn a_retry_of_stored_messages_is_answered_with_their_first_results() {
     elsewhere.topic = "Gone".into();
     assert_eq!(n.broker.stored_sends(&elsewhere), None);
 }
+
+#[test]
+fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_restart() {
+    use crate::broker::failover::{Failover, KEPT};
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    let record = |term: u64| Failover {
+        term,
+        leader: 1,
+        previous: Some(2),
+        last_heard_ms: Some(1_000),
+        election_started_ms: 1_300,
+        elected_ms: 1_350,
+        first_commit_ms: 1_360,
+        routes_converged_ms: 1_400,
+        not_following: vec![],
+    };
+    // A record claiming another term than its entry's (a stale or forged one) changes nothing.
+    let stale = n.commit(&Command::Admin(AdminCommand::RecordFailover(record(7))));
+    assert!(matches!(stale, Reply::Rejected(_)), "{stale:?}");
+    assert!(n.broker.state().failovers.is_empty());
+    for term in 1..=(KEPT as u64 + 5) {
+        n.term = term;
+        assert_eq!(n.commit(&Command::Admin(AdminCommand::RecordFailover(record(term)))), Reply::Applied);
+    }
+    let terms: Vec<u64> = n.broker.state().failovers.keys().copied().collect();
+    assert_eq!(terms.len(), KEPT);
+    assert_eq!((terms[0], terms[KEPT - 1]), (6, KEPT as u64 + 5), "the oldest go first");
+    n.broker.checkpoint().unwrap();
+    let before = n.broker.state().failovers.clone();
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.state().failovers.iter().collect::<Vec<_>>(), before.iter().collect::<Vec<_>>());
+}

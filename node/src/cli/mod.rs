@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Role};
 use crate::admin::{CallOptions, Credentials, NodeConfig, call_with};
 use crate::auth::signature::SignRequests;
+use crate::broker::failover::Failover;
 use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldEntry;
 use crate::broker::settings::SettingsChange;
@@ -156,6 +157,9 @@ enum ClusterCmd {
     /// Seal new receipt handles, recall handles and transaction ids with a new key; those sealed
     /// under the key before it still work, older ones no longer do.
     RotateHandleKey,
+    /// Every leadership change kept (the newest 64), with its phases: the old leader's last
+    /// heartbeat, the election, the first commit of the new term, every member following.
+    History,
     /// Checks that the replicas agree: every member's digest of its replicated state, compared
     /// once they have applied the same index (exit code 1 if they differ).
     Verify,
@@ -400,8 +404,22 @@ async fn cluster_verify(admin: &Admin) -> Result<(), String> {
         }
     }
     let answers: Vec<_> = last.iter().filter_map(|(_, d)| *d).collect();
+    if answers.len() != last.len() {
+        return Err("not every member answered".into());
+    }
+    // The queues' records and messages, up to the index every member has applied.
+    let upto = answers.iter().filter_map(|d| d.applied).min();
+    if let Some(upto) = upto {
+        match compare_queues(admin, &members, upto).await? {
+            QueueComparison::Same { queues, records } => {
+                let queues = if queues == 1 { "1 queue".to_string() } else { format!("{queues} queues") };
+                println!("ConsumeQueues agree up to index {upto}: {records} records and messages in {queues}")
+            }
+            QueueComparison::Differ(first) => return Err(format!("first difference up to index {upto}: {first}")),
+        }
+    }
     let same_index = answers.windows(2).all(|w| w[0].applied == w[1].applied);
-    if !same_index || answers.len() != last.len() {
+    if !same_index {
         return Err("the replicas did not reach the same applied index; try again when writes pause".into());
     }
     if answers.windows(2).all(|w| w[0].digest == w[1].digest) {
@@ -410,6 +428,148 @@ async fn cluster_verify(admin: &Admin) -> Result<(), String> {
     } else {
         Err("the replicas' states differ".into())
     }
+}
+
+enum QueueComparison {
+    Same {
+        queues: usize,
+        records: u64,
+    },
+    /// The first difference, in (topic, queue, offset) order, in words.
+    Differ(String),
+}
+
+/// How many checksums one answer carries when a queue is compared, and when a differing chunk is
+/// narrowed down (one per record).
+const SUMS_PER_QUEUE: u64 = 256;
+
+/// Compares every member's ConsumeQueue records, and the messages they point at, written by
+/// entries up to `upto`, over the offsets all of them still hold: per queue in chunks, then the
+/// first differing chunk record by record.
+async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> Result<QueueComparison, String> {
+    use std::collections::BTreeMap;
+    const WAIT: Duration = Duration::from_secs(120);
+    let ask = |addr: &str, req: AdminRequest| {
+        let addr = addr.to_string();
+        async move {
+            tokio::time::timeout(WAIT, request_at(admin, &addr, req))
+                .await
+                .map_err(|_| format!("{addr} did not answer in {} s", WAIT.as_secs()))?
+        }
+    };
+    // (topic, queue) -> each member's (start, end).
+    let mut spans: BTreeMap<(String, u32), BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
+    for (id, addr) in members {
+        match ask(addr, AdminRequest::QueueSpans { upto }).await? {
+            AdminResponse::QueueSpans(list) => {
+                for s in list {
+                    spans.entry((s.topic, s.queue_id)).or_default().insert(*id, (s.start, s.end));
+                }
+            }
+            other => return Err(format!("unexpected answer from node {id}: {other:?}")),
+        }
+    }
+    let mut records = 0;
+    for ((topic, queue), held) in &spans {
+        if let Some((id, _)) = members.iter().find(|(id, _)| !held.contains_key(id)) {
+            return Ok(QueueComparison::Differ(format!("topic {topic} queue {queue} is missing on node {id}")));
+        }
+        let from = held.values().map(|(start, _)| *start).max().unwrap_or(0);
+        let to = held.values().map(|(_, end)| *end).min().unwrap_or(0);
+        let ends: std::collections::BTreeSet<u64> = held.values().map(|(_, end)| *end).collect();
+        let chunk = to.saturating_sub(from).div_ceil(SUMS_PER_QUEUE).max(1);
+        let sums = |from: u64, to: u64, chunk: u64| {
+            let topic = topic.clone();
+            async move {
+                let mut all = Vec::new();
+                for (id, addr) in members {
+                    let req = AdminRequest::QueueChecksums { topic: topic.clone(), queue: *queue, from, to, chunk };
+                    match ask(addr, req).await? {
+                        AdminResponse::Checksums(c) => all.push((*id, c)),
+                        other => return Err(format!("unexpected answer from node {id}: {other:?}")),
+                    }
+                }
+                Ok::<_, String>(all)
+            }
+        };
+        let chunks = sums(from, to, chunk).await?;
+        if let Some(k) = first_disagreement(&chunks) {
+            let lo = from + k as u64 * chunk;
+            let each = sums(lo, to.min(lo + chunk), 1).await?;
+            let at = first_disagreement(&each).unwrap_or(0);
+            let offset = lo + at as u64;
+            let who: Vec<String> = each
+                .iter()
+                .map(|(id, c)| format!("node {id} {}", c.get(at).map_or("-".into(), |s| format!("{s:08x}"))))
+                .collect();
+            return Ok(QueueComparison::Differ(format!(
+                "topic {topic} queue {queue} offset {offset}: record and message checksums {}",
+                who.join(", ")
+            )));
+        }
+        if ends.len() > 1 {
+            let counts: Vec<String> = held.iter().map(|(id, (_, end))| format!("node {id} {end}")).collect();
+            return Ok(QueueComparison::Differ(format!(
+                "topic {topic} queue {queue} offset {to}: records written up to the index: {}",
+                counts.join(", ")
+            )));
+        }
+        records += to.saturating_sub(from);
+    }
+    Ok(QueueComparison::Same { queues: spans.len(), records })
+}
+
+/// The first position where the members' checksums are not all the same.
+fn first_disagreement(sums: &[(u64, Vec<u32>)]) -> Option<usize> {
+    let longest = sums.iter().map(|(_, c)| c.len()).max().unwrap_or(0);
+    (0..longest).find(|&i| sums.windows(2).any(|w| w[0].1.get(i) != w[1].1.get(i)))
+}
+
+/// The failover history as a table, newest first; durations in milliseconds, each phase from
+/// the end of the one before.
+fn history_table(history: &[Failover]) -> String {
+    use std::fmt::Write;
+    if history.is_empty() {
+        return "no leadership change recorded yet\n".into();
+    }
+    let mut out = format!(
+        "{:>5} {:>6} {:>8} {:<24} {:>9} {:>8} {:>12} {:>6} {:>11}  {}\n",
+        "TERM",
+        "LEADER",
+        "PREVIOUS",
+        "ELECTED (UTC)",
+        "DETECTION",
+        "ELECTION",
+        "FIRST_COMMIT",
+        "ROUTES",
+        "UNAVAILABLE",
+        "NOT_FOLLOWING"
+    );
+    for f in history {
+        let p = f.phases();
+        let previous = f.previous.map_or("-".into(), |id| id.to_string());
+        let detection = p.detection_ms.map_or("-".into(), |ms| ms.to_string());
+        let missing = if f.not_following.is_empty() {
+            "-".to_string()
+        } else {
+            f.not_following.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(",")
+        };
+        let _ = writeln!(
+            out,
+            "{:>5} {:>6} {:>8} {:<24} {:>9} {:>8} {:>12} {:>6} {:>11}  {}",
+            f.term,
+            f.leader,
+            previous,
+            format_ms(f.elected_ms),
+            detection,
+            p.election_ms,
+            p.first_commit_ms,
+            p.routes_ms,
+            p.unavailable_ms,
+            missing
+        );
+    }
+    out
 }
 
 /// Each member's admin endpoint, as the membership records it; the answering node's own is the
@@ -552,6 +712,13 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         }
         Top::Cluster(ClusterCmd::RemoveNode { id }) => request(ep, AdminRequest::RemoveNode { id }).await.map(done),
         Top::Cluster(ClusterCmd::Verify) => cluster_verify(ep).await,
+        Top::Cluster(ClusterCmd::History) => match request(ep, AdminRequest::History).await? {
+            AdminResponse::History(h) => {
+                print!("{}", history_table(&h));
+                Ok(())
+            }
+            other => Err(format!("unexpected answer: {other:?}")),
+        },
         Top::Cluster(ClusterCmd::RotateHandleKey) => request(ep, AdminRequest::RotateHandleKey).await.map(done),
         Top::Cluster(ClusterCmd::Configure { dedupe_window_secs, max_module_bytes }) => {
             if dedupe_window_secs.is_some() || max_module_bytes.is_some() {
@@ -688,7 +855,9 @@ pub fn main() -> i32 {
                 tracing_subscriber::EnvFilter::try_from_default_env()
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
             )
-            .with_writer(std::io::stderr);
+            .with_writer(std::io::stderr)
+            // A span's end is one line (at the span's level): requests at debug (`node.rs`).
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE);
         // One JSON object per line, for log shippers.
         match std::env::var("ROCKRAFT_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
             true => logs.json().init(),
@@ -708,5 +877,29 @@ pub fn main() -> i32 {
             eprintln!("error: {e}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_history_table_shows_each_phase_and_who_did_not_follow() {
+        let failover = Failover {
+            term: 7,
+            leader: 3,
+            previous: Some(1),
+            last_heard_ms: Some(1_000),
+            election_started_ms: 1_420,
+            elected_ms: 1_480,
+            first_commit_ms: 1_495,
+            routes_converged_ms: 1_600,
+            not_following: vec![1],
+        };
+        let table = history_table(&[failover]);
+        let row: Vec<&str> = table.lines().nth(1).expect("one row").split_whitespace().collect();
+        assert_eq!(row, ["7", "3", "1", "1970-01-01T00:00:01.48Z", "420", "60", "15", "105", "495", "1"]);
+        assert_eq!(history_table(&[]), "no leadership change recorded yet\n");
     }
 }

@@ -12,6 +12,7 @@
 pub mod clock;
 mod coalesce;
 mod error;
+pub mod failover;
 pub mod leadership;
 mod members;
 mod peer;

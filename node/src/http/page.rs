@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, NodeStatus, PluginInfo, Role, TopicInfo};
+use crate::broker::failover::Failover;
 use crate::cluster::leadership::LeaderChange;
 
 use super::HttpState;
@@ -16,6 +17,7 @@ pub(super) struct View {
     groups: Vec<GroupInfo>,
     plugins: Vec<PluginInfo>,
     changes: Vec<LeaderChange>,
+    failovers: Vec<Failover>,
     now_ms: i64,
 }
 
@@ -31,8 +33,13 @@ impl View {
             AdminResponse::Groups(g) => Some(g),
             _ => None,
         });
+        let failovers = state.local(AdminRequest::History, |r| match r {
+            AdminResponse::History(h) => Some(h),
+            _ => None,
+        });
         View {
             members,
+            failovers: failovers.await.unwrap_or_default(),
             topics: topics.await.unwrap_or_default(),
             groups: groups.await.unwrap_or_default(),
             plugins: state.admin.list_plugins(),
@@ -148,6 +155,38 @@ pub(super) fn render(v: &View) -> String {
                 leader = c.leader,
                 before = c.previous.map_or_else(|| "—".to_string(), |p| format!("node {p}")),
                 gap = c.without_leader_ms,
+            );
+        }
+        h.push_str("</table></div>");
+    }
+
+    h.push_str("<h2>Failover history</h2>");
+    if v.failovers.is_empty() {
+        h.push_str("<p class=muted>No leadership change recorded yet.</p>");
+    } else {
+        h.push_str(
+            "<p class=muted>Replicated: every node shows the same. Each phase from the end of the one before, \
+            measured by the new leader.</p><div class=scroll><table id=failovers><tr><th>term</th><th>leader</th><th>before</th>\
+            <th>when</th><th>detection</th><th>election</th><th>first commit</th><th>routes</th>\
+            <th>unavailable</th><th>not following</th></tr>",
+        );
+        for f in &v.failovers {
+            let p = f.phases();
+            let missing: Vec<String> = f.not_following.iter().map(|id| format!("node {id}")).collect();
+            let _ = write!(
+                h,
+                "<tr><td>{term}</td><td>node {leader}</td><td>{before}</td><td>{when}</td><td>{detection}</td>\
+                 <td>{election} ms</td><td>{commit} ms</td><td>{routes} ms</td><td>{unavailable} ms</td><td>{missing}</td></tr>",
+                term = f.term,
+                leader = f.leader,
+                before = f.previous.map_or_else(|| "—".to_string(), |p| format!("node {p}")),
+                when = ago(v.now_ms, f.elected_ms),
+                detection = p.detection_ms.map_or_else(|| "—".to_string(), |ms| format!("{ms} ms")),
+                election = p.election_ms,
+                commit = p.first_commit_ms,
+                routes = p.routes_ms,
+                unavailable = p.unavailable_ms,
+                missing = if missing.is_empty() { "—".to_string() } else { missing.join(", ") },
             );
         }
         h.push_str("</table></div>");

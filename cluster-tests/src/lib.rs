@@ -121,8 +121,22 @@ fn new_secret() -> String {
     (0..3).map(|_| format!("{:016x}", std::collections::hash_map::RandomState::new().build_hasher().finish())).collect()
 }
 
+/// A port for a test node: below the kernel's ephemeral range (32768-60999 by default), so no
+/// connection this machine opens is given it as its own port (say while its node is down for a
+/// restart), and handed out once per process, so two nodes never get the same one.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
+    // Test binaries run one after another; each starts somewhere else in the span.
+    let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU32::new(std::process::id() % SPAN));
+    for _ in 0..SPAN {
+        let port = (FIRST + next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}-{}", FIRST + SPAN)
 }
 
 /// The workspace's target directory, where the binary and the client installs live.
@@ -235,13 +249,40 @@ impl Cluster {
             cluster.spawn(id);
         }
         let first = cluster.nodes[0].admin_addr.clone();
-        retry(Duration::from_secs(30), || async { cluster.request(&first, AdminRequest::Init).await }).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match cluster.request(&first, AdminRequest::Init).await {
+                Ok(_) => break,
+                Err(e) => {
+                    // A node that could not start says why in its log: show it, not a timeout.
+                    if let Some((id, log)) = cluster.exited() {
+                        panic!("node {id} exited while the cluster started; its log ends:\n{log}");
+                    }
+                    assert!(Instant::now() < deadline, "the cluster did not initialise within 30 s: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
         cluster.wait_for_leader(Duration::from_secs(30)).await;
         // Every node must have heard from the leader before a test starts talking to it.
         for id in 1..=n {
             cluster.wait_caught_up(id, Duration::from_secs(30)).await;
         }
         cluster
+    }
+
+    /// A node whose process has exited, with the end of its log.
+    fn exited(&mut self) -> Option<(u64, String)> {
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                let log = std::fs::read_to_string(node.dir.join("node.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                return Some((node.id, tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+            }
+        }
+        None
     }
 
     fn node(&self, id: u64) -> &Node {

@@ -12,6 +12,11 @@ use crate::broker::{GroupProgress, QueueSpan, TopicConfig};
 use crate::plugin::PluginKind;
 use crate::raft::NodeId;
 
+/// Most records one `QueueChecksums` request reads (each a record and its message), and most
+/// checksums it returns: `cluster verify` splits its questions to fit.
+pub const MAX_CHECKSUMMED_RECORDS: u64 = 4_000_000;
+pub const MAX_CHECKSUMS: u64 = 4_096;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AdminRequest {

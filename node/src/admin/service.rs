@@ -14,8 +14,8 @@ use crate::admin::NodeConfig;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::admin::api::{
-    AclLine, AdminRequest, AdminResponse, BindTarget, GroupInfo, MemberInfo, MessageLine, NodeStatus, PluginInfo, Role,
-    TopicInfo, UserInfo,
+    AclLine, AdminRequest, AdminResponse, BindTarget, GroupInfo, MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, MemberInfo,
+    MessageLine, NodeStatus, PluginInfo, Role, TopicInfo, UserInfo,
 };
 use crate::broker::access::{AccessCommand, Resource, Rule};
 use crate::broker::plugins::{Binding, PluginCommand};
@@ -140,11 +140,6 @@ where
     serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
 }
 
-/// Most records one `QueueChecksums` request reads (each a record and its message), and most
-/// checksums it returns: `cluster verify` asks per queue, in chunks.
-const MAX_CHECKSUMMED: u64 = 4_000_000;
-const MAX_PAGE_OF_SUMS: u64 = 4_096;
-
 impl AdminServer {
     pub async fn handle(&self, req: AdminRequest) -> AdminResponse {
         let cluster = &self.cluster;
@@ -207,11 +202,11 @@ impl AdminServer {
                 }
             }
             AdminRequest::QueueChecksums { topic, queue, from, to, chunk } => {
-                if to.saturating_sub(from) > MAX_CHECKSUMMED
-                    || to.saturating_sub(from).div_ceil(chunk.max(1)) > MAX_PAGE_OF_SUMS
+                if to.saturating_sub(from) > MAX_CHECKSUMMED_RECORDS
+                    || to.saturating_sub(from).div_ceil(chunk.max(1)) > MAX_CHECKSUMS
                 {
                     return AdminResponse::Error(format!(
-                        "at most {MAX_CHECKSUMMED} records and {MAX_PAGE_OF_SUMS} checksums a request"
+                        "at most {MAX_CHECKSUMMED_RECORDS} records and {MAX_CHECKSUMS} checksums a request"
                     ));
                 }
                 let broker = broker.clone();

@@ -21,7 +21,6 @@ pub struct QueueStatus {
     pub next: u64,
 }
 
-/// How far a group is on one topic.
 /// The ConsumeQueue records of one queue up to a log index ([`Broker::queue_spans`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSpan {
@@ -31,6 +30,7 @@ pub struct QueueSpan {
     pub end: u64,
 }
 
+/// How far a group is on one topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupProgress {
     pub group: String,

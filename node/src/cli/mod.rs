@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::admin::api::{AdminRequest, AdminResponse, MessageLine, NodeStatus, Role};
+use crate::admin::api::{
+    AdminRequest, AdminResponse, MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, MessageLine, NodeStatus, Role,
+};
 use crate::admin::{CallOptions, Credentials, NodeConfig, call_with};
 use crate::auth::signature::SignRequests;
 use crate::broker::failover::Failover;
@@ -439,13 +441,16 @@ enum QueueComparison {
     Differ(String),
 }
 
-/// How many checksums one answer carries when a queue is compared, and when a differing chunk is
-/// narrowed down (one per record).
+/// How many chunks a range is cut into at each step of narrowing a difference down; a step
+/// whose chunks are single records names the offset.
 const SUMS_PER_QUEUE: u64 = 256;
+
+/// Each member's checksums of a queue's records and messages `from..to`, `chunk` at a time.
+type MemberSums = Vec<(u64, Vec<u32>)>;
 
 /// Compares every member's ConsumeQueue records, and the messages they point at, written by
 /// entries up to `upto`, over the offsets all of them still hold: per queue in chunks, then the
-/// first differing chunk record by record.
+/// first differing chunk in smaller ones, down to the record.
 async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> Result<QueueComparison, String> {
     use std::collections::BTreeMap;
     const WAIT: Duration = Duration::from_secs(120);
@@ -477,35 +482,45 @@ async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> 
         let from = held.values().map(|(start, _)| *start).max().unwrap_or(0);
         let to = held.values().map(|(_, end)| *end).min().unwrap_or(0);
         let ends: std::collections::BTreeSet<u64> = held.values().map(|(_, end)| *end).collect();
-        let chunk = to.saturating_sub(from).div_ceil(SUMS_PER_QUEUE).max(1);
         let sums = |from: u64, to: u64, chunk: u64| {
             let topic = topic.clone();
             async move {
                 let mut all = Vec::new();
                 for (id, addr) in members {
-                    let req = AdminRequest::QueueChecksums { topic: topic.clone(), queue: *queue, from, to, chunk };
-                    match ask(addr, req).await? {
-                        AdminResponse::Checksums(c) => all.push((*id, c)),
-                        other => return Err(format!("unexpected answer from node {id}: {other:?}")),
+                    let mut own = Vec::new();
+                    for (lo, hi) in checksum_slices(from, to, chunk) {
+                        let req = AdminRequest::QueueChecksums {
+                            topic: topic.clone(),
+                            queue: *queue,
+                            from: lo,
+                            to: hi,
+                            chunk,
+                        };
+                        match ask(addr, req).await? {
+                            AdminResponse::Checksums(c) => own.extend(c),
+                            other => return Err(format!("unexpected answer from node {id}: {other:?}")),
+                        }
                     }
+                    all.push((*id, own));
                 }
-                Ok::<_, String>(all)
+                Ok(all)
             }
         };
-        let chunks = sums(from, to, chunk).await?;
-        if let Some(k) = first_disagreement(&chunks) {
-            let lo = from + k as u64 * chunk;
-            let each = sums(lo, to.min(lo + chunk), 1).await?;
-            let at = first_disagreement(&each).unwrap_or(0);
-            let offset = lo + at as u64;
-            let who: Vec<String> = each
-                .iter()
-                .map(|(id, c)| format!("node {id} {}", c.get(at).map_or("-".into(), |s| format!("{s:08x}"))))
-                .collect();
-            return Ok(QueueComparison::Differ(format!(
-                "topic {topic} queue {queue} offset {offset}: record and message checksums {}",
-                who.join(", ")
-            )));
+        match first_difference(from, to, sums).await? {
+            Difference::None => {}
+            Difference::At(offset, each) => {
+                let who: Vec<String> = each.iter().map(|(id, sum)| format!("node {id} {sum:08x}")).collect();
+                return Ok(QueueComparison::Differ(format!(
+                    "topic {topic} queue {queue} offset {offset}: record and message checksums {}",
+                    who.join(", ")
+                )));
+            }
+            Difference::Within(lo, hi) => {
+                return Ok(QueueComparison::Differ(format!(
+                    "topic {topic} queue {queue} offsets {lo}..{hi}: the checksums of the range differ, those of its \
+                     records did not when asked again"
+                )));
+            }
         }
         if ends.len() > 1 {
             let counts: Vec<String> = held.iter().map(|(id, (_, end))| format!("node {id} {end}")).collect();
@@ -517,6 +532,55 @@ async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> 
         records += to.saturating_sub(from);
     }
     Ok(QueueComparison::Same { queues: spans.len(), records })
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Difference {
+    None,
+    /// The first offset whose checksums differ, and each member's checksum of it.
+    At(u64, Vec<(u64, u32)>),
+    /// A range that differed, whose parts then agreed (the data changed between the questions).
+    Within(u64, u64),
+}
+
+/// The first offset of `from..to` where the members' checksums differ: the range in at most
+/// [`SUMS_PER_QUEUE`] chunks, then the first chunk that differs the same way, down to one record.
+/// `sums(from, to, chunk)` asks the members.
+async fn first_difference<F, Fut>(from: u64, to: u64, sums: F) -> Result<Difference, String>
+where
+    F: Fn(u64, u64, u64) -> Fut,
+    Fut: std::future::Future<Output = Result<MemberSums, String>>,
+{
+    let (mut lo, mut hi) = (from, to);
+    let mut narrowing = false;
+    loop {
+        let chunk = (hi - lo).div_ceil(SUMS_PER_QUEUE).clamp(1, MAX_CHECKSUMMED_RECORDS);
+        let each = sums(lo, hi, chunk).await?;
+        let Some(k) = first_disagreement(&each) else {
+            return Ok(if narrowing { Difference::Within(lo, hi) } else { Difference::None });
+        };
+        let start = lo + k as u64 * chunk;
+        if chunk == 1 {
+            let at = each.iter().map(|(id, c)| (*id, c.get(k).copied().unwrap_or(0))).collect();
+            return Ok(Difference::At(start, at));
+        }
+        (lo, hi, narrowing) = (start, hi.min(start + chunk), true);
+    }
+}
+
+/// The `QueueChecksums` requests that cover `from..to` in chunks of `chunk` (at most
+/// [`MAX_CHECKSUMMED_RECORDS`]): each within one request's limits, cut at chunk boundaries.
+fn checksum_slices(from: u64, to: u64, chunk: u64) -> Vec<(u64, u64)> {
+    let chunk = chunk.max(1);
+    let per_request = MAX_CHECKSUMS.min(MAX_CHECKSUMMED_RECORDS / chunk).max(1) * chunk;
+    let mut slices = Vec::new();
+    let mut lo = from;
+    while lo < to {
+        let hi = to.min(lo.saturating_add(per_request));
+        slices.push((lo, hi));
+        lo = hi;
+    }
+    slices
 }
 
 /// The first position where the members' checksums are not all the same.
@@ -901,5 +965,45 @@ mod tests {
         let row: Vec<&str> = table.lines().nth(1).expect("one row").split_whitespace().collect();
         assert_eq!(row, ["7", "3", "1", "1970-01-01T00:00:01.48Z", "420", "60", "15", "105", "495", "1"]);
         assert_eq!(history_table(&[]), "no leadership change recorded yet\n");
+    }
+
+    /// Three members' records of a queue of `len` offsets: node 2's differs at `bad`.
+    fn answers(len: u64, bad: u64) -> impl Fn(u64, u64, u64) -> std::future::Ready<Result<MemberSums, String>> {
+        move |from, to, chunk| {
+            assert!(chunk <= MAX_CHECKSUMMED_RECORDS && to <= len);
+            let sums = |node: u64| -> Vec<u32> {
+                // One chunk's checksum: whether it holds the damaged record, and where it starts.
+                (from..to)
+                    .step_by(chunk as usize)
+                    .map(|lo| u32::from(node == 2 && (lo..lo + chunk).contains(&bad)) + (lo as u32).wrapping_mul(2))
+                    .collect()
+            };
+            std::future::ready(Ok((1..=3).map(|node| (node, sums(node))).collect()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_difference_deep_in_a_long_queue_is_narrowed_down_to_its_offset() {
+        let len = 3_000_000_000;
+        let found = first_difference(0, len, answers(len, 1_234_567_891)).await.unwrap();
+        let Difference::At(offset, each) = found else { panic!("{found:?}") };
+        assert_eq!(offset, 1_234_567_891);
+        assert_eq!(each.iter().filter(|(_, sum)| *sum != each[0].1).count(), 1, "node 2 alone differs");
+        assert_eq!(first_difference(0, 10, answers(10, 99)).await.unwrap(), Difference::None);
+    }
+
+    #[test]
+    fn checksum_requests_stay_within_one_request_s_limits_and_cover_the_range() {
+        for (from, to, chunk) in [(0, 10, 1), (5, 20_000, 1), (0, 1_000_000_000, 3_906_250), (7, 7, 1)] {
+            let slices = checksum_slices(from, to, chunk);
+            let mut next = from;
+            for (lo, hi) in slices {
+                assert_eq!(lo, next, "contiguous");
+                assert!(hi - lo <= MAX_CHECKSUMMED_RECORDS && (hi - lo).div_ceil(chunk) <= MAX_CHECKSUMS);
+                assert!(hi == to || (hi - from) % chunk == 0, "cut at chunk boundaries");
+                next = hi;
+            }
+            assert_eq!(next, to.max(from));
+        }
     }
 }

@@ -27,11 +27,17 @@ pub async fn watch_leaders(cluster: Cluster) {
                 leader: m.current_leader,
                 candidate: m.state == openraft::ServerState::Candidate,
                 committed_term: m.local_committed.as_ref().map(|c| c.leader_id.term),
-                matched: m
-                    .replication
-                    .as_ref()
-                    .map(|r| r.iter().map(|(id, matched)| (*id, matched.as_ref().map(|l| l.leader_id.term))).collect())
-                    .unwrap_or_default(),
+                // Only a leader's failover is measured; a follower skips this on every change.
+                matched: match m.current_leader == Some(m.id) {
+                    true => m
+                        .replication
+                        .as_ref()
+                        .map(|r| {
+                            r.iter().map(|(id, matched)| (*id, matched.as_ref().map(|l| l.leader_id.term))).collect()
+                        })
+                        .unwrap_or_default(),
+                    false => Vec::new(),
+                },
                 last_heard_ms: cluster.leader_contact().silence().map(|s| now - s.as_millis() as i64),
             }
         };

@@ -16,6 +16,17 @@ use crate::broker::pop::Receipt;
 
 /// How long one delivery is kept invisible at most, renewals included.
 pub const MAX_RENEWED: Duration = Duration::from_secs(3600);
+
+/// How long before a delivery's invisible time runs out it is renewed at the latest: the renewal
+/// job looks once a second and its entry must commit, so two thirds into a short invisible time
+/// (two seconds: renewed at 1.3 s, looked at up to 2.3 s) would come too late.
+const RENEW_AHEAD: Duration = Duration::from_millis(1500);
+
+/// When a delivery invisible for `invisible` from `now` is due for renewal: two thirds in, or
+/// `RENEW_AHEAD` before it runs out if that is earlier.
+fn renewal_due(now: Instant, invisible: Duration) -> Instant {
+    now + (invisible * 2 / 3).min(invisible.saturating_sub(RENEW_AHEAD))
+}
 /// A client not heard from (heartbeat or receive) for this long is gone: its renewals stop.
 const CLIENT_SILENCE: Duration = Duration::from_secs(60);
 
@@ -49,7 +60,7 @@ impl Renewals {
             let renewal = Renewal {
                 client: client.to_string(),
                 invisible,
-                due: now + invisible * 2 / 3,
+                due: renewal_due(now, invisible),
                 stop: now + MAX_RENEWED,
                 receipt,
             };
@@ -92,7 +103,7 @@ impl Renewals {
             .values_mut()
             .filter(|r| r.due <= now)
             .map(|r| {
-                r.due = now + r.invisible * 2 / 3;
+                r.due = renewal_due(now, r.invisible);
                 (r.receipt.clone(), r.invisible)
             })
             .collect()
@@ -125,6 +136,17 @@ mod tests {
         r.client_gone("c1");
         tokio::time::advance(Duration::from_secs(20)).await;
         assert!(r.due().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_invisible_time_is_renewed_a_tick_and_a_commit_before_it_runs_out() {
+        let r = Renewals::default();
+        r.track("c1", vec![receipt(1)], Duration::from_secs(2));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert!(r.due().is_empty());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        // Due at 0.5 s: a job looking a second later still renews it before 2 s.
+        assert_eq!(r.due().len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -82,8 +82,51 @@ peak_rss_mib() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# CPU: the brokers' (utime + stime of the running system's server processes, from /proc) and the
+# load driver's, per message, for every measured run.
+CLK_TCK=$(getconf CLK_TCK)
+BROKERS=() # PIDs of the system under test, set once its cluster is up
+cpu_ticks() {
+  local t=0 p v
+  for p in "$@"; do
+    v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2> /dev/null || echo 0)
+    t=$((t + v))
+  done
+  echo "$t"
+}
+# run_measured LOG CMD...: runs CMD with its output in LOG, then appends the CPU the brokers
+# (BROKER_TICKS) and CMD itself (CLIENT_TICKS: the waiting shell's reaped children) spent.
+run_measured() {
+  local f=$1 b0 b1 rc=0
+  shift
+  b0=$(cpu_ticks "${BROKERS[@]}")
+  timeout "$RUN_TIMEOUT" bash -c '"$@"; rc=$?; read -r -a s < /proc/$$/stat; echo "CLIENT_TICKS $((s[15] + s[16]))"; exit $rc' \
+    _ "$@" > "$f" 2>&1 || rc=$?
+  b1=$(cpu_ticks "${BROKERS[@]}")
+  echo "BROKER_TICKS $((b1 - b0))" >> "$f"
+  return $rc
+}
+# record_cpu KEY LOG MESSAGES: CPU[KEY]="broker_us client_us" per message.
+record_cpu() {
+  local b c
+  b=$(sed -n 's/^BROKER_TICKS //p' "$2" | tail -1)
+  c=$(sed -n 's/^CLIENT_TICKS //p' "$2" | tail -1)
+  [ -n "$b" ] && [ -n "$c" ] && [ "${3:-0}" -gt 0 ] || return 0
+  CPU[$1]=$(awk -v b="$b" -v c="$c" -v n="$3" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f %.1f", b * 1e6 / hz / n, c * 1e6 / hz / n }')
+}
+# messages_arg ARGS...: the value after --messages.
+messages_arg() {
+  while [ $# -gt 1 ]; do
+    if [ "$1" = --messages ]; then echo "$2"; return; fi
+    shift
+  done
+  echo 0
+}
+
+# ---------------------------------------------------------------------------------------------
 # Results: RES[key]="rate p50 p99 failed"; cells are rendered at the end.
 declare -A RES=()
+declare -A CPU=()
 declare -A RSS=()
 declare -A FAILOVER=()
 
@@ -93,13 +136,14 @@ kv() { tr ' ' '\n' <<< "$1" | sed -n "s/^$2=//p" | head -1; }
 # run_peer KEY LOGNAME peer-bench args...: run a driver, keep its RESULT.
 run_peer() {
   local key=$1 name=$2 line; shift 2
-  if ! timeout "$RUN_TIMEOUT" "$PEER_BENCH" "$@" > "$LOGS/$name.log" 2>&1; then
+  if ! run_measured "$LOGS/$name.log" "$PEER_BENCH" "$@"; then
     log "$name failed; last lines of $LOGS/$name.log:"; tail -5 "$LOGS/$name.log" >&2
   fi
   line=$(grep '^RESULT ' "$LOGS/$name.log" | tail -1 || true)
   if [ -z "$line" ]; then RES[$key]="error"; return; fi
   RES[$key]="$(kv "$line" rate) $(kv "$line" p50_ms) $(kv "$line" p99_ms) $(kv "$line" failed)"
-  log "$name: $line"
+  record_cpu "$key" "$LOGS/$name.log" "$(messages_arg "$@")"
+  log "$name: $line; CPU µs/msg brokers, client: ${CPU[$key]:-?}"
 }
 
 # run_rockraft_bench KEY LOGNAME rockraft-args...: `rockraft bench produce|consume`, whose summary
@@ -107,7 +151,7 @@ run_peer() {
 run_rockraft_bench() {
   local key=$1 name=$2 f rate p50 p99 failed; shift 2
   f="$LOGS/$name.log"
-  if ! timeout "$RUN_TIMEOUT" "$ROCKRAFT" "$@" > "$f" 2>&1; then
+  if ! run_measured "$f" "$ROCKRAFT" "$@"; then
     log "$name failed; last lines of $f:"; tail -5 "$f" >&2
   fi
   rate=$(sed -n 's/.* s: \([0-9.]*\) messages\/s.*/\1/p' "$f" | tail -1)
@@ -116,7 +160,8 @@ run_rockraft_bench() {
   failed=$(sed -n 's/.*(\([0-9]*\) failed.*/\1/p' "$f" | tail -1)
   if [ -z "$rate" ]; then RES[$key]="error"; return; fi
   RES[$key]="$rate ${p50:-?} ${p99:-?} ${failed:-0}"
-  log "$name: $rate msg/s, p50 ${p50:-?} ms, p99 ${p99:-?} ms, failed ${failed:-0}"
+  record_cpu "$key" "$f" "$(messages_arg "$@")"
+  log "$name: $rate msg/s, p50 ${p50:-?} ms, p99 ${p99:-?} ms, failed ${failed:-0}; CPU µs/msg brokers, client: ${CPU[$key]:-?}"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -224,6 +269,7 @@ stop_nats() {
 
 bench_jetstream() {
   start_nats
+  BROKERS=("${NATS_PIDS[@]}")
   for w in $WINDOWS; do
     run_peer "js:produce:$w" "jetstream-produce-w$w" jetstream-produce --servers "$NATS_URLS" --stream BENCH \
       --subject bench.msgs --messages "$(messages_for "$w")" --size $SIZE --window "$w"
@@ -314,6 +360,7 @@ stop_rabbit() {
 
 bench_rabbitmq() {
   start_rabbit
+  BROKERS=("$(rabbit_pid 1)" "$(rabbit_pid 2)" "$(rabbit_pid 3)")
   for w in $WINDOWS; do
     run_peer "rb:produce:$w" "rabbitmq-produce-w$w" rabbit-produce \
       --uri "amqp://guest:guest@127.0.0.1:5672/%2f" --queue bench --messages "$(messages_for "$w")" \
@@ -417,6 +464,7 @@ bench_rockraft() {
   local d w
   for d in sync async; do
     start_rockraft "$d"
+    BROKERS=("$(rr_pid 1)" "$(rr_pid 2)" "$(rr_pid 3)")
     for w in $WINDOWS; do
       run_rockraft_bench "rr-$d:bench:$w" "rockraft-$d-bench-w$w" bench produce --endpoints "$RR_COMMA" \
         --topic BenchTopic --messages "$(messages_for "$w")" --size $SIZE --concurrency "$w" --batch 1
@@ -451,7 +499,7 @@ bench_rockraft() {
 # ---------------------------------------------------------------------------------------------
 # The table.
 cell() {
-  # cell KEY: "RATE/s (p50 X / p99 Y ms)" or "—".
+  # cell KEY: "RATE/s (p50 X / p99 Y ms); CPU/msg B + C µs" or "—".
   local v=${RES[$1]:-}
   if [ -z "$v" ]; then echo "—"; return; fi
   if [ "$v" = error ]; then echo "error"; return; fi
@@ -459,6 +507,7 @@ cell() {
   read -r rate p50 p99 failed <<< "$v"
   s=$(printf "%.0f/s (p50 %s / p99 %s ms)" "$rate" "$p50" "$p99")
   if [ "${failed:-0}" != 0 ]; then s+=", $failed failed"; fi
+  if [ -n "${CPU[$1]:-}" ]; then s+="; CPU/msg $(awk '{printf "%s + %s", $1, $2}' <<< "${CPU[$1]}") µs"; fi
   echo "$s"
 }
 ratio() {
@@ -513,6 +562,7 @@ report() {
     echo "- each system: three nodes on 127.0.0.1, three replicas, 1 KiB bodies; RockRaft topic of 8 queues"
     echo "- messages per run: $MESSAGES_W1 at window 1, $MESSAGES otherwise$([ "$QUICK" = 1 ] && echo " (QUICK smoke run: too few for steady-state figures)")"
     echo "- cells: messages/s (latency from send to durable acknowledgement, p50 / p99); window = messages in flight"
+    echo "- CPU/msg: the three brokers' CPU + the load driver's CPU per message, in µs (utime + stime from /proc; $(nproc) CPUs shared by all four processes)"
     echo "- failover: \`peer-bench rockraft-gap\` sends through node 1 with $GAP_WINDOW in flight; the leader (never node 1) is SIGKILLed $KILLS times, restarted after ${KILL_WAIT} s"
     echo "- the \`rockraft bench\` rows are divided by the peer-bench figures of the same window"
     echo

@@ -260,3 +260,28 @@ async fn a_leader_killed_between_receive_and_ack_loses_no_message() {
     }
     assert_eq!(acked, sent, "every message sent was consumed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sparse_filter_finds_its_message_behind_a_long_run_of_others_in_one_receive() {
+    // One plan looks at a bounded number of records per queue (2,048). A receive whose plan only
+    // passed over messages its filter did not want must look further at once, not sit out its
+    // long poll with matches still behind the records it looked at.
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Audit", 1, TopicKind::Normal).await;
+    cluster.create_group("rare", false, 16).await;
+    let p = producer(&cluster.access_url(), "Audit").await;
+    use futures_util::StreamExt;
+    let sent = futures_util::stream::iter(0..7000)
+        .map(|i| send(&p, "Audit", "Noise", None, format!("noise-{i}")))
+        .buffer_unordered(64)
+        .count()
+        .await;
+    assert_eq!(sent, 7000);
+    let wanted = send(&p, "Audit", "Rare", None, "the one".into()).await;
+
+    let c = consumer(&cluster.access_url(), "rare", "Audit").await;
+    let rare = FilterExpression::new(FilterType::Tag, "Rare");
+    let first = c.receive_with("Audit", &rare, 32, Duration::from_secs(30)).await.expect("receive");
+    let ids: Vec<&str> = first.iter().map(|m| m.message_id()).collect();
+    assert_eq!(ids, vec![wanted.as_str()], "the first receive brings the one match");
+}

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::broker::apply::Effects;
 use crate::broker::dedupe_journal::{DedupeJournal, JournalMark};
+use crate::broker::entry_cache::EntryCache;
 use crate::broker::queues::Queues;
 use crate::broker::state::{Applied, LogPosition, State};
 use crate::broker::timer_wheel::{TimerWheel, WheelMark};
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     /// Message id → where the message is (node-local, written with the ConsumeQueues).
     pub message_index: MessageIndex,
     pub log: LogReader,
+    /// Message batches of recently read entries, decoded once.
+    pub entries: Arc<EntryCache>,
     pub state: RwLock<State>,
     /// Held through a checkpoint or an install: one at a time, and only they write the journal
     /// and the timer wheel's files.
@@ -117,6 +120,9 @@ impl Broker {
         let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
         let (message_index, index_created) =
             MessageIndex::open(&options.dir.join("message-index"), options.message_index_entries_per_file)?;
+        let entries = Arc::new(EntryCache::default());
+        let released = Arc::clone(&entries);
+        log.on_purge(Box::new(move |first_index| released.release_below(first_index)));
         let inner = Inner {
             tree,
             db,
@@ -129,6 +135,7 @@ impl Broker {
             snapshot_target: AtomicU64::new(0),
             options,
             watchers: Mutex::new(HashMap::new()),
+            entries,
         };
         let broker = Broker { inner: Arc::new(inner) };
         if index_created {

@@ -17,7 +17,7 @@ use crate::broker::apply::{Effects, QueueWrite};
 use crate::broker::state::State;
 use crate::broker::timer::{TimerKey, parse_recall_handle};
 use crate::broker::transaction::{Half, parse_transaction_id};
-use crate::broker::{Broker, BrokerError, Command, split_position};
+use crate::broker::{Broker, BrokerError, split_position};
 use crate::store::CqRecord;
 
 /// What is needed to deliver a held message without reading it: where it goes and its
@@ -277,9 +277,10 @@ impl Broker {
     /// The stored message at `position` (a held message's), straight from the log.
     pub fn message_at(&self, position: u64) -> Result<Option<(StoredMessage, i64)>, BrokerError> {
         let (index, ordinal) = split_position(position);
-        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
-        let Some(batch) = Command::decode(entry.payload).ok().and_then(Command::stored_batch) else {
-            return Ok(None);
+        let batch = match self.batch_at(index) {
+            Ok(Some(batch)) => batch,
+            Ok(None) | Err(BrokerError::CorruptEntry(_)) => return Ok(None),
+            Err(e) => return Err(e),
         };
         let Some(raw) = batch.messages.get(ordinal) else { return Ok(None) };
         let m = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;

@@ -9,7 +9,7 @@ use crate::broker::held::HeldEntry;
 use crate::broker::read::StoredEntry;
 use crate::broker::timer::{recall_handle, timer_key};
 use crate::broker::transaction::transaction_id;
-use crate::broker::{Broker, BrokerError, Command, SendOutcome, split_position};
+use crate::broker::{Broker, BrokerError, SendOutcome, split_position};
 use crate::store::{Located, Place};
 
 /// Held rows indexed per read of the state when the index is filled from it.
@@ -96,8 +96,11 @@ impl Broker {
     /// The topic and queue of the message at `position`, from its log entry.
     fn queue_of(&self, position: u64) -> Result<Option<(String, u32)>, BrokerError> {
         let (index, _) = split_position(position);
-        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
-        Ok(Command::decode(entry.payload).ok().and_then(Command::stored_batch).map(|b| (b.topic, b.queue_id)))
+        match self.batch_at(index) {
+            Ok(batch) => Ok(batch.map(|b| (b.topic.clone(), b.queue_id))),
+            Err(BrokerError::CorruptEntry(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Puts what the state holds into the message index: every readable message and every held

@@ -9,7 +9,7 @@
 //!   is stored), the one abstraction every piece of state uses;
 //! - [`Broker`] (`handle.rs`): the live state on this node, with its files; `checkpoint.rs`
 //!   makes it durable, `snapshot.rs` builds the state as of any index and installs one,
-//!   `read.rs` serves reads;
+//!   `read.rs` serves reads (`entry_cache.rs` decodes each entry read once);
 //! - [`DiskTable`](disk_table::DiskTable): a table whose rows stay in sled (halves, holds);
 //!   pending timers are kept in a timing wheel of files (`timer_wheel.rs`), 16 bytes of memory
 //!   each;
@@ -27,6 +27,7 @@ mod command;
 pub mod dedupe;
 mod dedupe_journal;
 mod disk_table;
+mod entry_cache;
 mod error;
 pub mod failover;
 pub mod group;

@@ -7,6 +7,8 @@
 //! held messages of orderly groups that are free now, then new messages from the group's position.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
@@ -78,6 +80,32 @@ pub struct PopPlan {
     pub filter_unavailable: Option<String>,
 }
 
+/// Threads queues are screened on at most.
+const MAX_SCAN_THREADS: usize = 4;
+
+/// The threads selective pops screen queues on, kept for the process (their filter buffers and
+/// allocator state with them); none on a single core.
+fn scan_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_SCAN_THREADS);
+        if threads < 2 {
+            return None;
+        }
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("rockraft-scan-{i}"));
+        pool.build().map_err(|e| tracing::warn!(error = %e, "screening queues on one thread")).ok()
+    })
+    .as_ref()
+}
+
+/// One queue's part of a plan while new messages are taken.
+struct QueueScan {
+    range: QueueRange,
+    take: QueueTake,
+    blocked: BTreeSet<String>,
+    filter_unavailable: Option<String>,
+}
+
 /// A window of a queue through the filter.
 struct Screened {
     /// The offsets that pass, with their message group (orderly deliveries) or "".
@@ -137,6 +165,8 @@ impl Broker {
         };
         let mut budget = r.max_messages;
         let orderly = r.group.orderly_on(r.topic);
+        // First what is owed: expired deliveries and held messages whose group is free.
+        let mut scans = Vec::with_capacity(queues.len());
         for (queue_id, range, pop) in queues {
             for (&offset, f) in &pop.inflight {
                 if f.invisible_until_ms > r.now_ms {
@@ -172,42 +202,78 @@ impl Broker {
                 }
                 blocked.insert(group.clone());
             }
-            let mut offset = pop.position.max(range.start);
-            let end = range.next.min(offset.saturating_add(SCAN_LIMIT));
-            while budget > 0 && offset < end {
-                // Filters run over a window at a time; what lies past the budget is left untaken.
-                let to = end.min(offset.saturating_add((budget as u64).max(MIN_WINDOW)));
-                let mut next = to;
-                let Screened { wanted, stopped } = self.screen(r, queue_id, offset, to, orderly)?;
-                for (at, group) in wanted {
-                    if budget == 0 {
-                        next = at;
-                        break;
-                    }
-                    if !group.is_empty() && blocked.contains(&group) {
-                        take.hold.push((at, group));
-                    } else {
-                        if !group.is_empty() {
-                            blocked.insert(group.clone());
-                        }
-                        take.deliver.push((at, group));
-                        budget -= 1;
-                    }
-                }
-                if let Some((at, reason)) = stopped {
-                    // The filter could not be run on the message at `at`: this queue goes no further.
-                    offset = next.min(at);
-                    plan.filter_unavailable.get_or_insert(reason);
-                    break;
-                }
-                offset = next;
+            scans.push(QueueScan { range, take, blocked, filter_unavailable: None });
+        }
+        // Then new messages. Screening them through a filter that reads each message is the cost
+        // of a selective subscription's pop: the queues are screened on several threads then,
+        // sharing the budget.
+        let budget = AtomicUsize::new(budget);
+        let backlog = scans.iter().filter(|s| s.take.from.max(s.range.start) < s.range.next).count();
+        match scan_pool().filter(|_| (r.filter.reads_messages() || orderly) && backlog > 1) {
+            Some(pool) => {
+                use rayon::prelude::*;
+                pool.install(|| scans.par_iter_mut().try_for_each(|scan| self.scan_new(r, orderly, scan, &budget)))?;
             }
-            take.to = offset.max(take.from);
+            None => {
+                for scan in &mut scans {
+                    self.scan_new(r, orderly, scan, &budget)?;
+                }
+            }
+        }
+        for QueueScan { take, filter_unavailable, .. } in scans {
+            if let Some(reason) = filter_unavailable {
+                plan.filter_unavailable.get_or_insert(reason);
+            }
             if take.to != take.from || !take.deliver.is_empty() {
                 plan.pop.takes.push(take);
             }
         }
         Ok(plan)
+    }
+
+    /// Takes new messages of one queue from its position, while `budget` lasts: those that pass
+    /// are delivered (or held behind their message group), those that do not are passed over.
+    fn scan_new(
+        &self,
+        r: &PopRequest,
+        orderly: bool,
+        scan: &mut QueueScan,
+        budget: &AtomicUsize,
+    ) -> Result<(), BrokerError> {
+        let QueueScan { range, take, blocked, filter_unavailable } = scan;
+        let claim = || budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1)).is_ok();
+        let mut offset = take.from.max(range.start);
+        let end = range.next.min(offset.saturating_add(SCAN_LIMIT));
+        while budget.load(Ordering::Relaxed) > 0 && offset < end {
+            // Filters run over a window at a time; what lies past the budget is left untaken.
+            let left = budget.load(Ordering::Relaxed) as u64;
+            let to = end.min(offset.saturating_add(left.max(MIN_WINDOW)));
+            let mut next = to;
+            let Screened { wanted, stopped } = self.screen(r, take.queue_id, offset, to, orderly)?;
+            for (at, group) in wanted {
+                if !group.is_empty() && blocked.contains(&group) {
+                    take.hold.push((at, group));
+                    continue;
+                }
+                if !claim() {
+                    next = at;
+                    break;
+                }
+                if !group.is_empty() {
+                    blocked.insert(group.clone());
+                }
+                take.deliver.push((at, group));
+            }
+            if let Some((at, reason)) = stopped {
+                // The filter could not be run on the message at `at`: this queue goes no further.
+                offset = next.min(at);
+                filter_unavailable.get_or_insert(reason);
+                break;
+            }
+            offset = next;
+        }
+        take.to = offset.max(take.from);
+        Ok(())
     }
 
     /// The messages in `from..to` of a queue that pass the filter, with their message group
@@ -224,8 +290,11 @@ impl Broker {
         let topic = r.topic.name.as_str();
         let mut wanted = Vec::new();
         let mut read = Vec::new();
+        // `from..to` lies within the queue's range as planned; a record retention took since is
+        // missing and skipped.
+        let queue = self.inner.queues.get(topic, queue_id)?;
         for offset in from..to {
-            let Some(record) = self.queue_record(topic, queue_id, offset)? else { continue };
+            let Some(record) = queue.get(offset) else { continue };
             if !r.filter.may_match(record.tag_hash) {
                 continue;
             }
@@ -233,7 +302,7 @@ impl Broker {
                 wanted.push((offset, String::new()));
                 continue;
             }
-            if let Some(entry) = self.read(topic, queue_id, offset)? {
+            if let Some(entry) = self.entry_of(topic, queue_id, offset, &record)? {
                 read.push(entry);
             }
         }

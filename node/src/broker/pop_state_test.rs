@@ -101,6 +101,59 @@ fn filtered_out_messages_are_passed_over_for_good() {
     assert_eq!(progress.len(), 1, "the group's progress on T is known");
 }
 
+/// Passes messages whose id ends in `0` (reads every message, as a SQL92 filter does).
+struct IdsEndingInZero;
+
+impl MessageFilter for IdsEndingInZero {
+    fn may_match(&self, _: u64) -> bool {
+        true
+    }
+    fn reads_messages(&self) -> bool {
+        true
+    }
+    fn passes(&self, entries: &[&StoredEntry], _: i64) -> Vec<bool> {
+        entries.iter().map(|e| e.message.message_id.ends_with('0')).collect()
+    }
+}
+
+#[test]
+fn a_selective_filter_over_many_queues_delivers_each_match_once_within_the_budget() {
+    // Queues are screened on several threads sharing one budget: no match may be lost, doubled or
+    // delivered past the budget, and what does not match is passed over.
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 6));
+    let g = group("g", 16);
+    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    let mut expected = std::collections::BTreeSet::new();
+    for q in 0..6u32 {
+        for chunk in 0..10 {
+            let ids: Vec<String> = (0..50).map(|i| format!("q{q}-{}", chunk * 50 + i)).collect();
+            expected.extend(ids.iter().filter(|id| id.ends_with('0')).map(|id| (q, id.clone())));
+            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            n.commit(&send("T", q, 1, &refs));
+        }
+    }
+    let mut delivered = std::collections::BTreeSet::new();
+    for round in 0.. {
+        assert!(round < 100, "the backlog should drain");
+        let got = pop(&mut n, &g, "T", &IdsEndingInZero, 1000, 60_000);
+        assert!(got.len() <= 32, "a pop of 32 delivered {}", got.len());
+        if got.is_empty() {
+            break;
+        }
+        for d in got {
+            let id = n.broker.read("T", d.queue_id, d.offset).unwrap().unwrap().message.message_id;
+            assert!(id.ends_with('0'), "{id} does not pass the filter");
+            assert!(delivered.insert((d.queue_id, id.clone())), "{id} delivered twice");
+        }
+    }
+    assert_eq!(delivered, expected);
+    let progress = n.broker.group_progress();
+    let (lag, inflight) = progress.iter().fold((0, 0), |(l, f), p| (l + p.lag, f + p.inflight));
+    assert_eq!((lag, inflight), (expected.len() as u64, expected.len() as u64), "all else was passed over");
+}
+
 #[test]
 fn after_max_attempts_a_copy_goes_to_the_dead_letter_topic_once() {
     let dir = tempfile::tempdir().unwrap();

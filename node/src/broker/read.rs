@@ -3,7 +3,9 @@
 
 use bytes::Bytes;
 use prost::Message;
-use rockraft_proto::rockraft::StoredMessage;
+use std::sync::Arc;
+
+use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
@@ -131,11 +133,19 @@ impl Broker {
             return Ok(None);
         }
         let Some(record) = self.inner.queues.get(topic, queue_id)?.get(offset) else { return Ok(None) };
+        self.entry_of(topic, queue_id, offset, &record)
+    }
+
+    /// The message `record` (the ConsumeQueue record at `offset`) points at.
+    pub(crate) fn entry_of(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        record: &CqRecord,
+    ) -> Result<Option<StoredEntry>, BrokerError> {
         let (index, ordinal) = split_position(record.position);
-        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
-        let Some(batch) = Command::decode(entry.payload).ok().and_then(Command::stored_batch) else {
-            return Err(BrokerError::CorruptEntry(format!("queue record points at entry {index}")));
-        };
+        let Some(batch) = self.batch_at(index)? else { return Ok(None) };
         let raw = batch
             .messages
             .get(ordinal)
@@ -150,6 +160,29 @@ impl Broker {
             message,
             raw: raw.clone(),
         }))
+    }
+
+    /// The messages stored by the entry at `index` (a send or a dead letter), or `None` if the log
+    /// no longer holds it; an entry that stores no messages is corrupt for the caller, which
+    /// followed a record to it. Decoded once per entry (see `entry_cache.rs`).
+    pub(crate) fn batch_at(&self, index: u64) -> Result<Option<Arc<SendBatch>>, BrokerError> {
+        if let Some(batch) = self.inner.entries.get(index) {
+            return Ok(Some(batch));
+        }
+        let Some(entry) = self.inner.log.read(index)? else { return Ok(None) };
+        let batch = self
+            .inner
+            .entries
+            .insert(index, &entry.payload, |payload| Command::decode(payload).ok().and_then(Command::stored_batch));
+        // A purge between the read and the insert has already released what it purged.
+        let first_index = self.inner.log.bounds().first_index;
+        if index < first_index {
+            self.inner.entries.release_below(first_index);
+        }
+        match batch {
+            Some(batch) => Ok(Some(batch)),
+            None => Err(BrokerError::CorruptEntry(format!("entry {index} stores no messages"))),
+        }
     }
 
     /// Every queue's ConsumeQueue records that entries up to log index `upto` wrote: the first

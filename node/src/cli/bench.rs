@@ -27,6 +27,8 @@ pub struct ProduceOptions {
     pub size: usize,
     pub concurrency: usize,
     pub batch: usize,
+    /// Every message gets `bench_mark`: "1" on every Nth, "0" on the others.
+    pub mark_every: Option<u64>,
 }
 
 pub async fn produce(o: ProduceOptions) -> Result<(), String> {
@@ -46,7 +48,7 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
         let mut client = clients[worker % clients.len()].clone();
         let (next, failed, latencies, bar, body, topic, run) =
             (next.clone(), failed.clone(), latencies.clone(), bar.clone(), body.clone(), o.topic.clone(), run.clone());
-        let (total, batch) = (o.messages, o.batch as u64);
+        let (total, batch, mark_every) = (o.messages, o.batch as u64, o.mark_every);
         tasks.push(tokio::spawn(async move {
             loop {
                 let first = next.fetch_add(batch, Ordering::Relaxed);
@@ -57,10 +59,17 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
                 let messages = (first..first + n)
                     .map(|i| Message {
                         topic: Some(Resource { resource_namespace: String::new(), name: topic.clone() }),
-                        user_properties: Default::default(),
+                        user_properties: mark_every
+                            .map(|n| {
+                                [("bench_mark".to_string(), if i % n == 0 { "1" } else { "0" }.to_string())].into()
+                            })
+                            .unwrap_or_default(),
                         system_properties: Some(SystemProperties {
                             message_id: format!("bench-{run}-{i}"),
                             message_type: MessageType::Normal as i32,
+                            // No queue of its own choosing: the broker spreads messages over the
+                            // topic's queues (0 would name queue 0).
+                            queue_id: -1,
                             ..Default::default()
                         }),
                         body: body.clone(),
@@ -133,15 +142,26 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} acked {per_sec} eta {eta}").map_err(|e| e.to_string())?,
     );
     let start = Instant::now();
-    let mut tasks = Vec::new();
+    // When the last confirmed ack came, in µs from `start`: consumption time ends there, not
+    // when the workers still in a long poll on an emptied topic give up.
+    let last_ack_us = Arc::new(AtomicU64::new(0));
+    let all_acked = Arc::new(tokio::sync::Notify::new());
+    let mut tasks = tokio::task::JoinSet::new();
     for worker in 0..o.concurrency {
         let mut client = clients[worker % clients.len()].clone();
-        let (acked, failed, bytes, latencies, bar) =
-            (acked.clone(), failed.clone(), bytes.clone(), latencies.clone(), bar.clone());
+        let (acked, failed, bytes, latencies, bar, last_ack_us, all_acked) = (
+            acked.clone(),
+            failed.clone(),
+            bytes.clone(),
+            latencies.clone(),
+            bar.clone(),
+            last_ack_us.clone(),
+            all_acked.clone(),
+        );
         let (group, topic, total, batch, idle) = (resource(&o.group), resource(&o.topic), o.messages, o.batch, o.idle);
         let filter = o.filter.clone();
         let client_id = format!("bench-consume-{}-{worker}", std::process::id());
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut last_message = Instant::now();
             while acked.load(Ordering::Relaxed) < total && last_message.elapsed() < idle {
                 let round = Instant::now();
@@ -184,22 +204,34 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
                     Err(_) => false,
                 };
                 if ok {
-                    acked.fetch_add(n, Ordering::Relaxed);
+                    last_ack_us.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
                     bar.inc(n);
                     let _ = latencies.lock().await.record(round.elapsed().as_micros() as u64);
+                    if acked.fetch_add(n, Ordering::Relaxed) + n >= total {
+                        all_acked.notify_one();
+                    }
                 } else {
                     failed.fetch_add(n, Ordering::Relaxed);
                 }
             }
-        }));
+        });
     }
-    for t in tasks {
-        t.await.map_err(|e| e.to_string())?;
+    tokio::select! {
+        _ = all_acked.notified() => tasks.abort_all(),
+        _ = async { while tasks.join_next().await.is_some() {} } => {}
+    }
+    while let Some(t) = tasks.join_next().await {
+        if let Err(e) = t
+            && !e.is_cancelled()
+        {
+            return Err(e.to_string());
+        }
     }
     bar.finish_and_clear();
     let acked = acked.load(Ordering::Relaxed);
-    // The idle wait at the end is not consumption time.
-    let elapsed = start.elapsed().saturating_sub(if acked < o.messages { o.idle } else { Duration::ZERO });
+    // Neither the idle wait at the end nor long polls left waiting on an emptied topic are
+    // consumption time.
+    let elapsed = Duration::from_micros(last_ack_us.load(Ordering::Relaxed).max(1));
     let h = latencies.lock().await;
     let ms = |us: u64| Duration::from_micros(us).as_secs_f64() * 1000.0;
     println!(

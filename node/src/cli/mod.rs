@@ -97,6 +97,10 @@ enum BenchCmd {
         /// Client endpoints to spread the load over (comma-separated).
         #[arg(long)]
         endpoints: Option<String>,
+        /// Give every message the user property `bench_mark`: '1' on every Nth message, '0' on the
+        /// others, so `bench consume --sql "bench_mark = '1'"` selects 1 in N.
+        #[arg(long)]
+        mark_every: Option<u64>,
     },
     /// Receive and ack (POP) with `--concurrency` long polls, until `--messages` are acked.
     Consume {
@@ -720,7 +724,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             let config = NodeConfig::load(&config)?;
             crate::node::run(config).await
         }
-        Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints }) => {
+        Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints, mark_every }) => {
             let endpoints = admin.client_endpoints(endpoints);
             bench::produce(bench::ProduceOptions {
                 endpoints,
@@ -729,6 +733,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 size,
                 concurrency: concurrency.max(1),
                 batch: batch.max(1),
+                mark_every: mark_every.map(|n| n.max(1)),
             })
             .await
         }

@@ -39,6 +39,10 @@ pub struct Popped {
     /// How long until the earliest invisible delivery falls due, if any; relative, as the leader's
     /// clock and the receiving node's may differ.
     pub next_due_in_ms: Option<u64>,
+    /// The pop passed over messages its filter did not want: there may be more to look at past
+    /// them, so a receive that got nothing asks again at once instead of waiting.
+    #[serde(default)]
+    pub passed_over: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
@@ -164,7 +168,7 @@ impl Cluster {
             let now_ms = self.leader_now().await?;
             let again = broker.deliveries_of_attempt(&order.group, &order.topic, attempt_id, now_ms);
             if !again.is_empty() {
-                return Ok(Popped { deliveries: again, next_due_in_ms: None });
+                return Ok(Popped { deliveries: again, ..Default::default() });
             }
         }
         let lane = self.pop_locks().get(&order.group, &order.topic);
@@ -212,11 +216,11 @@ impl Cluster {
             false => Vec::new(),
         };
         match self.plan_and_pop(&order, receives).await {
-            Ok(popped) => {
-                let mut deliveries = popped.deliveries.into_iter();
+            Ok(Popped { deliveries, next_due_in_ms, passed_over }) => {
+                let mut deliveries = deliveries.into_iter();
                 for w in round {
                     let own = deliveries.by_ref().take(w.order.max_messages).collect();
-                    let _ = w.answer.send(Ok(Popped { deliveries: own, next_due_in_ms: popped.next_due_in_ms }));
+                    let _ = w.answer.send(Ok(Popped { deliveries: own, next_due_in_ms, passed_over }));
                 }
             }
             Err(e) => {
@@ -257,11 +261,16 @@ impl Cluster {
         }
         let next_due_in_ms = plan.next_due_ms.map(|due| due.saturating_sub(request.now_ms).max(0) as u64);
         if !plan.changes_state() {
-            return Ok(Popped { deliveries: Vec::new(), next_due_in_ms });
+            return Ok(Popped { deliveries: Vec::new(), next_due_in_ms, passed_over: false });
         }
+        // Only messages the filter did not want: none held back for their message group.
+        let passed_over =
+            plan.pop.takes.iter().any(|t| t.to > t.from) && plan.pop.takes.iter().all(|t| t.hold.is_empty());
         plan.pop.receives = receives;
         match self.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await? {
-            Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => Ok(Popped { deliveries, next_due_in_ms }),
+            Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => {
+                Ok(Popped { deliveries, next_due_in_ms, passed_over })
+            }
             Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
             Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => Err(PopError::TopicNotFound(t)),
             other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),

@@ -278,6 +278,10 @@ impl Proxy {
             if !popped.deliveries.is_empty() {
                 return Ok(popped.deliveries);
             }
+            if popped.passed_over {
+                // A sparse filter: the plan's scan limit ended before anything matched.
+                continue;
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Vec::new());

@@ -14,7 +14,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 
@@ -55,7 +55,12 @@ struct Shared {
     /// Lock order: `bounds`, then `durable` (a truncation changes both at once).
     bounds: RwLock<LogBounds>,
     durable: Arc<DurableState>,
+    /// Told the new first index after a purge, so readers that keep records (which pin their
+    /// segment's mapping, and with it a deleted file's space) let go of the purged ones.
+    purge_listeners: Mutex<Vec<PurgeListener>>,
 }
+
+pub type PurgeListener = Box<dyn Fn(u64) + Send + Sync>;
 
 /// Where the next record goes.
 struct Tail {
@@ -264,7 +269,13 @@ impl CommitLog {
         Ok(CommitLog {
             config,
             segments_dir,
-            shared: Arc::new(Shared { segments: RwLock::new(chain), index, bounds: RwLock::new(bounds), durable }),
+            shared: Arc::new(Shared {
+                segments: RwLock::new(chain),
+                index,
+                bounds: RwLock::new(bounds),
+                durable,
+                purge_listeners: Mutex::new(Vec::new()),
+            }),
             tail,
             next_base_offset,
             epoch: 0,
@@ -489,6 +500,11 @@ impl CommitLog {
             }
             self.shared.durable.purged(upto);
         }
+        // Before the files go, so a failed deletion cannot leave a reader holding them.
+        let first = self.bounds().first_index;
+        for listener in self.shared.purge_listeners.lock().expect("purge listeners").iter() {
+            listener(first);
+        }
         let mut doomed = Vec::new();
         {
             let mut segments = self.shared.segments.write().expect("segments lock");
@@ -500,7 +516,6 @@ impl CommitLog {
             fs::remove_file(s.path()).map_err(io_err(s.path()))?;
             crate::crash_point!("log::purge::after_delete");
         }
-        let first = self.bounds().first_index;
         self.shared.index.remove_below(first)?;
         crate::crash_point!("log::purge::after_index_remove");
         if !doomed.is_empty() {
@@ -532,6 +547,11 @@ fn checked_range_end(index: &LogIndex, seg: &Segment, first: u64, last: u64) -> 
 }
 
 impl LogReader {
+    /// Calls `listener` with the new first index after every purge.
+    pub fn on_purge(&self, listener: PurgeListener) {
+        self.shared.purge_listeners.lock().expect("purge listeners").push(listener);
+    }
+
     pub fn bounds(&self) -> LogBounds {
         *self.shared.bounds.read().expect("bounds lock")
     }

@@ -324,6 +324,19 @@ fn purge_deletes_whole_segments_below_the_point_and_restart_honours_it() {
 }
 
 #[test]
+fn readers_that_keep_records_are_told_the_first_index_after_each_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    append(&mut log, 0, 1, &[1_000; 30]);
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = Arc::clone(&told);
+    log.reader().on_purge(Box::new(move |first| listener.lock().unwrap().push(first)));
+    log.purge(9).unwrap();
+    log.purge(19).unwrap();
+    assert_eq!(*told.lock().unwrap(), vec![10, 20]);
+}
+
+#[test]
 fn after_a_purge_past_the_end_the_log_continues_where_the_purge_left_it() {
     // What a follower does when it installs a snapshot newer than its whole log.
     let dir = tempfile::tempdir().unwrap();

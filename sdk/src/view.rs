@@ -313,12 +313,19 @@ impl<'b> BatchWriter<'b> {
 
     /// Strings longer than their length field allows are cut (the host bounds them far below).
     pub fn push(&mut self, m: &MessageData) {
-        self.push_with(m, m.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let keys = m.keys.iter().map(String::as_str);
+        self.push_parts(m, keys, m.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     }
 
-    /// As [`push`](Self::push), with the properties from wherever the caller keeps them
-    /// (`m.properties` is not read).
-    pub fn push_with<'p>(&mut self, m: &MessageData, properties: impl ExactSizeIterator<Item = (&'p str, &'p str)>) {
+    /// As [`push`](Self::push), with the keys and properties from wherever the caller keeps them
+    /// (`m.keys` and `m.properties` are not read): the host writes them straight from the stored
+    /// message.
+    pub fn push_parts<'k, 'p>(
+        &mut self,
+        m: &MessageData,
+        keys: impl ExactSizeIterator<Item = &'k str>,
+        properties: impl ExactSizeIterator<Item = (&'p str, &'p str)>,
+    ) {
         let start = self.out.len();
         let out = &mut *self.out;
         // The record length (patched below), then the fixed part, in one copy.
@@ -344,9 +351,9 @@ impl<'b> BatchWriter<'b> {
         out.extend_from_slice(&head);
         put_str(out, m.topic);
         put_str(out, m.tag);
-        let keys = m.keys.len().min(u16::MAX as usize);
-        out.extend_from_slice(&(keys as u16).to_le_bytes());
-        for k in &m.keys[..keys] {
+        let key_count = keys.len().min(u16::MAX as usize);
+        out.extend_from_slice(&(key_count as u16).to_le_bytes());
+        for k in keys.take(key_count) {
             put_str(out, k);
         }
         let props = properties.len().min(u16::MAX as usize);

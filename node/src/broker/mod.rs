@@ -36,6 +36,7 @@ pub mod held;
 #[cfg(test)]
 mod held_test;
 mod lookup;
+pub mod message_view;
 pub mod plugins;
 #[cfg(test)]
 mod plugins_test;
@@ -64,7 +65,7 @@ pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
-pub use read::{GroupProgress, QueueSpan, QueueStatus, StoredEntry};
+pub use read::{GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
 pub use reply::{Held, Reply, SendOutcome};
 pub use state::{LogPosition, MembershipRecord, QueueRange, State};
 pub use topic::{TopicConfig, TopicKind};

@@ -7,16 +7,17 @@
 //! held messages of orderly groups that are free now, then new messages from the group's position.
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::group::{GroupConfig, dead_letter_topic};
+use crate::broker::message_view::MessageView;
 use crate::broker::plugins::FilterUnavailable;
 use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
 use crate::broker::state::QueueRange;
-use crate::broker::{Broker, BrokerError, StoredEntry, TopicConfig};
+use crate::broker::{Broker, BrokerError, StoredView, TopicConfig, split_position};
 
 /// How many new queue records one plan looks at per queue, so a heavily filtered queue still
 /// makes a small entry.
@@ -32,13 +33,13 @@ pub trait MessageFilter: Sync {
     fn may_match(&self, tag_hash: u64) -> bool;
     /// Whether deciding needs the messages themselves (else the tag hash settles it).
     fn reads_messages(&self) -> bool;
-    /// Which entries pass, in order.
-    fn passes(&self, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool>;
+    /// Which messages pass, in order.
+    fn passes(&self, messages: &[StoredView], now_ms: i64) -> Vec<bool>;
     /// `passes`, for a filter that may not be able to run at all (its host failed, not the
     /// message): the answers before the first entry it could not be run on, and why. Planning
     /// stops before that entry, so a later pop offers it again; it is never passed over.
-    fn screen(&self, entries: &[&StoredEntry], now_ms: i64) -> Result<Vec<bool>, FilterUnavailable> {
-        Ok(self.passes(entries, now_ms))
+    fn screen(&self, messages: &[StoredView], now_ms: i64) -> Result<Vec<bool>, FilterUnavailable> {
+        Ok(self.passes(messages, now_ms))
     }
 }
 
@@ -52,8 +53,8 @@ impl MessageFilter for MatchAll {
     fn reads_messages(&self) -> bool {
         false
     }
-    fn passes(&self, entries: &[&StoredEntry], _: i64) -> Vec<bool> {
-        vec![true; entries.len()]
+    fn passes(&self, messages: &[StoredView], _: i64) -> Vec<bool> {
+        vec![true; messages.len()]
     }
 }
 
@@ -289,7 +290,10 @@ impl Broker {
     ) -> Result<Screened, BrokerError> {
         let topic = r.topic.name.as_str();
         let mut wanted = Vec::new();
-        let mut read = Vec::new();
+        // The encoded messages to look at, with their offsets and store times; records of one
+        // entry come in a row, so the entry is looked up once for them.
+        let mut found = Vec::new();
+        let mut last: Option<(u64, Arc<SendBatch>)> = None;
         // `from..to` lies within the queue's range as planned; a record retention took since is
         // missing and skipped.
         let queue = self.inner.queues.get(topic, queue_id)?;
@@ -302,28 +306,47 @@ impl Broker {
                 wanted.push((offset, String::new()));
                 continue;
             }
-            if let Some(entry) = self.entry_of(topic, queue_id, offset, &record)? {
-                read.push(entry);
+            let (index, ordinal) = split_position(record.position);
+            if last.as_ref().is_none_or(|(at, _)| *at != index) {
+                let Some(batch) = self.batch_at(index)? else { continue };
+                last = Some((index, batch));
             }
+            let Some((_, batch)) = &last else { continue };
+            let raw = batch
+                .messages
+                .get(ordinal)
+                .ok_or_else(|| BrokerError::CorruptEntry(format!("entry {index} has no message {ordinal}")))?;
+            found.push((offset, raw.clone(), batch.store_timestamp_ms));
         }
-        if read.is_empty() {
+        if found.is_empty() {
             return Ok(Screened { wanted, stopped: None });
         }
+        let read = found
+            .iter()
+            .map(|(offset, raw, store_timestamp_ms)| {
+                Ok(StoredView {
+                    topic,
+                    queue_id,
+                    offset: *offset,
+                    store_timestamp_ms: *store_timestamp_ms,
+                    message: MessageView::parse(raw)?,
+                })
+            })
+            .collect::<Result<Vec<_>, BrokerError>>()?;
         let (passed, stopped) = if r.filter.reads_messages() {
-            let entries: Vec<&StoredEntry> = read.iter().collect();
-            match r.filter.screen(&entries, r.now_ms) {
+            match r.filter.screen(&read, r.now_ms) {
                 Ok(passed) => (passed, None),
                 Err(FilterUnavailable { decided, reason }) => {
-                    let at = read.get(decided.len()).map(|e| e.offset);
+                    let at = read.get(decided.len()).map(|m| m.offset);
                     (decided, at.map(|at| (at, reason)))
                 }
             }
         } else {
             (vec![true; read.len()], None)
         };
-        for (entry, pass) in read.into_iter().zip(passed) {
+        for (m, pass) in read.iter().zip(passed) {
             if pass {
-                wanted.push((entry.offset, if orderly { entry.message.message_group } else { String::new() }));
+                wanted.push((m.offset, if orderly { m.message.message_group.to_string() } else { String::new() }));
             }
         }
         Ok(Screened { wanted, stopped })

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::broker::StoredEntry;
+use crate::broker::StoredView;
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
 use crate::broker::pop_plan::{MatchAll, MessageFilter};
@@ -84,8 +84,8 @@ impl MessageFilter for OnlyTag {
     fn reads_messages(&self) -> bool {
         true
     }
-    fn passes(&self, entries: &[&StoredEntry], _: i64) -> Vec<bool> {
-        entries.iter().map(|e| e.message.tag == self.0).collect()
+    fn passes(&self, messages: &[StoredView], _: i64) -> Vec<bool> {
+        messages.iter().map(|m| m.message.tag == self.0).collect()
     }
 }
 
@@ -111,8 +111,8 @@ impl MessageFilter for IdsEndingInZero {
     fn reads_messages(&self) -> bool {
         true
     }
-    fn passes(&self, entries: &[&StoredEntry], _: i64) -> Vec<bool> {
-        entries.iter().map(|e| e.message.message_id.ends_with('0')).collect()
+    fn passes(&self, messages: &[StoredView], _: i64) -> Vec<bool> {
+        messages.iter().map(|m| m.message.message_id.ends_with('0')).collect()
     }
 }
 

@@ -9,6 +9,7 @@ use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
+use crate::broker::message_view::MessageView;
 use crate::broker::pop::Receipt;
 use crate::broker::state::{LogPosition, MembershipRecord, QueueRange};
 use crate::broker::topic::TopicConfig;
@@ -54,6 +55,44 @@ pub struct StoredEntry {
     pub message: StoredMessage,
     /// The encoded message, as stored.
     pub raw: Bytes,
+}
+
+impl StoredEntry {
+    /// An entry for a message that is not read from the log (a half being checked, a message
+    /// to evaluate a plugin on): encoded here, so its view reads what `message` says.
+    pub fn new(topic: &str, queue_id: u32, offset: u64, store_timestamp_ms: i64, message: StoredMessage) -> Self {
+        let raw = Bytes::from(message.encode_to_vec());
+        StoredEntry {
+            topic: topic.to_string(),
+            queue_id,
+            offset,
+            store_timestamp_ms,
+            size: raw.len() as u32,
+            message,
+            raw,
+        }
+    }
+
+    /// The message read in place, as filters see it.
+    pub fn view(&self) -> Result<StoredView<'_>, BrokerError> {
+        Ok(StoredView {
+            topic: &self.topic,
+            queue_id: self.queue_id,
+            offset: self.offset,
+            store_timestamp_ms: self.store_timestamp_ms,
+            message: MessageView::parse(&self.raw)?,
+        })
+    }
+}
+
+/// A stored message read in place, with where it sits: what filters look at.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredView<'a> {
+    pub topic: &'a str,
+    pub queue_id: u32,
+    pub offset: u64,
+    pub store_timestamp_ms: i64,
+    pub message: MessageView<'a>,
 }
 
 impl Broker {

@@ -134,21 +134,14 @@ struct EvalMessage {
 pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
     let m: EvalMessage = serde_json::from_str(message).map_err(|e| format!("--message: {e}"))?;
     let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default()).map_err(|e| e.to_string())?);
-    let entry = StoredEntry {
-        topic: m.topic.clone(),
-        queue_id: 0,
-        offset: 0,
-        store_timestamp_ms: 0,
-        size: 0,
-        message: StoredMessage {
-            tag: m.tag,
-            keys: m.keys,
-            properties: m.properties,
-            body: Bytes::from(m.body.into_bytes()),
-            ..Default::default()
-        },
-        raw: Bytes::new(),
+    let message = StoredMessage {
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties,
+        body: Bytes::from(m.body.into_bytes()),
+        ..Default::default()
     };
+    let entry = StoredEntry::new(&m.topic, 0, 0, 0, message);
     let show = |e: PluginError| e.to_string();
     // The built-in filters run exactly as a subscription does, host-side tag prefilter included.
     let kind = match plugin {
@@ -159,7 +152,7 @@ pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
     if let Some(kind) = kind {
         let sub = Subscription::compile(&host, kind, expr).map_err(show)?;
         let tag_ok = sub.may_match(crate::store::tag_hash(&entry.message.tag));
-        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&[&entry], 0)[0]);
+        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&[entry.view().map_err(|e| e.to_string())?], 0)[0]);
         return Ok(passed.to_string());
     }
     let module: std::sync::Arc<LoadedModule> = if let Some((bytes, kind)) = builtin::module(plugin) {

@@ -45,15 +45,7 @@ impl TransactionChecker for PluginChecker {
                 return Decision::Wait;
             }
         };
-        let entry = StoredEntry {
-            topic: half.topic.clone(),
-            queue_id: 0,
-            offset: 0,
-            store_timestamp_ms: half.store_ms,
-            size: 0,
-            message: half.message.clone(),
-            raw: Default::default(),
-        };
+        let entry = StoredEntry::new(&half.topic, 0, 0, half.store_ms, half.message.clone());
         let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         let now_ms = half.store_ms.saturating_add(age_ms);
         match blocking(|| self.host.check(&module, &config, &entry, age_ms, checks, now_ms)) {

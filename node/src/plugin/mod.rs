@@ -28,9 +28,9 @@ use rockraft_plugin_sdk::{BatchWriter, MessageData};
 use serde::{Deserialize, Serialize};
 use wasmtime::Engine;
 
-use crate::broker::StoredEntry;
 use crate::broker::plugins::{FilterUnavailable, PluginCommand, PluginTables, Quarantine};
 pub use crate::broker::plugins::{PluginKind, module_hash};
+use crate::broker::{BrokerError, StoredEntry, StoredView};
 pub use host::{LoadedModule, Manifest};
 
 fn call_export(kind: PluginKind) -> &'static str {
@@ -412,7 +412,7 @@ impl PluginHost {
         }
     }
 
-    /// Which `entries` pass the filter `module` compiled from `expression`. A message the call
+    /// Which `messages` pass the filter `module` compiled from `expression`. A message the call
     /// fails on (trap, fuel, evaluation error) does not pass; a failed batch is run again one
     /// message at a time so only the message it fails on is affected. If the host cannot run the
     /// plugin at all on a message (no instance, no buffer), that message and the ones after it
@@ -421,14 +421,14 @@ impl PluginHost {
         &self,
         module: &LoadedModule,
         expression: &str,
-        entries: &[&StoredEntry],
+        messages: &[StoredView],
         now_ms: i64,
     ) -> Result<Vec<bool>, FilterUnavailable> {
-        let mut passed = Vec::with_capacity(entries.len());
+        let mut passed = Vec::with_capacity(messages.len());
         // The encoding buffer is kept per thread: pops filter often.
         let mut buf = BATCH_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
         let mut stopped = None;
-        'chunks: for chunk in entries.chunks(self.limits.filter_batch.max(1)) {
+        'chunks: for chunk in messages.chunks(self.limits.filter_batch.max(1)) {
             if chunk.len() > 1 {
                 match self.filter_call(module, expression, chunk, now_ms, &mut buf) {
                     Ok(answers) => {
@@ -470,11 +470,11 @@ impl PluginHost {
         &self,
         module: &LoadedModule,
         expression: &str,
-        entries: &[&StoredEntry],
+        messages: &[StoredView],
         now_ms: i64,
         buf: &mut Vec<u8>,
     ) -> Result<Vec<bool>, PluginError> {
-        let answers = self.filter_answers(module, expression, entries, now_ms, buf)?;
+        let answers = self.filter_answers(module, expression, messages, now_ms, buf)?;
         let errors = answers.iter().filter(|a| a.is_none()).count() as u64;
         module.counters.eval_errors.fetch_add(errors, Ordering::Relaxed);
         Ok(answers.into_iter().map(|a| a == Some(true)).collect())
@@ -485,19 +485,19 @@ impl PluginHost {
         &self,
         module: &LoadedModule,
         expression: &str,
-        entries: &[&StoredEntry],
+        messages: &[StoredView],
         now_ms: i64,
         buf: &mut Vec<u8>,
     ) -> Result<Vec<Option<bool>>, PluginError> {
         let mut w = BatchWriter::new(buf, now_ms, module.manifest.bodies);
-        for e in entries {
-            push_entry(&mut w, e, 0, 0);
+        for m in messages {
+            push_view(&mut w, m, 0, 0);
         }
-        let mut fuel = self.limits.filter_fuel_per_call + self.limits.filter_fuel_per_message * entries.len() as u64;
+        let mut fuel = self.limits.filter_fuel_per_call + self.limits.filter_fuel_per_message * messages.len() as u64;
         if module.manifest.bodies {
-            fuel += FUEL_PER_BODY_BYTE * entries.iter().map(|e| e.message.body.len() as u64).sum::<u64>();
+            fuel += FUEL_PER_BODY_BYTE * messages.iter().map(|m| m.message.body.len() as u64).sum::<u64>();
         }
-        let answers = module.call(expression, buf, entries.len(), fuel)?;
+        let answers = module.call(expression, buf, messages.len(), fuel)?;
         answers
             .iter()
             .map(|&a| match a {
@@ -517,7 +517,8 @@ impl PluginHost {
         entry: &StoredEntry,
         now_ms: i64,
     ) -> Result<bool, PluginError> {
-        let answers = self.filter_answers(module, expression, &[entry], now_ms, &mut Vec::new())?;
+        let view = entry.view().map_err(unreadable)?;
+        let answers = self.filter_answers(module, expression, &[view], now_ms, &mut Vec::new())?;
         answers[0].ok_or_else(|| {
             PluginError::Failed(
                 module.last_reason().unwrap_or_else(|| "the filter could not evaluate this message".into()),
@@ -535,10 +536,12 @@ impl PluginHost {
         checks: u32,
         now_ms: i64,
     ) -> Result<rockraft_plugin_sdk::Decision, PluginError> {
-        let mut buf = Vec::new();
-        let mut w = BatchWriter::new(&mut buf, now_ms, module.manifest.bodies);
-        push_entry(&mut w, entry, age_ms, checks);
-        let answers = module.call(config, &buf, 1, self.limits.checker_fuel_per_message);
+        let answers = entry.view().map_err(unreadable).and_then(|view| {
+            let mut buf = Vec::new();
+            let mut w = BatchWriter::new(&mut buf, now_ms, module.manifest.bodies);
+            push_view(&mut w, &view, age_ms, checks);
+            module.call(config, &buf, 1, self.limits.checker_fuel_per_message)
+        });
         let answer = answers.and_then(|a| {
             rockraft_plugin_sdk::Decision::from_code(a[0])
                 .ok_or_else(|| PluginError::Malformed(format!("checker answered {}", a[0])))
@@ -550,23 +553,29 @@ impl PluginHost {
     }
 }
 
-/// Adds one stored message to a batch. `attempts`: deliveries (filters) or checks (checkers) so far.
-fn push_entry(w: &mut BatchWriter, e: &StoredEntry, age_ms: i64, attempts: u32) {
-    let m = &e.message;
+/// A message the host could not read to hand it to a plugin (the plugin never saw it).
+fn unreadable(e: BrokerError) -> PluginError {
+    PluginError::Unavailable(format!("the message cannot be read: {e}"))
+}
+
+/// Adds one stored message to a batch, written straight from its encoded form.
+/// `attempts`: deliveries (filters) or checks (checkers) so far.
+fn push_view(w: &mut BatchWriter, v: &StoredView, age_ms: i64, attempts: u32) {
+    let m = &v.message;
     let data = MessageData {
-        queue_offset: e.offset,
-        queue_id: e.queue_id,
-        store_ms: e.store_timestamp_ms,
+        queue_offset: v.offset,
+        queue_id: v.queue_id,
+        store_ms: v.store_timestamp_ms,
         born_ms: m.born_timestamp_ms,
         attempts,
         age_ms,
-        topic: &e.topic,
-        tag: &m.tag,
-        keys: &m.keys,
+        topic: v.topic,
+        tag: m.tag,
+        keys: &[],
         properties: &[],
-        body: &m.body,
+        body: m.body,
     };
-    w.push_with(&data, m.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    w.push_parts(&data, m.keys(), m.properties());
 }
 
 /// Runs `f`, which may spend up to a plugin call's limit of CPU, without holding up the async

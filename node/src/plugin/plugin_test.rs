@@ -6,32 +6,31 @@ use bytes::Bytes;
 use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::plugins::FilterUnavailable;
-use crate::broker::{MessageFilter, StoredEntry};
+use crate::broker::{MessageFilter, StoredEntry, StoredView};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, PluginHost, PluginKind, PluginLimits, test_host};
 use crate::store::tag_hash;
 
 fn entry(offset: u64, tag: &str, properties: &[(&str, &str)]) -> StoredEntry {
-    StoredEntry {
-        topic: "T".into(),
-        queue_id: 0,
-        offset,
-        store_timestamp_ms: 1,
-        size: 0,
-        message: StoredMessage {
-            message_id: format!("m{offset}"),
-            tag: tag.into(),
-            properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            body: Bytes::from_static(b"body"),
-            ..Default::default()
-        },
-        raw: Bytes::new(),
-    }
+    let message = StoredMessage {
+        message_id: format!("m{offset}"),
+        tag: tag.into(),
+        properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        body: Bytes::from_static(b"body"),
+        ..Default::default()
+    };
+    StoredEntry::new("T", 0, offset, 1, message)
+}
+
+/// The entries as filters see them.
+fn views(entries: &[StoredEntry]) -> Vec<StoredView<'_>> {
+    entries.iter().map(|e| e.view().expect("an encoded message")).collect()
 }
 
 /// Whether a message is delivered to a subscription, the way pop planning decides.
 fn delivered(sub: &Subscription, e: &StoredEntry) -> bool {
-    sub.may_match(tag_hash(&e.message.tag)) && (!sub.reads_messages() || sub.passes(&[e], 0)[0])
+    sub.may_match(tag_hash(&e.message.tag))
+        && (!sub.reads_messages() || sub.passes(&views(std::slice::from_ref(e)), 0)[0])
 }
 
 /// Lines of a conformance file: the repository's copy, and the shared original beside the
@@ -90,8 +89,7 @@ fn batches_answer_per_message_in_order() {
     let sub = Subscription::compile(test_host(), FilterKind::Sql92, "a > 5 AND b = 'x'").unwrap();
     let entries: Vec<StoredEntry> =
         (0..700).map(|i| entry(i, "", &[("a", &i.to_string()), ("b", if i % 3 == 0 { "x" } else { "y" })])).collect();
-    let refs: Vec<&StoredEntry> = entries.iter().collect();
-    let passed = sub.passes(&refs, 0);
+    let passed = sub.passes(&views(&entries), 0);
     let expected: Vec<bool> = (0..700).map(|i| i > 5 && i % 3 == 0).collect();
     assert_eq!(passed, expected);
 }
@@ -130,8 +128,7 @@ fn host() -> PluginHost {
 fn run(host: &PluginHost, bytes: &[u8], n: u64) -> Result<Vec<bool>, FilterUnavailable> {
     let m = host.load(bytes, PluginKind::Filter).expect("module loads");
     let entries: Vec<StoredEntry> = (0..n).map(|i| entry(i, "a", &[])).collect();
-    let refs: Vec<&StoredEntry> = entries.iter().collect();
-    host.filter(&m, "", &refs, 0)
+    host.filter(&m, "", &views(&entries), 0)
 }
 
 #[test]
@@ -347,7 +344,7 @@ mod with_broker {
         let host = PluginHost::new(limits).unwrap();
         let m = host.load(&module(MATCH_ALL, COSTLY_ALLOC), PluginKind::Filter).unwrap();
         let entries: Vec<StoredEntry> = (0..100).map(|i| entry(i, "a", &[])).collect();
-        let refs: Vec<&StoredEntry> = entries.iter().collect();
+        let refs = views(&entries);
         // The first call opens the handle; the next ones reuse it.
         assert_eq!(host.filter(&m, "", &refs[..1], 0).unwrap(), [true]);
         assert_eq!(host.filter(&m, "", &refs, 0).unwrap(), vec![true; 100], "every message matches");
@@ -456,7 +453,8 @@ fn a_filter_growing_its_table_hits_the_memory_cap() {
     );
     let m = host.load(&grows, PluginKind::Filter).unwrap();
     let e = entry(0, "a", &[]);
-    let answers: Vec<bool> = (0..200).map(|_| host.filter(&m, "", &[&e], 0).is_ok_and(|a| a[0])).collect();
+    let answers: Vec<bool> =
+        (0..200).map(|_| host.filter(&m, "", &views(std::slice::from_ref(&e)), 0).is_ok_and(|a| a[0])).collect();
     // 16 MiB holds about 20 growths of 100,000 elements (8 bytes each) beside the linear memory.
     let longest_run = answers.split(|ok| !ok).map(<[bool]>::len).max().unwrap_or(0);
     assert!(longest_run <= 21, "{longest_run} growths in a row: the instance outgrew its memory cap");

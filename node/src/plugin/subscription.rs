@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::plugins::FilterUnavailable;
-use crate::broker::{Broker, MessageFilter, StoredEntry};
+use crate::broker::{Broker, MessageFilter, StoredView};
 use crate::plugin::{LoadedModule, ModuleSource, PluginError, PluginHost, PluginKind, builtin};
 use crate::store::tag_hash;
 
@@ -109,23 +109,23 @@ impl MessageFilter for Subscription {
         self.expression.is_some() || self.group_filter.is_some()
     }
 
-    fn passes(&self, entries: &[&StoredEntry], now_ms: i64) -> Vec<bool> {
-        match self.screen(entries, now_ms) {
+    fn passes(&self, messages: &[StoredView], now_ms: i64) -> Vec<bool> {
+        match self.screen(messages, now_ms) {
             Ok(passed) => passed,
             // Undecided is not delivered.
             Err(FilterUnavailable { mut decided, .. }) => {
-                decided.resize(entries.len(), false);
+                decided.resize(messages.len(), false);
                 decided
             }
         }
     }
 
-    fn screen(&self, entries: &[&StoredEntry], now_ms: i64) -> Result<Vec<bool>, FilterUnavailable> {
-        let mut passed = vec![true; entries.len()];
+    fn screen(&self, messages: &[StoredView], now_ms: i64) -> Result<Vec<bool>, FilterUnavailable> {
+        let mut passed = vec![true; messages.len()];
         let Some(host) = &self.host else { return Ok(passed) };
         for stage in [&self.expression, &self.group_filter].into_iter().flatten() {
-            let (idx, left): (Vec<usize>, Vec<&StoredEntry>) =
-                entries.iter().enumerate().filter(|(i, _)| passed[*i]).map(|(i, e)| (i, *e)).unzip();
+            let (idx, left): (Vec<usize>, Vec<StoredView>) =
+                messages.iter().enumerate().filter(|(i, _)| passed[*i]).map(|(i, m)| (i, *m)).unzip();
             if left.is_empty() {
                 break;
             }

@@ -16,6 +16,7 @@ use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::message_view::MessageView;
 use crate::broker::plugins::FilterUnavailable;
 use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
+use crate::broker::read::message_in;
 use crate::broker::state::QueueRange;
 use crate::broker::{Broker, BrokerError, StoredView, TopicConfig, split_position};
 
@@ -312,11 +313,7 @@ impl Broker {
                 last = Some((index, batch));
             }
             let Some((_, batch)) = &last else { continue };
-            let raw = batch
-                .messages
-                .get(ordinal)
-                .ok_or_else(|| BrokerError::CorruptEntry(format!("entry {index} has no message {ordinal}")))?;
-            found.push((offset, raw.clone(), batch.store_timestamp_ms));
+            found.push((offset, message_in(batch, index, ordinal)?.clone(), batch.store_timestamp_ms));
         }
         if found.is_empty() {
             return Ok(Screened { wanted, stopped: None });

@@ -185,10 +185,7 @@ impl Broker {
     ) -> Result<Option<StoredEntry>, BrokerError> {
         let (index, ordinal) = split_position(record.position);
         let Some(batch) = self.batch_at(index)? else { return Ok(None) };
-        let raw = batch
-            .messages
-            .get(ordinal)
-            .ok_or_else(|| BrokerError::CorruptEntry(format!("entry {index} has no message {ordinal}")))?;
+        let raw = message_in(&batch, index, ordinal)?;
         let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
         Ok(Some(StoredEntry {
             topic: topic.to_string(),
@@ -362,4 +359,13 @@ impl Broker {
         }
         Ok(lo)
     }
+}
+
+/// The encoded message at `ordinal` of the batch stored by the entry at `index`, which a record
+/// points at: missing, the entry is corrupt.
+pub(crate) fn message_in(batch: &SendBatch, index: u64, ordinal: usize) -> Result<&Bytes, BrokerError> {
+    batch
+        .messages
+        .get(ordinal)
+        .ok_or_else(|| BrokerError::CorruptEntry(format!("entry {index} has no message {ordinal}")))
 }

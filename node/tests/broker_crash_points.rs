@@ -124,7 +124,14 @@ fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[String]) -> Command {
             Bytes::from(m.encode_to_vec())
         })
         .collect();
-    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, clock_ms: at_ms, messages })
+    Command::Send(SendBatch {
+        topic: topic.into(),
+        queue_id,
+        store_timestamp_ms: at_ms,
+        clock_ms: at_ms,
+        messages,
+        queue_ids: vec![],
+    })
 }
 
 /// Delayed messages due `delays_ms` after `at_ms`, or (no delays) one transactional half.
@@ -144,7 +151,14 @@ fn send_held(topic: &str, at_ms: i64, id: &str, delays_ms: &[i64]) -> Command {
     } else {
         delays_ms.iter().enumerate().map(|(n, d)| one(at_ms + d, n)).collect()
     };
-    Command::Send(SendBatch { topic: topic.into(), queue_id: 0, store_timestamp_ms: at_ms, clock_ms: at_ms, messages })
+    Command::Send(SendBatch {
+        topic: topic.into(),
+        queue_id: 0,
+        store_timestamp_ms: at_ms,
+        clock_ms: at_ms,
+        messages,
+        queue_ids: vec![],
+    })
 }
 
 /// Timers set, fired and recalled, halves stored, checked and resolved: the tables kept on disk.
@@ -206,7 +220,14 @@ fn workload(r: &mut Replica, round: u64) {
     for i in 0..6u64 {
         // Every id is sent twice: the retry must be stored once, on every replica.
         let ids = vec![format!("m{round}-{i}"), format!("m{round}-{}", i.saturating_sub(1))];
-        r.commit(&send("T", (i % 2) as u32, base + i as i64, &ids));
+        let mut command = send("T", (i % 2) as u32, base + i as i64, &ids);
+        // Some entries span both queues, as the leader batches concurrent sends to a topic.
+        if let Command::Send(batch) = &mut command
+            && i % 3 == 2
+        {
+            batch.queue_ids = vec![1, 0];
+        }
+        r.commit(&command);
     }
     let g = r.broker.group("g").unwrap();
     let t = r.broker.topic("T").unwrap();

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
-use crate::broker::command::{AdminCommand, Command, SendBatchClock};
+use crate::broker::command::{AdminCommand, Command, SendBatchClock, SendBatchQueues};
 use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::failover::{self, Failover};
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
@@ -18,7 +18,7 @@ use crate::broker::held::HeldMessage;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::reply::Held;
-use crate::broker::state::{LogPosition, MembershipRecord, State};
+use crate::broker::state::{LogPosition, MembershipRecord, QueueRange, State};
 use crate::broker::topic::TopicKind;
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
 use crate::store::{CqRecord, tag_hash};
@@ -204,8 +204,22 @@ impl State {
         let index = at.index;
         let Some(topic) = self.topics.get(&batch.topic) else { return Reply::TopicNotFound(batch.topic) };
         let kind = topic.kind;
-        if batch.queue_id >= topic.queues {
-            return Reply::Rejected(format!("topic {} has no queue {}", batch.topic, batch.queue_id));
+        if !batch.queues_match() {
+            return Reply::Rejected(format!(
+                "{} queue ids for {} messages",
+                batch.queue_ids.len(),
+                batch.messages.len()
+            ));
+        }
+        let queues = batch.queues();
+        if let Some(q) = queues.iter().find(|&&q| q >= topic.queues) {
+            return Reply::Rejected(format!("topic {} has no queue {q}", batch.topic));
+        }
+        // Each message's place in `queues`: all found, as `queues` holds every message's queue.
+        let slots: Vec<usize> =
+            (0..batch.messages.len()).filter_map(|i| queues.binary_search(&batch.queue_of(i)).ok()).collect();
+        if slots.len() != batch.messages.len() {
+            return Reply::Rejected("a message without a queue".into());
         }
         if batch.messages.len() > MAX_MESSAGES_PER_ENTRY {
             return Reply::Rejected(format!("more than {MAX_MESSAGES_PER_ENTRY} messages in one send"));
@@ -222,21 +236,28 @@ impl State {
         let now = batch.clock();
         let seen_ms = self.dedupe_clock.advance(at.term, now);
         self.expire_dedupe(seen_ms, batch.messages.len());
-        let key = (batch.topic.clone(), batch.queue_id);
-        let mut range = self.queues.get(&key).copied().unwrap_or_default();
-        range.last_store_ms = range.last_store_ms.max(batch.store_timestamp_ms);
-        let mut write = QueueWrite {
-            topic: batch.topic.clone(),
-            queue_id: batch.queue_id,
-            first_offset: range.next,
-            records: Vec::with_capacity(decoded.len()),
-            message_ids: Vec::with_capacity(decoded.len()),
-        };
+        // Each queue the entry writes to: its range and its new records, in `queues`' order.
+        let mut written: Vec<(QueueRange, QueueWrite)> = queues
+            .iter()
+            .map(|&queue_id| {
+                let mut range = self.queues.get(&(batch.topic.clone(), queue_id)).copied().unwrap_or_default();
+                range.last_store_ms = range.last_store_ms.max(batch.store_timestamp_ms);
+                let write = QueueWrite {
+                    topic: batch.topic.clone(),
+                    queue_id,
+                    first_offset: range.next,
+                    records: Vec::new(),
+                    message_ids: Vec::new(),
+                };
+                (range, write)
+            })
+            .collect();
         let mut outcomes = Vec::with_capacity(decoded.len());
         // Ids stored by this entry so far: the leader batches concurrent sends into one entry, so
         // a client's retry may share the entry with its first attempt.
         let mut stored_here = std::collections::HashSet::new();
         for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
+            let queue_id = batch.queue_of(ordinal);
             let dedupe_key =
                 (dedupe && !msg.message_id.is_empty()).then(|| DedupeKey::new(&batch.topic, &msg.message_id));
             // An entry is never a retry of itself: replaying it after a crash finds its own id.
@@ -246,7 +267,7 @@ impl State {
                 let held = held_of(seen, kind, msg.delivery_timestamp_ms);
                 outcomes.push(SendOutcome {
                     message_id: msg.message_id.clone(),
-                    queue_id: if held.is_some() { batch.queue_id } else { seen.queue_id },
+                    queue_id: if held.is_some() { queue_id } else { seen.queue_id },
                     offset: if held.is_some() { 0 } else { seen.offset },
                     duplicate: true,
                     held,
@@ -264,7 +285,7 @@ impl State {
             if let Some(held) = held {
                 let m = HeldMessage {
                     topic: batch.topic.clone(),
-                    queue_id: batch.queue_id,
+                    queue_id,
                     message_id: msg.message_id.clone(),
                     size: raw.len() as u32,
                     tag_hash: tag_hash(&msg.tag),
@@ -288,33 +309,36 @@ impl State {
                 }
                 outcomes.push(SendOutcome {
                     message_id: msg.message_id.clone(),
-                    queue_id: batch.queue_id,
+                    queue_id,
                     offset: 0,
                     duplicate: false,
                     held: Some(held),
                 });
                 continue;
             }
+            let (range, write) = &mut written[slots[ordinal]];
             let offset = range.next;
             write.records.push(CqRecord { position, size: raw.len() as u32, tag_hash: tag_hash(&msg.tag) });
             write.message_ids.push(msg.message_id.clone());
             range.next += 1;
             if let Some(key) = dedupe_key {
                 stored_here.insert(key);
-                self.remember(key, Seen { queue_id: batch.queue_id, offset, seen_ms, index });
+                self.remember(key, Seen { queue_id, offset, seen_ms, index });
             }
             outcomes.push(SendOutcome {
                 message_id: msg.message_id.clone(),
-                queue_id: batch.queue_id,
+                queue_id,
                 offset,
                 duplicate: false,
                 held: None,
             });
         }
-        if !write.records.is_empty() {
-            fx.writes.push(write);
+        for (range, write) in written {
+            self.queues.insert((batch.topic.clone(), write.queue_id), range);
+            if !write.records.is_empty() {
+                fx.writes.push(write);
+            }
         }
-        self.queues.insert(key, range);
         Reply::Sent(outcomes)
     }
 

@@ -134,7 +134,8 @@ impl Command {
             },
             _ => return,
         };
-        batch.store_timestamp_ms = batch.store_timestamp_ms.max(floor_ms(&batch.topic, batch.queue_id));
+        let floor = batch.queues().into_iter().map(|q| floor_ms(&batch.topic, q)).max().unwrap_or(i64::MIN);
+        batch.store_timestamp_ms = batch.store_timestamp_ms.max(floor);
     }
 
     /// `stamp` applied to the command of encoded bytes (a forwarded command) that carries a
@@ -194,6 +195,37 @@ impl SendBatchClock for SendBatch {
     }
 }
 
+impl SendBatchQueues for SendBatch {
+    fn queue_of(&self, ordinal: usize) -> u32 {
+        if self.queue_ids.is_empty() { self.queue_id } else { self.queue_ids.get(ordinal).copied().unwrap_or(u32::MAX) }
+    }
+
+    fn queues_match(&self) -> bool {
+        self.queue_ids.is_empty() || self.queue_ids.len() == self.messages.len()
+    }
+
+    fn queues(&self) -> Vec<u32> {
+        if self.queue_ids.is_empty() {
+            return vec![self.queue_id];
+        }
+        let mut queues = self.queue_ids.clone();
+        queues.sort_unstable();
+        queues.dedup();
+        queues
+    }
+}
+
+/// Which queue each message of a batch goes to: one queue for the whole batch, or one per
+/// message when the leader put sends to several queues of the topic into one entry.
+pub(crate) trait SendBatchQueues {
+    /// The queue of the message at `ordinal` (`u32::MAX`, a queue no topic has, past the end).
+    fn queue_of(&self, ordinal: usize) -> u32;
+    /// Whether the batch names a queue for every message and nothing more.
+    fn queues_match(&self) -> bool;
+    /// The queues the batch's messages go to, each once, in order.
+    fn queues(&self) -> Vec<u32>;
+}
+
 /// The leader's clock an encoded batch was stamped with.
 pub(crate) trait SendBatchClock {
     /// What time-outs go by: the proposer's clock, or for entries of releases before the store
@@ -220,6 +252,7 @@ mod tests {
             store_timestamp_ms: 1_700_000_000_000,
             clock_ms: 1_700_000_000_000,
             messages: vec![Bytes::from_static(b"one"), Bytes::from_static(b"two")],
+            queue_ids: vec![],
         });
         assert_eq!(Command::decode(send.encode()).unwrap(), send);
         let admin = Command::Admin(AdminCommand::CreateTopic(TopicConfig {

@@ -9,7 +9,7 @@ use crate::broker::held::HeldEntry;
 use crate::broker::read::StoredEntry;
 use crate::broker::timer::{recall_handle, timer_key};
 use crate::broker::transaction::transaction_id;
-use crate::broker::{Broker, BrokerError, SendOutcome, split_position};
+use crate::broker::{Broker, BrokerError, SendBatchQueues, SendOutcome, split_position};
 use crate::store::{Located, Place};
 
 /// Held rows indexed per read of the state when the index is filled from it.
@@ -73,7 +73,8 @@ impl Broker {
             keyed.push((DedupeKey::new(&batch.topic, &id), id));
         }
         let state = self.state();
-        if batch.queue_id >= state.topics.get(&batch.topic)?.queues {
+        let queues = state.topics.get(&batch.topic)?.queues;
+        if !batch.queues_match() || batch.queues().iter().any(|&q| q >= queues) {
             return None;
         }
         let mut outcomes = Vec::with_capacity(keyed.len());
@@ -95,9 +96,9 @@ impl Broker {
 
     /// The topic and queue of the message at `position`, from its log entry.
     fn queue_of(&self, position: u64) -> Result<Option<(String, u32)>, BrokerError> {
-        let (index, _) = split_position(position);
+        let (index, ordinal) = split_position(position);
         match self.batch_at(index) {
-            Ok(batch) => Ok(batch.map(|b| (b.topic.clone(), b.queue_id))),
+            Ok(batch) => Ok(batch.map(|b| (b.topic.clone(), b.queue_of(ordinal)))),
             Err(BrokerError::CorruptEntry(_)) => Ok(None),
             Err(e) => Err(e),
         }

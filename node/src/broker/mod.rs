@@ -61,6 +61,7 @@ mod timer_wheel;
 pub mod topic;
 pub mod transaction;
 
+pub(crate) use command::SendBatchQueues;
 pub use command::{AdminCommand, Command};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};

@@ -364,6 +364,7 @@ impl Broker {
             store_timestamp_ms: now_ms,
             clock_ms: now_ms,
             messages: vec![e.raw],
+            queue_ids: vec![],
         });
         Ok(DeadLetter {
             group: receipt.group.clone(),

@@ -97,7 +97,14 @@ pub(crate) fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[&str]) -> Comm
             m.encode_to_vec().into()
         })
         .collect();
-    Command::Send(SendBatch { topic: topic.into(), queue_id, store_timestamp_ms: at_ms, clock_ms: at_ms, messages })
+    Command::Send(SendBatch {
+        topic: topic.into(),
+        queue_id,
+        store_timestamp_ms: at_ms,
+        clock_ms: at_ms,
+        messages,
+        queue_ids: vec![],
+    })
 }
 
 fn offsets(reply: &Reply) -> Vec<(u64, bool)> {
@@ -121,6 +128,65 @@ fn sends_get_dense_offsets_and_read_back_from_the_log() {
     assert_eq!(e.store_timestamp_ms, 1001);
     assert_eq!(n.broker.read("T", 1, 3).unwrap(), None);
     assert_eq!(n.broker.find("b").unwrap().unwrap().offset, 1);
+}
+
+/// A send of `ids` to the queues `queues` (one per message) of `topic`, as one entry: the
+/// leader's form for concurrent sends to several queues.
+fn send_across(topic: &str, at_ms: i64, ids: &[&str], queues: &[u32]) -> Command {
+    let Command::Send(mut batch) = send(topic, 0, at_ms, ids) else { unreachable!() };
+    batch.queue_ids = queues.to_vec();
+    Command::Send(batch)
+}
+
+fn queues_and_offsets(reply: &Reply) -> Vec<(u32, u64)> {
+    match reply {
+        Reply::Sent(o) => o.iter().map(|o| (o.queue_id, o.offset)).collect(),
+        other => panic!("not a send reply: {other:?}"),
+    }
+}
+
+#[test]
+fn one_entry_across_queues_gives_each_queue_its_own_dense_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 4));
+    n.broker.checkpoint().unwrap();
+    n.commit(&send("T", 2, 1000, &["a"]));
+    let reply = n.commit(&send_across("T", 1001, &["b", "c", "d", "e", "f"], &[2, 0, 2, 3, 0]));
+    assert_eq!(queues_and_offsets(&reply), [(2, 1), (0, 0), (2, 2), (3, 0), (0, 1)]);
+    for (queue, offset, id) in [(2, 1, "b"), (0, 0, "c"), (2, 2, "d"), (3, 0, "e"), (0, 1, "f")] {
+        let e = n.broker.read("T", queue, offset).unwrap().unwrap();
+        assert_eq!((e.message.message_id.as_str(), e.queue_id, e.store_timestamp_ms), (id, queue, 1001));
+        assert_eq!(n.broker.find(id).unwrap().map(|e| (e.queue_id, e.offset)), Some((queue, offset)));
+    }
+    let next: Vec<u64> = n.broker.queue_status("T").iter().map(|q| q.next).collect();
+    assert_eq!(next, [2, 0, 3, 1]);
+    // A retry of some of them, again across queues: the first results, as duplicates.
+    let retry = n.commit(&send_across("T", 1002, &["d", "g"], &[1, 1]));
+    assert_eq!(queues_and_offsets(&retry), [(2, 2), (1, 0)]);
+    // Replayed after a restart (the entries came after the checkpoint): the same state.
+    let digest = n.broker.live_digest().unwrap();
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.live_digest().unwrap(), digest);
+    assert_eq!(n.broker.find("e").unwrap().map(|e| (e.queue_id, e.offset)), Some((3, 0)));
+    let next: Vec<u64> = n.broker.queue_status("T").iter().map(|q| q.next).collect();
+    assert_eq!(next, [2, 1, 3, 1]);
+}
+
+#[test]
+fn an_entry_naming_a_missing_queue_or_too_few_queues_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 2));
+    assert!(matches!(n.commit(&send_across("T", 1000, &["a", "b"], &[0, 2])), Reply::Rejected(_)));
+    assert!(matches!(n.commit(&send_across("T", 1000, &["a", "b"], &[1])), Reply::Rejected(_)));
+    assert!(matches!(n.commit(&send_across("T", 1000, &["a"], &[1, 1])), Reply::Rejected(_)));
+    let next: Vec<u64> = n.broker.queue_status("T").iter().map(|q| q.next).collect();
+    assert_eq!(next, [0, 0], "nothing stored");
+    assert_eq!(n.broker.find("a").unwrap(), None);
+    // Nor remembered: the same ids sent again are new.
+    let reply = n.commit(&send_across("T", 1001, &["a", "b"], &[1, 0]));
+    assert_eq!(offsets(&reply), [(0, false), (0, false)]);
 }
 
 #[test]

@@ -250,7 +250,17 @@ pub fn plan(
     let batches = by_queue
         .into_iter()
         .map(|(queue_id, (positions, messages))| {
-            (positions, SendBatch { topic: name.clone(), queue_id, store_timestamp_ms: 0, clock_ms: 0, messages })
+            (
+                positions,
+                SendBatch {
+                    topic: name.clone(),
+                    queue_id,
+                    store_timestamp_ms: 0,
+                    clock_ms: 0,
+                    messages,
+                    queue_ids: vec![],
+                },
+            )
         })
         .collect();
     Ok(SendPlan { batches, message_ids })

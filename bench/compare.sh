@@ -22,8 +22,9 @@
 #   KILL_WAIT        seconds between killing the leader and restarting it (default 5; QUICK: 3)
 #   RESTART_WAIT     seconds after the restart before the next kill (default 5; QUICK: 3)
 #   GAP_WINDOW       sends in flight of the failover probe (default 4)
-#   ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE  RockRaft ports, node N on BASE+N
-#                    (default 18080 / 19080). JetStream uses 4222-4224 and 6222-6224, RabbitMQ
+#   ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE / ROCKRAFT_ADMIN_PORT_BASE /
+#   ROCKRAFT_HTTP_PORT_BASE  RockRaft ports, node N on BASE+N (default 18080 / 19080 / 17080 /
+#                    16080, clear of a demo cluster's). JetStream uses 4222-4224 and 6222-6224, RabbitMQ
 #                    5672-5674 and 25672-25674; these must be free.
 #   SYSTEMS          which systems to run (default "jetstream rabbitmq rockraft")
 set -euo pipefail
@@ -46,6 +47,7 @@ RUN_TIMEOUT=1200 # seconds any one measurement may take
 export ROCKRAFT_CLIENT_PORT_BASE="${ROCKRAFT_CLIENT_PORT_BASE:-18080}"
 export ROCKRAFT_RAFT_PORT_BASE="${ROCKRAFT_RAFT_PORT_BASE:-19080}"
 export ROCKRAFT_ADMIN_PORT_BASE="${ROCKRAFT_ADMIN_PORT_BASE:-17080}"
+export ROCKRAFT_HTTP_PORT_BASE="${ROCKRAFT_HTTP_PORT_BASE:-16080}"
 WORK="${WORK:-$(mktemp -d /tmp/rockraft-compare.XXXXXX)}"
 mkdir -p "$WORK/logs"
 OUT="${OUT:-$WORK/compare.md}"
@@ -392,7 +394,8 @@ leader_is() { [ "$(leader_via 1)" = "$1" ]; }
 
 start_rockraft() {
   local durability=$1
-  require_free_ports "${RR_EP[@]##*:}" "${RR_ADMIN[@]##*:}" $((ROCKRAFT_RAFT_PORT_BASE + 1)) $((ROCKRAFT_RAFT_PORT_BASE + 2)) $((ROCKRAFT_RAFT_PORT_BASE + 3))
+  require_free_ports "${RR_EP[@]##*:}" "${RR_ADMIN[@]##*:}" $((ROCKRAFT_RAFT_PORT_BASE + 1)) $((ROCKRAFT_RAFT_PORT_BASE + 2)) $((ROCKRAFT_RAFT_PORT_BASE + 3)) \
+    $((ROCKRAFT_HTTP_PORT_BASE + 1)) $((ROCKRAFT_HTTP_PORT_BASE + 2)) $((ROCKRAFT_HTTP_PORT_BASE + 3))
   RR_DATA="$WORK/rockraft-$durability"
   ROCKRAFT_DURABILITY="$durability" cluster start > "$LOGS/rockraft-$durability-start.log" 2>&1 ||
     { tail -5 "$LOGS/rockraft-$durability-start.log" >&2; die "RockRaft ($durability) did not start"; }

@@ -77,7 +77,7 @@ impl ProducerSessions {
 
 /// Upper-case hex MD5 of a body, as the clients check it.
 pub fn body_md5(body: &[u8]) -> String {
-    Md5::digest(body).iter().map(|b| format!("{b:02X}")).collect()
+    hex::encode_upper(Md5::digest(body))
 }
 
 pub fn timestamp(ms: i64) -> prost_types::Timestamp {

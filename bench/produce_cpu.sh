@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Throughput and CPU per message of one produce run on a fresh three-node cluster: the three
+# brokers' utime + stime from /proc, and the bench client's, divided by the messages sent.
+#
+#   bash bench/produce_cpu.sh                      # 100,000 messages, 512 in flight, batch 1
+#   CONCURRENCY=64 BATCH=16 bash bench/produce_cpu.sh
+#
+# Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), MESSAGES,
+# CONCURRENCY, BATCH, QUEUES (of the topic, default 8), ROCKRAFT_DATA (default a new
+# /tmp/rockraft-produce-cpu.XXXXXX; its cluster is stopped on exit). Sends go through all three
+# nodes, as `bench/compare.sh` does; a 5,000-message warm-up comes first.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+MESSAGES="${MESSAGES:-100000}"
+CONCURRENCY="${CONCURRENCY:-512}"
+BATCH="${BATCH:-1}"
+QUEUES="${QUEUES:-8}"
+if [ -z "${ROCKRAFT_BIN:-}" ]; then
+  (cd "$root" && cargo build --release --locked --quiet -p rockraft --bin rockraft)
+  ROCKRAFT_BIN="$root/target/release/rockraft"
+fi
+B="$ROCKRAFT_BIN"
+export ROCKRAFT_DATA="${ROCKRAFT_DATA:-$(mktemp -d /tmp/rockraft-produce-cpu.XXXXXX)}"
+export ROCKRAFT_BIN
+trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true' EXIT
+bash "$root/scripts/cluster.sh" start > /dev/null
+"$B" topic create BenchTopic --queues "$QUEUES" > /dev/null
+endpoints=127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083
+produce() {
+  "$B" bench produce --endpoints "$endpoints" --topic BenchTopic --messages "$1" --concurrency "$CONCURRENCY" --batch "$BATCH"
+}
+produce 5000 > /dev/null
+brokers_ticks() {
+  local sum=0 n
+  for n in 1 2 3; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$(cat "$ROCKRAFT_DATA/node$n/pid")/stat"))); done
+  echo "$sum"
+}
+t0=$(brokers_ticks)
+# The client's CPU: bash's `times` in a subshell prints its children's user and system time on
+# its second line.
+out=$( (produce "$MESSAGES" | sed -n 1p; times) )
+t1=$(brokers_ticks)
+echo "$out" | sed -n 1p
+echo "$out" | sed -n 3p | awk -v t=$((t1 - t0)) -v n="$MESSAGES" -v hz="$(getconf CLK_TCK)" '
+  function secs(s,  m) { m = s; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", s); sub(/s$/, "", s); return m * 60 + s }
+  { printf "CPU per message: brokers %.1f us, client %.1f us\n", t * 1e6 / hz / n, (secs($1) + secs($2)) * 1e6 / n }'

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus, Role};
 use rockraft::admin::{CallOptions, Credentials, call_with};
-use rockraft::broker::group::GroupConfig;
+use rockraft::broker::group::{FULL_PRIORITY, GroupConfig};
 use rockraft::broker::{TopicConfig, TopicKind};
 use rockraft::plugin::PluginKind;
 
@@ -546,7 +546,8 @@ impl Cluster {
     }
 
     pub async fn create_group(&self, name: &str, fifo: bool, max_attempts: u32) {
-        let req = AdminRequest::CreateGroup(GroupConfig { name: name.into(), fifo, max_attempts });
+        let config = GroupConfig { name: name.into(), fifo, max_attempts, priority_factor: FULL_PRIORITY };
+        let req = AdminRequest::CreateGroup(config);
         self.admin(req).await;
     }
 

@@ -1,7 +1,8 @@
 //! The official Python client (`rocketmq-python-client`, installed by `scripts/setup.sh`) against
 //! a real three-node cluster: what the Rust client lacks — ChangeInvisibleDuration, the
 //! PushConsumer with a listener that always fails, whose message must reach the dead-letter topic,
-//! RecallMessage of delayed messages, and repeated or wrong EndTransaction resolutions; and a
+//! RecallMessage of delayed messages, repeated or wrong EndTransaction resolutions, priority
+//! messages (RocketMQ 5.4) received highest priority first; and a
 //! client given one endpoint whose node is SIGKILLed mid-stream, carried to the other nodes by
 //! the routes.
 //! Each scenario is a script in `cluster-tests/python/`; it exits 0 only if every check held.
@@ -120,4 +121,15 @@ async fn python_client_given_one_follower_survives_its_death() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn python_client_given_the_leader_alone_survives_its_death() {
     python_client_survives_the_death_of_its_only_endpoint(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_priority_messages_arrive_highest_priority_first_with_their_priority() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Urgent", 8, TopicKind::Priority).await;
+    cluster.create_group("py-priority", false, 16).await;
+    let eps = endpoints(&cluster).await;
+    let run = move || run_python("priority.py", &["--endpoints", &eps, "--topic", "Urgent", "--group", "py-priority"]);
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "priority.py failed:\n{output}");
 }

@@ -100,6 +100,7 @@ pub fn client_message(topic: &Resource, m: StoredMessage, store_ms: i64) -> Mess
         store_timestamp: Some(timestamp(store_ms)),
         delivery_timestamp: (m.delivery_timestamp_ms > 0).then(|| timestamp(m.delivery_timestamp_ms)),
         message_group: (!m.message_group.is_empty()).then_some(m.message_group),
+        priority: m.priority_plus_one.checked_sub(1).and_then(|p| i32::try_from(p).ok()),
         ..Default::default()
     };
     Message {

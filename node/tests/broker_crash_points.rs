@@ -212,7 +212,7 @@ fn workload(r: &mut Replica, round: u64) {
             queues: 2,
             kind: rockraft::broker::TopicKind::Normal,
         })));
-        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 3 };
+        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 3, priority_factor: 100 };
         r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
     }
     let base = 1_000_000 + round as i64 * 10_000;
@@ -239,6 +239,7 @@ fn workload(r: &mut Replica, round: u64) {
         invisible_ms: 60_000,
         now_ms: base + 100,
         first_queue: round as u32,
+        by_priority: false,
     };
     let plan = r.broker.plan_pop(&request).unwrap();
     let pop = plan.pop.clone();

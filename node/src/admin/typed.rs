@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use crate::admin::AdminServer;
 use crate::admin::api::{AdminRequest, AdminResponse, BindTarget, MessageLine};
 use crate::broker::access::{Action, Decision, Secret};
-use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
+use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, FULL_PRIORITY, GroupConfig};
 use crate::broker::held::HeldEntry;
 use crate::broker::plugins::PluginKind;
 use crate::broker::settings::SettingsChange;
@@ -123,7 +123,12 @@ impl AdminService for AdminServer {
     async fn create_group(&self, req: Request<pb::CreateGroupRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
         let max_attempts = if r.max_attempts == 0 { DEFAULT_MAX_ATTEMPTS } else { r.max_attempts };
-        self.done(AdminRequest::CreateGroup(GroupConfig { name: r.name, fifo: r.fifo, max_attempts })).await
+        let priority_factor = match r.priority_factor {
+            None => FULL_PRIORITY,
+            Some(f) => u8::try_from(f).map_err(|_| Status::invalid_argument("priority factor must be 0 to 100"))?,
+        };
+        let config = GroupConfig { name: r.name, fifo: r.fifo, max_attempts, priority_factor };
+        self.done(AdminRequest::CreateGroup(config)).await
     }
 
     async fn delete_group(&self, req: Request<pb::DeleteGroupRequest>) -> Reply<pb::AdminDone> {
@@ -141,6 +146,7 @@ impl AdminService for AdminServer {
                 name: g.config.name,
                 fifo: g.config.fifo,
                 max_attempts: g.config.max_attempts,
+                priority_factor: u32::from(g.config.priority_factor),
                 progress: g
                     .progress
                     .into_iter()

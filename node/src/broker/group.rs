@@ -14,6 +14,17 @@ pub struct GroupConfig {
     pub fifo: bool,
     /// Deliveries of one message before it is moved to [`dead_letter_topic`].
     pub max_attempts: u32,
+    /// On priority topics: the percentage of receives that take the highest-priority messages
+    /// first (RocketMQ's `priority.factor`); the others take from every queue in turn, so low
+    /// priorities are not starved. 100 (the default): every receive.
+    #[serde(default = "full_priority")]
+    pub priority_factor: u8,
+}
+
+pub const FULL_PRIORITY: u8 = 100;
+
+fn full_priority() -> u8 {
+    FULL_PRIORITY
 }
 
 impl GroupConfig {
@@ -24,7 +35,16 @@ impl GroupConfig {
         if self.max_attempts == 0 || self.max_attempts > MAX_MAX_ATTEMPTS {
             return Err(BrokerError::BadRequest(format!("max attempts must be 1 to {MAX_MAX_ATTEMPTS}")));
         }
+        if self.priority_factor > FULL_PRIORITY {
+            return Err(BrokerError::BadRequest(format!("priority factor must be 0 to {FULL_PRIORITY}")));
+        }
         Ok(())
+    }
+
+    /// Whether a receive of `topic` whose draw (0-99, random per receive) is `draw` takes the
+    /// highest-priority messages first. FIFO groups never do: they keep their queues' order.
+    pub fn by_priority_on(&self, topic: &TopicConfig, draw: u8) -> bool {
+        topic.kind == TopicKind::Priority && !self.fifo && draw < self.priority_factor
     }
 
     /// Whether deliveries of `topic` to this group follow message-group order.
@@ -50,11 +70,29 @@ mod tests {
 
     #[test]
     fn names_follow_the_topic_rules_and_leave_room_for_the_dead_letter_prefix() {
-        let group = |name: &str, max_attempts| GroupConfig { name: name.into(), fifo: false, max_attempts };
+        let group = |name: &str, max_attempts| GroupConfig {
+            name: name.into(),
+            fifo: false,
+            max_attempts,
+            priority_factor: FULL_PRIORITY,
+        };
         assert!(group("orders-consumers", 16).validate().is_ok());
         assert!(group("a/b", 16).validate().is_err());
         assert!(group("", 16).validate().is_err());
         assert!(group(&"g".repeat(123), 16).validate().is_err(), "%DLQ% + 123 characters is too long");
         assert!(group("g", 0).validate().is_err());
+        assert!(GroupConfig { priority_factor: 101, ..group("g", 16) }.validate().is_err());
+    }
+
+    #[test]
+    fn the_priority_factor_is_the_share_of_receives_by_priority_and_fifo_groups_never_do() {
+        let topic = |kind| TopicConfig { name: "P".into(), queues: 8, kind };
+        let group = |fifo, priority_factor| GroupConfig { name: "g".into(), fifo, max_attempts: 16, priority_factor };
+        let share = |g: &GroupConfig, kind| (0..100).filter(|&d| g.by_priority_on(&topic(kind), d)).count();
+        assert_eq!(share(&group(false, 100), TopicKind::Priority), 100);
+        assert_eq!(share(&group(false, 30), TopicKind::Priority), 30);
+        assert_eq!(share(&group(false, 0), TopicKind::Priority), 0);
+        assert_eq!(share(&group(true, 100), TopicKind::Priority), 0, "FIFO groups keep queue order");
+        assert_eq!(share(&group(false, 100), TopicKind::Normal), 0, "only priority topics");
     }
 }

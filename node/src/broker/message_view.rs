@@ -206,6 +206,7 @@ mod tests {
             message_type: 2,
             delivery_timestamp_ms: -5,
             transaction_recovery_ms: 7,
+            priority_plus_one: 4,
         }
     }
 

@@ -39,7 +39,7 @@ fn setup(n: &mut Node) {
         let config = TopicConfig { name: name.into(), queues: 1, kind };
         assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(config))), Reply::Applied);
     }
-    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16 };
+    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100 };
     n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
 }
 

@@ -68,6 +68,9 @@ pub struct PopRequest<'a> {
     pub now_ms: i64,
     /// The queue looked at first; callers rotate it so queues share batches fairly.
     pub first_queue: u32,
+    /// Take from the highest queue down and fill the batch before moving on (a priority topic's
+    /// receive, see [`GroupConfig::by_priority_on`]), instead of from `first_queue` in turn.
+    pub by_priority: bool,
 }
 
 #[derive(Debug)]
@@ -135,8 +138,12 @@ impl Broker {
             // 0 matches no topic: the pop is refused if the topic is gone.
             let epoch = meta.consumption.topics.get(topic).copied().unwrap_or(0);
             let n = r.topic.queues;
-            let queues = (0..n)
-                .map(|i| r.first_queue.wrapping_add(i) % n)
+            let order: Box<dyn Iterator<Item = u32>> = if r.by_priority {
+                Box::new((0..n).rev())
+            } else {
+                Box::new((0..n).map(|i| r.first_queue.wrapping_add(i) % n))
+            };
+            let queues = order
                 .map(|q| {
                     let range = meta.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
                     let key = (r.group.name.clone(), topic.to_string(), q);
@@ -211,7 +218,9 @@ impl Broker {
         // sharing the budget.
         let budget = AtomicUsize::new(budget);
         let backlog = scans.iter().filter(|s| s.take.from.max(s.range.start) < s.range.next).count();
-        match scan_pool().filter(|_| (r.filter.reads_messages() || orderly) && backlog > 1) {
+        // By priority, the queues are taken in order: a lower one only gets what a higher one
+        // left of the budget.
+        match scan_pool().filter(|_| (r.filter.reads_messages() || orderly) && backlog > 1 && !r.by_priority) {
             Some(pool) => {
                 use rayon::prelude::*;
                 pool.install(|| scans.par_iter_mut().try_for_each(|scan| self.scan_new(r, orderly, scan, &budget)))?;

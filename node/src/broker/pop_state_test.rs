@@ -11,7 +11,7 @@ use crate::broker::state_test::{Node, create, node, send};
 use crate::broker::{Command, PopRequest, Reply, TopicConfig};
 
 fn group(name: &str, max_attempts: u32) -> GroupConfig {
-    GroupConfig { name: name.into(), fifo: false, max_attempts }
+    GroupConfig { name: name.into(), fifo: false, max_attempts, priority_factor: 100 }
 }
 
 fn topic(n: &Node, name: &str) -> TopicConfig {
@@ -28,7 +28,16 @@ fn pop(
     invisible_ms: i64,
 ) -> Vec<Delivery> {
     let t = topic(n, t);
-    let request = PopRequest { group: g, topic: &t, filter, max_messages: 32, invisible_ms, now_ms, first_queue: 0 };
+    let request = PopRequest {
+        group: g,
+        topic: &t,
+        filter,
+        max_messages: 32,
+        invisible_ms,
+        now_ms,
+        first_queue: 0,
+        by_priority: false,
+    };
     let plan = n.broker.plan_pop(&request).unwrap();
     for d in plan.dead_letters {
         n.commit(&Command::DeadLetter(d));
@@ -234,6 +243,7 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
         invisible_ms: 100,
         now_ms: 1,
         first_queue: 0,
+        by_priority: false,
     };
     let stale = n.broker.plan_pop(&request).unwrap();
     n.commit(&Command::Admin(crate::broker::AdminCommand::DeleteTopic { name: "T".into() }));
@@ -249,4 +259,41 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
     let at = n.next_index - 1;
     let snap = n.broker.state_at(at, None).unwrap();
     assert_eq!(snap.consumption, consumption(&n));
+}
+
+#[test]
+fn a_receive_by_priority_takes_the_highest_queue_first_and_fills_its_batch_going_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&Command::Admin(crate::broker::AdminCommand::CreateTopic(TopicConfig {
+        name: "P".into(),
+        queues: 4,
+        kind: crate::broker::TopicKind::Priority,
+    })));
+    let g = group("g", 16);
+    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    for (queue, ids) in [(0, ["q0a", "q0b"]), (1, ["q1a", "q1b"]), (3, ["q3a", "q3b"])] {
+        n.commit(&send("P", queue, 1, &ids));
+    }
+    let t = topic(&n, "P");
+    let plan = |n: &Node, by_priority, first_queue, max_messages| {
+        let request = PopRequest {
+            group: &g,
+            topic: &t,
+            filter: &MatchAll,
+            max_messages,
+            invisible_ms: 60_000,
+            now_ms: 1_000,
+            first_queue,
+            by_priority,
+        };
+        let plan = n.broker.plan_pop(&request).unwrap();
+        plan.pop.takes.iter().flat_map(|t| t.deliver.iter().map(move |(o, _)| (t.queue_id, *o))).collect::<Vec<_>>()
+    };
+    // By priority: queue 3's two, then queue 1's first; whatever queue the rotation is at.
+    for first_queue in 0..4 {
+        assert_eq!(plan(&n, true, first_queue, 3), [(3, 0), (3, 1), (1, 0)]);
+    }
+    // In turn: from the rotation's queue on.
+    assert_eq!(plan(&n, false, 0, 3), [(0, 0), (0, 1), (1, 0)]);
 }

@@ -209,7 +209,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             n.commit(&Command::Transaction(TransactionCommand::Checked { now_ms: *clock, halves, asked: *asked }));
         }
         Op::CreateGroup { group, fifo } => {
-            let g = GroupConfig { name: GROUPS[*group].into(), fifo: *fifo, max_attempts: 2 };
+            let g = GroupConfig { name: GROUPS[*group].into(), fifo: *fifo, max_attempts: 2, priority_factor: 100 };
             n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
         }
         Op::DeleteGroup { group } => {
@@ -226,6 +226,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
                 invisible_ms: 1_000,
                 now_ms: *clock,
                 first_queue: 0,
+                by_priority: false,
             };
             let plan = n.broker.plan_pop(&request).expect("plan");
             for d in plan.dead_letters {
@@ -367,7 +368,7 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut leader = node(ld.path());
     leader.commit(&create("Old", 1));
-    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 5 };
+    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 5, priority_factor: 100 };
     leader.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
     leader.commit(&send("Old", 0, 1_000, &["retry-me"]));
     let at = leader.next_index - 1;
@@ -392,6 +393,7 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
         invisible_ms: 1_000,
         now_ms: 5_000,
         first_queue: 0,
+        by_priority: false,
     };
     let plan = f.plan_pop(&request).unwrap();
     let mut f_state = f.state().clone();

@@ -11,6 +11,9 @@ pub enum TopicKind {
     Fifo,
     Delay,
     Transaction,
+    /// A message of priority p goes to queue min(p, queues - 1); receives take from the highest
+    /// queue with messages first (RocketMQ 5.4's priority messages).
+    Priority,
 }
 
 impl TopicKind {
@@ -20,6 +23,16 @@ impl TopicKind {
             TopicKind::Fifo => MessageType::Fifo,
             TopicKind::Delay => MessageType::Delay,
             TopicKind::Transaction => MessageType::Transaction,
+            TopicKind::Priority => MessageType::Priority,
+        }
+    }
+
+    /// The message types the topic's queues accept: its own, and on a priority topic also
+    /// messages without a priority (they take the queues in turn).
+    pub fn accepted_message_types(self) -> Vec<MessageType> {
+        match self {
+            TopicKind::Priority => vec![MessageType::Priority, MessageType::Normal],
+            kind => vec![kind.message_type()],
         }
     }
 }
@@ -32,7 +45,8 @@ impl std::str::FromStr for TopicKind {
             "fifo" => Ok(TopicKind::Fifo),
             "delay" => Ok(TopicKind::Delay),
             "transaction" => Ok(TopicKind::Transaction),
-            other => Err(format!("unknown topic type {other:?} (normal, fifo, delay, transaction)")),
+            "priority" => Ok(TopicKind::Priority),
+            other => Err(format!("unknown topic type {other:?} (normal, fifo, delay, transaction, priority)")),
         }
     }
 }
@@ -44,6 +58,7 @@ impl std::fmt::Display for TopicKind {
             TopicKind::Fifo => "fifo",
             TopicKind::Delay => "delay",
             TopicKind::Transaction => "transaction",
+            TopicKind::Priority => "priority",
         })
     }
 }

@@ -206,6 +206,11 @@ enum GroupCmd {
         /// Deliveries before a message goes to the dead-letter topic `%DLQ%<name>`.
         #[arg(long, default_value_t = crate::broker::group::DEFAULT_MAX_ATTEMPTS)]
         max_attempts: u32,
+        /// On priority topics: the percentage of receives that take the highest priority first;
+        /// the others take from every queue in turn, so low priorities are not starved.
+        #[arg(long, default_value_t = crate::broker::group::FULL_PRIORITY,
+              value_parser = clap::value_parser!(u8).range(0..=100))]
+        priority_factor: u8,
     },
     /// Each group, and per topic it consumed: lag (messages not acked yet) and in-flight count.
     List,
@@ -821,8 +826,9 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Top::Group(GroupCmd::Create { name, fifo, max_attempts }) => {
-            request(ep, AdminRequest::CreateGroup(GroupConfig { name, fifo, max_attempts })).await.map(done)
+        Top::Group(GroupCmd::Create { name, fifo, max_attempts, priority_factor }) => {
+            let config = GroupConfig { name, fifo, max_attempts, priority_factor };
+            request(ep, AdminRequest::CreateGroup(config)).await.map(done)
         }
         Top::Group(GroupCmd::Delete { name }) => request(ep, AdminRequest::DeleteGroup { name }).await.map(done),
         Top::Group(GroupCmd::ResetOffset { group, topic, to_time }) => {
@@ -833,7 +839,8 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             if let AdminResponse::Groups(groups) = request(ep, AdminRequest::ListGroups).await? {
                 for g in groups {
                     let kind = if g.config.fifo { "fifo" } else { "normal" };
-                    println!("{}	{kind}	max_attempts={}", g.config.name, g.config.max_attempts);
+                    let (name, attempts, factor) = (&g.config.name, g.config.max_attempts, g.config.priority_factor);
+                    println!("{name}	{kind}	max_attempts={attempts}	priority_factor={factor}");
                     for p in g.progress {
                         println!("  topic={}	lag={}	inflight={}", p.topic, p.lag, p.inflight);
                     }

@@ -237,6 +237,7 @@ impl Cluster {
         let group = broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
         let topic = broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
         let filter = self.subscription(order)?;
+        let turn = self.next_queue();
         let request = PopRequest {
             group: &group,
             topic: &topic,
@@ -244,7 +245,8 @@ impl Cluster {
             max_messages: order.max_messages,
             invisible_ms: order.invisible_ms,
             now_ms: now_ms(),
-            first_queue: self.next_queue(),
+            first_queue: turn,
+            by_priority: group.by_priority_on(&topic, priority_draw(turn)),
         };
         // Filters may spend a plugin call's limit of CPU: off the async workers.
         let mut plan = blocking(|| broker.plan_pop(&request)).map_err(|e| PopError::Internal(e.to_string()))?;
@@ -276,4 +278,11 @@ impl Cluster {
             other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
         }
     }
+}
+
+/// The receive's draw against a group's priority factor (0-99), from the node's turn counter:
+/// any hundred consecutive turns give each value once, scattered (37 is coprime with 100), so
+/// about `priority_factor` receives in a hundred go by priority, interleaved with the others.
+fn priority_draw(turn: u32) -> u8 {
+    (turn.wrapping_mul(37) % 100) as u8
 }

@@ -282,7 +282,7 @@ mod with_broker {
     fn bound_group(dir: &std::path::Path, module: &[u8], messages: &[&str]) -> Node {
         let mut n = node(dir);
         assert_eq!(n.commit(&create("T", 1)), Reply::Applied);
-        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16 };
+        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100 };
         n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
         if !messages.is_empty() {
             n.commit(&send("T", 0, 1, messages));
@@ -386,6 +386,7 @@ mod with_broker {
                 invisible_ms: 1000,
                 now_ms: 10,
                 first_queue: 0,
+                by_priority: false,
             };
             Ok::<_, PluginError>(n.broker.plan_pop(&request).unwrap())
         };
@@ -430,6 +431,7 @@ mod with_broker {
             invisible_ms: 1000,
             now_ms: 10,
             first_queue: 0,
+            by_priority: false,
         };
         let plan = n.broker.plan_pop(&request).unwrap();
         assert!(!plan.delivers());

@@ -153,7 +153,7 @@ pub fn route(
             id: id as i32,
             permission: Permission::ReadWrite as i32,
             broker: Some(brokers[(start + id as usize) % brokers.len()].clone()),
-            accept_message_types: vec![topic.kind.message_type() as i32],
+            accept_message_types: topic.kind.accepted_message_types().into_iter().map(|t| t as i32).collect(),
         })
         .collect();
     Ok(QueryRouteResponse { status: Some(ok()), message_queues })

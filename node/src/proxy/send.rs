@@ -143,7 +143,7 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
         return Err(Rejection::new(Code::IllegalMessageGroup, format!("illegal message group {g:?}")));
     }
     let kind = declared_type(m);
-    if kind != topic.kind.message_type() {
+    if !topic.kind.accepted_message_types().contains(&kind) {
         return Err(Rejection::new(
             Code::MessagePropertyConflictWithType,
             format!("a {} message cannot go to {} topic {}", kind.as_str_name(), topic.kind, topic.name),
@@ -175,7 +175,31 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
     {
         return Err(Rejection::new(Code::BadRequest, "negative transaction recovery duration"));
     }
-    Ok(())
+    check_priority(sp, topic)
+}
+
+/// A priority is 0 or more, and only a priority topic's messages have one. The clients treat
+/// priority 0 as unset in their own checks, so 0 passes on any topic and means none elsewhere.
+fn check_priority(sp: &rockraft_proto::rocketmq::SystemProperties, topic: &TopicConfig) -> Result<(), Rejection> {
+    match sp.priority {
+        Some(p) if p < 0 => Err(Rejection::new(Code::BadRequest, format!("priority {p} is below 0"))),
+        Some(p) if p > 0 && topic.kind != TopicKind::Priority => Err(Rejection::new(
+            Code::MessagePropertyConflictWithType,
+            format!("a message with priority {p} needs a priority topic, {} is {}", topic.name, topic.kind),
+        )),
+        _ if topic.kind == TopicKind::Priority && sp.message_group.is_some() => {
+            Err(Rejection::new(Code::MessagePropertyConflictWithType, "a priority message cannot have a message group"))
+        }
+        _ if sp.lite_topic.is_some() && topic.kind == TopicKind::Priority => {
+            Err(Rejection::new(Code::MessagePropertyConflictWithType, "a priority message cannot go to a lite topic"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The queue a priority message goes to: its priority, or the topic's highest queue.
+fn priority_queue(priority: i32, queues: u32) -> u32 {
+    u32::try_from(priority).unwrap_or(0).min(queues.saturating_sub(1))
 }
 
 /// The message as the log stores it; takes the request's fields rather than copying them.
@@ -202,6 +226,10 @@ fn stored(m: Message, limits: &Limits) -> StoredMessage {
         born_host: sp.born_host,
         message_group: sp.message_group.unwrap_or_default(),
         message_type: message_type as i32,
+        priority_plus_one: match sp.priority {
+            Some(p) if message_type == MessageType::Priority && p >= 0 => p.unsigned_abs() + 1,
+            _ => 0,
+        },
     }
 }
 
@@ -236,11 +264,13 @@ pub fn plan(
     let mut message_ids = Vec::with_capacity(req.messages.len());
     for (i, m) in req.messages.into_iter().enumerate() {
         let sp = m.system_properties.as_ref().expect("checked");
-        let queue = match &sp.message_group {
+        let queue = match (&sp.message_group, sp.priority) {
             // One message group always lands in one queue, whichever client sent it.
-            Some(g) => crc32c::crc32c(g.as_bytes()) % topic.queues,
-            None if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
-            None => next_queue(topic.queues),
+            (Some(g), _) => crc32c::crc32c(g.as_bytes()) % topic.queues,
+            // The clients pick a queue round robin whatever the priority: the broker places it.
+            (None, Some(p)) if topic.kind == TopicKind::Priority => priority_queue(p, topic.queues),
+            (None, _) if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
+            (None, _) => next_queue(topic.queues),
         };
         message_ids.push(sp.message_id.clone());
         let entry = by_queue.entry(queue).or_default();
@@ -299,6 +329,7 @@ mod tests {
             "N" => Some(TopicConfig { name: "N".into(), queues: 4, kind: TopicKind::Normal }),
             "F" => Some(TopicConfig { name: "F".into(), queues: 4, kind: TopicKind::Fifo }),
             "D" => Some(TopicConfig { name: "D".into(), queues: 4, kind: TopicKind::Delay }),
+            "P" => Some(TopicConfig { name: "P".into(), queues: 4, kind: TopicKind::Priority }),
             _ => None,
         }
     }
@@ -412,5 +443,47 @@ mod tests {
         m.system_properties.as_mut().unwrap().queue_id = 9;
         let req = SendMessageRequest { messages: vec![m] };
         assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
+    }
+
+    fn prioritized(topic: &str, body: &str, priority: Option<i32>) -> Message {
+        let mut m = msg(topic, body, None);
+        let sp = m.system_properties.as_mut().unwrap();
+        sp.priority = priority;
+        if priority.is_some() {
+            sp.message_type = MessageType::Priority as i32;
+        }
+        m
+    }
+
+    #[test]
+    fn a_priority_message_goes_to_its_priority_queue_and_keeps_its_priority() {
+        let one = |m: Message| SendMessageRequest { messages: vec![m] };
+        for (priority, queue) in [(0, 0), (2, 2), (3, 3), (4, 3), (i32::MAX, 3)] {
+            let p = plan(one(prioritized("P", "a", Some(priority))), "", topics, &LIMITS, |_| 1).unwrap();
+            let batch = &p.batches[0].1;
+            assert_eq!(batch.queue_id, queue, "priority {priority}: the client's queue 1 is not used");
+            let stored = StoredMessage::decode(batch.messages[0].clone()).unwrap();
+            assert_eq!(
+                (stored.priority_plus_one, stored.message_type),
+                (priority as u32 + 1, MessageType::Priority as i32)
+            );
+        }
+        // Without a priority, a priority topic's message takes the queue it names, like any.
+        let p = plan(one(prioritized("P", "a", None)), "", topics, &LIMITS, |_| 2).unwrap();
+        assert_eq!(p.batches[0].1.queue_id, 1);
+    }
+
+    #[test]
+    fn priorities_are_refused_where_they_do_not_belong() {
+        let one = |m: Message| SendMessageRequest { messages: vec![m] };
+        assert_eq!(code(&one(prioritized("P", "a", Some(-1)))), Code::BadRequest as i32);
+        assert_eq!(code(&one(prioritized("N", "a", Some(3)))), Code::MessagePropertyConflictWithType as i32);
+        let mut grouped = prioritized("P", "a", Some(3));
+        grouped.system_properties.as_mut().unwrap().message_group = Some("g".into());
+        assert_eq!(code(&one(grouped)), Code::MessagePropertyConflictWithType as i32);
+        // Priority 0 on another kind of message is how the clients say "unset".
+        let mut fifo = msg("F", "a", Some("g"));
+        fifo.system_properties.as_mut().unwrap().priority = Some(0);
+        assert_eq!(code(&one(fifo)), Code::Ok as i32);
     }
 }

@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn consumers_get_their_group_fifo_flag_and_max_attempts() {
         use rockraft_proto::rocketmq::{Resource, Subscription, Ua};
-        let group = GroupConfig { name: "g".into(), fifo: true, max_attempts: 5 };
+        let group = GroupConfig { name: "g".into(), fifo: true, max_attempts: 5, priority_factor: 100 };
         let settings = |language: Language| Settings {
             pub_sub: Some(settings::PubSub::Subscription(Subscription {
                 group: Some(Resource { name: "g".into(), resource_namespace: String::new() }),

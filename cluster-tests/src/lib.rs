@@ -542,11 +542,11 @@ impl Cluster {
     }
 
     pub async fn create_topic(&self, name: &str, queues: u32, kind: TopicKind) {
-        self.admin(AdminRequest::CreateTopic(TopicConfig { name: name.into(), queues, kind })).await;
+        self.admin(AdminRequest::CreateTopic(TopicConfig::new(name, queues, kind))).await;
     }
 
     pub async fn create_group(&self, name: &str, fifo: bool, max_attempts: u32) {
-        let config = GroupConfig { name: name.into(), fifo, max_attempts, priority_factor: FULL_PRIORITY };
+        let config = GroupConfig { name: name.into(), fifo, max_attempts, priority_factor: FULL_PRIORITY, lite: None };
         let req = AdminRequest::CreateGroup(config);
         self.admin(req).await;
     }

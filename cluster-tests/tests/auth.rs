@@ -632,10 +632,22 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
     let signer = Signer(Some((admin.access_key.clone(), admin.secret.expose().to_string())));
     let mut c = AdminServiceClient::with_interceptor(channel.clone(), signer);
     for i in 0..5 {
-        let req = pb::CreateTopicRequest { name: format!("Paged{i}"), queues: 2, kind: "FIFO".into() };
+        let req = pb::CreateTopicRequest {
+            name: format!("Paged{i}"),
+            queues: 2,
+            kind: "FIFO".into(),
+            lite_ttl_minutes: None,
+        };
         c.create_topic(req).await.expect("created");
     }
-    let bad = c.create_topic(pb::CreateTopicRequest { name: "Odd".into(), queues: 2, kind: "QUEUE".into() }).await;
+    let bad = c
+        .create_topic(pb::CreateTopicRequest {
+            name: "Odd".into(),
+            queues: 2,
+            kind: "QUEUE".into(),
+            lite_ttl_minutes: None,
+        })
+        .await;
     assert_eq!(bad.expect_err("an unknown kind").code(), tonic::Code::InvalidArgument);
     let mut names = Vec::new();
     let mut after = String::new();
@@ -678,7 +690,14 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
     let acl = c.list_acl(pb::ListAclRequest { access_key: "typed".into() }).await.unwrap().into_inner();
     assert_eq!(acl.rules.len(), 1);
     assert_eq!((acl.rules[0].actions.clone(), acl.rules[0].decision.as_str()), (vec!["PUB".to_string()], "ALLOW"));
-    let dup = c.create_topic(pb::CreateTopicRequest { name: "Paged0".into(), queues: 3, kind: "FIFO".into() }).await;
+    let dup = c
+        .create_topic(pb::CreateTopicRequest {
+            name: "Paged0".into(),
+            queues: 3,
+            kind: "FIFO".into(),
+            lite_ttl_minutes: None,
+        })
+        .await;
     assert_eq!(dup.expect_err("exists with another configuration").code(), tonic::Code::FailedPrecondition);
     let status = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
     assert_eq!(status.members.len(), 3);

@@ -2,14 +2,18 @@
 //! a real three-node cluster: what the Rust client lacks — ChangeInvisibleDuration, the
 //! PushConsumer with a listener that always fails, whose message must reach the dead-letter topic,
 //! RecallMessage of delayed messages, repeated or wrong EndTransaction resolutions, priority
-//! messages (RocketMQ 5.4) received highest priority first; and a
+//! messages (RocketMQ 5.4) received highest priority first; lite topics (RocketMQ 5.5) with the
+//! LiteSimpleConsumer and LitePushConsumer; and a
 //! client given one endpoint whose node is SIGKILLed mid-stream, carried to the other nodes by
 //! the routes.
 //! Each scenario is a script in `cluster-tests/python/`; it exits 0 only if every check held.
 
 use std::time::Duration;
 
-use rockraft::broker::TopicKind;
+use rockraft::admin::api::{AdminRequest, AdminResponse};
+use rockraft::broker::group::GroupConfig;
+use rockraft::broker::lite::{LiteBinding, LiteModel};
+use rockraft::broker::{TopicConfig, TopicKind};
 use rockraft_cluster_tests::{Cluster, Options, run_python};
 
 /// A follower's endpoint: it serves every RPC, forwarding writes to the leader. (Given several
@@ -132,4 +136,87 @@ async fn python_priority_messages_arrive_highest_priority_first_with_their_prior
     let run = move || run_python("priority.py", &["--endpoints", &eps, "--topic", "Urgent", "--group", "py-priority"]);
     let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
     assert!(ok, "priority.py failed:\n{output}");
+}
+
+/// A lite group of `parent`.
+async fn create_lite_group(cluster: &Cluster, name: &str, parent: &str, model: LiteModel, quota: u32) {
+    let lite = Some(LiteBinding { topic: parent.into(), model, quota });
+    let config = GroupConfig { name: name.into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
+    cluster.admin(AdminRequest::CreateGroup(config)).await;
+}
+
+/// Lite topics with the unchanged Python client: subscriptions, order per lite topic, bad names,
+/// quota, exclusive takeover, a LitePushConsumer, the leader SIGKILLed mid-stream (lite.py), then
+/// the expiry of an idle lite topic after its parent's TTL (one minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_lite_consumers_get_their_lite_topics_in_order_across_a_leader_kill_and_idle_ones_expire() {
+    let mut cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Chats", 4, TopicKind::Lite).await;
+    let mut ephemeral = TopicConfig::new("Ephemeral", 2, TopicKind::Lite);
+    ephemeral.lite_ttl_minutes = 1;
+    cluster.admin(AdminRequest::CreateTopic(ephemeral)).await;
+    cluster.create_topic("Plain", 2, TopicKind::Normal).await;
+    create_lite_group(&cluster, "py-lite", "Chats", LiteModel::Shared, 3).await;
+    create_lite_group(&cluster, "py-lite-excl", "Chats", LiteModel::Exclusive, 10).await;
+    create_lite_group(&cluster, "py-lite-push", "Chats", LiteModel::Shared, 10).await;
+    create_lite_group(&cluster, "py-lite-kill", "Chats", LiteModel::Shared, 10).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let survivor = (1..=3).find(|id| *id != leader).unwrap();
+    let eps = cluster.client_addr(survivor);
+    let pid = cluster.pid(leader).expect("the leader runs").to_string();
+    let started = std::time::Instant::now();
+    let run = move || {
+        run_python(
+            "lite.py",
+            &[
+                "--endpoints",
+                &eps,
+                "--topic",
+                "Chats",
+                "--ttl-topic",
+                "Ephemeral",
+                "--plain-topic",
+                "Plain",
+                "--group",
+                "py-lite",
+                "--exclusive-group",
+                "py-lite-excl",
+                "--push-group",
+                "py-lite-push",
+                "--kill-group",
+                "py-lite-kill",
+                "--kill-pid",
+                &pid,
+            ],
+        )
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    cluster.kill(leader);
+    assert!(ok, "lite.py failed:\n{output}");
+    let steps: Vec<&str> = output.lines().filter(|l| l.starts_with("[lite.py")).collect();
+    eprintln!("{}", steps.join("\n"));
+    // tmp-1 was written at the start of the run: within the TTL plus two looks of the expiry job
+    // it is gone, while the lite topics of the parent with the default TTL (a day) stay.
+    let listing = |parent: &str| AdminRequest::ListLiteTopics {
+        parent: parent.into(),
+        group: None,
+        from: String::new(),
+        limit: 100,
+    };
+    let admin = cluster.admin_addr(survivor);
+    let deadline = started + Duration::from_secs(100);
+    loop {
+        match cluster.call(&admin, &listing("Ephemeral")).await {
+            Ok(AdminResponse::LiteTopics(rows)) if rows.is_empty() => break,
+            other => assert!(std::time::Instant::now() < deadline, "tmp-1 did not expire: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    match cluster.call(&admin, &listing("Chats")).await {
+        Ok(AdminResponse::LiteTopics(rows)) => {
+            let names: Vec<&str> = rows.iter().map(|r| r.lite.as_str()).collect();
+            assert!(names.contains(&"chat-a") && names.contains(&"kill-1"), "lite topics of Chats: {names:?}");
+        }
+        other => panic!("listing Chats: {other:?}"),
+    }
 }

@@ -139,6 +139,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn_leader("handle key", leadership.clone(), move || crate::jobs::first_handle_key(keyed.clone()));
     let timers = cluster.clone();
     jobs.spawn_leader("timers", leadership.clone(), move || crate::jobs::fire_timers(timers.clone()));
+    let lite = cluster.clone();
+    jobs.spawn_leader("lite topics", leadership.clone(), move || crate::jobs::lite_upkeep(lite.clone()));
     let broker_config = &config.broker;
     let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
         plugins,

@@ -101,6 +101,7 @@ pub fn client_message(topic: &Resource, m: StoredMessage, store_ms: i64) -> Mess
         delivery_timestamp: (m.delivery_timestamp_ms > 0).then(|| timestamp(m.delivery_timestamp_ms)),
         message_group: (!m.message_group.is_empty()).then_some(m.message_group),
         priority: m.priority_plus_one.checked_sub(1).and_then(|p| i32::try_from(p).ok()),
+        lite_topic: (!m.lite_topic.is_empty()).then_some(m.lite_topic),
         ..Default::default()
     };
     Message {

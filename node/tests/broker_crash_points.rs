@@ -17,6 +17,7 @@ use openraft::storage::RaftStateMachine;
 use prost::Message;
 use rockraft::broker::MatchAll;
 use rockraft::broker::group::GroupConfig;
+use rockraft::broker::lite::{LiteBinding, LiteCommand, LiteModel, LiteReceipt, LiteRequest, SyncAction};
 use rockraft::broker::pop::{ConsumeCommand, Receipt};
 use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest};
 use rockraft::raft::StateMachine;
@@ -204,19 +205,27 @@ fn workload(r: &mut Replica, round: u64) {
     if round == 0 {
         for (name, kind) in [("D", rockraft::broker::TopicKind::Delay), ("X", rockraft::broker::TopicKind::Transaction)]
         {
-            let config = rockraft::broker::TopicConfig { name: name.into(), queues: 1, kind };
+            let config = rockraft::broker::TopicConfig::new(name, 1, kind);
             r.commit(&Command::Admin(AdminCommand::CreateTopic(config)));
         }
-        r.commit(&Command::Admin(AdminCommand::CreateTopic(rockraft::broker::TopicConfig {
-            name: "T".into(),
-            queues: 2,
-            kind: rockraft::broker::TopicKind::Normal,
-        })));
-        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 3, priority_factor: 100 };
+        r.commit(&Command::Admin(AdminCommand::CreateTopic(rockraft::broker::TopicConfig::new(
+            "T",
+            2,
+            rockraft::broker::TopicKind::Normal,
+        ))));
+        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 3, priority_factor: 100, lite: None };
+        r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+        let mut lite = rockraft::broker::TopicConfig::new("L", 2, rockraft::broker::TopicKind::Lite);
+        lite.lite_ttl_minutes = 1;
+        r.commit(&Command::Admin(AdminCommand::CreateTopic(lite)));
+        let binding = LiteBinding { topic: "L".into(), model: LiteModel::Exclusive, quota: 8 };
+        let g =
+            GroupConfig { name: "lg".into(), fifo: false, max_attempts: 3, priority_factor: 100, lite: Some(binding) };
         r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
     }
     let base = 1_000_000 + round as i64 * 10_000;
     held_workload(r, round, base);
+    lite_workload(r, round, base);
     for i in 0..6u64 {
         // Every id is sent twice: the retry must be stored once, on every replica.
         let ids = vec![format!("m{round}-{i}"), format!("m{round}-{}", i.saturating_sub(1))];
@@ -259,6 +268,69 @@ fn workload(r: &mut Replica, round: u64) {
     }
 }
 
+/// Lite topics: sends that create lite topics, subscriptions (an exclusive takeover), a lite pop,
+/// an ack, and the expiry of the lite topics idle for a minute.
+fn lite_workload(r: &mut Replica, round: u64, base: i64) {
+    let lites = [format!("l{}", round % 3), format!("l{round}")];
+    let messages = lites
+        .iter()
+        .chain(&lites)
+        .enumerate()
+        .map(|(i, lite)| {
+            let m = StoredMessage {
+                message_id: format!("lite-{round}-{i}"),
+                body: Bytes::from(format!("lite body {round} {i}")),
+                lite_topic: lite.clone(),
+                ..Default::default()
+            };
+            m.encode_to_vec().into()
+        })
+        .collect();
+    let batch = SendBatch {
+        topic: "L".into(),
+        queue_id: 0,
+        store_timestamp_ms: base,
+        clock_ms: base,
+        messages,
+        queue_ids: vec![],
+    };
+    r.commit(&Command::Send(batch));
+    let client = format!("c{}", round % 2);
+    let sync = LiteCommand::Sync {
+        group: "lg".into(),
+        parent: "L".into(),
+        client: client.clone(),
+        action: if round % 4 == 3 { SyncAction::Replace } else { SyncAction::Add },
+        lites: lites.to_vec(),
+        now_ms: base,
+    };
+    r.commit(&Command::Lite(sync));
+    let g = r.broker.group("lg").unwrap();
+    let request = LiteRequest {
+        group: &g,
+        parent: "L",
+        client: &client,
+        max_messages: 3,
+        invisible_ms: 60_000,
+        now_ms: base + 100,
+        first: round as usize,
+    };
+    let plan = r.broker.plan_lite_pop(&request).unwrap();
+    assert!(plan.delivers(), "round {round}: the new lite messages are delivered");
+    r.commit(&Command::Lite(LiteCommand::Pop(plan.pop)));
+    let index = r.next - 1;
+    if let Some(take) = r.broker.lite_topics("L", Some("lg"), "", 100).unwrap().iter().find(|t| t.inflight > 0) {
+        let id = r.broker.lite_id("L", &take.lite).unwrap();
+        let receipt = LiteReceipt { group: "lg".into(), id, offset: 0, generation: index };
+        r.commit(&Command::Lite(LiteCommand::Ack { receipts: vec![receipt] }));
+    }
+    if round % 3 == 2 {
+        let before_ms = base - 60_000;
+        let (lites, _) = r.broker.expired_lite_topics("L", "", before_ms, 100).unwrap();
+        r.commit(&Command::Lite(LiteCommand::Expire { parent: "L".into(), before_ms, lites }));
+    }
+}
+
 /// Same tables, same messages at the same offsets.
 fn assert_converged(a: &Broker, b: &Broker) {
     assert_eq!(a.digest().unwrap(), b.digest().unwrap(), "replicated state differs");
@@ -278,6 +350,8 @@ fn assert_converged(a: &Broker, b: &Broker) {
             }
         }
     }
+    let lites = |b: &Broker| format!("{:?}", b.lite_topics("L", Some("lg"), "", 1000).unwrap());
+    assert_eq!(lites(a), lites(b), "lite topics differ");
 }
 
 const CHECKPOINT_POINTS: [&str; 7] = [

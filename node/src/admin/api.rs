@@ -40,6 +40,13 @@ pub enum AdminRequest {
         name: String,
     },
     ListTopics,
+    /// The lite topics of `parent` from `from` on, at most `limit`, with `group`'s backlog.
+    ListLiteTopics {
+        parent: String,
+        group: Option<String>,
+        from: String,
+        limit: usize,
+    },
     CreateGroup(GroupConfig),
     DeleteGroup {
         name: String,
@@ -241,6 +248,7 @@ pub enum AdminResponse {
     Status(NodeStatus),
     Done(String),
     Topics(Vec<TopicInfo>),
+    LiteTopics(Vec<LiteTopicInfo>),
     Groups(Vec<GroupInfo>),
     Messages(Vec<MessageLine>),
     Digest(StateDigest),
@@ -253,6 +261,18 @@ pub enum AdminResponse {
     Users(Vec<UserInfo>),
     Acl(Vec<AclLine>),
     Error(String),
+}
+
+/// One lite topic of a listing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LiteTopicInfo {
+    pub lite: String,
+    /// Messages ever stored (its next offset).
+    pub messages: u64,
+    pub last_write_ms: i64,
+    /// For the group asked about: messages not taken yet, and deliveries in flight.
+    pub backlog: u64,
+    pub inflight: usize,
 }
 
 /// What part a node plays in its group right now.

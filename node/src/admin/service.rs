@@ -61,6 +61,9 @@ fn line(e: StoredEntry) -> MessageLine {
     }
 }
 
+/// The most lite topics one listing returns (it is paged by name).
+const MAX_LITE_LISTING: usize = 10_000;
+
 fn reply_text(reply: Reply) -> AdminResponse {
     match reply {
         Reply::Applied => AdminResponse::Done("ok".into()),
@@ -77,6 +80,7 @@ fn reply_text(reply: Reply) -> AdminResponse {
         Reply::Consume(_) => AdminResponse::Done("ok".into()),
         Reply::Timer(outcome) => AdminResponse::Done(format!("{outcome:?}")),
         Reply::Transaction(TransactionOutcome::Done) => AdminResponse::Done("ok".into()),
+        Reply::Lite(outcome) => AdminResponse::Done(format!("{outcome:?}")),
         Reply::Transaction(TransactionOutcome::Unknown) => AdminResponse::Error("no such transaction".into()),
         Reply::Transaction(TransactionOutcome::Conflict(state)) => {
             AdminResponse::Error(format!("the transaction was already resolved: {state:?}"))
@@ -215,6 +219,13 @@ impl AdminServer {
                     Ok(sums) => sums.map(AdminResponse::Checksums).map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }
+            }
+            AdminRequest::ListLiteTopics { parent, group, from, limit } => {
+                let limit = limit.clamp(1, MAX_LITE_LISTING);
+                broker
+                    .lite_topics(&parent, group.as_deref(), &from, limit)
+                    .map(AdminResponse::LiteTopics)
+                    .map_err(|e| e.to_string())
             }
             AdminRequest::ListTopics => Ok(AdminResponse::Topics({
                 let held = broker.held_counts();

@@ -11,6 +11,7 @@ use crate::admin::api::{AdminRequest, AdminResponse, BindTarget, MessageLine};
 use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, FULL_PRIORITY, GroupConfig};
 use crate::broker::held::HeldEntry;
+use crate::broker::lite::{DEFAULT_LITE_QUOTA, LiteBinding, LiteModel};
 use crate::broker::plugins::PluginKind;
 use crate::broker::settings::SettingsChange;
 use crate::broker::transaction::HalfState;
@@ -96,7 +97,11 @@ impl AdminService for AdminServer {
     async fn create_topic(&self, req: Request<pb::CreateTopicRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
         let kind: TopicKind = r.kind.to_lowercase().parse().map_err(Status::invalid_argument)?;
-        self.done(AdminRequest::CreateTopic(TopicConfig { name: r.name, queues: r.queues, kind })).await
+        let mut config = TopicConfig::new(r.name, r.queues, kind);
+        if let Some(ttl) = r.lite_ttl_minutes {
+            config.lite_ttl_minutes = ttl;
+        }
+        self.done(AdminRequest::CreateTopic(config)).await
     }
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Reply<pb::AdminDone> {
@@ -127,7 +132,18 @@ impl AdminService for AdminServer {
             None => FULL_PRIORITY,
             Some(f) => u8::try_from(f).map_err(|_| Status::invalid_argument("priority factor must be 0 to 100"))?,
         };
-        let config = GroupConfig { name: r.name, fifo: r.fifo, max_attempts, priority_factor };
+        let lite = match r.lite_bind_topic.is_empty() {
+            true => None,
+            false => Some(LiteBinding {
+                topic: r.lite_bind_topic,
+                model: match r.lite_model.as_str() {
+                    "" => LiteModel::Shared,
+                    m => m.to_lowercase().parse().map_err(Status::invalid_argument)?,
+                },
+                quota: r.lite_quota.unwrap_or(DEFAULT_LITE_QUOTA),
+            }),
+        };
+        let config = GroupConfig { name: r.name, fifo: r.fifo, max_attempts, priority_factor, lite };
         self.done(AdminRequest::CreateGroup(config)).await
     }
 
@@ -147,6 +163,9 @@ impl AdminService for AdminServer {
                 fifo: g.config.fifo,
                 max_attempts: g.config.max_attempts,
                 priority_factor: u32::from(g.config.priority_factor),
+                lite_bind_topic: g.config.lite.as_ref().map(|b| b.topic.clone()).unwrap_or_default(),
+                lite_model: g.config.lite.as_ref().map(|b| b.model.to_string()).unwrap_or_default(),
+                lite_quota: g.config.lite.as_ref().map_or(0, |b| b.quota),
                 progress: g
                     .progress
                     .into_iter()

@@ -15,6 +15,7 @@ use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::failover::{self, Failover};
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
 use crate::broker::held::HeldMessage;
+use crate::broker::lite::{LiteCommand, LiteOutcome, LiteReceipt};
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::reply::Held;
@@ -147,6 +148,7 @@ impl State {
                 ))
             }
             Command::Access(a) => self.access.apply(a),
+            Command::Lite(l) => self.apply_lite(index, l, fx),
             Command::Plugin(p) => {
                 let groups = &self.consumption.groups;
                 self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))
@@ -173,6 +175,9 @@ impl State {
                     return Reply::TopicNotFound(name);
                 }
                 self.queues.remove_where(|(t, _)| *t == name);
+                if let Err(e) = self.lite.parent_deleted(&name) {
+                    fx.fail(e);
+                }
                 // Its delayed messages and halves go with it: none may reach a topic created
                 // later under the same name.
                 self.drop_held_of_topic(&name, fx);
@@ -316,6 +321,12 @@ impl State {
                 });
                 continue;
             }
+            if kind == TopicKind::Lite
+                && !msg.lite_topic.is_empty()
+                && let Err(e) = self.lite.append(&batch.topic, &msg.lite_topic, position, batch.store_timestamp_ms)
+            {
+                fx.fail(e);
+            }
             let (range, write) = &mut written[slots[ordinal]];
             let offset = range.next;
             write.records.push(CqRecord { position, size: raw.len() as u32, tag_hash: tag_hash(&msg.tag) });
@@ -359,17 +370,49 @@ impl State {
         Reply::Consume(outcome)
     }
 
+    fn apply_lite(&mut self, index: u64, command: LiteCommand, fx: &mut Effects) -> Reply {
+        let groups = &self.consumption.groups;
+        let group_of = |g: &str| groups.get(g).cloned();
+        let outcome = match self.lite.apply(index, &command, &group_of) {
+            Ok(outcome) => outcome,
+            Err(e) => return fx.fail_with(e, Reply::Rejected("reading lite topic state failed".into())),
+        };
+        // Whatever ends or moves a delivery may make its lite topic deliverable again.
+        let group = match &command {
+            LiteCommand::Ack { receipts } => receipts.first().map(|r| r.group.as_str()),
+            LiteCommand::ChangeInvisible { receipt, .. } | LiteCommand::Drop { receipt } => {
+                Some(receipt.group.as_str())
+            }
+            LiteCommand::Sync { group, .. } => Some(group.as_str()),
+            _ => None,
+        };
+        if let Some(parent) = group.and_then(|g| groups.get(g)).and_then(|g| g.lite.as_ref()).map(|b| b.topic.clone()) {
+            fx.wakes.push(parent);
+        }
+        Reply::Lite(outcome)
+    }
+
     /// Ends the delivery, then stores the message's copy in the group's dead-letter topic.
     fn apply_dead_letter(&mut self, at: LogPosition, d: DeadLetter, fx: &mut Effects) -> Reply {
         let index = at.index;
         let receipt = dead_letter_receipt(&d);
         let with_copy = dead_letter_copy(&d).is_some();
-        let frees = self.consumption.frees_message_group(&receipt);
-        if !self.consumption.dead_letter(index, &receipt, with_copy) {
-            return Reply::Consume(ConsumeOutcome::StaleReceipt);
-        }
-        if frees {
-            fx.wakes.push(d.topic.clone());
+        if let Some(id) = d.lite_id {
+            let lite = LiteReceipt { group: d.group.clone(), id, offset: d.offset, generation: d.generation };
+            let groups = &self.consumption.groups;
+            match self.lite.apply(index, &LiteCommand::Drop { receipt: lite }, &|g| groups.get(g).cloned()) {
+                Ok(LiteOutcome::Done) => fx.wakes.push(d.topic.clone()),
+                Ok(_) => return Reply::Consume(ConsumeOutcome::StaleReceipt),
+                Err(e) => return fx.fail_with(e, Reply::Rejected("reading lite topic state failed".into())),
+            }
+        } else {
+            let frees = self.consumption.frees_message_group(&receipt);
+            if !self.consumption.dead_letter(index, &receipt, with_copy) {
+                return Reply::Consume(ConsumeOutcome::StaleReceipt);
+            }
+            if frees {
+                fx.wakes.push(d.topic.clone());
+            }
         }
         let dlq = dead_letter_topic_config(&d.group);
         let Some(batch) = dead_letter_copy(&d).cloned() else {

@@ -9,7 +9,8 @@
 //! - `TAG_TIMER`, `TAG_TRANSACTION`: JSON of [`TimerCommand`] / [`TransactionCommand`] (firing,
 //!   recalling, resolving and checking held messages: keys only, never message bytes);
 //! - `TAG_PLUGIN`: JSON of [`PluginCommand`] (registering a module carries its bytes, base64);
-//! - `TAG_ACCESS`: JSON of [`AccessCommand`] (users and access rules).
+//! - `TAG_ACCESS`: JSON of [`AccessCommand`] (users and access rules);
+//! - `TAG_LITE`: JSON of [`LiteCommand`] (lite topic subscriptions and consumption).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -17,6 +18,7 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::BrokerError;
 use crate::broker::access::AccessCommand;
+use crate::broker::lite::LiteCommand;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::timer::TimerCommand;
@@ -31,6 +33,7 @@ const TAG_TIMER: u8 = 5;
 const TAG_TRANSACTION: u8 = 6;
 const TAG_PLUGIN: u8 = 7;
 const TAG_ACCESS: u8 = 8;
+const TAG_LITE: u8 = 9;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -42,6 +45,7 @@ pub enum Command {
     Transaction(TransactionCommand),
     Plugin(PluginCommand),
     Access(AccessCommand),
+    Lite(LiteCommand),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -77,6 +81,7 @@ impl Command {
             Command::Transaction(t) => json(TAG_TRANSACTION, t),
             Command::Plugin(p) => json(TAG_PLUGIN, p),
             Command::Access(a) => json(TAG_ACCESS, a),
+            Command::Lite(l) => json(TAG_LITE, l),
             Command::DeadLetter(d) => {
                 let mut buf = BytesMut::with_capacity(1 + d.encoded_len());
                 buf.put_u8(TAG_DEAD_LETTER);
@@ -101,7 +106,7 @@ impl Command {
     pub fn carries_time(payload: &[u8]) -> bool {
         matches!(
             payload.first(),
-            Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER | TAG_TIMER | TAG_TRANSACTION | TAG_PLUGIN))
+            Some(&(TAG_SEND | TAG_CONSUME | TAG_DEAD_LETTER | TAG_TIMER | TAG_TRANSACTION | TAG_PLUGIN | TAG_LITE))
         )
     }
 
@@ -115,6 +120,7 @@ impl Command {
                 }
             }
             Command::Consume(c) => c.set_time(now_ms),
+            Command::Lite(l) => l.set_time(now_ms),
             Command::Timer(t) => t.set_time(now_ms),
             Command::Transaction(t) => t.set_time(now_ms),
             Command::Plugin(PluginCommand::Register { now_ms: at, .. }) => *at = now_ms,
@@ -175,6 +181,7 @@ impl Command {
             }
             Some(&TAG_PLUGIN) => serde_json::from_slice(&bytes[1..]).map(Command::Plugin).map_err(|e| corrupt(&e)),
             Some(&TAG_ACCESS) => serde_json::from_slice(&bytes[1..]).map(Command::Access).map_err(|e| corrupt(&e)),
+            Some(&TAG_LITE) => serde_json::from_slice(&bytes[1..]).map(Command::Lite).map_err(|e| corrupt(&e)),
             Some(&TAG_DEAD_LETTER) => {
                 DeadLetter::decode(bytes.slice(1..)).map(Command::DeadLetter).map_err(|e| corrupt(&e))
             }
@@ -255,11 +262,7 @@ mod tests {
             queue_ids: vec![],
         });
         assert_eq!(Command::decode(send.encode()).unwrap(), send);
-        let admin = Command::Admin(AdminCommand::CreateTopic(TopicConfig {
-            name: "T".into(),
-            queues: 4,
-            kind: TopicKind::Fifo,
-        }));
+        let admin = Command::Admin(AdminCommand::CreateTopic(TopicConfig::new("T", 4, TopicKind::Fifo)));
         assert_eq!(Command::decode(admin.encode()).unwrap(), admin);
     }
 

@@ -2,6 +2,7 @@
 //! many deliveries a message gets before it goes to the group's dead-letter topic.
 
 use crate::broker::BrokerError;
+use crate::broker::lite::{LiteBinding, MAX_LITE_QUOTA};
 use crate::broker::topic::{TopicConfig, TopicKind, validate_name};
 
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 16;
@@ -19,6 +20,9 @@ pub struct GroupConfig {
     /// priorities are not starved. 100 (the default): every receive.
     #[serde(default = "full_priority")]
     pub priority_factor: u8,
+    /// A lite consumer group: the parent topic it is bound to, its model and quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lite: Option<LiteBinding>,
 }
 
 pub const FULL_PRIORITY: u8 = 100;
@@ -37,6 +41,15 @@ impl GroupConfig {
         }
         if self.priority_factor > FULL_PRIORITY {
             return Err(BrokerError::BadRequest(format!("priority factor must be 0 to {FULL_PRIORITY}")));
+        }
+        if let Some(b) = &self.lite {
+            validate_name(&b.topic)?;
+            if b.quota == 0 || b.quota > MAX_LITE_QUOTA {
+                return Err(BrokerError::BadRequest(format!("a lite quota must be 1 to {MAX_LITE_QUOTA}")));
+            }
+            if self.fifo {
+                return Err(BrokerError::BadRequest("a lite group is not a FIFO group".into()));
+            }
         }
         Ok(())
     }
@@ -61,7 +74,7 @@ pub fn dead_letter_topic(group: &str) -> String {
 
 /// The dead-letter topic's configuration: one queue, normal messages.
 pub fn dead_letter_topic_config(group: &str) -> TopicConfig {
-    TopicConfig { name: dead_letter_topic(group), queues: 1, kind: TopicKind::Normal }
+    TopicConfig::new(dead_letter_topic(group), 1, TopicKind::Normal)
 }
 
 #[cfg(test)]
@@ -75,6 +88,7 @@ mod tests {
             fifo: false,
             max_attempts,
             priority_factor: FULL_PRIORITY,
+            lite: None,
         };
         assert!(group("orders-consumers", 16).validate().is_ok());
         assert!(group("a/b", 16).validate().is_err());
@@ -86,8 +100,14 @@ mod tests {
 
     #[test]
     fn the_priority_factor_is_the_share_of_receives_by_priority_and_fifo_groups_never_do() {
-        let topic = |kind| TopicConfig { name: "P".into(), queues: 8, kind };
-        let group = |fifo, priority_factor| GroupConfig { name: "g".into(), fifo, max_attempts: 16, priority_factor };
+        let topic = |kind| TopicConfig::new("P", 8, kind);
+        let group = |fifo, priority_factor| GroupConfig {
+            name: "g".into(),
+            fifo,
+            max_attempts: 16,
+            priority_factor,
+            lite: None,
+        };
         let share = |g: &GroupConfig, kind| (0..100).filter(|&d| g.by_priority_on(&topic(kind), d)).count();
         assert_eq!(share(&group(false, 100), TopicKind::Priority), 100);
         assert_eq!(share(&group(false, 30), TopicKind::Priority), 30);

@@ -14,7 +14,7 @@ use crate::broker::{AdminCommand, Command, Held, Reply, TopicConfig, TopicKind, 
 const NOW: i64 = 1_000_000;
 
 fn topic(n: &mut Node, name: &str, kind: TopicKind) {
-    let config = TopicConfig { name: name.into(), queues: 2, kind };
+    let config = TopicConfig::new(name, 2, kind);
     assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(config))), Reply::Applied);
 }
 

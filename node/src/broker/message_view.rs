@@ -207,6 +207,7 @@ mod tests {
             delivery_timestamp_ms: -5,
             transaction_recovery_ms: 7,
             priority_plus_one: 4,
+            lite_topic: "chat-7".into(),
         }
     }
 

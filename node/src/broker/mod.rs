@@ -35,6 +35,10 @@ mod handle;
 pub mod held;
 #[cfg(test)]
 mod held_test;
+pub mod lite;
+mod lite_read;
+#[cfg(test)]
+mod lite_test;
 mod lookup;
 pub mod message_view;
 pub mod plugins;

@@ -36,10 +36,10 @@ fn rejected(r: Reply) -> String {
 
 fn setup(n: &mut Node) {
     for (name, kind) in [("T", TopicKind::Normal), ("X", TopicKind::Transaction)] {
-        let config = TopicConfig { name: name.into(), queues: 1, kind };
+        let config = TopicConfig::new(name, 1, kind);
         assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(config))), Reply::Applied);
     }
-    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100 };
+    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite: None };
     n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
 }
 

@@ -509,7 +509,7 @@ mod tests {
     /// Group `g` and topic `t` (created at index 1).
     fn consumption() -> Consumption {
         let mut c = Consumption::default();
-        let g = GroupConfig { name: "g".into(), fifo: true, max_attempts: 3, priority_factor: 100 };
+        let g = GroupConfig { name: "g".into(), fifo: true, max_attempts: 3, priority_factor: 100, lite: None };
         c.apply(1, &ConsumeCommand::CreateGroup(g));
         c.topic_created("t", 1);
         c

@@ -382,6 +382,7 @@ impl Broker {
             offset: receipt.offset,
             generation: receipt.generation,
             batch,
+            lite_id: None,
         })
     }
 }

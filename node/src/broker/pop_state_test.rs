@@ -11,7 +11,7 @@ use crate::broker::state_test::{Node, create, node, send};
 use crate::broker::{Command, PopRequest, Reply, TopicConfig};
 
 fn group(name: &str, max_attempts: u32) -> GroupConfig {
-    GroupConfig { name: name.into(), fifo: false, max_attempts, priority_factor: 100 }
+    GroupConfig { name: name.into(), fifo: false, max_attempts, priority_factor: 100, lite: None }
 }
 
 fn topic(n: &Node, name: &str) -> TopicConfig {
@@ -265,11 +265,11 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
 fn a_receive_by_priority_takes_the_highest_queue_first_and_fills_its_batch_going_down() {
     let dir = tempfile::tempdir().unwrap();
     let mut n = node(dir.path());
-    n.commit(&Command::Admin(crate::broker::AdminCommand::CreateTopic(TopicConfig {
-        name: "P".into(),
-        queues: 4,
-        kind: crate::broker::TopicKind::Priority,
-    })));
+    n.commit(&Command::Admin(crate::broker::AdminCommand::CreateTopic(TopicConfig::new(
+        "P",
+        4,
+        crate::broker::TopicKind::Priority,
+    ))));
     let g = group("g", 16);
     n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
     for (queue, ids) in [(0, ["q0a", "q0b"]), (1, ["q1a", "q1b"]), (3, ["q3a", "q3b"])] {

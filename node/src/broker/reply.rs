@@ -1,5 +1,6 @@
 //! What applying an entry answers to the client that proposed it.
 
+use crate::broker::lite::LiteOutcome;
 use crate::broker::pop::ConsumeOutcome;
 use crate::broker::timer::TimerOutcome;
 use crate::broker::transaction::TransactionOutcome;
@@ -19,6 +20,7 @@ pub enum Reply {
     Rejected(String),
     Timer(TimerOutcome),
     Transaction(TransactionOutcome),
+    Lite(LiteOutcome),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -155,7 +155,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             n.commit(&Command::Access(command));
         }
         Op::CreateTopic { topic, queues } => {
-            let config = TopicConfig { name: TOPICS[*topic].into(), queues: *queues, kind: KINDS[*topic] };
+            let config = TopicConfig::new(TOPICS[*topic], *queues, KINDS[*topic]);
             n.commit(&Command::Admin(AdminCommand::CreateTopic(config)));
         }
         Op::DeleteTopic { topic } => {
@@ -209,7 +209,13 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             n.commit(&Command::Transaction(TransactionCommand::Checked { now_ms: *clock, halves, asked: *asked }));
         }
         Op::CreateGroup { group, fifo } => {
-            let g = GroupConfig { name: GROUPS[*group].into(), fifo: *fifo, max_attempts: 2, priority_factor: 100 };
+            let g = GroupConfig {
+                name: GROUPS[*group].into(),
+                fifo: *fifo,
+                max_attempts: 2,
+                priority_factor: 100,
+                lite: None,
+            };
             n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
         }
         Op::DeleteGroup { group } => {
@@ -368,7 +374,7 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut leader = node(ld.path());
     leader.commit(&create("Old", 1));
-    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 5, priority_factor: 100 };
+    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 5, priority_factor: 100, lite: None };
     leader.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
     leader.commit(&send("Old", 0, 1_000, &["retry-me"]));
     let at = leader.next_index - 1;

@@ -20,6 +20,7 @@ use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
 use crate::broker::failover::Failover;
 use crate::broker::held::{HeldCounts, Hold};
+use crate::broker::lite::LiteTables;
 use crate::broker::plugins::PluginTables;
 use crate::broker::pop::Consumption;
 use crate::broker::settings::ClusterSettings;
@@ -101,6 +102,9 @@ pub struct State {
     /// The newest leadership changes with their phases, by term.
     #[serde(default)]
     pub failovers: Table<u64, Failover>,
+    /// Lite topics, their records, groups' progress on them and clients' subscriptions.
+    #[serde(default)]
+    pub lite: LiteTables,
     #[serde(skip)]
     pub(crate) local: Local,
 }
@@ -135,7 +139,7 @@ impl State {
     /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
     /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
     /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 16] {
+    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 20] {
         [
             ("topic/", &mut self.topics),
             ("queue/", &mut self.queues),
@@ -150,9 +154,13 @@ impl State {
             ("acl/", &mut self.access.rules),
             ("handle_key/", &mut self.access.handle_keys),
             ("failover/", &mut self.failovers),
+            ("lite_sub/", &mut self.lite.subscriptions),
             ("~half/", &mut self.halves),
             ("~check/", &mut self.checks),
             ("~hold/", &mut self.holds),
+            ("~lite/", &mut self.lite.topics),
+            ("~lite_record/", &mut self.lite.records),
+            ("~lite_progress/", &mut self.lite.progress),
         ]
     }
 
@@ -194,6 +202,7 @@ impl State {
                 (&self.topics, &replicated_queues),
                 (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
                 (&self.holds, &self.held_counts, &self.plugins, &self.access, &self.failovers),
+                &self.lite,
             ),
         )
         .map_err(|e| format!("reading the state for its digest: {e}"))?;

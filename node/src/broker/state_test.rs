@@ -81,7 +81,7 @@ impl Node {
 }
 
 pub(crate) fn create(name: &str, queues: u32) -> Command {
-    Command::Admin(AdminCommand::CreateTopic(TopicConfig { name: name.into(), queues, kind: TopicKind::Normal }))
+    Command::Admin(AdminCommand::CreateTopic(TopicConfig::new(name, queues, TopicKind::Normal)))
 }
 
 pub(crate) fn send(topic: &str, queue_id: u32, at_ms: i64, ids: &[&str]) -> Command {

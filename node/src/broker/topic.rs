@@ -14,6 +14,9 @@ pub enum TopicKind {
     /// A message of priority p goes to queue min(p, queues - 1); receives take from the highest
     /// queue with messages first (RocketMQ 5.4's priority messages).
     Priority,
+    /// A parent of lite topics (RocketMQ 5.5): each message names its lite topic, an ordered
+    /// channel of its own that lite consumer groups subscribe to (`lite.rs`).
+    Lite,
 }
 
 impl TopicKind {
@@ -24,6 +27,7 @@ impl TopicKind {
             TopicKind::Delay => MessageType::Delay,
             TopicKind::Transaction => MessageType::Transaction,
             TopicKind::Priority => MessageType::Priority,
+            TopicKind::Lite => MessageType::Lite,
         }
     }
 
@@ -46,7 +50,8 @@ impl std::str::FromStr for TopicKind {
             "delay" => Ok(TopicKind::Delay),
             "transaction" => Ok(TopicKind::Transaction),
             "priority" => Ok(TopicKind::Priority),
-            other => Err(format!("unknown topic type {other:?} (normal, fifo, delay, transaction, priority)")),
+            "lite" => Ok(TopicKind::Lite),
+            other => Err(format!("unknown topic type {other:?} (normal, fifo, delay, transaction, priority, lite)")),
         }
     }
 }
@@ -59,6 +64,7 @@ impl std::fmt::Display for TopicKind {
             TopicKind::Delay => "delay",
             TopicKind::Transaction => "transaction",
             TopicKind::Priority => "priority",
+            TopicKind::Lite => "lite",
         })
     }
 }
@@ -68,6 +74,13 @@ pub struct TopicConfig {
     pub name: String,
     pub queues: u32,
     pub kind: TopicKind,
+    /// Lite parents: minutes after its last write that a lite topic is deleted (0 elsewhere).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lite_ttl_minutes: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 pub const MAX_QUEUES: u32 = 1024;
@@ -82,12 +95,22 @@ pub fn validate_name(name: &str) -> Result<(), BrokerError> {
 }
 
 impl TopicConfig {
+    /// A topic of `kind` (a lite parent gets the default TTL).
+    pub fn new(name: impl Into<String>, queues: u32, kind: TopicKind) -> TopicConfig {
+        let lite_ttl_minutes = if kind == TopicKind::Lite { crate::broker::lite::DEFAULT_LITE_TTL_MINUTES } else { 0 };
+        TopicConfig { name: name.into(), queues, kind, lite_ttl_minutes }
+    }
+
     pub fn validate(&self) -> Result<(), BrokerError> {
         validate_name(&self.name)?;
         if self.queues == 0 || self.queues > MAX_QUEUES {
             return Err(BrokerError::BadRequest(format!("a topic needs 1 to {MAX_QUEUES} queues")));
         }
-        Ok(())
+        match (self.kind, self.lite_ttl_minutes) {
+            (TopicKind::Lite, 0) => Err(BrokerError::BadRequest("a lite topic's TTL is at least one minute".into())),
+            (TopicKind::Lite, _) | (_, 0) => Ok(()),
+            _ => Err(BrokerError::BadRequest("only a lite topic has a lite TTL".into())),
+        }
     }
 }
 

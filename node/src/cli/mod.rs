@@ -189,6 +189,22 @@ enum TopicCmd {
         queues: u32,
         #[arg(long = "type", default_value = "normal")]
         kind: TopicKind,
+        /// Lite parents (`--type lite`): minutes after its last write that a lite topic is
+        /// deleted, with its offsets and subscriptions.
+        #[arg(long, default_value_t = crate::broker::lite::DEFAULT_LITE_TTL_MINUTES)]
+        lite_ttl_minutes: u32,
+    },
+    /// The lite topics of a lite parent, with their messages and, for a group, its backlog.
+    Lite {
+        parent: String,
+        /// Show this group's backlog (not taken yet) and in-flight count per lite topic.
+        #[arg(long)]
+        group: Option<String>,
+        /// List lite topics from this name on (the listing is paged).
+        #[arg(long, default_value = "")]
+        from: String,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
     },
     List,
     Delete {
@@ -211,6 +227,16 @@ enum GroupCmd {
         #[arg(long, default_value_t = crate::broker::group::FULL_PRIORITY,
               value_parser = clap::value_parser!(u8).range(0..=100))]
         priority_factor: u8,
+        /// Make this a lite consumer group of this lite parent topic.
+        #[arg(long)]
+        lite_bind_topic: Option<String>,
+        /// Lite groups: `shared` (each message to one subscriber) or `exclusive` (the newest
+        /// subscriber of a lite topic takes it over).
+        #[arg(long, default_value = "shared")]
+        lite_model: crate::broker::lite::LiteModel,
+        /// Lite groups: how many lite topics one client may subscribe to.
+        #[arg(long, default_value_t = crate::broker::lite::DEFAULT_LITE_QUOTA)]
+        lite_quota: u32,
     },
     /// Each group, and per topic it consumed: lag (messages not acked yet) and in-flight count.
     List,
@@ -810,8 +836,29 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 other => Err(format!("unexpected answer: {other:?}")),
             }
         }
-        Top::Topic(TopicCmd::Create { name, queues, kind }) => {
-            request(ep, AdminRequest::CreateTopic(TopicConfig { name, queues, kind })).await.map(done)
+        Top::Topic(TopicCmd::Create { name, queues, kind, lite_ttl_minutes }) => {
+            let mut config = TopicConfig::new(name, queues, kind);
+            if kind == TopicKind::Lite {
+                config.lite_ttl_minutes = lite_ttl_minutes;
+            }
+            request(ep, AdminRequest::CreateTopic(config)).await.map(done)
+        }
+        Top::Topic(TopicCmd::Lite { parent, group, from, limit }) => {
+            match request(ep, AdminRequest::ListLiteTopics { parent, group: group.clone(), from, limit }).await? {
+                AdminResponse::LiteTopics(rows) => {
+                    for r in rows {
+                        match &group {
+                            Some(_) => println!(
+                                "{}\tmessages={}\tbacklog={}\tinflight={}\tlast_write={}",
+                                r.lite, r.messages, r.backlog, r.inflight, r.last_write_ms
+                            ),
+                            None => println!("{}\tmessages={}\tlast_write={}", r.lite, r.messages, r.last_write_ms),
+                        }
+                    }
+                    Ok(())
+                }
+                other => Err(format!("unexpected answer: {other:?}")),
+            }
         }
         Top::Topic(TopicCmd::Delete { name }) => request(ep, AdminRequest::DeleteTopic { name }).await.map(done),
         Top::Topic(TopicCmd::List) => {
@@ -826,8 +873,21 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Top::Group(GroupCmd::Create { name, fifo, max_attempts, priority_factor }) => {
-            let config = GroupConfig { name, fifo, max_attempts, priority_factor };
+        Top::Group(GroupCmd::Create {
+            name,
+            fifo,
+            max_attempts,
+            priority_factor,
+            lite_bind_topic,
+            lite_model,
+            lite_quota,
+        }) => {
+            let lite = lite_bind_topic.map(|topic| crate::broker::lite::LiteBinding {
+                topic,
+                model: lite_model,
+                quota: lite_quota,
+            });
+            let config = GroupConfig { name, fifo, max_attempts, priority_factor, lite };
             request(ep, AdminRequest::CreateGroup(config)).await.map(done)
         }
         Top::Group(GroupCmd::Delete { name }) => request(ep, AdminRequest::DeleteGroup { name }).await.map(done),
@@ -840,7 +900,13 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 for g in groups {
                     let kind = if g.config.fifo { "fifo" } else { "normal" };
                     let (name, attempts, factor) = (&g.config.name, g.config.max_attempts, g.config.priority_factor);
-                    println!("{name}	{kind}	max_attempts={attempts}	priority_factor={factor}");
+                    let lite = match &g.config.lite {
+                        Some(b) => {
+                            format!("\tlite_bind_topic={}\tlite_model={}\tlite_quota={}", b.topic, b.model, b.quota)
+                        }
+                        None => String::new(),
+                    };
+                    println!("{name}	{kind}	max_attempts={attempts}	priority_factor={factor}{lite}");
                     for p in g.progress {
                         println!("  topic={}	lag={}	inflight={}", p.topic, p.lag, p.inflight);
                     }

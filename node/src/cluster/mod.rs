@@ -14,6 +14,7 @@ mod coalesce;
 mod error;
 pub mod failover;
 pub mod leadership;
+pub mod lite;
 mod members;
 mod peer;
 pub mod pop;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::broker::lite::LiteDelivery;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest, Reply};
 use crate::cluster::clock::now_ms;
@@ -31,6 +32,9 @@ pub struct PopOrder {
     /// deliveries the first attempt made, while they are in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_id: Option<String>,
+    /// A lite group's receive: the client whose subscribed lite topics it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lite_client: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -43,6 +47,9 @@ pub struct Popped {
     /// them, so a receive that got nothing asks again at once instead of waiting.
     #[serde(default)]
     pub passed_over: bool,
+    /// The deliveries of a lite receive.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lite: Vec<LiteDelivery>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
@@ -76,9 +83,10 @@ pub enum PopError {
 pub struct PopLocks(Mutex<HashMap<(String, String), Arc<PopLane>>>);
 
 #[derive(Default)]
-struct PopLane {
+pub(super) struct PopLane {
     waiting: Mutex<Vec<PopWaiter>>,
-    serial: tokio::sync::Mutex<()>,
+    /// Held while a round of the lane is planned and proposed.
+    pub(super) serial: tokio::sync::Mutex<()>,
 }
 
 struct PopWaiter {
@@ -90,7 +98,7 @@ struct PopWaiter {
 const MAX_MESSAGES_PER_ROUND: usize = 1024;
 
 impl PopLocks {
-    fn get(&self, group: &str, topic: &str) -> Arc<PopLane> {
+    pub(super) fn get(&self, group: &str, topic: &str) -> Arc<PopLane> {
         let mut lanes = self.0.lock().expect("pop lanes");
         lanes.retain(|_, l| Arc::strong_count(l) > 1);
         Arc::clone(lanes.entry((group.to_string(), topic.to_string())).or_default())
@@ -111,7 +119,9 @@ impl Cluster {
         let leader = self.leader_addr()?;
         let popped = self.peers().pop(&leader, order).await?;
         // The messages are read from this node's store: wait until it has applied the pop.
-        if let Some(last) = popped.deliveries.iter().map(|d| d.generation).max()
+        let generations =
+            popped.deliveries.iter().map(|d| d.generation).chain(popped.lite.iter().map(|d| d.generation));
+        if let Some(last) = generations.max()
             && let Err(e) = self.wait_applied(last).await
         {
             // What is not applied yet is skipped when streaming and delivered again later.
@@ -159,6 +169,9 @@ impl Cluster {
     /// Plans and proposes a pop from this node's state (the leader's), in the next round of
     /// its (group, topic), which may serve other receives too.
     pub async fn pop_here(&self, order: &PopOrder) -> Result<Popped, PopError> {
+        if let Some(client) = &order.lite_client {
+            return self.lite_pop_here(order, client).await;
+        }
         let broker = self.broker();
         broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
         broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
@@ -216,11 +229,12 @@ impl Cluster {
             false => Vec::new(),
         };
         match self.plan_and_pop(&order, receives).await {
-            Ok(Popped { deliveries, next_due_in_ms, passed_over }) => {
+            Ok(Popped { deliveries, next_due_in_ms, passed_over, .. }) => {
                 let mut deliveries = deliveries.into_iter();
                 for w in round {
                     let own = deliveries.by_ref().take(w.order.max_messages).collect();
-                    let _ = w.answer.send(Ok(Popped { deliveries: own, next_due_in_ms, passed_over }));
+                    let popped = Popped { deliveries: own, next_due_in_ms, passed_over, lite: Vec::new() };
+                    let _ = w.answer.send(Ok(popped));
                 }
             }
             Err(e) => {
@@ -263,7 +277,7 @@ impl Cluster {
         }
         let next_due_in_ms = plan.next_due_ms.map(|due| due.saturating_sub(request.now_ms).max(0) as u64);
         if !plan.changes_state() {
-            return Ok(Popped { deliveries: Vec::new(), next_due_in_ms, passed_over: false });
+            return Ok(Popped { next_due_in_ms, ..Default::default() });
         }
         // Only messages the filter did not want: none held back for their message group.
         let passed_over =
@@ -271,7 +285,7 @@ impl Cluster {
         plan.pop.receives = receives;
         match self.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await? {
             Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => {
-                Ok(Popped { deliveries, next_due_in_ms, passed_over })
+                Ok(Popped { deliveries, next_due_in_ms, passed_over, lite: Vec::new() })
             }
             Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
             Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => Err(PopError::TopicNotFound(t)),

@@ -7,7 +7,8 @@
 //! - `renewals`: extends the invisible time of deliveries to auto-renewing receives;
 //! - `plugin_warmup`: compiles registered plugins in the background and quarantines failing ones;
 //! - leader only: `timers` fires due delayed messages; `transaction_checks` checks unresolved
-//!   transactional halves;
+//!   transactional halves; `lite_topics` expires idle lite topics and forgets the subscriptions
+//!   of clients that went away;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
 //! - `health`: notices a failed fsync of the log or the broker state, or Raft stopping, and
 //!   fail-stops the node.
@@ -20,6 +21,7 @@ mod clock_skew;
 mod handle_key;
 mod health;
 mod leaders;
+mod lite_topics;
 mod plugin_warmup;
 mod renewals;
 mod retention;
@@ -39,6 +41,7 @@ pub use clock_skew::watch_clocks;
 pub use handle_key::first_handle_key;
 pub use health::watch_health;
 pub use leaders::watch_leaders;
+pub use lite_topics::lite_upkeep;
 pub use plugin_warmup::plugin_warmup;
 pub use renewals::renewals;
 pub use retention::{RetentionOptions, retention};

@@ -282,7 +282,7 @@ mod with_broker {
     fn bound_group(dir: &std::path::Path, module: &[u8], messages: &[&str]) -> Node {
         let mut n = node(dir);
         assert_eq!(n.commit(&create("T", 1)), Reply::Applied);
-        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100 };
+        let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite: None };
         n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
         if !messages.is_empty() {
             n.commit(&send("T", 0, 1, messages));

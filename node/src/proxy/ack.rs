@@ -10,6 +10,7 @@ use rockraft_proto::rocketmq::{
     ChangeInvisibleDurationResponse, Code, ForwardMessageToDeadLetterQueueRequest, Resource, Status,
 };
 
+use crate::broker::lite::LiteReceipt;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::{Command, Reply};
 use crate::cluster::now_ms;
@@ -73,6 +74,11 @@ impl Proxy {
         // Every current receipt of the request goes in one entry (a chunk of them, for a huge
         // request): acking 32 messages costs one round of the log, not 32.
         let keys = self.handle_keys();
+        let lite: Vec<Option<LiteReceipt>> =
+            req.entries.iter().map(|e| receipt::decode_lite(&keys, &e.receipt_handle, &group, &topic)).collect();
+        if lite.iter().any(Option::is_some) {
+            return self.ack_lite_entries(req, lite).await;
+        }
         let receipts: Vec<Option<Receipt>> =
             req.entries.iter().map(|e| receipt::decode(&keys, &e.receipt_handle, &group, &topic)).collect();
         let current: Vec<&Receipt> = receipts.iter().flatten().collect();
@@ -115,6 +121,31 @@ impl Proxy {
         AckMessageResponse { status: Some(first_failure.unwrap_or_else(ok)), entries }
     }
 
+    /// An ack of lite deliveries: every current one in one entry.
+    async fn ack_lite_entries(
+        &self,
+        req: &AckMessageRequest,
+        receipts: Vec<Option<LiteReceipt>>,
+    ) -> AckMessageResponse {
+        let current: Vec<LiteReceipt> = receipts.iter().flatten().cloned().collect();
+        let mut statuses = self.ack_lite(current).await.into_iter();
+        let entries: Vec<AckMessageResultEntry> = req
+            .entries
+            .iter()
+            .zip(&receipts)
+            .map(|(e, r)| AckMessageResultEntry {
+                message_id: e.message_id.clone(),
+                receipt_handle: e.receipt_handle.clone(),
+                status: Some(match r {
+                    Some(_) => statuses.next().unwrap_or_else(stale),
+                    None => stale(),
+                }),
+            })
+            .collect();
+        let first_failure = entries.iter().filter_map(|e| e.status.clone()).find(|s| s.code != Code::Ok as i32);
+        AckMessageResponse { status: Some(first_failure.unwrap_or_else(ok)), entries }
+    }
+
     pub(super) async fn change_invisible(
         &self,
         req: &ChangeInvisibleDurationRequest,
@@ -134,6 +165,12 @@ impl Proxy {
             return refuse(status(Code::IllegalInvisibleTime, why));
         };
         let keys = self.handle_keys();
+        if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
+            return match self.change_lite_invisible(lite, invisible.as_millis() as i64, &topic).await {
+                Ok(receipt_handle) => ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle },
+                Err(s) => refuse(s),
+            };
+        }
         let Some(receipt) = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
             return refuse(stale());
         };
@@ -169,6 +206,9 @@ impl Proxy {
             Err(Rejection(s)) => return s,
         };
         let keys = self.handle_keys();
+        if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
+            return self.dead_letter_lite(lite, &topic).await;
+        }
         let Some(receipt): Option<Receipt> = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
             return stale();
         };

@@ -7,6 +7,7 @@
 //! - `receive`: the POP long poll; `ack`: ack, invisible time, dead letters; `receipt`: handles.
 
 mod ack;
+mod lite;
 mod members;
 mod poll_slots;
 mod receipt;
@@ -33,7 +34,7 @@ use crate::auth::{Caller, Denied};
 use crate::broker::access::{Action, ResourceKind};
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
-use crate::broker::{Held, Reply};
+use crate::broker::{Command, Held, Reply};
 use crate::cluster::Cluster;
 use status::{Rejection, ok, write_failed};
 
@@ -463,7 +464,16 @@ impl MessagingService for Proxy {
         if let Some(s) = self.refused(&req, &[]) {
             return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
         }
-        self.renewals.client_gone(&client_id(&req));
+        let client = client_id(&req);
+        self.renewals.client_gone(&client);
+        // A lite consumer's subscriptions end with it (else they would wait for the expiry job).
+        let group = resource_name(&req.get_ref().group, &namespace(&req));
+        if !client.is_empty() && self.cluster.broker().group(&group).is_some_and(|g| g.lite.is_some()) {
+            let command = Command::Lite(crate::broker::lite::LiteCommand::Unsubscribe { group, client });
+            if let Err(e) = self.cluster.write(&command).await {
+                tracing::debug!(error = %e, "dropping a terminated client's lite subscriptions failed");
+            }
+        }
         Ok(Response::new(NotifyClientTerminationResponse { status: Some(ok()) }))
     }
 
@@ -495,9 +505,25 @@ impl MessagingService for Proxy {
 
     async fn sync_lite_subscription(
         &self,
-        _: Request<SyncLiteSubscriptionRequest>,
+        req: Request<SyncLiteSubscriptionRequest>,
     ) -> Result<Response<SyncLiteSubscriptionResponse>, Status> {
-        not_yet("SyncLiteSubscription")
+        let ns = namespace(&req);
+        let (topic, group) = (resource_name(&req.get_ref().topic, &ns), resource_name(&req.get_ref().group, &ns));
+        if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
+            return Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(s) }));
+        }
+        let python = req
+            .metadata()
+            .get("x-mq-language")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|l| l.eq_ignore_ascii_case("PYTHON"));
+        let client = client_id(&req);
+        let mut sync = req.into_inner();
+        if python {
+            lite::join_python_subscribe(&mut sync);
+        }
+        let status = self.sync_lite(&sync, &ns, &client).await;
+        Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(status) }))
     }
 }
 

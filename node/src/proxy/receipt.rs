@@ -5,9 +5,32 @@
 //! group and topic (`auth::handles`): a guessed, altered or another group's handle gets the same.
 
 use crate::auth::handles::HandleKeys;
+use crate::broker::lite::{LiteDelivery, LiteReceipt};
 use crate::broker::pop::{Delivery, Receipt};
 
 const VERSION: &str = "r1";
+/// Lite deliveries: the lite topic's id instead of a queue.
+const LITE_VERSION: &str = "l1";
+
+pub fn encode_lite(keys: &HandleKeys, d: &LiteDelivery, group: &str, topic: &str) -> String {
+    keys.seal(&format!("{LITE_VERSION}.{}.{}.{}", d.id, d.offset, d.generation), &[group, topic])
+}
+
+/// The lite delivery a handle names, if it is a lite handle sealed for `group` and `topic`.
+pub fn decode_lite(keys: &HandleKeys, handle: &str, group: &str, topic: &str) -> Option<LiteReceipt> {
+    let handle = keys.open(handle, &[group, topic])?;
+    let mut parts = handle.split('.');
+    if parts.next()? != LITE_VERSION {
+        return None;
+    }
+    let id = parts.next()?.parse().ok()?;
+    let offset = parts.next()?.parse().ok()?;
+    let generation = parts.next()?.parse().ok()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(LiteReceipt { group: group.to_string(), id, offset, generation })
+}
 
 pub fn encode(keys: &HandleKeys, d: &Delivery, group: &str, topic: &str) -> String {
     keys.seal(&format!("{VERSION}.{}.{}.{}", d.queue_id, d.offset, d.generation), &[group, topic])
@@ -43,5 +66,17 @@ mod tests {
         {
             assert!(decode(&keys, bad, "g", "t").is_none(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn lite_handles_round_trip_and_are_not_queue_handles() {
+        let keys = HandleKeys::default();
+        let d = LiteDelivery { id: 7 << 16, offset: 3, attempt: 1, generation: 99, invisible_until_ms: 0 };
+        let handle = encode_lite(&keys, &d, "g", "t");
+        let r = decode_lite(&keys, &handle, "g", "t").unwrap();
+        assert_eq!((r.id, r.offset, r.generation, r.group.as_str()), (7 << 16, 3, 99, "g"));
+        assert!(decode(&keys, &handle, "g", "t").is_none(), "a lite handle names no queue");
+        let queue = Delivery { queue_id: 3, offset: 42, attempt: 1, generation: 1234, invisible_until_ms: 0 };
+        assert!(decode_lite(&keys, &encode(&keys, &queue, "g", "t"), "g", "t").is_none());
     }
 }

@@ -17,7 +17,7 @@ use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::{Delivery, Receipt};
 use crate::cluster::now_ms;
-use crate::cluster::pop::{PopError, PopOrder};
+use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, blocking};
 use crate::proxy::receipt;
@@ -53,6 +53,8 @@ pub struct ReceiveParams {
     pub long_polling: Duration,
     /// The client's id for this receive, the same on its retries.
     pub attempt_id: Option<String>,
+    /// A lite group's receive: the client (`x-mq-client-id`) whose lite topics it serves.
+    pub lite_client: Option<String>,
 }
 
 /// The longest `attempt_id` kept (clients send a UUID).
@@ -130,6 +132,7 @@ impl ReceiveParams {
             invisible,
             long_polling: duration(&req.long_polling_timeout).unwrap_or(DEFAULT_LONG_POLLING),
             attempt_id,
+            lite_client: None,
         })
     }
 }
@@ -155,11 +158,11 @@ pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, i
     message
 }
 
-fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
+pub(super) fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMessageResponse> {
     vec![ReceiveMessageResponse { content: Some(Content::Status(s)) }]
 }
 
-fn nothing() -> Vec<ReceiveMessageResponse> {
+pub(super) fn nothing() -> Vec<ReceiveMessageResponse> {
     vec![
         ReceiveMessageResponse { content: Some(Content::Status(status(Code::MessageNotFound, "no new message"))) },
         ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) },
@@ -189,7 +192,7 @@ impl Proxy {
         client: &str,
     ) -> Vec<ReceiveMessageResponse> {
         self.renewals.seen(client);
-        let params = match ReceiveParams::check(req, namespace) {
+        let mut params = match ReceiveParams::check(req, namespace) {
             Ok(p) => p,
             Err(Rejection(s)) => return status_only(s),
         };
@@ -206,19 +209,29 @@ impl Proxy {
         };
         // From the start: catching up below counts against the client's deadline too.
         let deadline = Instant::now() + poll_budget(params.long_polling, grpc_timeout);
-        if let Err(Rejection(s)) = self.consumer_group(&params.group).await {
-            return status_only(s);
-        }
-        if self.topic(&params.topic_name).await.is_none() {
+        let group = match self.consumer_group(&params.group).await {
+            Ok(g) => g,
+            Err(Rejection(s)) => return status_only(s),
+        };
+        let Some(topic) = self.topic(&params.topic_name).await else {
             return status_only(status(Code::TopicNotFound, format!("topic {} does not exist", params.topic_name)));
         };
-        if let Err(Rejection(s)) = compile(self.cluster.plugins(), params.filter_kind, &params.filter_expression) {
-            return status_only(s);
+        match crate::proxy::lite::lite_receive(&group, &topic, client) {
+            Err(Rejection(s)) => return status_only(s),
+            Ok(Some(client)) => params.lite_client = Some(client),
+            Ok(None) => {
+                if let Err(Rejection(s)) =
+                    compile(self.cluster.plugins(), params.filter_kind, &params.filter_expression)
+                {
+                    return status_only(s);
+                }
+            }
         }
         match self.poll(&params, deadline).await {
-            Ok(deliveries) if deliveries.is_empty() => nothing(),
-            Ok(deliveries) => {
-                let (responses, streamed) = self.stream(&params, deliveries);
+            Ok(popped) if !popped.lite.is_empty() => self.stream_lite(&params, popped.lite),
+            Ok(popped) if popped.deliveries.is_empty() => nothing(),
+            Ok(popped) => {
+                let (responses, streamed) = self.stream(&params, popped.deliveries);
                 if req.auto_renew {
                     let receipts = streamed
                         .iter()
@@ -240,7 +253,7 @@ impl Proxy {
 
     /// Pops until something is delivered or the deadline passes, waking when the topic changes
     /// here or the earliest invisible delivery falls due.
-    async fn poll(&self, p: &ReceiveParams, deadline: Instant) -> Result<Vec<Delivery>, PopError> {
+    async fn poll(&self, p: &ReceiveParams, deadline: Instant) -> Result<Popped, PopError> {
         let order = PopOrder {
             group: p.group.clone(),
             topic: p.topic_name.clone(),
@@ -249,6 +262,7 @@ impl Proxy {
             max_messages: p.batch,
             invisible_ms: p.invisible.as_millis() as i64,
             attempt_id: p.attempt_id.clone(),
+            lite_client: p.lite_client.clone(),
         };
         loop {
             let mut changes = self.cluster.broker().watch(&p.topic_name);
@@ -257,7 +271,7 @@ impl Proxy {
             // if it commits, go to a retry with the same attempt_id, or come back after their
             // invisible time).
             let Ok(popped) = tokio::time::timeout_at(deadline, self.cluster.pop(&order)).await else {
-                return Ok(Vec::new());
+                return Ok(Popped::default());
             };
             let popped = match popped {
                 // An election, most likely: keep polling while the client waits.
@@ -275,8 +289,8 @@ impl Proxy {
                 }
                 other => other?,
             };
-            if !popped.deliveries.is_empty() {
-                return Ok(popped.deliveries);
+            if !popped.deliveries.is_empty() || !popped.lite.is_empty() {
+                return Ok(popped);
             }
             if popped.passed_over {
                 // A sparse filter: the plan's scan limit ended before anything matched.
@@ -284,7 +298,7 @@ impl Proxy {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(Vec::new());
+                return Ok(Popped::default());
             }
             let wake = popped
                 .next_due_in_ms

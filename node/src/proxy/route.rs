@@ -194,7 +194,7 @@ mod tests {
     }
 
     fn topic(queues: u32) -> Option<TopicConfig> {
-        Some(TopicConfig { name: "T".into(), queues, kind: TopicKind::Fifo })
+        Some(TopicConfig::new("T", queues, TopicKind::Fifo))
     }
 
     fn three() -> Vec<RouteMember> {

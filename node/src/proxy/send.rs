@@ -64,6 +64,7 @@ fn declared_type(m: &Message) -> MessageType {
     match sp.map(|p| MessageType::try_from(p.message_type).unwrap_or(MessageType::Unspecified)) {
         Some(t) if t != MessageType::Unspecified => t,
         _ if sp.is_some_and(|p| p.message_group.is_some()) => MessageType::Fifo,
+        _ if sp.is_some_and(|p| p.lite_topic.is_some()) => MessageType::Lite,
         _ if sp.is_some_and(|p| p.delivery_timestamp.is_some()) => MessageType::Delay,
         _ => MessageType::Normal,
     }
@@ -175,7 +176,33 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
     {
         return Err(Rejection::new(Code::BadRequest, "negative transaction recovery duration"));
     }
-    check_priority(sp, topic)
+    check_priority(sp, topic)?;
+    check_lite(sp, topic)
+}
+
+/// A lite parent's messages each name a lite topic (RocketMQ's name rule), and only theirs do.
+fn check_lite(sp: &rockraft_proto::rocketmq::SystemProperties, topic: &TopicConfig) -> Result<(), Rejection> {
+    match (&sp.lite_topic, topic.kind) {
+        (Some(lite), TopicKind::Lite) => {
+            crate::broker::lite::validate_lite_name(lite).map_err(|e| Rejection::new(Code::IllegalLiteTopic, e))?;
+            if sp.message_group.is_some() {
+                return Err(Rejection::new(
+                    Code::MessagePropertyConflictWithType,
+                    "a lite message cannot have a message group",
+                ));
+            }
+            Ok(())
+        }
+        (None, TopicKind::Lite) => Err(Rejection::new(
+            Code::IllegalLiteTopic,
+            format!("a message to lite topic {} needs a lite topic", topic.name),
+        )),
+        (Some(_), kind) => Err(Rejection::new(
+            Code::MessagePropertyConflictWithType,
+            format!("a lite topic needs a lite parent topic, {} is {kind}", topic.name),
+        )),
+        (None, _) => Ok(()),
+    }
 }
 
 /// A priority is 0 or more, and only a priority topic's messages have one. The clients treat
@@ -230,6 +257,7 @@ fn stored(m: Message, limits: &Limits) -> StoredMessage {
             Some(p) if message_type == MessageType::Priority && p >= 0 => p.unsigned_abs() + 1,
             _ => 0,
         },
+        lite_topic: sp.lite_topic.unwrap_or_default(),
     }
 }
 
@@ -269,7 +297,9 @@ pub fn plan(
             (Some(g), _) => crc32c::crc32c(g.as_bytes()) % topic.queues,
             // The clients pick a queue round robin whatever the priority: the broker places it.
             (None, Some(p)) if topic.kind == TopicKind::Priority => priority_queue(p, topic.queues),
-            (None, _) if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
+            // Queue 0 is also what a client that names none sends (the Python client never sets
+            // it): only another queue of the topic is taken as the client's choice.
+            (None, _) if (1..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
             (None, _) => next_queue(topic.queues),
         };
         message_ids.push(sp.message_id.clone());
@@ -326,10 +356,11 @@ mod tests {
 
     fn topics(name: &str) -> Option<TopicConfig> {
         match name {
-            "N" => Some(TopicConfig { name: "N".into(), queues: 4, kind: TopicKind::Normal }),
-            "F" => Some(TopicConfig { name: "F".into(), queues: 4, kind: TopicKind::Fifo }),
-            "D" => Some(TopicConfig { name: "D".into(), queues: 4, kind: TopicKind::Delay }),
-            "P" => Some(TopicConfig { name: "P".into(), queues: 4, kind: TopicKind::Priority }),
+            "N" => Some(TopicConfig::new("N", 4, TopicKind::Normal)),
+            "F" => Some(TopicConfig::new("F", 4, TopicKind::Fifo)),
+            "D" => Some(TopicConfig::new("D", 4, TopicKind::Delay)),
+            "P" => Some(TopicConfig::new("P", 4, TopicKind::Priority)),
+            "L" => Some(TopicConfig::new("L", 4, TopicKind::Lite)),
             _ => None,
         }
     }
@@ -443,6 +474,43 @@ mod tests {
         m.system_properties.as_mut().unwrap().queue_id = 9;
         let req = SendMessageRequest { messages: vec![m] };
         assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
+        let mut m = msg("N", "a", None);
+        m.system_properties.as_mut().unwrap().queue_id = 0;
+        let req = SendMessageRequest { messages: vec![m] };
+        assert_eq!(
+            plan(req, "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id,
+            3,
+            "queue 0 is what a client naming no queue sends: the broker picks"
+        );
+    }
+
+    fn lite(topic: &str, body: &str, lite_topic: Option<&str>) -> Message {
+        let mut m = msg(topic, body, None);
+        let sp = m.system_properties.as_mut().unwrap();
+        sp.lite_topic = lite_topic.map(String::from);
+        sp.message_type = MessageType::Lite as i32;
+        m
+    }
+
+    #[test]
+    fn a_lite_message_names_a_legal_lite_topic_of_a_lite_parent_and_keeps_it() {
+        let one = |m: Message| SendMessageRequest { messages: vec![m] };
+        let p = plan(one(lite("L", "a", Some("session-42_x"))), "", topics, &LIMITS, |_| 2).unwrap();
+        let stored = StoredMessage::decode(p.batches[0].1.messages[0].clone()).unwrap();
+        assert_eq!((stored.lite_topic.as_str(), stored.message_type), ("session-42_x", MessageType::Lite as i32));
+        for bad in ["", "a b", "a/b", "ü", &"x".repeat(65)] {
+            assert_eq!(code(&one(lite("L", "a", Some(bad)))), Code::IllegalLiteTopic as i32, "{bad:?}");
+        }
+        assert_eq!(code(&one(lite("L", "a", None))), Code::IllegalLiteTopic as i32, "a lite topic is required");
+        assert_eq!(
+            code(&one(msg("L", "a", None))),
+            Code::MessagePropertyConflictWithType as i32,
+            "NORMAL to a lite parent"
+        );
+        assert_eq!(code(&one(lite("N", "a", Some("x")))), Code::MessagePropertyConflictWithType as i32);
+        let mut untyped = lite("N", "a", Some("x"));
+        untyped.system_properties.as_mut().unwrap().message_type = 0;
+        assert_eq!(code(&one(untyped)), Code::MessagePropertyConflictWithType as i32, "lite implied by its property");
     }
 
     fn prioritized(topic: &str, body: &str, priority: Option<i32>) -> Message {

@@ -21,6 +21,7 @@ use crate::auth::{Caller, Denied};
 use crate::broker::Broker;
 use crate::broker::access::{Action, ResourceKind};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
+use crate::broker::lite::MAX_LITE_TOPIC_BYTES;
 use crate::proxy::send::{qualified, topic_name};
 use crate::proxy::status::{ok, status};
 use crate::sessions::ProducerSessions;
@@ -133,6 +134,11 @@ pub fn answer(mut s: Settings, max_body_bytes: u64, group_of: &dyn Fn(&str) -> O
             sub.fifo = Some(group.as_ref().map_or(sub.fifo.unwrap_or(false), |g| g.fifo));
             sub.receive_batch_size = Some(RECEIVE_BATCH);
             sub.long_polling_timeout = Some(duration(LONG_POLLING));
+            // The clients refuse every lite subscription until the server states its limits.
+            if let Some(b) = group.as_ref().and_then(|g| g.lite.as_ref()) {
+                sub.lite_subscription_quota = Some(i32::try_from(b.quota).unwrap_or(i32::MAX));
+                sub.max_lite_topic_size = Some(MAX_LITE_TOPIC_BYTES as i32);
+            }
             let max_attempts = group.map_or(DEFAULT_MAX_ATTEMPTS, |g| g.max_attempts);
             s.backoff_policy = Some(consumer_backoff(max_attempts as i32, language));
         }
@@ -183,7 +189,7 @@ mod tests {
     #[test]
     fn consumers_get_their_group_fifo_flag_and_max_attempts() {
         use rockraft_proto::rocketmq::{Resource, Subscription, Ua};
-        let group = GroupConfig { name: "g".into(), fifo: true, max_attempts: 5, priority_factor: 100 };
+        let group = GroupConfig { name: "g".into(), fifo: true, max_attempts: 5, priority_factor: 100, lite: None };
         let settings = |language: Language| Settings {
             pub_sub: Some(settings::PubSub::Subscription(Subscription {
                 group: Some(Resource { name: "g".into(), resource_namespace: String::new() }),

@@ -1,0 +1,718 @@
+//! Lite topics (RocketMQ 5.5): many small ordered channels under one parent topic, each named by
+//! its producer (`SystemProperties.lite_topic`), with its own offset per consumer group.
+//!
+//! A lite message is stored once, in the CommitLog, like any message of its parent topic (and in
+//! the parent's ConsumeQueues, which retention and listings use). What makes it a channel is kept
+//! in tables whose rows stay on disk, so an idle lite topic costs no memory:
+//! - the registry, (parent, lite) → [`LiteTopic`]: its id, next offset and last write time;
+//! - its records, (lite id, offset) → queue position of the message;
+//! - per consumer group, (lite id, group) → [`LiteProgress`]: the next offset to take and the
+//!   deliveries in flight.
+//!
+//! Subscriptions — which lite topics each client of a lite group wants — are small (a quota per
+//! client) and kept in memory. A lite topic is delivered in order: the next batch of a lite topic
+//! goes out once the previous one is acked (or redelivered after its invisible time), so a
+//! receive finds a client's pending lite topics by looking at its subscriptions only, never at
+//! every lite topic of the parent.
+//!
+//! A lite id is the queue position of what created the row (the first message sent to it), so ids
+//! are unique without a counter, the same on every replica, and a lite topic created again after
+//! it expired gets a new id: nothing of the old one's progress applies to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::disk_table::{DiskKey, DiskResult, DiskTable};
+use crate::broker::group::GroupConfig;
+use crate::broker::pop::Inflight;
+use crate::broker::table::Table;
+
+/// Longest lite topic name (RocketMQ's `maxLiteTopicSize` default).
+pub const MAX_LITE_TOPIC_BYTES: usize = 64;
+/// Lite topics a client may subscribe to unless its group says otherwise.
+pub const DEFAULT_LITE_QUOTA: u32 = 1000;
+/// The most a group may allow one client.
+pub const MAX_LITE_QUOTA: u32 = 10_000;
+/// How long a lite topic nobody writes to lives unless its parent says otherwise.
+pub const DEFAULT_LITE_TTL_MINUTES: u32 = 24 * 60;
+/// The most records one expiry entry deletes: a big lite topic is deleted over several entries.
+pub const MAX_EXPIRED_RECORDS_PER_ENTRY: u64 = 20_000;
+
+/// RocketMQ's rule for lite topic names: `^[a-zA-Z0-9_-]+$`, at most 64 bytes.
+pub fn validate_lite_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_LITE_TOPIC_BYTES {
+        return Err(format!("a lite topic name has 1 to {MAX_LITE_TOPIC_BYTES} bytes, {name:?} has {}", name.len()));
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(format!("illegal lite topic name {name:?}: only letters, digits, '_' and '-'"));
+    }
+    Ok(())
+}
+
+/// How a lite group shares its lite topics among its clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LiteModel {
+    /// Every subscriber of a lite topic may get its messages; each message goes to one of them.
+    #[default]
+    Shared,
+    /// The newest subscriber of a lite topic takes it over from the previous one.
+    Exclusive,
+}
+
+impl std::str::FromStr for LiteModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shared" => Ok(LiteModel::Shared),
+            "exclusive" => Ok(LiteModel::Exclusive),
+            other => Err(format!("unknown lite model {other:?} (shared, exclusive)")),
+        }
+    }
+}
+
+impl std::fmt::Display for LiteModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LiteModel::Shared => "shared",
+            LiteModel::Exclusive => "exclusive",
+        })
+    }
+}
+
+/// A lite consumer group's binding: the one parent topic it consumes, how, and how many lite
+/// topics each client may subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteBinding {
+    pub topic: String,
+    #[serde(default)]
+    pub model: LiteModel,
+    pub quota: u32,
+}
+
+/// (parent topic, lite topic). Names hold no NUL, so "parent NUL lite" sorts by parent, then lite.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LiteName {
+    pub parent: String,
+    pub lite: String,
+}
+
+impl DiskKey for LiteName {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.parent.as_bytes());
+        out.push(0);
+        out.extend_from_slice(self.lite.as_bytes());
+    }
+    fn decode(b: &[u8]) -> Option<LiteName> {
+        let nul = b.iter().position(|&c| c == 0)?;
+        let parent = std::str::from_utf8(&b[..nul]).ok()?.to_string();
+        let lite = std::str::from_utf8(&b[nul + 1..]).ok()?.to_string();
+        Some(LiteName { parent, lite })
+    }
+}
+
+/// (lite id, offset): a lite topic's records in offset order.
+impl DiskKey for (u64, u64) {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+    fn decode(b: &[u8]) -> Option<(u64, u64)> {
+        if b.len() != 16 {
+            return None;
+        }
+        Some((u64::from_be_bytes(b[..8].try_into().ok()?), u64::from_be_bytes(b[8..].try_into().ok()?)))
+    }
+}
+
+/// (lite id, group): every group's progress on one lite topic sits together, so deleting the lite
+/// topic reads only its own rows.
+impl DiskKey for (u64, String) {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(self.1.as_bytes());
+    }
+    fn decode(b: &[u8]) -> Option<(u64, String)> {
+        let id = u64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+        Some((id, std::str::from_utf8(&b[8..]).ok()?.to_string()))
+    }
+}
+
+/// One lite topic: about 40 bytes on disk, nothing in memory once checkpointed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteTopic {
+    pub id: u64,
+    /// Offsets `first..next` have records (lower ones were deleted by expiry, never by reads).
+    pub next: u64,
+    /// The store time of its newest message (the leader's clock): expiry counts from it.
+    pub last_write_ms: i64,
+}
+
+/// A group's progress on one lite topic.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteProgress {
+    /// Offsets below this were taken: acked, in flight, or gone from the log.
+    pub position: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inflight: BTreeMap<u64, Inflight>,
+    /// Exclusive groups: the client that holds the lite topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// The lite topics one client of a lite group subscribes to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteSubscription {
+    pub lites: BTreeSet<String>,
+    /// When the client last synced its subscriptions (the leader's clock).
+    pub synced_ms: i64,
+}
+
+/// (group, client id).
+pub type SubscriberKey = (String, String);
+
+/// The replicated state of lite topics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiteTables {
+    pub topics: DiskTable<LiteName, LiteTopic>,
+    pub records: DiskTable<(u64, u64), u64>,
+    pub progress: DiskTable<(u64, String), LiteProgress>,
+    pub subscriptions: Table<SubscriberKey, LiteSubscription>,
+}
+
+/// How a sync changes a client's subscriptions (RocketMQ's `LiteSubscriptionAction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncAction {
+    Add,
+    Remove,
+    /// The client's whole set (sent every 30 s; may be empty).
+    Replace,
+}
+
+/// New messages of one lite topic: the proposer looked at `from..to` and delivers `deliver`
+/// (the others are gone from the log).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteTake {
+    pub id: u64,
+    pub from: u64,
+    pub to: u64,
+    pub deliver: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LitePop {
+    pub group: String,
+    pub parent: String,
+    pub now_ms: i64,
+    pub invisible_ms: i64,
+    pub takes: Vec<LiteTake>,
+    /// Expired deliveries to hand out again: (lite id, offset, generation the proposer saw).
+    pub redeliveries: Vec<(u64, u64, u64)>,
+}
+
+/// Names one lite delivery, as its receipt handle does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteReceipt {
+    pub group: String,
+    pub id: u64,
+    pub offset: u64,
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteDelivery {
+    pub id: u64,
+    pub offset: u64,
+    pub attempt: u32,
+    pub generation: u64,
+    pub invisible_until_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum LiteCommand {
+    Sync {
+        group: String,
+        parent: String,
+        client: String,
+        action: SyncAction,
+        lites: Vec<String>,
+        now_ms: i64,
+    },
+    Pop(LitePop),
+    Ack {
+        receipts: Vec<LiteReceipt>,
+    },
+    ChangeInvisible {
+        receipt: LiteReceipt,
+        now_ms: i64,
+        invisible_ms: i64,
+    },
+    /// Ends a delivery without an ack: the message went to the group's dead-letter topic (or is
+    /// gone), after its last attempt.
+    Drop {
+        receipt: LiteReceipt,
+    },
+    /// Deletes lite topics of `parent` nobody wrote to since `before_ms` (the leader's clock
+    /// minus the parent's TTL): records, progress and subscriptions. A lite topic written to
+    /// since the leader looked is kept.
+    Expire {
+        parent: String,
+        before_ms: i64,
+        lites: Vec<(String, u64)>,
+    },
+    /// Forgets a client's subscriptions (it went away).
+    Unsubscribe {
+        group: String,
+        client: String,
+    },
+}
+
+impl LiteCommand {
+    pub fn set_time(&mut self, now: i64) {
+        match self {
+            LiteCommand::Sync { now_ms, .. } | LiteCommand::ChangeInvisible { now_ms, .. } => *now_ms = now,
+            LiteCommand::Pop(p) => p.now_ms = now,
+            _ => {}
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LiteOutcome {
+    Done,
+    /// What the subscriptions of the sync's client are now (the names it asked for that were
+    /// taken from other clients of an exclusive group come with the previous holder).
+    Synced {
+        taken_from: Vec<(String, String)>,
+    },
+    GroupNotFound(String),
+    TopicNotFound(String),
+    /// The group is not a lite group of this parent.
+    IllegalGroup(String),
+    IllegalLiteTopic(String),
+    QuotaExceeded(String),
+    Delivered(Vec<LiteDelivery>),
+    Renewed(LiteDelivery),
+    StaleReceipt,
+    Each(Vec<LiteOutcome>),
+}
+
+impl LiteTables {
+    /// The registry row of (`parent`, `lite`).
+    pub fn topic(&self, parent: &str, lite: &str) -> DiskResult<Option<LiteTopic>> {
+        self.topics.get(&LiteName { parent: parent.to_string(), lite: lite.to_string() })
+    }
+
+    /// `group`'s progress on lite topic `id` (new groups start at the oldest record kept).
+    pub fn progress_of(&self, id: u64, group: &str) -> DiskResult<LiteProgress> {
+        Ok(self.progress.get(&(id, group.to_string()))?.unwrap_or_default())
+    }
+
+    /// Appends one message to lite topic (`parent`, `lite`), creating it: at `position`, stored
+    /// at `store_ms`.
+    pub fn append(&mut self, parent: &str, lite: &str, position: u64, store_ms: i64) -> DiskResult<()> {
+        let name = LiteName { parent: parent.to_string(), lite: lite.to_string() };
+        let mut row = self.topics.get(&name)?.unwrap_or(LiteTopic { id: position, next: 0, last_write_ms: store_ms });
+        self.records.insert((row.id, row.next), position);
+        row.next += 1;
+        row.last_write_ms = row.last_write_ms.max(store_ms);
+        self.topics.insert(name, row);
+        Ok(())
+    }
+
+    /// The position of lite topic `id`'s message at `offset`.
+    pub fn record(&self, id: u64, offset: u64) -> DiskResult<Option<u64>> {
+        self.records.get(&(id, offset))
+    }
+
+    /// Deletes everything of a parent topic's lite topics (the parent was deleted). Bounded by
+    /// what the parent held; rare.
+    pub fn parent_deleted(&mut self, parent: &str) -> DiskResult<()> {
+        let from = LiteName { parent: parent.to_string(), lite: String::new() };
+        loop {
+            let rows = self.topics.range_while(&from, 1024, |k| k.parent == parent)?;
+            if rows.is_empty() {
+                break;
+            }
+            for (name, row) in rows {
+                self.delete(&name, row.id, u64::MAX)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes lite topic `name` (id `id`): up to `max_records` of its records, and once none
+    /// are left its progress rows and its registry row. Returns the records deleted and whether
+    /// the lite topic is gone.
+    fn delete(&mut self, name: &LiteName, id: u64, max_records: u64) -> DiskResult<(u64, bool)> {
+        let limit = usize::try_from(max_records.saturating_add(1)).unwrap_or(usize::MAX);
+        let records = self.records.range_while(&(id, 0), limit, |k| k.0 == id)?;
+        let all = records.len() as u64 <= max_records;
+        let mut deleted = 0;
+        for (key, _) in records.into_iter().take(usize::try_from(max_records).unwrap_or(usize::MAX)) {
+            self.records.remove(&key)?;
+            deleted += 1;
+        }
+        if !all {
+            return Ok((deleted, false));
+        }
+        for (key, _) in self.progress.range_while(&(id, String::new()), usize::MAX, |k| k.0 == id)? {
+            self.progress.remove(&key)?;
+        }
+        self.topics.remove(name)?;
+        Ok((deleted, true))
+    }
+
+    /// Applies `command`, committed at `index`. `group_of` finds a consumer group.
+    pub fn apply(
+        &mut self,
+        index: u64,
+        command: &LiteCommand,
+        group_of: &dyn Fn(&str) -> Option<GroupConfig>,
+    ) -> DiskResult<LiteOutcome> {
+        let lite_group = |group: &str, parent: &str| -> Result<(GroupConfig, LiteBinding), LiteOutcome> {
+            let g = group_of(group).ok_or_else(|| LiteOutcome::GroupNotFound(group.to_string()))?;
+            match g.lite.clone() {
+                Some(b) if b.topic == parent => Ok((g, b)),
+                _ => Err(LiteOutcome::IllegalGroup(format!("group {group} is not a lite group of topic {parent}"))),
+            }
+        };
+        match command {
+            LiteCommand::Sync { group, parent, client, action, lites, now_ms } => {
+                let binding = match lite_group(group, parent) {
+                    Ok((_, b)) => b,
+                    Err(o) => return Ok(o),
+                };
+                if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
+                    return Ok(LiteOutcome::IllegalLiteTopic(bad));
+                }
+                let key = (group.clone(), client.clone());
+                let mut sub = self.subscriptions.get(&key).cloned().unwrap_or_default();
+                match action {
+                    SyncAction::Add => sub.lites.extend(lites.iter().cloned()),
+                    SyncAction::Remove => lites.iter().for_each(|l| {
+                        sub.lites.remove(l);
+                    }),
+                    SyncAction::Replace => sub.lites = lites.iter().cloned().collect(),
+                }
+                if sub.lites.len() as u64 > u64::from(binding.quota) {
+                    return Ok(LiteOutcome::QuotaExceeded(format!(
+                        "client {client} of group {group} may subscribe to {} lite topics, not {}",
+                        binding.quota,
+                        sub.lites.len()
+                    )));
+                }
+                let mut taken_from = Vec::new();
+                if binding.model == LiteModel::Exclusive {
+                    for lite in lites {
+                        let Some(row) = self.topic(parent, lite)? else { continue };
+                        let mut p = self.progress_of(row.id, group)?;
+                        if *action == SyncAction::Remove {
+                            // An unsubscribing holder lets the lite topic go to the next subscriber.
+                            if p.owner.as_deref() == Some(client.as_str()) {
+                                p.owner = None;
+                                self.progress.insert((row.id, group.clone()), p);
+                            }
+                            continue;
+                        }
+                        match p.owner.clone() {
+                            Some(owner) if owner == *client => continue,
+                            // The whole-set sync repeats what the client had: it does not take a
+                            // lite topic back from the subscriber that took it over since.
+                            Some(_) if *action == SyncAction::Replace => {
+                                sub.lites.remove(lite);
+                                continue;
+                            }
+                            Some(previous) => {
+                                // The newest subscriber takes the lite topic over.
+                                if let Some(s) = self.subscriptions.get_mut(&(group.clone(), previous.clone())) {
+                                    s.lites.remove(lite);
+                                }
+                                taken_from.push((lite.clone(), previous));
+                            }
+                            None => {}
+                        }
+                        p.owner = Some(client.clone());
+                        self.progress.insert((row.id, group.clone()), p);
+                    }
+                }
+                sub.synced_ms = *now_ms;
+                if sub.lites.is_empty() {
+                    self.subscriptions.remove(&key);
+                } else {
+                    self.subscriptions.insert(key, sub);
+                }
+                Ok(LiteOutcome::Synced { taken_from })
+            }
+            LiteCommand::Pop(pop) => {
+                let (group, _) = match lite_group(&pop.group, &pop.parent) {
+                    Ok(g) => g,
+                    Err(o) => return Ok(o),
+                };
+                let until = pop.now_ms.saturating_add(pop.invisible_ms);
+                let mut delivered = Vec::new();
+                for &(id, offset, generation) in &pop.redeliveries {
+                    let mut p = self.progress_of(id, &group.name)?;
+                    let Some(f) = p.inflight.get_mut(&offset) else { continue };
+                    if f.generation != generation || f.invisible_until_ms > pop.now_ms {
+                        continue;
+                    }
+                    f.attempt += 1;
+                    f.generation = index;
+                    f.invisible_until_ms = until;
+                    f.renewed_from = None;
+                    delivered.push(LiteDelivery {
+                        id,
+                        offset,
+                        attempt: f.attempt,
+                        generation: index,
+                        invisible_until_ms: until,
+                    });
+                    self.progress.insert((id, group.name.clone()), p);
+                }
+                for take in &pop.takes {
+                    let mut p = self.progress_of(take.id, &group.name)?;
+                    // Planned from a stale view, or the lite topic is busy: nothing of it.
+                    if p.position != take.from || take.to < take.from || !p.inflight.is_empty() {
+                        continue;
+                    }
+                    if take.deliver.iter().any(|o| !(take.from..take.to).contains(o)) {
+                        continue;
+                    }
+                    for &offset in &take.deliver {
+                        p.inflight.insert(
+                            offset,
+                            Inflight {
+                                attempt: 1,
+                                generation: index,
+                                invisible_until_ms: until,
+                                message_group: String::new(),
+                                renewed_from: None,
+                                receive_attempt: None,
+                            },
+                        );
+                        delivered.push(LiteDelivery {
+                            id: take.id,
+                            offset,
+                            attempt: 1,
+                            generation: index,
+                            invisible_until_ms: until,
+                        });
+                    }
+                    p.position = take.to;
+                    self.progress.insert((take.id, group.name.clone()), p);
+                }
+                Ok(LiteOutcome::Delivered(delivered))
+            }
+            LiteCommand::Ack { receipts } => {
+                let mut each = Vec::with_capacity(receipts.len());
+                for r in receipts {
+                    each.push(self.end(r)?);
+                }
+                Ok(match each.len() {
+                    1 => each.pop().unwrap_or(LiteOutcome::StaleReceipt),
+                    _ => LiteOutcome::Each(each),
+                })
+            }
+            LiteCommand::Drop { receipt } => self.end(receipt),
+            LiteCommand::ChangeInvisible { receipt: r, now_ms, invisible_ms } => {
+                let mut p = self.progress_of(r.id, &r.group)?;
+                let Some(f) = p.inflight.get_mut(&r.offset).filter(|f| f.named_by(r.generation)) else {
+                    return Ok(LiteOutcome::StaleReceipt);
+                };
+                f.renewed_from = Some(f.generation);
+                f.generation = index;
+                f.invisible_until_ms = now_ms.saturating_add(*invisible_ms);
+                let d = LiteDelivery {
+                    id: r.id,
+                    offset: r.offset,
+                    attempt: f.attempt,
+                    generation: index,
+                    invisible_until_ms: f.invisible_until_ms,
+                };
+                self.progress.insert((r.id, r.group.clone()), p);
+                Ok(LiteOutcome::Renewed(d))
+            }
+            LiteCommand::Expire { parent, before_ms, lites } => {
+                let mut budget = MAX_EXPIRED_RECORDS_PER_ENTRY;
+                let mut gone = BTreeSet::new();
+                for (lite, id) in lites {
+                    let name = LiteName { parent: parent.clone(), lite: lite.clone() };
+                    let Some(row) = self.topics.get(&name)? else { continue };
+                    if row.id != *id || row.last_write_ms >= *before_ms || budget == 0 {
+                        continue;
+                    }
+                    let (deleted, all) = self.delete(&name, row.id, budget)?;
+                    budget = budget.saturating_sub(deleted);
+                    if all {
+                        gone.insert(lite.clone());
+                    }
+                }
+                // Subscriptions to a deleted lite topic go too, in the groups bound to the parent.
+                let bound: BTreeSet<String> = self
+                    .subscriptions
+                    .keys()
+                    .map(|(g, _)| g.clone())
+                    .filter(|g| group_of(g).and_then(|c| c.lite).is_some_and(|b| b.topic == *parent))
+                    .collect();
+                if !gone.is_empty() {
+                    let keys: Vec<SubscriberKey> =
+                        self.subscriptions.keys().filter(|(g, _)| bound.contains(g)).cloned().collect();
+                    for key in keys {
+                        let Some(s) = self.subscriptions.get_mut(&key) else { continue };
+                        s.lites.retain(|l| !gone.contains(l));
+                        if s.lites.is_empty() {
+                            self.subscriptions.remove(&key);
+                        }
+                    }
+                }
+                Ok(LiteOutcome::Done)
+            }
+            LiteCommand::Unsubscribe { group, client } => {
+                self.subscriptions.remove(&(group.clone(), client.clone()));
+                Ok(LiteOutcome::Done)
+            }
+        }
+    }
+
+    /// Ends the delivery `r` names: acked, or dropped after its last attempt. A delivery that
+    /// already ended is answered as done; one a redelivery replaced is stale.
+    fn end(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
+        let mut p = self.progress_of(r.id, &r.group)?;
+        match p.inflight.get(&r.offset) {
+            Some(f) if f.named_by(r.generation) => {
+                p.inflight.remove(&r.offset);
+                self.progress.insert((r.id, r.group.clone()), p);
+                Ok(LiteOutcome::Done)
+            }
+            Some(_) => Ok(LiteOutcome::StaleReceipt),
+            None if r.offset < p.position && r.generation < u64::MAX => Ok(LiteOutcome::Done),
+            None => Ok(LiteOutcome::StaleReceipt),
+        }
+    }
+}
+
+/// What a lite receive should do, planned from the leader's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LitePlan {
+    pub pop: LitePop,
+    /// Deliveries that used their last attempt: they go to the dead-letter topic.
+    pub dead: Vec<LiteReceipt>,
+    /// When the earliest delivery in flight of the client's lite topics falls due.
+    pub next_due_ms: Option<i64>,
+}
+
+impl LitePlan {
+    pub fn delivers(&self) -> bool {
+        !self.pop.redeliveries.is_empty() || self.pop.takes.iter().any(|t| t.to > t.from)
+    }
+}
+
+/// A lite receive to plan.
+pub struct LiteRequest<'a> {
+    pub group: &'a GroupConfig,
+    pub parent: &'a str,
+    pub client: &'a str,
+    pub max_messages: usize,
+    pub invisible_ms: i64,
+    pub now_ms: i64,
+    /// Where in the client's subscriptions to start, so each gets its turn.
+    pub first: usize,
+}
+
+impl LiteTables {
+    /// Plans a receive for `r.client`: expired deliveries of its lite topics first, then new
+    /// messages of lite topics with nothing in flight, in offset order. Reads only the client's
+    /// subscriptions (at most its quota), never every lite topic of the parent. `gone` says
+    /// whether the log no longer holds a position (retention): such messages are passed over.
+    pub fn plan_pop(&self, r: &LiteRequest, gone: &dyn Fn(u64) -> bool) -> DiskResult<LitePlan> {
+        let mut plan = LitePlan {
+            pop: LitePop {
+                group: r.group.name.clone(),
+                parent: r.parent.to_string(),
+                now_ms: r.now_ms,
+                invisible_ms: r.invisible_ms,
+                takes: Vec::new(),
+                redeliveries: Vec::new(),
+            },
+            dead: Vec::new(),
+            next_due_ms: None,
+        };
+        let key = (r.group.name.clone(), r.client.to_string());
+        let Some(sub) = self.subscriptions.get(&key) else { return Ok(plan) };
+        let exclusive = r.group.lite.as_ref().is_some_and(|b| b.model == LiteModel::Exclusive);
+        let lites: Vec<&String> = sub.lites.iter().collect();
+        let start = r.first % lites.len().max(1);
+        let mut budget = r.max_messages;
+        for lite in lites[start..].iter().chain(&lites[..start]) {
+            if budget == 0 {
+                break;
+            }
+            let Some(row) = self.topic(r.parent, lite)? else { continue };
+            let p = self.progress_of(row.id, &r.group.name)?;
+            if exclusive && p.owner.as_deref().is_some_and(|o| o != r.client) {
+                continue;
+            }
+            if !p.inflight.is_empty() {
+                for (&offset, f) in &p.inflight {
+                    if f.invisible_until_ms > r.now_ms {
+                        plan.next_due_ms =
+                            Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
+                    } else if f.attempt >= r.group.max_attempts {
+                        plan.dead.push(LiteReceipt {
+                            group: r.group.name.clone(),
+                            id: row.id,
+                            offset,
+                            generation: f.generation,
+                        });
+                    } else if budget > 0 {
+                        plan.pop.redeliveries.push((row.id, offset, f.generation));
+                        budget -= 1;
+                    }
+                }
+                continue;
+            }
+            if row.next <= p.position {
+                continue;
+            }
+            let to = row.next.min(p.position.saturating_add(budget as u64));
+            let mut deliver = Vec::new();
+            for offset in p.position..to {
+                if self.record(row.id, offset)?.is_some_and(|position| !gone(position)) {
+                    deliver.push(offset);
+                }
+            }
+            budget -= deliver.len();
+            plan.pop.takes.push(LiteTake { id: row.id, from: p.position, to, deliver });
+        }
+        Ok(plan)
+    }
+
+    /// `group`'s backlog on each lite topic of `parent` from `from` on (at most `limit` rows):
+    /// (lite topic, messages stored, messages not yet taken, in flight).
+    pub fn listing(
+        &self,
+        parent: &str,
+        group: Option<&str>,
+        from: &str,
+        limit: usize,
+    ) -> DiskResult<Vec<(String, LiteTopic, u64, usize)>> {
+        let start = LiteName { parent: parent.to_string(), lite: from.to_string() };
+        let rows = self.topics.range_while(&start, limit, |k| k.parent == parent)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (name, row) in rows {
+            let (waiting, inflight) = match group {
+                Some(g) => {
+                    let p = self.progress_of(row.id, g)?;
+                    (row.next.saturating_sub(p.position), p.inflight.len())
+                }
+                None => (row.next, 0),
+            };
+            out.push((name.lite, row, waiting, inflight));
+        }
+        Ok(out)
+    }
+}

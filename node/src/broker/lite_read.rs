@@ -1,0 +1,127 @@
+//! Reads of lite topics on this node: planning a lite receive, reading a delivered message,
+//! listings, and what the expiry job proposes.
+
+use prost::Message as _;
+use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
+
+use crate::admin::api::LiteTopicInfo;
+use crate::broker::group::dead_letter_topic;
+use crate::broker::lite::{LiteName, LitePlan, LiteReceipt, LiteRequest};
+use crate::broker::read::message_in;
+use crate::broker::{Broker, BrokerError, SendBatchQueues, StoredEntry, split_position};
+
+/// A lite topic's name and id.
+pub type NamedLite = (String, u64);
+
+fn disk(e: sled::Error) -> BrokerError {
+    BrokerError::Meta(e)
+}
+
+impl Broker {
+    /// Plans a lite receive from this node's state (the leader's).
+    pub fn plan_lite_pop(&self, r: &LiteRequest) -> Result<LitePlan, BrokerError> {
+        let first_index = self.inner.log.bounds().first_index;
+        let gone = |position: u64| split_position(position).0 < first_index;
+        self.state().lite.plan_pop(r, &gone).map_err(disk)
+    }
+
+    /// The message at `offset` of lite topic `id` of `parent`, if this node holds it.
+    pub fn read_lite(&self, parent: &str, id: u64, offset: u64) -> Result<Option<StoredEntry>, BrokerError> {
+        let Some(position) = self.state().lite.record(id, offset).map_err(disk)? else { return Ok(None) };
+        let (index, ordinal) = split_position(position);
+        let Some(batch) = self.batch_at(index)? else { return Ok(None) };
+        let raw = message_in(&batch, index, ordinal)?;
+        let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
+        Ok(Some(StoredEntry {
+            topic: parent.to_string(),
+            queue_id: batch.queue_of(ordinal),
+            offset,
+            store_timestamp_ms: batch.store_timestamp_ms,
+            size: raw.len() as u32,
+            message,
+            raw: raw.clone(),
+        }))
+    }
+
+    /// The lite topics of `parent` from `from` on, with `group`'s backlog.
+    pub fn lite_topics(
+        &self,
+        parent: &str,
+        group: Option<&str>,
+        from: &str,
+        limit: usize,
+    ) -> Result<Vec<LiteTopicInfo>, BrokerError> {
+        let rows = self.state().lite.listing(parent, group, from, limit).map_err(disk)?;
+        Ok(rows
+            .into_iter()
+            .map(|(lite, row, backlog, inflight)| LiteTopicInfo {
+                lite,
+                messages: row.next,
+                last_write_ms: row.last_write_ms,
+                backlog,
+                inflight,
+            })
+            .collect())
+    }
+
+    /// The id of lite topic `lite` of `parent`, if it exists.
+    pub fn lite_id(&self, parent: &str, lite: &str) -> Option<u64> {
+        self.state().lite.topic(parent, lite).ok().flatten().map(|t| t.id)
+    }
+
+    /// The lite topics `client` of `group` subscribes to.
+    pub fn lite_subscription(&self, group: &str, client: &str) -> Vec<String> {
+        let state = self.state();
+        let key = (group.to_string(), client.to_string());
+        state.lite.subscriptions.get(&key).map(|s| s.lites.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// (group, client) of every lite subscription not synced since `before_ms`.
+    pub fn silent_lite_clients(&self, before_ms: i64) -> Vec<(String, String)> {
+        let state = self.state();
+        state.lite.subscriptions.iter().filter(|(_, s)| s.synced_ms < before_ms).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// Lite topics of `parent` last written before `before_ms`, from `after` on: (name, id), at
+    /// most `limit` looked at. Also where the next look starts (`None`: the end was reached).
+    pub fn expired_lite_topics(
+        &self,
+        parent: &str,
+        after: &str,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<(Vec<NamedLite>, Option<String>), BrokerError> {
+        let from = LiteName { parent: parent.to_string(), lite: after.to_string() };
+        let rows = self.state().lite.topics.range_while(&from, limit, |k| k.parent == parent).map_err(disk)?;
+        let next = (rows.len() == limit).then(|| rows.last().map(|(k, _)| format!("{}\u{1}", k.lite))).flatten();
+        let expired = rows
+            .into_iter()
+            .filter(|(_, row)| row.last_write_ms < before_ms)
+            .map(|(k, row)| (k.lite, row.id))
+            .collect();
+        Ok((expired, next))
+    }
+
+    /// The dead letter for a lite delivery that used its last attempt: it ends the delivery and
+    /// copies the message to the group's dead-letter topic (no copy if the log no longer has it).
+    pub fn lite_dead_letter_of(&self, parent: &str, r: &LiteReceipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
+        let entry = self.read_lite(parent, r.id, r.offset)?;
+        let batch = entry.map(|e| SendBatch {
+            topic: dead_letter_topic(&r.group),
+            queue_id: 0,
+            store_timestamp_ms: now_ms,
+            clock_ms: now_ms,
+            messages: vec![e.raw],
+            queue_ids: vec![],
+        });
+        Ok(DeadLetter {
+            group: r.group.clone(),
+            topic: parent.to_string(),
+            queue_id: 0,
+            offset: r.offset,
+            generation: r.generation,
+            batch,
+            lite_id: Some(r.id),
+        })
+    }
+}

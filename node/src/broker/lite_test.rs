@@ -1,0 +1,260 @@
+//! Lite topics through apply: channels per lite topic, subscriptions, ordered delivery, expiry,
+//! and the same state after a restart (checkpoint + replay).
+
+use bytes::Bytes;
+use prost::Message;
+use rockraft_proto::rockraft::{SendBatch, StoredMessage};
+
+use crate::broker::group::GroupConfig;
+use crate::broker::lite::{
+    LiteBinding, LiteCommand, LiteModel, LiteOutcome, LitePlan, LiteReceipt, LiteRequest, SyncAction,
+};
+use crate::broker::pop::ConsumeCommand;
+use crate::broker::state_test::{Node, node};
+use crate::broker::{AdminCommand, Command, Reply, TopicConfig, TopicKind};
+
+const PARENT: &str = "Chats";
+
+fn setup(n: &mut Node, model: LiteModel, quota: u32) {
+    let mut parent = TopicConfig::new(PARENT, 2, TopicKind::Lite);
+    parent.lite_ttl_minutes = 1;
+    assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(parent))), Reply::Applied);
+    let lite = Some(LiteBinding { topic: PARENT.into(), model, quota });
+    let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 2, priority_factor: 100, lite };
+    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+}
+
+/// One entry of messages `(lite topic, body)` to queue 0 of the parent, stored at `at_ms`.
+fn send(n: &mut Node, at_ms: i64, messages: &[(&str, &str)]) -> Reply {
+    let messages = messages
+        .iter()
+        .map(|(lite, body)| {
+            let m = StoredMessage {
+                message_id: format!("id-{body}"),
+                body: Bytes::from(body.to_string()),
+                lite_topic: lite.to_string(),
+                ..Default::default()
+            };
+            m.encode_to_vec().into()
+        })
+        .collect();
+    n.commit(&Command::Send(SendBatch {
+        topic: PARENT.into(),
+        queue_id: 0,
+        store_timestamp_ms: at_ms,
+        clock_ms: at_ms,
+        messages,
+        queue_ids: vec![],
+    }))
+}
+
+fn sync(n: &mut Node, client: &str, action: SyncAction, lites: &[&str]) -> Reply {
+    n.commit(&Command::Lite(LiteCommand::Sync {
+        group: "g".into(),
+        parent: PARENT.into(),
+        client: client.into(),
+        action,
+        lites: lites.iter().map(|l| l.to_string()).collect(),
+        now_ms: 1000,
+    }))
+}
+
+fn plan(n: &Node, client: &str, max: usize, now_ms: i64) -> LitePlan {
+    let group = n.broker.group("g").unwrap();
+    let r = LiteRequest {
+        group: &group,
+        parent: PARENT,
+        client,
+        max_messages: max,
+        invisible_ms: 10_000,
+        now_ms,
+        first: 0,
+    };
+    n.broker.plan_lite_pop(&r).unwrap()
+}
+
+/// Plans and commits a receive; the bodies delivered, in order, with their receipts.
+fn receive(n: &mut Node, client: &str, max: usize, now_ms: i64) -> Vec<(String, LiteReceipt)> {
+    let plan = plan(n, client, max, now_ms);
+    let Reply::Lite(LiteOutcome::Delivered(ds)) = n.commit(&Command::Lite(LiteCommand::Pop(plan.pop))) else {
+        panic!("not delivered")
+    };
+    ds.iter()
+        .map(|d| {
+            let e = n.broker.read_lite(PARENT, d.id, d.offset).unwrap().unwrap();
+            assert!(!e.message.lite_topic.is_empty(), "a lite message keeps its lite topic");
+            let body = String::from_utf8(e.message.body.to_vec()).unwrap();
+            (body, LiteReceipt { group: "g".into(), id: d.id, offset: d.offset, generation: d.generation })
+        })
+        .collect()
+}
+
+fn ack(n: &mut Node, receipts: Vec<LiteReceipt>) -> Reply {
+    n.commit(&Command::Lite(LiteCommand::Ack { receipts }))
+}
+
+fn bodies(got: &[(String, LiteReceipt)]) -> Vec<&str> {
+    got.iter().map(|(b, _)| b.as_str()).collect()
+}
+
+#[test]
+fn a_client_receives_only_its_lite_topics_each_in_order_one_batch_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("a", "a0"), ("b", "b0"), ("a", "a1"), ("c", "c0")]);
+    send(&mut n, 1001, &[("a", "a2"), ("b", "b1")]);
+    let rows = n.broker.lite_topics(PARENT, Some("g"), "", 10).unwrap();
+    let listed: Vec<(&str, u64, u64)> = rows.iter().map(|r| (r.lite.as_str(), r.messages, r.backlog)).collect();
+    assert_eq!(listed, vec![("a", 3, 3), ("b", 2, 2), ("c", 1, 1)]);
+
+    assert!(receive(&mut n, "client-1", 10, 2000).is_empty(), "nothing before a subscription");
+    assert_eq!(
+        sync(&mut n, "client-1", SyncAction::Add, &["a", "b"]),
+        Reply::Lite(LiteOutcome::Synced { taken_from: vec![] })
+    );
+    let first = receive(&mut n, "client-1", 10, 2000);
+    assert_eq!(bodies(&first), vec!["a0", "a1", "a2", "b0", "b1"], "c is not subscribed");
+    // Nothing more while the batches are in flight, even once new messages arrive.
+    send(&mut n, 1002, &[("a", "a3")]);
+    assert!(receive(&mut n, "client-1", 10, 2001).is_empty());
+    // Acking a's batch lets a's next message go; b's batch is still out.
+    let a_receipts: Vec<LiteReceipt> =
+        first.iter().filter(|(b, _)| b.starts_with('a')).map(|(_, r)| r.clone()).collect();
+    assert!(
+        matches!(ack(&mut n, a_receipts.clone()), Reply::Lite(LiteOutcome::Each(e)) if e.iter().all(|o| *o == LiteOutcome::Done))
+    );
+    assert_eq!(bodies(&receive(&mut n, "client-1", 10, 2002)), vec!["a3"]);
+    // An ack again of what ended is done; a made-up generation is stale.
+    assert_eq!(ack(&mut n, vec![a_receipts[0].clone()]), Reply::Lite(LiteOutcome::Done));
+    let mut forged = first[3].1.clone();
+    forged.generation += 1;
+    assert_eq!(ack(&mut n, vec![forged]), Reply::Lite(LiteOutcome::StaleReceipt));
+    let rows = n.broker.lite_topics(PARENT, Some("g"), "b", 1).unwrap();
+    assert_eq!((rows[0].lite.as_str(), rows[0].backlog, rows[0].inflight), ("b", 0, 2));
+}
+
+#[test]
+fn an_unacked_batch_comes_back_in_order_then_goes_to_the_dead_letter_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("a", "a0"), ("a", "a1")]);
+    sync(&mut n, "c1", SyncAction::Add, &["a"]);
+    assert_eq!(bodies(&receive(&mut n, "c1", 10, 2000)), vec!["a0", "a1"]);
+    assert!(plan(&n, "c1", 10, 5000).pop.redeliveries.is_empty(), "still invisible");
+    assert_eq!(plan(&n, "c1", 10, 5000).next_due_ms, Some(12_000));
+    let again = receive(&mut n, "c1", 10, 12_000);
+    assert_eq!(bodies(&again), vec!["a0", "a1"], "redelivered, in order");
+    // The group allows two attempts: the third time they are due, they are dead letters.
+    let p = plan(&n, "c1", 10, 22_000);
+    assert!(p.pop.redeliveries.is_empty());
+    assert_eq!(p.dead.len(), 2);
+    let letter = n.broker.lite_dead_letter_of(PARENT, &p.dead[0], 22_000).unwrap();
+    assert!(matches!(n.commit(&Command::DeadLetter(letter)), Reply::Consume(_)));
+    let dlq = n.broker.read("%DLQ%g", 0, 0).unwrap().unwrap();
+    assert_eq!(dlq.message.body, Bytes::from("a0"));
+    assert_eq!(plan(&n, "c1", 10, 22_000).dead.len(), 1, "a1 is still to go");
+}
+
+#[test]
+fn subscriptions_are_checked_and_bounded_by_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 2);
+    assert!(matches!(
+        sync(&mut n, "c1", SyncAction::Add, &["bad name"]),
+        Reply::Lite(LiteOutcome::IllegalLiteTopic(_))
+    ));
+    assert!(matches!(
+        sync(&mut n, "c1", SyncAction::Add, &["a", "b", "c"]),
+        Reply::Lite(LiteOutcome::QuotaExceeded(_))
+    ));
+    assert!(n.broker.lite_subscription("g", "c1").is_empty(), "a refused sync changes nothing");
+    sync(&mut n, "c1", SyncAction::Add, &["a", "b"]);
+    assert!(matches!(sync(&mut n, "c1", SyncAction::Add, &["c"]), Reply::Lite(LiteOutcome::QuotaExceeded(_))));
+    sync(&mut n, "c1", SyncAction::Remove, &["a"]);
+    assert_eq!(n.broker.lite_subscription("g", "c1"), vec!["b"]);
+    sync(&mut n, "c1", SyncAction::Replace, &["c", "d"]);
+    assert_eq!(n.broker.lite_subscription("g", "c1"), vec!["c", "d"]);
+    sync(&mut n, "c1", SyncAction::Replace, &[]);
+    assert!(n.broker.lite_subscription("g", "c1").is_empty());
+    // A plain group cannot sync, nor a lite group of another parent.
+    let plain = GroupConfig { name: "plain".into(), fifo: false, max_attempts: 2, priority_factor: 100, lite: None };
+    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(plain)));
+    let r = n.commit(&Command::Lite(LiteCommand::Sync {
+        group: "plain".into(),
+        parent: PARENT.into(),
+        client: "c1".into(),
+        action: SyncAction::Add,
+        lites: vec!["a".into()],
+        now_ms: 0,
+    }));
+    assert!(matches!(r, Reply::Lite(LiteOutcome::IllegalGroup(_))));
+}
+
+#[test]
+fn in_an_exclusive_group_the_newest_subscriber_takes_a_lite_topic_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Exclusive, 10);
+    send(&mut n, 1000, &[("a", "a0")]);
+    sync(&mut n, "old", SyncAction::Add, &["a"]);
+    let r = sync(&mut n, "new", SyncAction::Add, &["a"]);
+    assert_eq!(r, Reply::Lite(LiteOutcome::Synced { taken_from: vec![("a".into(), "old".into())] }));
+    assert!(n.broker.lite_subscription("g", "old").is_empty());
+    // The old client's periodic whole-set sync does not take it back.
+    sync(&mut n, "old", SyncAction::Replace, &["a"]);
+    assert!(receive(&mut n, "old", 10, 2000).is_empty());
+    assert_eq!(bodies(&receive(&mut n, "new", 10, 2000)), vec!["a0"]);
+}
+
+#[test]
+fn idle_lite_topics_expire_with_their_progress_and_subscriptions_and_start_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("old", "o0"), ("old", "o1"), ("busy", "b0")]);
+    send(&mut n, 50_000, &[("busy", "b1")]);
+    sync(&mut n, "c1", SyncAction::Add, &["old", "busy"]);
+    let got = receive(&mut n, "c1", 10, 51_000);
+    assert_eq!(bodies(&got), vec!["b0", "b1", "o0", "o1"]);
+    let expired = n.broker.expired_lite_topics(PARENT, "", 40_000, 100).unwrap().0;
+    let old_id = n.broker.lite_topics(PARENT, None, "old", 1).unwrap()[0].messages;
+    assert_eq!(expired.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(), vec!["old"]);
+    // "busy" was named too, but was written after the cut-off: it stays.
+    let mut named = expired.clone();
+    named.push(("busy".into(), n.broker.state().lite.topic(PARENT, "busy").unwrap().unwrap().id));
+    n.commit(&Command::Lite(LiteCommand::Expire { parent: PARENT.into(), before_ms: 40_000, lites: named }));
+    let left: Vec<String> = n.broker.lite_topics(PARENT, None, "", 10).unwrap().into_iter().map(|r| r.lite).collect();
+    assert_eq!(left, vec!["busy"]);
+    assert_eq!(n.broker.lite_subscription("g", "c1"), vec!["busy"]);
+    assert_eq!(old_id, 2);
+    // A message to the expired name starts a new channel: offset 0, nothing of the old progress.
+    send(&mut n, 60_000, &[("old", "o-new")]);
+    sync(&mut n, "c1", SyncAction::Add, &["old"]);
+    // (busy's batch is still in flight until 61 000.)
+    assert_eq!(bodies(&receive(&mut n, "c1", 10, 60_500)), vec!["o-new"]);
+    assert!(n.broker.state().lite.records.get(&(expired[0].1, 0)).unwrap().is_none(), "old records are gone");
+}
+
+#[test]
+fn lite_state_is_the_same_after_a_restart_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Exclusive, 10);
+    send(&mut n, 1000, &[("a", "a0"), ("b", "b0"), ("a", "a1")]);
+    sync(&mut n, "c1", SyncAction::Add, &["a", "b"]);
+    let got = receive(&mut n, "c1", 1, 2000);
+    ack(&mut n, vec![got[0].1.clone()]);
+    n.broker.checkpoint().unwrap();
+    receive(&mut n, "c1", 10, 3000);
+    sync(&mut n, "c2", SyncAction::Add, &["b"]);
+    let before = n.broker.live_digest().unwrap();
+    let listing = n.broker.lite_topics(PARENT, Some("g"), "", 10).unwrap();
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.live_digest().unwrap(), before);
+    let after = n.broker.lite_topics(PARENT, Some("g"), "", 10).unwrap();
+    assert_eq!(format!("{after:?}"), format!("{listing:?}"));
+    assert_eq!(n.broker.lite_subscription("g", "c2"), vec!["b"]);
+}

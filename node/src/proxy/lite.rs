@@ -1,0 +1,264 @@
+//! Lite topics at the client edge: `SyncLiteSubscription`, lite receives (served from the
+//! client's subscribed lite topics, whatever queue the request names), and acks and invisible-time
+//! changes of lite deliveries (their receipt handles name the lite topic, see `receipt.rs`).
+
+use rockraft_proto::rocketmq::{
+    Code, LiteSubscriptionAction, ReceiveMessageResponse, Status, SyncLiteSubscriptionRequest,
+    receive_message_response::Content,
+};
+
+use crate::broker::group::GroupConfig;
+use crate::broker::lite::{LiteCommand, LiteDelivery, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name};
+use crate::broker::pop::Delivery;
+use crate::broker::{Command, Reply, TopicConfig, TopicKind};
+use crate::cluster::now_ms;
+use crate::proxy::receive::{ReceiveParams, message, nothing};
+use crate::proxy::send::topic_name;
+use crate::proxy::status::{Rejection, ok, status, write_failed};
+use crate::proxy::{Proxy, receipt, timestamp};
+
+/// The Python client 5.1.2 sends `subscribe_lite(t)` as a PARTIAL_ADD whose set holds the
+/// characters of `t` (it extends the repeated field with the string), and nothing else as a
+/// PARTIAL_ADD. Taken literally, it would subscribe to one-letter lite topics and get `t` only
+/// with its next whole-set sync, 30 s later; so from a Python client, a PARTIAL_ADD of single
+/// characters is read as the one name they spell.
+pub fn join_python_subscribe(req: &mut SyncLiteSubscriptionRequest) {
+    let spelled = req.action == LiteSubscriptionAction::PartialAdd as i32
+        && req.lite_topic_set.len() > 1
+        && req.lite_topic_set.iter().all(|c| c.chars().count() == 1);
+    if spelled {
+        req.lite_topic_set = vec![req.lite_topic_set.concat()];
+    }
+}
+
+/// Whether a receive of `topic` by `group` is a lite receive (then the client it serves), or
+/// refused: a lite group receives only from its parent topic, and only lite groups receive from
+/// a lite parent.
+pub fn lite_receive(group: &GroupConfig, topic: &TopicConfig, client: &str) -> Result<Option<String>, Rejection> {
+    match (&group.lite, topic.kind) {
+        (Some(b), TopicKind::Lite) if b.topic == topic.name => {
+            if client.is_empty() {
+                return Err(Rejection::new(Code::BadRequest, "a lite receive needs the client's id (x-mq-client-id)"));
+            }
+            Ok(Some(client.to_string()))
+        }
+        (Some(b), _) => Err(Rejection::new(
+            Code::IllegalConsumerGroup,
+            format!("group {} is a lite group of topic {}, not of {}", group.name, b.topic, topic.name),
+        )),
+        (None, TopicKind::Lite) => Err(Rejection::new(
+            Code::IllegalConsumerGroup,
+            format!("topic {} is a lite topic: only a lite group (--lite-bind-topic) consumes it", topic.name),
+        )),
+        (None, _) => Ok(None),
+    }
+}
+
+/// What a lite command's outcome means to the client.
+pub fn outcome_status(reply: Reply) -> Status {
+    match reply {
+        Reply::Lite(LiteOutcome::Done | LiteOutcome::Synced { .. } | LiteOutcome::Renewed(_)) => ok(),
+        Reply::Lite(LiteOutcome::StaleReceipt) => {
+            status(Code::InvalidReceiptHandle, "the receipt handle is not current: acked, redelivered or renewed since")
+        }
+        Reply::Lite(LiteOutcome::GroupNotFound(g)) => {
+            status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist"))
+        }
+        Reply::Lite(LiteOutcome::TopicNotFound(t)) => status(Code::TopicNotFound, format!("topic {t} does not exist")),
+        Reply::Lite(LiteOutcome::IllegalGroup(why)) => status(Code::IllegalConsumerGroup, why),
+        Reply::Lite(LiteOutcome::IllegalLiteTopic(why)) => status(Code::IllegalLiteTopic, why),
+        Reply::Lite(LiteOutcome::QuotaExceeded(why)) => status(Code::LiteSubscriptionQuotaExceeded, why),
+        other => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
+    }
+}
+
+impl Proxy {
+    /// `SyncLiteSubscription` from `client`: checked here, applied through the log.
+    pub(super) async fn sync_lite(&self, req: &SyncLiteSubscriptionRequest, ns: &str, client: &str) -> Status {
+        match self.check_sync(req, ns, client).await {
+            Ok(command) => match self.cluster.write(&Command::Lite(command)).await {
+                Ok(reply) => outcome_status(reply),
+                Err(e) => write_failed(&e, 0),
+            },
+            Err(Rejection(s)) => s,
+        }
+    }
+
+    async fn check_sync(
+        &self,
+        req: &SyncLiteSubscriptionRequest,
+        ns: &str,
+        client: &str,
+    ) -> Result<LiteCommand, Rejection> {
+        if client.is_empty() {
+            return Err(Rejection::new(Code::BadRequest, "a lite subscription needs the client's id (x-mq-client-id)"));
+        }
+        let group = req.group.as_ref().filter(|g| !g.name.is_empty());
+        let group = group.ok_or_else(|| Rejection::new(Code::IllegalConsumerGroup, "a consumer group is required"))?;
+        let topic = req.topic.as_ref().filter(|t| !t.name.is_empty());
+        let topic = topic.ok_or_else(|| Rejection::new(Code::IllegalTopic, "a topic is required"))?;
+        let (group, topic) = (topic_name(group, ns), topic_name(topic, ns));
+        let config = self.consumer_group(&group).await?;
+        let parent = self
+            .topic(&topic)
+            .await
+            .ok_or_else(|| Rejection::new(Code::TopicNotFound, format!("topic {topic} does not exist")))?;
+        let binding = match lite_receive(&config, &parent, client)? {
+            Some(_) => {
+                config.lite.clone().ok_or_else(|| Rejection::new(Code::IllegalConsumerGroup, "not a lite group"))?
+            }
+            None => {
+                return Err(Rejection::new(
+                    Code::IllegalConsumerGroup,
+                    format!("group {group} is not a lite group (create it with --lite-bind-topic {topic})"),
+                ));
+            }
+        };
+        if req.lite_topic_set.len() as u64 > u64::from(binding.quota) {
+            return Err(Rejection::new(
+                Code::LiteSubscriptionQuotaExceeded,
+                format!("{} lite topics in one sync; the group's quota is {}", req.lite_topic_set.len(), binding.quota),
+            ));
+        }
+        if let Some(why) = req.lite_topic_set.iter().find_map(|l| validate_lite_name(l).err()) {
+            return Err(Rejection::new(Code::IllegalLiteTopic, why));
+        }
+        if let Some(option) = &req.offset_option {
+            use rockraft_proto::rocketmq::offset_option::{OffsetType, Policy};
+            let from_oldest = match option.offset_type {
+                None => true,
+                Some(OffsetType::Policy(p)) => p == Policy::Min as i32,
+                Some(_) => false,
+            };
+            if !from_oldest {
+                return Err(Rejection::new(
+                    Code::NotImplemented,
+                    "a lite subscription starts at the oldest message of each lite topic; other offset options are not supported",
+                ));
+            }
+        }
+        let lites = req.lite_topic_set.clone();
+        let (action, lites) = match LiteSubscriptionAction::try_from(req.action) {
+            Ok(LiteSubscriptionAction::PartialAdd) => (SyncAction::Add, lites),
+            Ok(LiteSubscriptionAction::PartialRemove) => (SyncAction::Remove, lites),
+            Ok(LiteSubscriptionAction::CompleteAdd) => (SyncAction::Replace, lites),
+            // The client drops every subscription it has.
+            Ok(LiteSubscriptionAction::CompleteRemove) => (SyncAction::Replace, Vec::new()),
+            Err(_) => {
+                return Err(Rejection::new(
+                    Code::BadRequest,
+                    format!("unknown lite subscription action {}", req.action),
+                ));
+            }
+        };
+        Ok(LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms() })
+    }
+
+    /// The answer to a lite receive: each delivery read from this node's store, its handle
+    /// naming the lite topic, and `lite_topic` set (the clients need it to ack).
+    pub(super) fn stream_lite(&self, p: &ReceiveParams, deliveries: Vec<LiteDelivery>) -> Vec<ReceiveMessageResponse> {
+        let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
+        let keys = self.handle_keys();
+        for d in deliveries {
+            match self.cluster.broker().read_lite(&p.topic_name, d.id, d.offset) {
+                Ok(Some(e)) => {
+                    let handle = receipt::encode_lite(&keys, &d, &p.group, &p.topic_name);
+                    let as_queue = Delivery {
+                        queue_id: e.queue_id,
+                        offset: d.offset,
+                        attempt: d.attempt,
+                        generation: d.generation,
+                        invisible_until_ms: d.invisible_until_ms,
+                    };
+                    out.push(ReceiveMessageResponse {
+                        content: Some(Content::Message(message(&p.topic, e, &as_queue, handle, p.invisible))),
+                    });
+                }
+                // Not applied here yet, or retention took it: it comes back after its invisible
+                // time (or is passed over then).
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered lite message failed"),
+            }
+        }
+        if out.len() == 1 {
+            return nothing();
+        }
+        out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
+        out
+    }
+
+    /// Acks lite deliveries, all in one entry: one status per receipt, in order.
+    pub(super) async fn ack_lite(&self, receipts: Vec<LiteReceipt>) -> Vec<Status> {
+        let n = receipts.len();
+        match self.cluster.write(&Command::Lite(LiteCommand::Ack { receipts })).await {
+            Ok(Reply::Lite(LiteOutcome::Each(each))) if each.len() == n => {
+                each.into_iter().map(|o| outcome_status(Reply::Lite(o))).collect()
+            }
+            Ok(reply) => vec![outcome_status(reply); n],
+            Err(e) => vec![write_failed(&e, 0); n],
+        }
+    }
+
+    /// A new invisible time for a lite delivery: the new handle, or why not.
+    pub(super) async fn change_lite_invisible(
+        &self,
+        receipt: LiteReceipt,
+        invisible_ms: i64,
+        topic: &str,
+    ) -> Result<String, Status> {
+        let group = receipt.group.clone();
+        let command = LiteCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms };
+        match self.cluster.write(&Command::Lite(command)).await {
+            Ok(Reply::Lite(LiteOutcome::Renewed(d))) => {
+                Ok(receipt::encode_lite(&self.handle_keys(), &d, &group, topic))
+            }
+            Ok(reply) => Err(outcome_status(reply)),
+            Err(e) => Err(write_failed(&e, 0)),
+        }
+    }
+
+    /// A client gave up on a lite delivery: it goes to the group's dead-letter topic, copied from
+    /// this node's store (which streamed it).
+    pub(super) async fn dead_letter_lite(&self, receipt: LiteReceipt, topic: &str) -> Status {
+        let letter = match self.cluster.broker().lite_dead_letter_of(topic, &receipt, now_ms()) {
+            Ok(letter) => letter,
+            Err(e) => return status(Code::InternalServerError, e.to_string()),
+        };
+        match self.cluster.write(&Command::DeadLetter(letter)).await {
+            Ok(Reply::Consume(crate::broker::pop::ConsumeOutcome::StaleReceipt)) => {
+                outcome_status(Reply::Lite(LiteOutcome::StaleReceipt))
+            }
+            Ok(Reply::Consume(_)) => ok(),
+            Ok(reply) => outcome_status(reply),
+            Err(e) => write_failed(&e, 0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_python_subscribe_spelled_out_is_one_lite_topic() {
+        let req = |action: LiteSubscriptionAction, set: &[&str]| SyncLiteSubscriptionRequest {
+            action: action as i32,
+            lite_topic_set: set.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let mut spelled = req(LiteSubscriptionAction::PartialAdd, &["c", "h", "a", "t", "-", "1"]);
+        join_python_subscribe(&mut spelled);
+        assert_eq!(spelled.lite_topic_set, vec!["chat-1"]);
+        for unchanged in [
+            req(LiteSubscriptionAction::PartialAdd, &["chat-1"]),
+            req(LiteSubscriptionAction::PartialAdd, &["x"]),
+            req(LiteSubscriptionAction::PartialAdd, &["ab", "c"]),
+            req(LiteSubscriptionAction::CompleteAdd, &["a", "b"]),
+            req(LiteSubscriptionAction::PartialRemove, &["a", "b"]),
+        ] {
+            let mut r = unchanged.clone();
+            join_python_subscribe(&mut r);
+            assert_eq!(r.lite_topic_set, unchanged.lite_topic_set);
+        }
+    }
+}

@@ -314,6 +314,7 @@ fn lite_workload(r: &mut Replica, round: u64, base: i64) {
         invisible_ms: 60_000,
         now_ms: base + 100,
         first: round as usize,
+        scan_limit: usize::MAX,
     };
     let plan = r.broker.plan_lite_pop(&request).unwrap();
     assert!(plan.delivers(), "round {round}: the new lite messages are delivered");

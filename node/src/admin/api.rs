@@ -12,6 +12,8 @@ use crate::broker::{GroupProgress, QueueSpan, TopicConfig};
 use crate::plugin::PluginKind;
 use crate::raft::NodeId;
 
+pub use crate::broker::lite::LiteTopicInfo;
+
 /// Most records one `QueueChecksums` request reads (each a record and its message), and most
 /// checksums it returns: `cluster verify` splits its questions to fit.
 pub const MAX_CHECKSUMMED_RECORDS: u64 = 4_000_000;
@@ -261,18 +263,6 @@ pub enum AdminResponse {
     Users(Vec<UserInfo>),
     Acl(Vec<AclLine>),
     Error(String),
-}
-
-/// One lite topic of a listing.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LiteTopicInfo {
-    pub lite: String,
-    /// Messages ever stored (its next offset).
-    pub messages: u64,
-    pub last_write_ms: i64,
-    /// For the group asked about: messages not taken yet, and deliveries in flight.
-    pub backlog: u64,
-    pub inflight: usize,
 }
 
 /// What part a node plays in its group right now.

@@ -4,8 +4,10 @@
 //! A lite message is stored once, in the CommitLog, like any message of its parent topic (and in
 //! the parent's ConsumeQueues, which retention and listings use). What makes it a channel is kept
 //! in tables whose rows stay on disk, so an idle lite topic costs no memory:
-//! - the registry, (parent, lite) → [`LiteTopic`]: its id, next offset and last write time;
-//! - its records, (lite id, offset) → queue position of the message;
+//! - the registry, (parent, lite) → [`LiteTopic`]: its id, next offset, last write time, and
+//!   where its newest messages are (up to [`RECORD_CHUNK`] queue positions);
+//! - its records: each full chunk of [`RECORD_CHUNK`] queue positions, keyed (lite id, chunk), so
+//!   a send writes one row (its lite topic's) and a chunk row every eighth message;
 //! - per consumer group, (lite id, group) → [`LiteProgress`]: the next offset to take and the
 //!   deliveries in flight.
 //!
@@ -36,8 +38,11 @@ pub const DEFAULT_LITE_QUOTA: u32 = 1000;
 pub const MAX_LITE_QUOTA: u32 = 10_000;
 /// How long a lite topic nobody writes to lives unless its parent says otherwise.
 pub const DEFAULT_LITE_TTL_MINUTES: u32 = 24 * 60;
-/// The most records one expiry entry deletes: a big lite topic is deleted over several entries.
+/// The most record chunks one expiry entry deletes: a big lite topic is deleted over several
+/// entries.
 pub const MAX_EXPIRED_RECORDS_PER_ENTRY: u64 = 20_000;
+/// Queue positions per record row. The registry row keeps the chunk being filled.
+pub const RECORD_CHUNK: u64 = 8;
 
 /// RocketMQ's rule for lite topic names: `^[a-zA-Z0-9_-]+$`, at most 64 bytes.
 pub fn validate_lite_name(name: &str) -> Result<(), String> {
@@ -112,7 +117,7 @@ impl DiskKey for LiteName {
     }
 }
 
-/// (lite id, offset): a lite topic's records in offset order.
+/// (lite id, chunk): a lite topic's record chunks in offset order.
 impl DiskKey for (u64, u64) {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.0.to_be_bytes());
@@ -139,14 +144,24 @@ impl DiskKey for (u64, String) {
     }
 }
 
-/// One lite topic: about 40 bytes on disk, nothing in memory once checkpointed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// One lite topic: one row on disk, nothing in memory once checkpointed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiteTopic {
     pub id: u64,
-    /// Offsets `first..next` have records (lower ones were deleted by expiry, never by reads).
+    /// The offset its next message gets.
     pub next: u64,
     /// The store time of its newest message (the leader's clock): expiry counts from it.
     pub last_write_ms: i64,
+    /// The queue positions of the offsets of the chunk being filled: `next - tail.len() .. next`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tail: Vec<u64>,
+}
+
+impl LiteTopic {
+    /// The offset of `tail[0]`.
+    fn tail_start(&self) -> u64 {
+        self.next - self.tail.len() as u64
+    }
 }
 
 /// A group's progress on one lite topic.
@@ -169,6 +184,18 @@ pub struct LiteSubscription {
     pub synced_ms: i64,
 }
 
+/// One lite topic of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteTopicInfo {
+    pub lite: String,
+    /// Messages ever stored (its next offset).
+    pub messages: u64,
+    pub last_write_ms: i64,
+    /// For the group asked about: messages not taken yet, and deliveries in flight.
+    pub backlog: u64,
+    pub inflight: usize,
+}
+
 /// (group, client id).
 pub type SubscriberKey = (String, String);
 
@@ -176,7 +203,7 @@ pub type SubscriberKey = (String, String);
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LiteTables {
     pub topics: DiskTable<LiteName, LiteTopic>,
-    pub records: DiskTable<(u64, u64), u64>,
+    pub records: DiskTable<(u64, u64), Vec<u64>>,
     pub progress: DiskTable<(u64, String), LiteProgress>,
     pub subscriptions: Table<SubscriberKey, LiteSubscription>,
 }
@@ -195,6 +222,7 @@ pub enum SyncAction {
 /// (the others are gone from the log).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiteTake {
+    pub lite: String,
     pub id: u64,
     pub from: u64,
     pub to: u64,
@@ -208,8 +236,8 @@ pub struct LitePop {
     pub now_ms: i64,
     pub invisible_ms: i64,
     pub takes: Vec<LiteTake>,
-    /// Expired deliveries to hand out again: (lite id, offset, generation the proposer saw).
-    pub redeliveries: Vec<(u64, u64, u64)>,
+    /// Expired deliveries to hand out again, with the generation the proposer saw.
+    pub redeliveries: Vec<(String, LiteReceipt)>,
 }
 
 /// Names one lite delivery, as its receipt handle does.
@@ -221,8 +249,9 @@ pub struct LiteReceipt {
     pub generation: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiteDelivery {
+    pub lite: String,
     pub id: u64,
     pub offset: u64,
     pub attempt: u32,
@@ -295,7 +324,8 @@ pub enum LiteOutcome {
     IllegalLiteTopic(String),
     QuotaExceeded(String),
     Delivered(Vec<LiteDelivery>),
-    Renewed(LiteDelivery),
+    /// The delivery with its new generation.
+    Renewed(LiteReceipt),
     StaleReceipt,
     Each(Vec<LiteOutcome>),
 }
@@ -315,17 +345,31 @@ impl LiteTables {
     /// at `store_ms`.
     pub fn append(&mut self, parent: &str, lite: &str, position: u64, store_ms: i64) -> DiskResult<()> {
         let name = LiteName { parent: parent.to_string(), lite: lite.to_string() };
-        let mut row = self.topics.get(&name)?.unwrap_or(LiteTopic { id: position, next: 0, last_write_ms: store_ms });
-        self.records.insert((row.id, row.next), position);
+        let mut row = self.topics.get(&name)?.unwrap_or(LiteTopic {
+            id: position,
+            last_write_ms: store_ms,
+            ..Default::default()
+        });
+        row.tail.push(position);
         row.next += 1;
         row.last_write_ms = row.last_write_ms.max(store_ms);
+        if row.next % RECORD_CHUNK == 0 {
+            self.records.insert((row.id, row.next / RECORD_CHUNK - 1), std::mem::take(&mut row.tail));
+        }
         self.topics.insert(name, row);
         Ok(())
     }
 
-    /// The position of lite topic `id`'s message at `offset`.
-    pub fn record(&self, id: u64, offset: u64) -> DiskResult<Option<u64>> {
-        self.records.get(&(id, offset))
+    /// The queue position of `row`'s message at `offset`.
+    pub fn record(&self, row: &LiteTopic, offset: u64) -> DiskResult<Option<u64>> {
+        if offset >= row.next {
+            return Ok(None);
+        }
+        if offset >= row.tail_start() {
+            return Ok(row.tail.get((offset - row.tail_start()) as usize).copied());
+        }
+        let chunk = self.records.get(&(row.id, offset / RECORD_CHUNK))?;
+        Ok(chunk.and_then(|c| c.get((offset % RECORD_CHUNK) as usize).copied()))
     }
 
     /// Deletes everything of a parent topic's lite topics (the parent was deleted). Bounded by
@@ -454,10 +498,11 @@ impl LiteTables {
                 };
                 let until = pop.now_ms.saturating_add(pop.invisible_ms);
                 let mut delivered = Vec::new();
-                for &(id, offset, generation) in &pop.redeliveries {
+                for (lite, r) in &pop.redeliveries {
+                    let (id, offset) = (r.id, r.offset);
                     let mut p = self.progress_of(id, &group.name)?;
                     let Some(f) = p.inflight.get_mut(&offset) else { continue };
-                    if f.generation != generation || f.invisible_until_ms > pop.now_ms {
+                    if f.generation != r.generation || f.invisible_until_ms > pop.now_ms {
                         continue;
                     }
                     f.attempt += 1;
@@ -465,6 +510,7 @@ impl LiteTables {
                     f.invisible_until_ms = until;
                     f.renewed_from = None;
                     delivered.push(LiteDelivery {
+                        lite: lite.clone(),
                         id,
                         offset,
                         attempt: f.attempt,
@@ -495,6 +541,7 @@ impl LiteTables {
                             },
                         );
                         delivered.push(LiteDelivery {
+                            lite: take.lite.clone(),
                             id: take.id,
                             offset,
                             attempt: 1,
@@ -526,15 +573,8 @@ impl LiteTables {
                 f.renewed_from = Some(f.generation);
                 f.generation = index;
                 f.invisible_until_ms = now_ms.saturating_add(*invisible_ms);
-                let d = LiteDelivery {
-                    id: r.id,
-                    offset: r.offset,
-                    attempt: f.attempt,
-                    generation: index,
-                    invisible_until_ms: f.invisible_until_ms,
-                };
                 self.progress.insert((r.id, r.group.clone()), p);
-                Ok(LiteOutcome::Renewed(d))
+                Ok(LiteOutcome::Renewed(LiteReceipt { generation: index, ..r.clone() }))
             }
             LiteCommand::Expire { parent, before_ms, lites } => {
                 let mut budget = MAX_EXPIRED_RECORDS_PER_ENTRY;
@@ -599,10 +639,18 @@ impl LiteTables {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LitePlan {
     pub pop: LitePop,
-    /// Deliveries that used their last attempt: they go to the dead-letter topic.
-    pub dead: Vec<LiteReceipt>,
-    /// When the earliest delivery in flight of the client's lite topics falls due.
+    /// Deliveries that used their last attempt, with their lite topic: they go to the
+    /// dead-letter topic.
+    pub dead: Vec<(String, LiteReceipt)>,
+    /// When the earliest delivery in flight of the lite topics looked at falls due.
     pub next_due_ms: Option<i64>,
+    /// Whether every subscribed lite topic was looked at (else the scan limit stopped it).
+    pub scanned_all: bool,
+    /// Where in the subscriptions the next plan starts.
+    pub next_first: usize,
+    /// How many subscribed lite topics it looked at, of how many.
+    pub scanned: usize,
+    pub subscribed: usize,
 }
 
 impl LitePlan {
@@ -621,6 +669,8 @@ pub struct LiteRequest<'a> {
     pub now_ms: i64,
     /// Where in the client's subscriptions to start, so each gets its turn.
     pub first: usize,
+    /// The most subscribed lite topics to look at.
+    pub scan_limit: usize,
 }
 
 impl LiteTables {
@@ -640,6 +690,10 @@ impl LiteTables {
             },
             dead: Vec::new(),
             next_due_ms: None,
+            scanned_all: true,
+            next_first: 0,
+            scanned: 0,
+            subscribed: 0,
         };
         let key = (r.group.name.clone(), r.client.to_string());
         let Some(sub) = self.subscriptions.get(&key) else { return Ok(plan) };
@@ -647,10 +701,12 @@ impl LiteTables {
         let lites: Vec<&String> = sub.lites.iter().collect();
         let start = r.first % lites.len().max(1);
         let mut budget = r.max_messages;
+        let mut scanned = 0;
         for lite in lites[start..].iter().chain(&lites[..start]) {
-            if budget == 0 {
+            if budget == 0 || scanned == r.scan_limit {
                 break;
             }
+            scanned += 1;
             let Some(row) = self.topic(r.parent, lite)? else { continue };
             let p = self.progress_of(row.id, &r.group.name)?;
             if exclusive && p.owner.as_deref().is_some_and(|o| o != r.client) {
@@ -661,16 +717,15 @@ impl LiteTables {
                     if f.invisible_until_ms > r.now_ms {
                         plan.next_due_ms =
                             Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
-                    } else if f.attempt >= r.group.max_attempts {
-                        plan.dead.push(LiteReceipt {
-                            group: r.group.name.clone(),
-                            id: row.id,
-                            offset,
-                            generation: f.generation,
-                        });
-                    } else if budget > 0 {
-                        plan.pop.redeliveries.push((row.id, offset, f.generation));
-                        budget -= 1;
+                    } else {
+                        let receipt =
+                            LiteReceipt { group: r.group.name.clone(), id: row.id, offset, generation: f.generation };
+                        if f.attempt >= r.group.max_attempts {
+                            plan.dead.push((lite.to_string(), receipt));
+                        } else if budget > 0 {
+                            plan.pop.redeliveries.push((lite.to_string(), receipt));
+                            budget -= 1;
+                        }
                     }
                 }
                 continue;
@@ -681,13 +736,16 @@ impl LiteTables {
             let to = row.next.min(p.position.saturating_add(budget as u64));
             let mut deliver = Vec::new();
             for offset in p.position..to {
-                if self.record(row.id, offset)?.is_some_and(|position| !gone(position)) {
+                if self.record(&row, offset)?.is_some_and(|position| !gone(position)) {
                     deliver.push(offset);
                 }
             }
             budget -= deliver.len();
-            plan.pop.takes.push(LiteTake { id: row.id, from: p.position, to, deliver });
+            plan.pop.takes.push(LiteTake { lite: lite.to_string(), id: row.id, from: p.position, to, deliver });
         }
+        plan.scanned_all = scanned == lites.len();
+        (plan.scanned, plan.subscribed) = (scanned, lites.len());
+        plan.next_first = (start + scanned) % lites.len().max(1);
         Ok(plan)
     }
 

@@ -4,9 +4,8 @@
 use prost::Message as _;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
-use crate::admin::api::LiteTopicInfo;
 use crate::broker::group::dead_letter_topic;
-use crate::broker::lite::{LiteName, LitePlan, LiteReceipt, LiteRequest};
+use crate::broker::lite::{LiteName, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
 use crate::broker::read::message_in;
 use crate::broker::{Broker, BrokerError, SendBatchQueues, StoredEntry, split_position};
 
@@ -25,9 +24,23 @@ impl Broker {
         self.state().lite.plan_pop(r, &gone).map_err(disk)
     }
 
-    /// The message at `offset` of lite topic `id` of `parent`, if this node holds it.
-    pub fn read_lite(&self, parent: &str, id: u64, offset: u64) -> Result<Option<StoredEntry>, BrokerError> {
-        let Some(position) = self.state().lite.record(id, offset).map_err(disk)? else { return Ok(None) };
+    /// The message at `offset` of lite topic `lite` (id `id`) of `parent`, if this node holds it.
+    pub fn read_lite(
+        &self,
+        parent: &str,
+        lite: &str,
+        id: u64,
+        offset: u64,
+    ) -> Result<Option<StoredEntry>, BrokerError> {
+        let position = {
+            let state = self.state();
+            // Gone, or expired and created again since: not the lite topic the delivery was of.
+            let Some(row) = state.lite.topic(parent, lite).map_err(disk)?.filter(|r| r.id == id) else {
+                return Ok(None);
+            };
+            state.lite.record(&row, offset).map_err(disk)?
+        };
+        let Some(position) = position else { return Ok(None) };
         let (index, ordinal) = split_position(position);
         let Some(batch) = self.batch_at(index)? else { return Ok(None) };
         let raw = message_in(&batch, index, ordinal)?;
@@ -104,8 +117,14 @@ impl Broker {
 
     /// The dead letter for a lite delivery that used its last attempt: it ends the delivery and
     /// copies the message to the group's dead-letter topic (no copy if the log no longer has it).
-    pub fn lite_dead_letter_of(&self, parent: &str, r: &LiteReceipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
-        let entry = self.read_lite(parent, r.id, r.offset)?;
+    pub fn lite_dead_letter_of(
+        &self,
+        parent: &str,
+        lite: &str,
+        r: &LiteReceipt,
+        now_ms: i64,
+    ) -> Result<DeadLetter, BrokerError> {
+        let entry = self.read_lite(parent, lite, r.id, r.offset)?;
         let batch = entry.map(|e| SendBatch {
             topic: dead_letter_topic(&r.group),
             queue_id: 0,

@@ -15,8 +15,8 @@ use tonic::service::interceptor::InterceptedService;
 use crate::auth::signature::SignRequests;
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
-    AckMessageEntry, AckMessageRequest, Code, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource,
-    SendMessageRequest, SystemProperties,
+    AckMessageEntry, AckMessageRequest, Code, LiteSubscriptionAction, Message, MessageQueue, MessageType,
+    ReceiveMessageRequest, Resource, SendMessageRequest, SyncLiteSubscriptionRequest, SystemProperties,
 };
 use tokio::sync::Mutex;
 
@@ -29,6 +29,15 @@ pub struct ProduceOptions {
     pub batch: usize,
     /// Every message gets `bench_mark`: "1" on every Nth, "0" on the others.
     pub mark_every: Option<u64>,
+    /// Lite messages to this many lite topics (see [`lite_topic`]).
+    pub lite_topics: Option<u64>,
+}
+
+/// The lite topic of message `i` among `n`: `i mod n` times Knuth's multiplier (a prime, so
+/// coprime with any smaller `n`), mod `n`: consecutive sends go to scattered lite topics and `n`
+/// sends reach all `n` of them.
+pub fn lite_topic(i: u64, n: u64) -> String {
+    format!("lite-{}", (i % n).wrapping_mul(2_654_435_761) % n)
 }
 
 pub async fn produce(o: ProduceOptions) -> Result<(), String> {
@@ -48,7 +57,7 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
         let mut client = clients[worker % clients.len()].clone();
         let (next, failed, latencies, bar, body, topic, run) =
             (next.clone(), failed.clone(), latencies.clone(), bar.clone(), body.clone(), o.topic.clone(), run.clone());
-        let (total, batch, mark_every) = (o.messages, o.batch as u64, o.mark_every);
+        let (total, batch, mark_every, lite_topics) = (o.messages, o.batch as u64, o.mark_every, o.lite_topics);
         tasks.push(tokio::spawn(async move {
             loop {
                 let first = next.fetch_add(batch, Ordering::Relaxed);
@@ -66,7 +75,11 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
                             .unwrap_or_default(),
                         system_properties: Some(SystemProperties {
                             message_id: format!("bench-{run}-{i}"),
-                            message_type: MessageType::Normal as i32,
+                            message_type: match lite_topics {
+                                Some(_) => MessageType::Lite as i32,
+                                None => MessageType::Normal as i32,
+                            },
+                            lite_topic: lite_topics.map(|n| lite_topic(i, n)),
                             // No queue of its own choosing: the broker spreads messages over the
                             // topic's queues (0 would name queue 0).
                             queue_id: -1,
@@ -127,6 +140,37 @@ pub struct ConsumeOptions {
     pub concurrency: usize,
     pub batch: i32,
     pub idle: Duration,
+    /// A lite receive: (lite topics, at most per client) each worker subscribes to first.
+    pub lite: Option<(u64, u64)>,
+}
+
+/// Subscribes worker `worker` of `workers` (client `client_id`) to its share of `n` lite topics.
+async fn subscribe_lite(
+    client: &mut Client,
+    o: &ConsumeOptions,
+    client_id: &str,
+    worker: usize,
+    (n, per_client): (u64, u64),
+) -> Result<usize, String> {
+    let lites: Vec<String> =
+        (worker as u64..n).step_by(o.concurrency).take(per_client as usize).map(|j| format!("lite-{j}")).collect();
+    let count = lites.len();
+    let mut req = tonic::Request::new(SyncLiteSubscriptionRequest {
+        action: LiteSubscriptionAction::CompleteAdd as i32,
+        topic: resource(&o.topic),
+        group: resource(&o.group),
+        lite_topic_set: lites,
+        version: None,
+        offset_option: None,
+    });
+    if let Ok(v) = client_id.parse() {
+        req.metadata_mut().insert("x-mq-client-id", v);
+    }
+    let status = client.sync_lite_subscription(req).await.map_err(|e| e.to_string())?.into_inner().status;
+    match status {
+        Some(s) if s.code == Code::Ok as i32 => Ok(count),
+        other => Err(format!("subscribing to lite topics failed: {other:?}")),
+    }
 }
 
 /// Receives and acks as fast as `--concurrency` long polls allow: each worker receives a batch,
@@ -141,6 +185,20 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} acked {per_sec} eta {eta}").map_err(|e| e.to_string())?,
     );
+    if let Some(lite) = o.lite {
+        let begin = Instant::now();
+        let mut subscribed = 0;
+        for worker in 0..o.concurrency {
+            let mut client = clients[worker % clients.len()].clone();
+            let id = format!("bench-consume-{}-{worker}", std::process::id());
+            subscribed += subscribe_lite(&mut client, &o, &id, worker, lite).await?;
+        }
+        println!(
+            "{} clients subscribed to {subscribed} lite topics in {:.2} s",
+            o.concurrency,
+            begin.elapsed().as_secs_f64()
+        );
+    }
     let start = Instant::now();
     // When the last confirmed ack came, in µs from `start`: consumption time ends there, not
     // when the workers still in a long poll on an emptied topic give up.

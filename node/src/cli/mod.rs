@@ -101,6 +101,10 @@ enum BenchCmd {
         /// others, so `bench consume --sql "bench_mark = '1'"` selects 1 in N.
         #[arg(long)]
         mark_every: Option<u64>,
+        /// Send to a lite parent topic: message i goes to lite topic `lite-<j>`, j a scrambled
+        /// i mod N, so N messages or more create N lite topics in random order.
+        #[arg(long)]
+        lite_topics: Option<u64>,
     },
     /// Receive and ack (POP) with `--concurrency` long polls, until `--messages` are acked.
     Consume {
@@ -128,6 +132,12 @@ enum BenchCmd {
         /// Subscribe with this tag expression.
         #[arg(long)]
         tag: Option<String>,
+        /// A lite group of a lite parent: worker w first subscribes to the lite topics `lite-<j>`
+        /// (j < N, j mod concurrency = w), at most `--lite-per-client`, as its own client.
+        #[arg(long)]
+        lite_topics: Option<u64>,
+        #[arg(long, default_value_t = crate::broker::lite::DEFAULT_LITE_QUOTA as u64)]
+        lite_per_client: u64,
     },
     /// Delayed messages: delivery lateness (`--mode spread|burst`), or send throughput with many
     /// timers pending (`--mode pending`).
@@ -755,7 +765,16 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             let config = NodeConfig::load(&config)?;
             crate::node::run(config).await
         }
-        Top::Bench(BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints, mark_every }) => {
+        Top::Bench(BenchCmd::Produce {
+            topic,
+            messages,
+            size,
+            concurrency,
+            batch,
+            endpoints,
+            mark_every,
+            lite_topics,
+        }) => {
             let endpoints = admin.client_endpoints(endpoints);
             bench::produce(bench::ProduceOptions {
                 endpoints,
@@ -765,6 +784,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 concurrency: concurrency.max(1),
                 batch: batch.max(1),
                 mark_every: mark_every.map(|n| n.max(1)),
+                lite_topics: lite_topics.map(|n| n.max(1)),
             })
             .await
         }
@@ -778,6 +798,8 @@ async fn run_command(cli: Cli) -> Result<(), String> {
             endpoints,
             sql,
             tag,
+            lite_topics,
+            lite_per_client,
         }) => {
             let endpoints = admin.client_endpoints(endpoints);
             use rockraft_proto::rocketmq::{FilterExpression, FilterType};
@@ -795,6 +817,7 @@ async fn run_command(cli: Cli) -> Result<(), String> {
                 concurrency: concurrency.max(1),
                 batch: batch.clamp(1, 1024),
                 idle: std::time::Duration::from_secs(idle_secs),
+                lite: lite_topics.map(|n| (n.max(1), lite_per_client.max(1))),
             })
             .await
         }

@@ -88,6 +88,9 @@ struct Inner {
     peers: Peers,
     /// Serializes the pops this node plans as leader, per (group, topic).
     pop_locks: PopLocks,
+    /// Where the next lite receive of each (group, client) starts in its subscriptions, and how
+    /// many it looked at since one delivered.
+    lite_cursors: lite::LiteCursors,
     clock: LeaderClock,
     /// What this node knows of the members' clocks.
     skew: skew::ClockSkew,
@@ -145,6 +148,7 @@ impl Cluster {
                 metrics,
                 peers,
                 pop_locks: PopLocks::default(),
+                lite_cursors: Default::default(),
                 clock: LeaderClock::new(now_ms),
                 skew: skew::ClockSkew::default(),
                 proposing: tokio::sync::Mutex::new(()),
@@ -238,6 +242,10 @@ impl Cluster {
 
     fn pop_locks(&self) -> &PopLocks {
         &self.inner.pop_locks
+    }
+
+    fn lite_cursors(&self) -> &lite::LiteCursors {
+        &self.inner.lite_cursors
     }
 
     /// A copy of what openraft reports about this node, for status pages.

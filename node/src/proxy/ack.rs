@@ -207,7 +207,7 @@ impl Proxy {
         };
         let keys = self.handle_keys();
         if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
-            return self.dead_letter_lite(lite, &topic).await;
+            return self.dead_letter_lite(lite, &topic, req.lite_topic.as_deref()).await;
         }
         let Some(receipt): Option<Receipt> = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
             return stale();

@@ -160,9 +160,11 @@ impl Proxy {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let keys = self.handle_keys();
         for d in deliveries {
-            match self.cluster.broker().read_lite(&p.topic_name, d.id, d.offset) {
+            match self.cluster.broker().read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
                 Ok(Some(e)) => {
-                    let handle = receipt::encode_lite(&keys, &d, &p.group, &p.topic_name);
+                    let r =
+                        LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
+                    let handle = receipt::encode_lite(&keys, &r, &p.group, &p.topic_name);
                     let as_queue = Delivery {
                         queue_id: e.queue_id,
                         offset: d.offset,
@@ -217,10 +219,13 @@ impl Proxy {
         }
     }
 
-    /// A client gave up on a lite delivery: it goes to the group's dead-letter topic, copied from
-    /// this node's store (which streamed it).
-    pub(super) async fn dead_letter_lite(&self, receipt: LiteReceipt, topic: &str) -> Status {
-        let letter = match self.cluster.broker().lite_dead_letter_of(topic, &receipt, now_ms()) {
+    /// A client gave up on a lite delivery of lite topic `lite`: it goes to the group's
+    /// dead-letter topic, copied from this node's store (which streamed it).
+    pub(super) async fn dead_letter_lite(&self, receipt: LiteReceipt, topic: &str, lite: Option<&str>) -> Status {
+        let Some(lite) = lite.filter(|l| !l.is_empty()) else {
+            return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
+        };
+        let letter = match self.cluster.broker().lite_dead_letter_of(topic, lite, &receipt, now_ms()) {
             Ok(letter) => letter,
             Err(e) => return status(Code::InternalServerError, e.to_string()),
         };

@@ -5,14 +5,14 @@
 //! group and topic (`auth::handles`): a guessed, altered or another group's handle gets the same.
 
 use crate::auth::handles::HandleKeys;
-use crate::broker::lite::{LiteDelivery, LiteReceipt};
+use crate::broker::lite::LiteReceipt;
 use crate::broker::pop::{Delivery, Receipt};
 
 const VERSION: &str = "r1";
 /// Lite deliveries: the lite topic's id instead of a queue.
 const LITE_VERSION: &str = "l1";
 
-pub fn encode_lite(keys: &HandleKeys, d: &LiteDelivery, group: &str, topic: &str) -> String {
+pub fn encode_lite(keys: &HandleKeys, d: &LiteReceipt, group: &str, topic: &str) -> String {
     keys.seal(&format!("{LITE_VERSION}.{}.{}.{}", d.id, d.offset, d.generation), &[group, topic])
 }
 
@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn lite_handles_round_trip_and_are_not_queue_handles() {
         let keys = HandleKeys::default();
-        let d = LiteDelivery { id: 7 << 16, offset: 3, attempt: 1, generation: 99, invisible_until_ms: 0 };
+        let d = LiteReceipt { group: "g".into(), id: 7 << 16, offset: 3, generation: 99 };
         let handle = encode_lite(&keys, &d, "g", "t");
         let r = decode_lite(&keys, &handle, "g", "t").unwrap();
         assert_eq!((r.id, r.offset, r.generation, r.group.as_str()), (7 << 16, 3, 99, "g"));

@@ -238,11 +238,16 @@ fn client_id<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-client-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
 }
 
+/// Whether the caller is the official client of `language` (its `x-mq-language` header).
+fn language_is<T>(req: &Request<T>, language: &str) -> bool {
+    let header = req.metadata().get("x-mq-language").and_then(|v| v.to_str().ok());
+    header.is_some_and(|l| l.eq_ignore_ascii_case(language))
+}
+
 /// Whether the caller is the official Rust client, which is given back the endpoints it asked
 /// with (see `route`).
 fn rust_client<T>(req: &Request<T>) -> bool {
-    let language = req.metadata().get("x-mq-language").and_then(|v| v.to_str().ok());
-    language.is_some_and(|l| l.eq_ignore_ascii_case("RUST"))
+    language_is(req, "RUST")
 }
 
 fn namespace<T>(req: &Request<T>) -> String {
@@ -317,7 +322,14 @@ impl MessagingService for Proxy {
         let messages = req.get_ref().messages.len() as u64;
         let reply = match self.refused(&req, &needs) {
             Some(s) => SendMessageResponse { status: Some(s), entries: vec![] },
-            None => self.send(req.into_inner(), &ns, deadline).await,
+            None => {
+                let python = language_is(&req, "PYTHON");
+                let mut req = req.into_inner();
+                if python {
+                    send::forget_python_queue_ids(&mut req);
+                }
+                self.send(req, &ns, deadline).await
+            }
         };
         let topic = self.known_topic(topics.first().map_or("", String::as_str));
         let codes = match reply.entries.is_empty() {
@@ -512,11 +524,7 @@ impl MessagingService for Proxy {
         if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
             return Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(s) }));
         }
-        let python = req
-            .metadata()
-            .get("x-mq-language")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|l| l.eq_ignore_ascii_case("PYTHON"));
+        let python = language_is(&req, "PYTHON");
         let client = client_id(&req);
         let mut sync = req.into_inner();
         if python {

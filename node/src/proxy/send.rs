@@ -261,6 +261,15 @@ fn stored(m: Message, limits: &Limits) -> StoredMessage {
     }
 }
 
+/// The Python client (5.1.2) never sets a message's queue id: its 0 is the protobuf default, not
+/// a choice, and taken as one it would put every message in queue 0. Its messages are marked as
+/// naming no queue, so the broker spreads them as Apache's proxy does.
+pub fn forget_python_queue_ids(req: &mut SendMessageRequest) {
+    for sp in req.messages.iter_mut().filter_map(|m| m.system_properties.as_mut()) {
+        sp.queue_id = -1;
+    }
+}
+
 /// Checks `req` and groups its messages by target queue. `topic_of` resolves a qualified topic
 /// name; `next_queue` picks a queue for a message that names none that exists. The batches carry
 /// no store time yet: the leader stamps its own when it proposes them.
@@ -297,9 +306,7 @@ pub fn plan(
             (Some(g), _) => crc32c::crc32c(g.as_bytes()) % topic.queues,
             // The clients pick a queue round robin whatever the priority: the broker places it.
             (None, Some(p)) if topic.kind == TopicKind::Priority => priority_queue(p, topic.queues),
-            // Queue 0 is also what a client that names none sends (the Python client never sets
-            // it): only another queue of the topic is taken as the client's choice.
-            (None, _) if (1..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
+            (None, _) if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
             (None, _) => next_queue(topic.queues),
         };
         message_ids.push(sp.message_id.clone());
@@ -474,13 +481,14 @@ mod tests {
         m.system_properties.as_mut().unwrap().queue_id = 9;
         let req = SendMessageRequest { messages: vec![m] };
         assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
-        let mut m = msg("N", "a", None);
-        m.system_properties.as_mut().unwrap().queue_id = 0;
-        let req = SendMessageRequest { messages: vec![m] };
+        let mut req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
+        req.messages[0].system_properties.as_mut().unwrap().queue_id = 0;
+        assert_eq!(plan(req.clone(), "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id, 0);
+        forget_python_queue_ids(&mut req);
         assert_eq!(
             plan(req, "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id,
             3,
-            "queue 0 is what a client naming no queue sends: the broker picks"
+            "the Python client's queue 0 names no queue: the broker picks"
         );
     }
 

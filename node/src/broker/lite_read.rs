@@ -2,10 +2,10 @@
 //! listings, and what the expiry job proposes.
 
 use prost::Message as _;
-use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
+use rockraft_proto::rockraft::{DeadLetter, StoredMessage};
 
-use crate::broker::group::dead_letter_topic;
 use crate::broker::lite::{LiteName, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
+use crate::broker::pop_plan::dead_letter_copy;
 use crate::broker::read::message_in;
 use crate::broker::{Broker, BrokerError, SendBatchQueues, StoredEntry, split_position};
 
@@ -125,14 +125,7 @@ impl Broker {
         now_ms: i64,
     ) -> Result<DeadLetter, BrokerError> {
         let entry = self.read_lite(parent, lite, r.id, r.offset)?;
-        let batch = entry.map(|e| SendBatch {
-            topic: dead_letter_topic(&r.group),
-            queue_id: 0,
-            store_timestamp_ms: now_ms,
-            clock_ms: now_ms,
-            messages: vec![e.raw],
-            queue_ids: vec![],
-        });
+        let batch = entry.map(|e| dead_letter_copy(&r.group, e.raw, now_ms));
         Ok(DeadLetter {
             group: r.group.clone(),
             topic: parent.to_string(),

@@ -367,14 +367,7 @@ impl Broker {
             // Not applied here yet: never dead-letter a message without its copy.
             return Err(BrokerError::BadRequest(format!("message at offset {} is not known here yet", receipt.offset)));
         }
-        let batch = entry.map(|e| SendBatch {
-            topic: dead_letter_topic(&receipt.group),
-            queue_id: 0,
-            store_timestamp_ms: now_ms,
-            clock_ms: now_ms,
-            messages: vec![e.raw],
-            queue_ids: vec![],
-        });
+        let batch = entry.map(|e| dead_letter_copy(&receipt.group, e.raw, now_ms));
         Ok(DeadLetter {
             group: receipt.group.clone(),
             topic: receipt.topic.clone(),
@@ -384,5 +377,17 @@ impl Broker {
             batch,
             lite_id: None,
         })
+    }
+}
+
+/// The copy of a message `group` gave up on, for its dead-letter topic (one queue).
+pub(crate) fn dead_letter_copy(group: &str, raw: bytes::Bytes, now_ms: i64) -> SendBatch {
+    SendBatch {
+        topic: dead_letter_topic(group),
+        queue_id: 0,
+        store_timestamp_ms: now_ms,
+        clock_ms: now_ms,
+        messages: vec![raw],
+        queue_ids: vec![],
     }
 }

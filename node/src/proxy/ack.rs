@@ -41,6 +41,24 @@ fn outcome_status(reply: Reply) -> Status {
     }
 }
 
+/// The answer to `req`: per entry, the next of `statuses` if its handle was `current`, else stale.
+fn answer(req: &AckMessageRequest, current: impl Iterator<Item = bool>, statuses: Vec<Status>) -> AckMessageResponse {
+    let mut statuses = statuses.into_iter();
+    let entries: Vec<AckMessageResultEntry> = req
+        .entries
+        .iter()
+        .zip(current)
+        .map(|(e, current)| AckMessageResultEntry {
+            message_id: e.message_id.clone(),
+            receipt_handle: e.receipt_handle.clone(),
+            status: Some(if current { statuses.next().unwrap_or_else(stale) } else { stale() }),
+        })
+        .collect();
+    // The overall status is the first failure: clients that send one entry read only this.
+    let first_failure = entries.iter().filter_map(|e| e.status.clone()).find(|s| s.code != Code::Ok as i32);
+    AckMessageResponse { status: Some(first_failure.unwrap_or_else(ok)), entries }
+}
+
 impl Proxy {
     /// The (group, topic) a request names, both qualified and known.
     async fn names(
@@ -102,23 +120,7 @@ impl Proxy {
             }
             statuses.extend(answers);
         }
-        let mut statuses = statuses.into_iter();
-        let entries: Vec<AckMessageResultEntry> = req
-            .entries
-            .iter()
-            .zip(&receipts)
-            .map(|(e, r)| AckMessageResultEntry {
-                message_id: e.message_id.clone(),
-                receipt_handle: e.receipt_handle.clone(),
-                status: Some(match r {
-                    Some(_) => statuses.next().unwrap_or_else(stale),
-                    None => stale(),
-                }),
-            })
-            .collect();
-        // The overall status is the first failure: clients that send one entry read only this.
-        let first_failure = entries.iter().filter_map(|e| e.status.clone()).find(|s| s.code != Code::Ok as i32);
-        AckMessageResponse { status: Some(first_failure.unwrap_or_else(ok)), entries }
+        answer(req, receipts.iter().map(Option::is_some), statuses)
     }
 
     /// An ack of lite deliveries: every current one in one entry.
@@ -128,22 +130,8 @@ impl Proxy {
         receipts: Vec<Option<LiteReceipt>>,
     ) -> AckMessageResponse {
         let current: Vec<LiteReceipt> = receipts.iter().flatten().cloned().collect();
-        let mut statuses = self.ack_lite(current).await.into_iter();
-        let entries: Vec<AckMessageResultEntry> = req
-            .entries
-            .iter()
-            .zip(&receipts)
-            .map(|(e, r)| AckMessageResultEntry {
-                message_id: e.message_id.clone(),
-                receipt_handle: e.receipt_handle.clone(),
-                status: Some(match r {
-                    Some(_) => statuses.next().unwrap_or_else(stale),
-                    None => stale(),
-                }),
-            })
-            .collect();
-        let first_failure = entries.iter().filter_map(|e| e.status.clone()).find(|s| s.code != Code::Ok as i32);
-        AckMessageResponse { status: Some(first_failure.unwrap_or_else(ok)), entries }
+        let statuses = self.ack_lite(current).await;
+        answer(req, receipts.iter().map(Option::is_some), statuses)
     }
 
     pub(super) async fn change_invisible(

@@ -50,7 +50,10 @@ pub struct Node {
     pub admin_addr: String,
     /// The status page, `/metrics` and the health checks.
     pub http_addr: String,
+    /// Its config and log (`node.log`).
     pub dir: PathBuf,
+    /// Its data: `dir` itself, or a small filesystem mounted in it (`Options::disk_mib`).
+    pub data_dir: PathBuf,
     child: Option<Child>,
     /// How far this node's clock is set ahead (the test build reads `ROCKRAFT_TEST_CLOCK_OFFSET_MS`).
     clock_offset_ms: i64,
@@ -69,6 +72,8 @@ pub struct Cluster {
     /// kernel allows it: partitions go through it.
     pub network: Option<Network>,
     bin: PathBuf,
+    /// Unmounted before `_dir` goes (fields drop in order), after `drop` stopped the nodes.
+    _mounts: Vec<SmallDisk>,
     _dir: tempfile::TempDir,
 }
 
@@ -91,6 +96,42 @@ pub struct Options {
     /// Each node in a network namespace of its own, so links can be cut (`Cluster::network`);
     /// on loopback, with a message saying why, where namespaces cannot be made.
     pub network: bool,
+    /// Each node's data on a filesystem of its own this many MiB large (a tmpfs: see
+    /// `small_disks_allowed`, which a test asks first).
+    pub disk_mib: Option<u64>,
+}
+
+/// A tmpfs mounted for one node's data, unmounted when dropped.
+struct SmallDisk {
+    path: PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(path: &Path, mib: u64) -> Result<SmallDisk, String> {
+        std::fs::create_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "rockraft-test"])
+            .arg(path)
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        match out.status.success() {
+            true => Ok(SmallDisk { path: path.to_path_buf() }),
+            false => Err(format!("mount -t tmpfs: {}", String::from_utf8_lossy(&out.stderr).trim())),
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Whether this machine lets the tests mount small filesystems (root, and a kernel that allows
+/// it here): why not, if not.
+pub fn small_disks_allowed() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    SmallDisk::mount(&dir.path().join("probe"), 1).map(drop)
 }
 
 /// Makes a CA and a certificate for 127.0.0.1 and localhost signed by it, in `dir`; returns the
@@ -192,6 +233,10 @@ impl Cluster {
                     admin_addr,
                     http_addr,
                     dir: dir.path().join(format!("node{id}")),
+                    data_dir: match options.disk_mib {
+                        Some(_) => dir.path().join(format!("node{id}/data")),
+                        None => dir.path().join(format!("node{id}")),
+                    },
                     child: None,
                     clock_offset_ms: 0,
                 }
@@ -226,8 +271,12 @@ impl Cluster {
             }
             false => (None, String::new()),
         };
+        let mut mounts = Vec::new();
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
+            if let Some(mib) = options.disk_mib {
+                mounts.push(SmallDisk::mount(&node.data_dir, mib).expect("a small filesystem for the node's data"));
+            }
             let config = format!(
                 "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
                 node.id,
@@ -235,7 +284,7 @@ impl Cluster {
                 node.client_addr,
                 node.admin_addr,
                 node.http_addr,
-                node.dir.display(),
+                node.data_dir.display(),
                 options.extra_config,
                 options.storage,
                 options.broker,
@@ -244,7 +293,8 @@ impl Cluster {
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
-        let mut cluster = Cluster { nodes, secret, admin, tls_ca, network, bin: node_binary(), _dir: dir };
+        let mut cluster =
+            Cluster { nodes, secret, admin, tls_ca, network, bin: node_binary(), _mounts: mounts, _dir: dir };
         for id in 1..=n {
             cluster.spawn(id);
         }
@@ -375,7 +425,7 @@ impl Cluster {
     pub fn set_clock_offset(&mut self, id: u64, offset_ms: i64) {
         let node = self.nodes.iter_mut().find(|n| n.id == id).expect("known node");
         node.clock_offset_ms = offset_ms;
-        std::fs::write(node.dir.join("test-clock-offset-ms"), offset_ms.to_string()).expect("clock offset file");
+        std::fs::write(node.data_dir.join("test-clock-offset-ms"), offset_ms.to_string()).expect("clock offset file");
     }
 
     /// Writes a record cut short just past the end of node `id`'s log (the node must be down): a
@@ -383,7 +433,7 @@ impl Cluster {
     /// where it was written, or `None` if the log has no segment yet.
     pub fn tear_log_tail(&self, id: u64) -> Option<(PathBuf, u64)> {
         use std::os::unix::fs::FileExt;
-        let segments = self.node(id).dir.join("log/segments");
+        let segments = self.node(id).data_dir.join("log/segments");
         let newest = std::fs::read_dir(&segments)
             .ok()?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -592,7 +642,7 @@ impl Cluster {
 
     /// Every ConsumeQueue file of node `id`, by path relative to its data directory.
     pub fn queue_files(&self, id: u64) -> BTreeMap<String, Vec<u8>> {
-        let root = self.node(id).dir.join("broker/queues");
+        let root = self.node(id).data_dir.join("broker/queues");
         let mut out = BTreeMap::new();
         let mut stack = vec![root.clone()];
         while let Some(d) = stack.pop() {
@@ -721,6 +771,18 @@ pub fn abi_v1_module(kind: PluginKind, call: &str, pages: u32, data: &str) -> Ve
         manifest.len()
     );
     wat::parse_str(text).expect("test module assembles")
+}
+
+/// GETs `path` from `addr` (a node's HTTP listener) over plain HTTP/1.0: (status code, body).
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response)).await.ok()?.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
 }
 
 /// The official Rust client as most cluster tests use it: plain TCP, and an empty receive back

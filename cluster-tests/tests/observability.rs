@@ -9,21 +9,9 @@ use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::MessageBuilder;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::clients::{consumer, producer};
-use rockraft_cluster_tests::{Cluster, Options};
+use rockraft_cluster_tests::{Cluster, Options, http_get};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{Code, Message, Resource, SendMessageRequest, SystemProperties};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// GETs `path` from `addr` over plain HTTP/1.0: (status code, body).
-async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response)).await.ok()?.ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
 
 fn parse(text: &str) -> prometheus_parse::Scrape {
     prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
@@ -68,7 +56,7 @@ async fn metrics_count_what_clients_did_and_parse_as_prometheus_text() {
         c.ack(m).await.expect("ack");
     }
 
-    let (code, text) = get(&cluster.http_addr(leader), "/metrics").await.expect("/metrics answers");
+    let (code, text) = http_get(&cluster.http_addr(leader), "/metrics").await.expect("/metrics answers");
     assert_eq!(code, 200);
     let scrape = parse(&text);
     let sent = value(&scrape, "rockraft_sends_total", &[("topic", "Orders"), ("status", "OK")]);
@@ -104,7 +92,7 @@ async fn metrics_count_what_clients_did_and_parse_as_prometheus_text() {
 
     // A follower sees the same cluster from its side.
     let follower = (1..=3).find(|&id| id != leader).expect("a follower");
-    let (_, text) = get(&cluster.http_addr(follower), "/metrics").await.expect("a follower's /metrics");
+    let (_, text) = http_get(&cluster.http_addr(follower), "/metrics").await.expect("a follower's /metrics");
     let scrape = parse(&text);
     assert_eq!(value(&scrape, "rockraft_raft_role", &[("role", "follower")]), Some(1.0));
     assert_eq!(value(&scrape, "rockraft_raft_leader_id", &[]), Some(leader as f64));
@@ -121,12 +109,12 @@ async fn metrics_count_what_clients_did_and_parse_as_prometheus_text() {
     };
     let answer = raw.send_message(SendMessageRequest { messages: vec![stray] }).await.expect("answered").into_inner();
     assert_eq!(answer.status.map(|s| s.code), Some(Code::TopicNotFound as i32));
-    let (_, text) = get(&cluster.http_addr(leader), "/metrics").await.expect("/metrics");
+    let (_, text) = http_get(&cluster.http_addr(leader), "/metrics").await.expect("/metrics");
     assert!(!text.contains("NoSuchTopic"), "a made-up topic name became a label");
     assert!(value(&parse(&text), "rockraft_sends_total", &[("topic", ""), ("status", "TOPIC_NOT_FOUND")]).is_some());
 
-    assert_eq!(get(&cluster.http_addr(follower), "/healthz").await.map(|r| r.0), Some(200));
-    assert_eq!(get(&cluster.http_addr(follower), "/readyz").await.map(|r| r.0), Some(200));
+    assert_eq!(http_get(&cluster.http_addr(follower), "/healthz").await.map(|r| r.0), Some(200));
+    assert_eq!(http_get(&cluster.http_addr(follower), "/readyz").await.map(|r| r.0), Some(200));
 }
 
 /// The page as Chromium renders it (after its scripts ran), or `None` where no Chromium is

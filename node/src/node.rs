@@ -115,6 +115,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         attach: Attach::new(config.cluster_secret.as_ref()),
         election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
         meters,
+        data_dir: config.data_dir.clone(),
+        watermarks: config.storage.watermarks(),
     };
     let cluster = Cluster::new(raft, broker.clone(), options);
 
@@ -134,6 +136,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone()));
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
     jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
+    jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
     let leadership = jobs.follow_leadership(&cluster);
     let keyed = cluster.clone();
     jobs.spawn_leader("handle key", leadership.clone(), move || crate::jobs::first_handle_key(keyed.clone()));

@@ -309,6 +309,15 @@ pub struct NodeStatus {
     /// The other members' clocks as this node reads them, and whether its own is off.
     #[serde(default)]
     pub clock: crate::cluster::skew::ClockReport,
+    /// This node's free space now, and the voters' as it read them last, with the alarm.
+    #[serde(default)]
+    pub disk: Box<NodeDisk>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeDisk {
+    pub here: crate::cluster::disk::DiskReading,
+    pub cluster: crate::cluster::disk::DiskReport,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

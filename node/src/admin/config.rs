@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::raft::{NodeId, NodeInfo};
+use crate::store::free_space::Watermarks;
 use crate::store::{DEFAULT_SEGMENT_SIZE, Durability, LogConfig};
 
 /// What one message may add to its Raft entry besides its body and user properties: message id,
@@ -92,8 +93,26 @@ pub struct StorageConfig {
     /// How often retention looks for segments to purge.
     pub retention_check_secs: f64,
     /// Purge the oldest segments while the log takes more than this many bytes (0: no limit).
+    /// Under disk pressure (free space below `free_space::Watermarks::purge`) the log is kept
+    /// smaller still, as far as held messages allow.
     pub disk_budget_bytes: u64,
     pub consume_queue_records_per_file: u64,
+    /// Below this much free space on this node's data filesystem, the cluster stores no new
+    /// messages (default: 4 segments; 0 turns the mark off).
+    pub free_space_soft_mark_bytes: Option<u64>,
+    /// Below this much, the cluster appends only what frees space (default: 2 segments).
+    pub free_space_hard_mark_bytes: Option<u64>,
+}
+
+impl StorageConfig {
+    /// This node's free-space marks, the defaults relative to the segment size.
+    pub fn watermarks(&self) -> Watermarks {
+        let defaults = Watermarks::for_segment_size(self.segment_size);
+        Watermarks {
+            soft: self.free_space_soft_mark_bytes.unwrap_or(defaults.soft),
+            hard: self.free_space_hard_mark_bytes.unwrap_or(defaults.hard),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -188,6 +207,8 @@ impl Default for StorageConfig {
             retention_check_secs: 60.0,
             disk_budget_bytes: 0,
             consume_queue_records_per_file: 300_000,
+            free_space_soft_mark_bytes: None,
+            free_space_hard_mark_bytes: None,
         }
     }
 }
@@ -251,6 +272,14 @@ impl NodeConfig {
                 self.broker.max_properties_bytes,
                 log.max_record_payload(),
                 self.storage.segment_size
+            ));
+        }
+        let marks = self.storage.watermarks();
+        if marks.soft < marks.hard {
+            return Err(format!(
+                "storage.free_space_soft_mark_bytes ({}) is below storage.free_space_hard_mark_bytes ({}): the soft \
+                 mark (no new messages) must trip first",
+                marks.soft, marks.hard
             ));
         }
         if let Some(secs) = self.broker.dedupe_window_secs {
@@ -377,6 +406,19 @@ mod tests {
         assert!(toml::from_str::<NodeConfig>("node_id = 1\nsegmnet_size = 5").is_err());
         let bad: NodeConfig = toml::from_str("node_id = 1\n[storage]\nsegment_size = 10").unwrap();
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn free_space_marks_default_to_segments_and_the_soft_one_trips_first() {
+        let c: NodeConfig = toml::from_str("node_id = 1\n[storage]\nsegment_size = 67108864").unwrap();
+        assert_eq!(c.storage.watermarks(), Watermarks { soft: 256 << 20, hard: 128 << 20 });
+        let set = "node_id = 1\n[storage]\nfree_space_soft_mark_bytes = 1000\nfree_space_hard_mark_bytes = 10\n";
+        let c: NodeConfig = toml::from_str(set).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.storage.watermarks(), Watermarks { soft: 1000, hard: 10 });
+        let upside_down = "node_id = 1\n[storage]\nfree_space_soft_mark_bytes = 10\n";
+        let err = toml::from_str::<NodeConfig>(upside_down).unwrap().validate().unwrap_err();
+        assert!(err.contains("free_space_soft_mark_bytes"), "{err}");
     }
 
     /// A secret too short to resist guessing is refused when the config is read, naming the key;

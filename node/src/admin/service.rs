@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::admin::api::{
     AclLine, AdminRequest, AdminResponse, BindTarget, GroupInfo, MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, MemberInfo,
-    MessageLine, NodeStatus, PluginInfo, Role, TopicInfo, UserInfo,
+    MessageLine, NodeDisk, NodeStatus, PluginInfo, Role, TopicInfo, UserInfo,
 };
 use crate::broker::access::{AccessCommand, Resource, Rule};
 use crate::broker::plugins::{Binding, PluginCommand};
@@ -596,6 +596,7 @@ impl AdminServer {
                 })
                 .collect(),
             clock: self.cluster.clock_report(),
+            disk: Box::new(NodeDisk { here: self.cluster.disk_here(), cluster: self.cluster.disk_report() }),
         }
     }
 }

@@ -35,6 +35,17 @@ const TAG_PLUGIN: u8 = 7;
 const TAG_ACCESS: u8 = 8;
 const TAG_LITE: u8 = 9;
 
+/// What appending a command does to the disk (see `Command::footprint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Footprint {
+    /// Stores new messages (or a plugin module): refused below the soft free-space mark.
+    Stores,
+    /// Small bookkeeping that consumption and upkeep need: refused below the hard mark only.
+    Records,
+    /// Frees space, or the cluster cannot go on without it (a new leader's failover record).
+    Relieves,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Send(SendBatch),
@@ -168,6 +179,33 @@ impl Command {
         }
     }
 
+    /// What appending `payload` does to the disk, judged by a look at its tag where that says
+    /// enough (sends store messages); an undecodable payload counts as small bookkeeping.
+    pub fn footprint_of(payload: &Bytes) -> Footprint {
+        match payload.first() {
+            Some(&TAG_SEND) => Footprint::Stores,
+            _ => Command::decode(payload.clone()).map_or(Footprint::Records, |c| c.footprint()),
+        }
+    }
+
+    /// What appending this command does to the disk: the free-space alarm refuses `Stores`
+    /// below the soft mark and `Records` below the hard one, never `Relieves`.
+    pub fn footprint(&self) -> Footprint {
+        match self {
+            Command::Send(_) | Command::Plugin(PluginCommand::Register { .. }) => Footprint::Stores,
+            Command::Admin(
+                AdminCommand::DeleteTopic { .. } | AdminCommand::ReleaseHolds { .. } | AdminCommand::RecordFailover(_),
+            )
+            | Command::Consume(ConsumeCommand::DeleteGroup { .. })
+            | Command::Plugin(PluginCommand::Remove { .. })
+            | Command::Access(AccessCommand::DeleteUser { .. })
+            | Command::Lite(LiteCommand::Expire { .. } | LiteCommand::Unsubscribe { .. }) => Footprint::Relieves,
+            // Consumption (pops, acks, dead letters), timers due, transaction resolutions, and
+            // small admin changes.
+            _ => Footprint::Records,
+        }
+    }
+
     /// Decodes an entry payload. `Bytes` fields of the result share `bytes`' buffer.
     pub fn decode(bytes: Bytes) -> Result<Command, BrokerError> {
         let corrupt = |e: &dyn std::fmt::Display| BrokerError::CorruptEntry(e.to_string());
@@ -264,6 +302,30 @@ mod tests {
         assert_eq!(Command::decode(send.encode()).unwrap(), send);
         let admin = Command::Admin(AdminCommand::CreateTopic(TopicConfig::new("T", 4, TopicKind::Fifo)));
         assert_eq!(Command::decode(admin.encode()).unwrap(), admin);
+    }
+
+    /// The free-space alarm's classes: messages are refused first, consumption next, and what
+    /// frees space never.
+    #[test]
+    fn footprints_sort_commands_by_what_they_do_to_the_disk() {
+        let send = Command::Send(SendBatch { topic: "T".into(), ..Default::default() });
+        let ack = Command::Consume(ConsumeCommand::Acks { receipts: vec![] });
+        let create = Command::Admin(AdminCommand::CreateTopic(TopicConfig::new("T", 4, TopicKind::Normal)));
+        let delete = Command::Admin(AdminCommand::DeleteTopic { name: "T".into() });
+        let drop_group = Command::Consume(ConsumeCommand::DeleteGroup { name: "G".into() });
+        let fire = Command::Timer(TimerCommand::Fire { now_ms: 1, timers: vec![] });
+        for (command, footprint) in [
+            (&send, Footprint::Stores),
+            (&ack, Footprint::Records),
+            (&create, Footprint::Records),
+            (&fire, Footprint::Records),
+            (&delete, Footprint::Relieves),
+            (&drop_group, Footprint::Relieves),
+        ] {
+            assert_eq!(command.footprint(), footprint, "{command:?}");
+            assert_eq!(Command::footprint_of(&command.encode()), footprint, "{command:?} encoded");
+        }
+        assert_eq!(Command::footprint_of(&Bytes::from_static(b"\x02{")), Footprint::Records);
     }
 
     #[test]

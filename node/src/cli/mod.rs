@@ -21,6 +21,7 @@ use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldEntry;
 use crate::broker::settings::SettingsChange;
 use crate::broker::{TopicConfig, TopicKind};
+use crate::store::free_space::DiskLevel;
 
 #[derive(Parser)]
 #[command(name = "rockraft", version, about = "A Raft-replicated, RocketMQ-compatible message broker")]
@@ -708,9 +709,11 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
         .filter_map(|(_, _, s)| s.as_ref())
         .filter(|s| s.role == Role::Leader)
         .find_map(|s| s.last_log_index);
+    let leader_disk =
+        rows.iter().filter_map(|(_, _, s)| s.as_ref()).find(|s| s.role == Role::Leader).map(|s| s.disk.clone());
     println!(
-        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  clock",
-        "id", "endpoint", "role", "term", "last", "committed", "applied", "lag"
+        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {:<26}  clock",
+        "id", "endpoint", "role", "term", "last", "committed", "applied", "lag", "disk"
     );
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
     for (id, addr, s) in rows {
@@ -727,7 +730,7 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
                     false => format!("ok ({widest:+} ms)"),
                 };
                 println!(
-                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {}",
+                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {:<26}  {}",
                     id,
                     addr,
                     s.role,
@@ -736,11 +739,19 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
                     show(s.committed),
                     show(s.applied),
                     lag,
+                    s.disk.here.describe(),
                     clock
                 );
             }
             None => println!("{:<4} {:<22} {:<10}", id, addr, "unreachable"),
         }
+    }
+    if let Some(disk) = leader_disk.filter(|d| d.cluster.alarm != DiskLevel::Ok) {
+        let refused = match disk.cluster.alarm {
+            DiskLevel::Critical => "only what frees space is appended",
+            _ => "sends are refused (TOO_MANY_REQUESTS); consumption goes on",
+        };
+        println!("disk alarm ({}): {refused} until space is freed", disk.cluster.alarm.as_str());
     }
     Ok(())
 }

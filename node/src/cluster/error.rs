@@ -19,6 +19,17 @@ pub enum ClusterError {
     /// Too many sends are waiting for the log already: back off and try again.
     #[error("{waiting_bytes} bytes of sends are waiting for the log; try again shortly")]
     Busy { waiting_bytes: u64 },
+    /// A voter's disk is below a free-space mark (`cluster/disk.rs`): nothing that would fill
+    /// it further is appended until space is freed. Sends are refused below the soft mark,
+    /// everything but what frees space below the hard one (`critical`).
+    #[error(
+        "disk low on node {node}: {} MiB free, below its {} free-space mark of {} MiB; {} resume once space is freed",
+        free_bytes >> 20,
+        if *critical { "hard" } else { "soft" },
+        mark_bytes >> 20,
+        if *critical { "writes" } else { "sends" }
+    )]
+    DiskLow { node: crate::raft::NodeId, free_bytes: u64, mark_bytes: u64, critical: bool },
     /// This node did not apply up to `index` in time (it is behind, or very busy).
     #[error("not applied up to index {index} in time")]
     Lagging { index: u64 },

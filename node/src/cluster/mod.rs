@@ -11,6 +11,7 @@
 
 pub mod clock;
 mod coalesce;
+pub mod disk;
 mod error;
 pub mod failover;
 pub mod leadership;
@@ -72,6 +73,10 @@ pub struct ClusterOptions {
     pub election_timeout_max: Duration,
     /// What this node counts (`/metrics`).
     pub meters: crate::metrics::Meters,
+    /// This node's data directory, whose filesystem's free space is watched.
+    pub data_dir: std::path::PathBuf,
+    /// This node's free-space marks.
+    pub watermarks: crate::store::free_space::Watermarks,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -94,6 +99,8 @@ struct Inner {
     clock: LeaderClock,
     /// What this node knows of the members' clocks.
     skew: skew::ClockSkew,
+    /// Every voter's free space, and the alarm it raises.
+    disk: disk::DiskWatch,
     /// Held from stamping a command to handing it to Raft, so stamps grow in log order.
     proposing: tokio::sync::Mutex<()>,
     /// Rotates the queue pops start from.
@@ -140,6 +147,7 @@ impl Cluster {
     pub fn new(raft: Raft, broker: Broker, options: ClusterOptions) -> Cluster {
         let metrics = raft.metrics();
         let peers = Peers::new(options.attach.clone());
+        let disk = disk::DiskWatch::new(options.data_dir.clone(), options.watermarks);
         Cluster {
             inner: Arc::new(Inner {
                 options,
@@ -151,6 +159,7 @@ impl Cluster {
                 lite_cursors: Default::default(),
                 clock: LeaderClock::new(now_ms),
                 skew: skew::ClockSkew::default(),
+                disk,
                 proposing: tokio::sync::Mutex::new(()),
                 round_robin: AtomicU32::new(0),
                 sessions: Arc::default(),
@@ -529,6 +538,7 @@ impl Cluster {
             let _in_order = self.inner.proposing.lock().await;
             let command = encode(self.inner.clock.stamp());
             self.check_size(command.len())?;
+            self.check_disk(|| Command::footprint_of(&command))?;
             let (responder, applied) = ProgressResponder::complete_only();
             self.raft()
                 .write(CommandBytes(command))

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-use rockraft_proto::rockraft::{ClockRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{
+    ClockRequest, DiskSpaceRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -92,6 +94,12 @@ impl Peers {
     /// The clock of the member at `addr`.
     pub async fn clock(&self, addr: &str) -> Result<i64, ClusterError> {
         let reply = within(addr, self.client(addr)?.clock(ClockRequest {})).await;
+        answer(addr, reply)
+    }
+
+    /// The free space of the member at `addr`, judged against its marks.
+    pub async fn disk_space(&self, addr: &str) -> Result<crate::cluster::disk::DiskReading, ClusterError> {
+        let reply = within(addr, self.client(addr)?.disk_space(DiskSpaceRequest {})).await;
         answer(addr, reply)
     }
 

@@ -3,7 +3,9 @@
 //! instead of passing the call on, so a call takes at most one hop; the member retries.
 
 use rockraft_proto::rockraft::peer_service_server::PeerService;
-use rockraft_proto::rockraft::{ClockRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{
+    ClockRequest, DiskSpaceRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
@@ -66,6 +68,10 @@ impl PeerService for PeerServer {
 
     async fn clock(&self, _: Request<ClockRequest>) -> Result<Response<Json>, Status> {
         reply(&Ok::<i64, ClusterError>(crate::cluster::now_ms()))
+    }
+
+    async fn disk_space(&self, _: Request<DiskSpaceRequest>) -> Result<Response<Json>, Status> {
+        reply(&Ok::<_, ClusterError>(self.cluster.disk_here()))
     }
 
     async fn live_members(&self, _: Request<LiveMembersRequest>) -> Result<Response<Json>, Status> {

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, NodeStatus, PluginInfo, Role, TopicInfo};
 use crate::broker::failover::Failover;
 use crate::cluster::leadership::LeaderChange;
+use crate::store::free_space::DiskLevel;
 
 use super::HttpState;
 
@@ -117,26 +118,40 @@ pub(super) fn render(v: &View) -> String {
 
     h.push_str(
         "<h2>Members</h2><div class=scroll><table id=members><tr><th>node</th><th>client endpoint</th>\
-        <th>role</th><th>term</th><th>applied</th><th>health</th></tr>",
+        <th>role</th><th>term</th><th>applied</th><th>disk</th><th>health</th></tr>",
     );
     for (id, addr, status) in &v.members {
         let _ = match status {
             Some(s) => write!(
                 h,
-                "<tr><td>{id}</td><td>{addr}</td><td>{role}</td><td>{term}</td><td>{applied}</td><td class=ok>answering</td></tr>",
+                "<tr><td>{id}</td><td>{addr}</td><td>{role}</td><td>{term}</td><td>{applied}</td>\
+                 <td class={disk_class}>{disk}</td><td class=ok>answering</td></tr>",
                 addr = esc(addr),
                 role = role(s.role),
                 term = s.term,
                 applied = s.applied.unwrap_or(0),
+                disk = s.disk.here.describe(),
+                disk_class = if s.disk.here.level == DiskLevel::Ok { "ok" } else { "bad" },
             ),
             None => write!(
                 h,
-                "<tr><td>{id}</td><td>{addr}</td><td class=muted>?</td><td></td><td></td><td class=bad>not answering</td></tr>",
+                "<tr><td>{id}</td><td>{addr}</td><td class=muted>?</td><td></td><td></td><td></td><td class=bad>not answering</td></tr>",
                 addr = esc(addr),
             ),
         };
     }
     h.push_str("</table></div>");
+    if let Some(alarm) = Some(own.disk.cluster.alarm).filter(|a| *a != DiskLevel::Ok) {
+        let refused = match alarm {
+            DiskLevel::Critical => "only what frees space is appended",
+            _ => "sends are refused (consumers go on)",
+        };
+        let _ = write!(
+            h,
+            "<p id=disk-alarm class=bad>Disk alarm ({}): a voter is below a free-space mark; {refused} until space is freed.</p>",
+            alarm.as_str()
+        );
+    }
 
     h.push_str("<h2>Leadership changes</h2>");
     if v.changes.is_empty() {

@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::HttpState;
+use crate::store::free_space::free_space;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -166,18 +167,37 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
         Some(Unit::Bytes),
         segments.iter().map(|g| g.bytes).sum::<u64>() as i64,
     );
-    if let Some((free, total)) = disk_space(&state.data_dir) {
+    if let Ok((free, total)) = free_space(&state.data_dir) {
         s.gauge("disk_free", "Free bytes on the data directory's filesystem", Some(Unit::Bytes), free as i64);
         s.gauge("disk_size", "Size of the data directory's filesystem", Some(Unit::Bytes), total as i64);
     }
+    let marks = state.cluster.options().watermarks;
+    s.gauge(
+        "disk_soft_mark",
+        "Below this much free space here, the cluster stores no new messages",
+        Some(Unit::Bytes),
+        marks.soft as i64,
+    );
+    s.gauge(
+        "disk_hard_mark",
+        "Below this much free space here, the cluster appends only what frees space",
+        Some(Unit::Bytes),
+        marks.hard as i64,
+    );
+    let disks = state.cluster.disk_report();
+    s.gauge(
+        "disk_alarm",
+        "The cluster's free-space alarm as this node sees it: 0 ok, 1 low (no sends), 2 critical (only what frees space)",
+        None,
+        disks.alarm as i64,
+    );
+    s.gauges(
+        "member_disk_free_bytes",
+        "Each answering voter's free bytes, as this node read them last",
+        disks.members.iter().map(|(id, r)| (vec![("member", id.to_string())], r.free_bytes as i64)),
+    );
     prometheus_client::encoding::prometheus_text::encode(out, &s.registry)?;
     process(out)
-}
-
-/// Free and total bytes of the filesystem holding `dir`.
-fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
-    let st = rustix::fs::statvfs(dir).ok()?;
-    Some((st.f_bavail.saturating_mul(st.f_frsize), st.f_blocks.saturating_mul(st.f_frsize)))
 }
 
 /// The process metrics, named as the Prometheus client libraries name them, from `/proc`.

@@ -10,6 +10,8 @@
 //!   transactional halves; `lite_topics` expires idle lite topics and forgets the subscriptions
 //!   of clients that went away;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
+//! - `disk_space`: reads the voters' free space; below a mark the leader refuses what would
+//!   fill a disk further;
 //! - `health`: notices a failed fsync of the log or the broker state, or Raft stopping, and
 //!   fail-stops the node.
 //!
@@ -18,6 +20,7 @@
 
 mod checkpoint;
 mod clock_skew;
+mod disk_space;
 mod handle_key;
 mod health;
 mod leaders;
@@ -38,6 +41,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::Cluster;
 pub use checkpoint::checkpoints;
 pub use clock_skew::watch_clocks;
+pub use disk_space::watch_disks;
 pub use handle_key::first_handle_key;
 pub use health::watch_health;
 pub use leaders::watch_leaders;

@@ -70,6 +70,7 @@ struct Inner {
     purges: Counter,
     purged_entries: Counter,
     leader_changes: Counter,
+    disk_refusals: Counter,
 }
 
 impl Default for Meters {
@@ -145,6 +146,12 @@ impl Meters {
         registry.register("retention_purged_entries", "Log entries removed by retention", purged_entries.clone());
         let leader_changes = Counter::default();
         registry.register("leader_changes", "Changes of the leader this node saw", leader_changes.clone());
+        let disk_refusals = Counter::default();
+        registry.register(
+            "disk_refusals",
+            "Proposals this node refused as leader because a voter's free space was below a mark",
+            disk_refusals.clone(),
+        );
         let inner = Inner {
             registry,
             sends,
@@ -161,6 +168,7 @@ impl Meters {
             purges,
             purged_entries,
             leader_changes,
+            disk_refusals,
         };
         Meters { inner: Arc::new(inner) }
     }
@@ -222,6 +230,10 @@ impl Meters {
     pub fn purged(&self, entries: u64) {
         self.inner.purges.inc();
         self.inner.purged_entries.inc_by(entries);
+    }
+
+    pub fn disk_refused(&self) {
+        self.inner.disk_refusals.inc();
     }
 
     pub fn leader_changed(&self) {

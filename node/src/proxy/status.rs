@@ -23,7 +23,8 @@ pub fn write_failed(e: &ClusterError, messages: usize) -> Status {
             Code::HaNotAvailable
         }
         // The clients back off and retry on this.
-        ClusterError::Busy { .. } => Code::TooManyRequests,
+        // Retriable: the clients back off and send again; the alarm clears by itself.
+        ClusterError::Busy { .. } | ClusterError::DiskLow { .. } => Code::TooManyRequests,
         ClusterError::TooLarge { .. } if messages == 1 => Code::MessageBodyTooLarge,
         ClusterError::TooLarge { .. } => Code::PayloadTooLarge,
         ClusterError::Raft(_) | ClusterError::Internal(_) => Code::InternalServerError,
@@ -69,6 +70,12 @@ mod tests {
         assert_eq!(code(ClusterError::TooLarge { len: 2, max: 1 }, 3), Code::PayloadTooLarge as i32);
         assert_eq!(code(ClusterError::Raft("stopped".into()), 1), Code::InternalServerError as i32);
         assert_eq!(code(ClusterError::Busy { waiting_bytes: 1 }, 1), Code::TooManyRequests as i32);
+        let low = ClusterError::DiskLow { node: 2, free_bytes: 5 << 20, mark_bytes: 32 << 20, critical: false };
+        assert_eq!(code(low.clone(), 1), Code::TooManyRequests as i32);
+        assert_eq!(
+            low.to_string(),
+            "disk low on node 2: 5 MiB free, below its soft free-space mark of 32 MiB; sends resume once space is freed"
+        );
         assert_eq!(pop_failed(&PopError::Cluster(gone)).code, Code::HaNotAvailable as i32);
         assert_eq!(pop_failed(&PopError::GroupNotFound("g".into())).code, Code::ConsumerGroupNotFound as i32);
         // A quarantined filter: a status every client knows, and the plugin's own explanation.

@@ -16,6 +16,7 @@ mod commit_log_test;
 mod consume_queue;
 mod durable;
 mod flush;
+pub mod free_space;
 pub mod index;
 mod message_index;
 mod meta;

@@ -34,6 +34,18 @@ pub fn purge_point(segments: &[SegmentStat], now: SystemTime, max_age: Duration,
     point
 }
 
+/// The disk budget to purge by when the filesystem has `free` bytes and retention should keep
+/// at least `purge_mark` free: the configured one, or less under disk pressure, so the purge
+/// brings free space back above the mark. No configured budget (0): none under pressure either
+/// (then only age purges, and the free-space alarm refuses sends instead).
+pub fn pressure_budget(configured: u64, log_bytes: u64, free: u64, purge_mark: u64) -> u64 {
+    if configured == 0 || free >= purge_mark {
+        return configured;
+    }
+    let shortfall = purge_mark - free;
+    configured.min(log_bytes.saturating_sub(shortfall).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,6 +62,20 @@ mod tests {
         assert_eq!(purge_point(&segs, now, Duration::from_secs(1000), 0), None);
         // The last segment is never purged, however old.
         assert_eq!(purge_point(&segs[3..], now, Duration::from_secs(1), 0), None);
+    }
+
+    #[test]
+    fn disk_pressure_shrinks_a_configured_budget_by_the_shortfall() {
+        // Plenty of room: the budget as configured.
+        assert_eq!(pressure_budget(1000, 800, 500, 100), 1000);
+        // 60 bytes short of the purge mark: the log must shrink by 60.
+        assert_eq!(pressure_budget(1000, 800, 40, 100), 740);
+        // A budget smaller than that stays.
+        assert_eq!(pressure_budget(500, 800, 40, 100), 500);
+        // Short by more than the whole log: purge all that may go (never "no limit").
+        assert_eq!(pressure_budget(1000, 50, 0, 100), 1);
+        // No budget configured: pressure purges nothing by size.
+        assert_eq!(pressure_budget(0, 800, 0, 100), 0);
     }
 
     #[test]

@@ -1,0 +1,180 @@
+//! A full disk is a state the cluster serves through, not a crash: each node's data on a small
+//! filesystem of its own, filled to the free-space marks.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rocketmq::model::common::{FilterExpression, FilterType};
+use rocketmq::model::message::MessageBuilder;
+use rocketmq::{Producer, SimpleConsumer};
+use rockraft::admin::api::{AdminRequest, AdminResponse};
+use rockraft::broker::{TopicConfig, TopicKind};
+use rockraft::store::free_space::{DiskLevel, free_space};
+use rockraft_cluster_tests::clients::{consumer, producer};
+use rockraft_cluster_tests::{Cluster, Options, http_get, small_disks_allowed};
+
+const MIB: u64 = 1 << 20;
+const SOFT: u64 = 8 * MIB;
+const HARD: u64 = 4 * MIB;
+
+/// Writes a file of zeros in `dir` until the filesystem has about `leave` bytes free (tmpfs
+/// counts what is written, so the space is really taken).
+fn fill_to(dir: &Path, name: &str, leave: u64) -> PathBuf {
+    let path = dir.join(name);
+    let (free, _) = free_space(dir).expect("free space");
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("ballast");
+    let chunk = vec![0u8; 64 << 10];
+    let mut left = free.saturating_sub(leave);
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        file.write_all(&chunk[..n]).expect("ballast write");
+        left -= n as u64;
+    }
+    file.sync_all().expect("ballast sync");
+    path
+}
+
+async fn send(p: &Producer, i: usize) -> Result<String, String> {
+    let msg = MessageBuilder::builder()
+        .set_topic("Filled")
+        .set_tag("fill")
+        .set_body(vec![b'x'; 16 << 10])
+        .set_keys(vec![format!("fill-{i}")])
+        .build()
+        .expect("message");
+    p.send(msg).await.map(|r| r.message_id().to_string()).map_err(|e| format!("{e:?}"))
+}
+
+/// The cluster's alarm as the leader sees it.
+async fn alarm(cluster: &Cluster) -> Option<DiskLevel> {
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.status(leader).await.map(|s| s.disk.cluster.alarm)
+}
+
+async fn wait_alarm(cluster: &Cluster, want: DiskLevel) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alarm(cluster).await != Some(want) {
+        assert!(Instant::now() < deadline, "the alarm did not become {want:?}: {:?}", alarm(cluster).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Receives and acks until nothing more comes; the ids received.
+async fn drain(c: &SimpleConsumer) -> BTreeSet<String> {
+    let all = FilterExpression::new(FilterType::Tag, "*");
+    let mut got = BTreeSet::new();
+    let mut empty = 0;
+    while empty < 2 {
+        match c.receive_with("Filled", &all, 32, Duration::from_secs(30)).await {
+            Ok(batch) if batch.is_empty() => empty += 1,
+            Ok(batch) => {
+                empty = 0;
+                for m in batch {
+                    c.ack(&m).await.expect("an ack while the disk is low");
+                    got.insert(m.message_id().to_string());
+                }
+            }
+            Err(e) => panic!("a receive while the disk is low failed: {e:?}"),
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_space_returns() {
+    if let Err(why) = small_disks_allowed() {
+        eprintln!("skipped: this machine does not let the test mount small filesystems ({why})");
+        return;
+    }
+    let options = Options {
+        disk_mib: Some(40),
+        storage: format!("free_space_soft_mark_bytes = {SOFT}\nfree_space_hard_mark_bytes = {HARD}\n"),
+        ..Default::default()
+    };
+    let mut cluster = Cluster::start(3, options).await;
+    cluster.create_topic("Filled", 4, TopicKind::Normal).await;
+    cluster.create_topic("Scratch", 1, TopicKind::Normal).await;
+    cluster.create_group("drainers", false, 16).await;
+    let data_dirs: Vec<PathBuf> = cluster.nodes.iter().map(|n| n.data_dir.clone()).collect();
+    // 6 MiB above the soft mark on every node: a few hundred 16 KiB messages reach it.
+    let ballast: Vec<PathBuf> = data_dirs.iter().map(|d| fill_to(d, "ballast", SOFT + 6 * MIB)).collect();
+    assert_eq!(alarm(&cluster).await, Some(DiskLevel::Ok));
+
+    // Send until the cluster refuses: the refusal is retriable and says which node is low.
+    let p = producer(&cluster.access_url(), "Filled").await;
+    let mut acked = BTreeSet::new();
+    let started = Instant::now();
+    let refusal = loop {
+        match send(&p, acked.len()).await {
+            Ok(id) => {
+                acked.insert(id);
+            }
+            Err(e) => break e,
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "{} sends and no refusal", acked.len());
+    };
+    assert!(refusal.contains("disk low on node"), "the refusal names the low node: {refusal}");
+    assert!(refusal.contains("TOO_MANY_REQUESTS"), "a retriable status: {refusal}");
+    assert!(acked.len() > 100, "only {} sends before the refusal", acked.len());
+    wait_alarm(&cluster, DiskLevel::Low).await;
+    // Nobody met ENOSPC: every node is up, each still above its hard mark.
+    for (id, dir) in (1..=3).zip(&data_dirs) {
+        assert!(cluster.is_running(id), "node {id} stopped");
+        assert!(free_space(dir).unwrap().0 > HARD, "node {id} went below its hard mark");
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let (_, metrics) = http_get(&cluster.http_addr(leader), "/metrics").await.expect("/metrics answers");
+    assert!(metrics.lines().any(|l| l == "rockraft_disk_alarm 1"), "the alarm is a metric");
+
+    // Consumption goes on at the soft mark: every acknowledged message is received and acked.
+    let c = consumer(&cluster.access_url(), "drainers", "Filled").await;
+    let got = drain(&c).await;
+    let missing: Vec<&String> = acked.difference(&got).collect();
+    assert!(missing.is_empty(), "{} acknowledged messages never arrived: {missing:?}", missing.len());
+    assert!(send(&p, 0).await.is_err(), "still refused: draining frees no space");
+
+    // Below one node's hard mark, only what frees space is appended.
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let deeper = fill_to(&data_dirs[follower as usize - 1], "ballast-deeper", HARD - MIB);
+    wait_alarm(&cluster, DiskLevel::Critical).await;
+    let admin = cluster.admin_addr(leader);
+    let create = AdminRequest::CreateTopic(TopicConfig::new("Another", 1, TopicKind::Normal));
+    match cluster.call(&admin, &create).await {
+        Ok(AdminResponse::Error(why)) => assert!(why.contains("disk low on node"), "{why}"),
+        other => panic!("a new topic below the hard mark: {other:?}"),
+    }
+    let delete = AdminRequest::DeleteTopic { name: "Scratch".into() };
+    assert!(matches!(cluster.call(&admin, &delete).await, Ok(AdminResponse::Done(_))), "a deletion frees space");
+
+    // Space comes back: sends resume by themselves, no node restarted.
+    std::fs::remove_file(&deeper).unwrap();
+    for b in &ballast {
+        std::fs::remove_file(b).unwrap();
+    }
+    wait_alarm(&cluster, DiskLevel::Ok).await;
+    let mut later = BTreeSet::new();
+    for i in 0..20 {
+        later.insert(send(&p, 100_000 + i).await.expect("sends resume once space is freed"));
+    }
+    let got = drain(&c).await;
+    assert!(later.is_subset(&got), "the messages sent after the alarm arrive");
+    for id in 1..=3 {
+        assert!(cluster.is_running(id), "node {id} stopped");
+    }
+
+    // The replicas agree.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut digests = Vec::new();
+        for id in 1..=3 {
+            digests.push(cluster.digest(id).await);
+        }
+        if digests.iter().all(|d| d.is_some()) && digests.windows(2).all(|w| w[0] == w[1]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replicas differ: {digests:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

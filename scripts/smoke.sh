@@ -13,7 +13,8 @@ export ROCKRAFT_DATA="$(mktemp -d)"
 export ROCKRAFT_CLIENT_PORT_BASE=18080 ROCKRAFT_RAFT_PORT_BASE=19080 ROCKRAFT_ADMIN_PORT_BASE=17080 ROCKRAFT_HTTP_PORT_BASE=16080
 export ROCKRAFT_SEGMENT_SIZE=1048576
 trap 'scripts/cluster.sh stop > /dev/null 2>&1 || true; rm -rf "$ROCKRAFT_DATA"' EXIT
-bin=target/release/rockraft
+# ROCKRAFT_BIN: the node binary to run (default: the release build, built by scripts/cluster.sh).
+bin="${ROCKRAFT_BIN:-target/release/rockraft}"
 endpoint() { echo "127.0.0.1:$((18080 + $1))"; }
 admin() { echo "127.0.0.1:$((17080 + $1))"; }
 fail() {

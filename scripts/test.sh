@@ -4,13 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The run command itself, end to end (builds the release binary).
-scripts/smoke.sh
 # Tests build with the crash points compiled in (the `failpoints` feature; release builds never
 # have them): the crash-point suites arm them, every other test leaves them off.
 features=(--features rockraft/failpoints)
 # The cluster tests start real node processes: build the binary they run first.
 cargo build --locked -p rockraft --bin rockraft "${features[@]}"
+# The run command itself, end to end, on that same build (one build for the whole suite: a
+# release build would take as long again; `scripts/cluster.sh start` makes that one).
+ROCKRAFT_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/rockraft" scripts/smoke.sh
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked --exclude rockraft-cluster-tests "${features[@]}" 2>&1 | tee "$log"

@@ -712,7 +712,7 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
     let leader_disk =
         rows.iter().filter_map(|(_, _, s)| s.as_ref()).find(|s| s.role == Role::Leader).map(|s| s.disk.clone());
     println!(
-        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {:<26}  clock",
+        "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {:<32}  clock",
         "id", "endpoint", "role", "term", "last", "committed", "applied", "lag", "disk"
     );
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
@@ -730,7 +730,7 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
                     false => format!("ok ({widest:+} ms)"),
                 };
                 println!(
-                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {:<26}  {}",
+                    "{:<4} {:<22} {:<10} {:>6} {:>10} {:>10} {:>10} {:>8}  {:<32}  {}",
                     id,
                     addr,
                     s.role,

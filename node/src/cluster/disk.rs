@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -20,18 +21,25 @@ use serde::{Deserialize, Serialize};
 use crate::broker::Footprint;
 use crate::cluster::{Cluster, ClusterError};
 use crate::raft::NodeId;
-use crate::store::free_space::{DiskLevel, Watermarks, free_space};
+use crate::store::free_space::{DiskLevel, Watermarks, filesystem_id, free_space};
 
 /// How long one member's reading may take; a member slower than this is left out this round.
 const READ_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// One node's free space, judged against its own marks.
+/// One node's free space, judged against its own marks (times the voters sharing its
+/// filesystem).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskReading {
     pub free_bytes: u64,
     pub total_bytes: u64,
     pub marks: Option<Watermarks>,
     pub level: DiskLevel,
+    /// Which filesystem this is (`free_space::filesystem_id`): equal for nodes sharing one.
+    #[serde(default)]
+    pub filesystem: u64,
+    /// How many voters keep their data on it, this node included (as it knew at the reading).
+    #[serde(default)]
+    pub sharing: u32,
 }
 
 impl DiskReading {
@@ -75,39 +83,73 @@ pub struct DiskReport {
 pub struct DiskWatch {
     dir: PathBuf,
     marks: Watermarks,
+    filesystem: u64,
+    /// Voters keeping their data on this node's filesystem (itself included), at the last check:
+    /// the marks count that many times, since each of them fills it.
+    sharing: AtomicU32,
     own: Mutex<DiskReading>,
     report: Mutex<DiskReport>,
 }
 
 impl DiskWatch {
     pub fn new(dir: PathBuf, marks: Watermarks) -> DiskWatch {
+        let filesystem = filesystem_id(&dir).unwrap_or_else(|e| {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot tell which filesystem holds the data");
+            0
+        });
         DiskWatch {
             dir,
             marks,
-            own: Mutex::new(DiskReading { marks: Some(marks), ..DiskReading::default() }),
+            filesystem,
+            sharing: AtomicU32::new(1),
+            own: Mutex::new(DiskReading { marks: Some(marks), filesystem, sharing: 1, ..DiskReading::default() }),
             report: Mutex::default(),
         }
     }
 
+    /// This node's marks as they apply now: its own, times the voters sharing its filesystem.
     pub fn marks(&self) -> Watermarks {
-        self.marks
+        self.marks.times(self.sharing.load(Ordering::Acquire))
     }
 
     /// Reads this node's free space now and judges it, saying in the log when its level changes.
     /// A filesystem that cannot be read keeps the last reading (and says why).
     pub fn read_own(&self, node: NodeId) -> DiskReading {
+        let sharing = self.sharing.load(Ordering::Acquire);
+        let marks = self.marks.times(sharing);
         let mut own = self.own.lock().expect("own disk reading");
         match free_space(&self.dir) {
             Ok((free, total)) => {
-                let level = self.marks.judge(free, own.level);
+                let level = marks.judge(free, own.level);
                 if level != own.level {
-                    log_own_change(node, own.level, level, free, &self.marks);
+                    log_own_change(node, own.level, level, free, &marks);
                 }
-                *own = DiskReading { free_bytes: free, total_bytes: total, marks: Some(self.marks), level };
+                let filesystem = self.filesystem;
+                *own = DiskReading {
+                    free_bytes: free,
+                    total_bytes: total,
+                    marks: Some(marks),
+                    level,
+                    filesystem,
+                    sharing,
+                };
             }
             Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "reading free space failed"),
         }
         *own
+    }
+
+    /// Counts the voters whose readings name this node's filesystem, and says so when that changes.
+    fn count_sharing(&self, node: NodeId, members: &BTreeMap<NodeId, DiskReading>) {
+        let others = members.iter().filter(|(id, r)| **id != node && r.filesystem == self.filesystem).count();
+        let sharing = u32::try_from(others + 1).unwrap_or(u32::MAX);
+        if self.sharing.swap(sharing, Ordering::AcqRel) != sharing {
+            tracing::info!(
+                node,
+                voters = sharing,
+                "voters keeping their data on this node's filesystem: its free-space marks count that many times"
+            );
+        }
     }
 
     pub fn report(&self) -> DiskReport {
@@ -170,6 +212,10 @@ impl Cluster {
                 members.insert(id, reading);
             }
         }
+        // A filesystem that cannot be told apart (0) is counted as nobody else's.
+        if disk.filesystem != 0 {
+            disk.count_sharing(self.id(), &members);
+        }
         let alarm = members.values().map(|r| r.level).max().unwrap_or_default();
         let was = {
             let mut report = disk.report.lock().expect("disk report");
@@ -204,6 +250,11 @@ impl Cluster {
         self.inner.disk.read_own(self.id())
     }
 
+    /// This node's free-space marks as they apply now (times the voters sharing its filesystem).
+    pub fn disk_marks(&self) -> Watermarks {
+        self.inner.disk.marks()
+    }
+
     pub fn disk_report(&self) -> DiskReport {
         self.inner.disk.report()
     }
@@ -234,10 +285,35 @@ impl Cluster {
 mod tests {
     use super::*;
 
+    /// Three nodes with their data on one filesystem each need their own room: the marks count
+    /// three times; a member on another filesystem does not count.
+    #[test]
+    fn marks_grow_with_the_voters_sharing_a_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = Watermarks { soft: 8 << 20, hard: 4 << 20 };
+        let watch = DiskWatch::new(dir.path().to_path_buf(), marks);
+        let own = watch.read_own(1);
+        assert_eq!((own.sharing, own.marks), (1, Some(marks)));
+        let elsewhere = DiskReading { filesystem: own.filesystem ^ 1, ..own };
+        let members = BTreeMap::from([(1, own), (2, own), (3, elsewhere)]);
+        watch.count_sharing(1, &members);
+        assert_eq!(watch.marks(), marks.times(2));
+        let again = watch.read_own(1);
+        assert_eq!((again.sharing, again.marks), (2, Some(marks.times(2))));
+        watch.count_sharing(1, &BTreeMap::from([(1, own)]));
+        assert_eq!(watch.marks(), marks, "alone again once the others stop answering");
+    }
+
     #[test]
     fn a_reading_says_how_much_is_free_and_which_mark_it_is_below() {
         let marks = Watermarks { soft: 8 << 20, hard: 4 << 20 };
-        let mut r = DiskReading { free_bytes: 3 << 30, total_bytes: 4 << 30, marks: Some(marks), level: DiskLevel::Ok };
+        let mut r = DiskReading {
+            free_bytes: 3 << 30,
+            total_bytes: 4 << 30,
+            marks: Some(marks),
+            level: DiskLevel::Ok,
+            ..DiskReading::default()
+        };
         assert_eq!(r.describe(), "3.0 GiB free");
         r.free_bytes = 6 << 20;
         r.level = DiskLevel::Low;

@@ -171,10 +171,10 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
         s.gauge("disk_free", "Free bytes on the data directory's filesystem", Some(Unit::Bytes), free as i64);
         s.gauge("disk_size", "Size of the data directory's filesystem", Some(Unit::Bytes), total as i64);
     }
-    let marks = state.cluster.options().watermarks;
+    let marks = state.cluster.disk_marks();
     s.gauge(
         "disk_soft_mark",
-        "Below this much free space here, the cluster stores no new messages",
+        "Below this much free space here, the cluster stores no new messages (the configured mark times the voters sharing this filesystem)",
         Some(Unit::Bytes),
         marks.soft as i64,
     );

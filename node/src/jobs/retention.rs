@@ -28,13 +28,14 @@ pub struct RetentionOptions {
 pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptions) {
     let mut tick = tokio::time::interval(options.check_every.min(UNDER_PRESSURE_EVERY));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let purge_mark = cluster.options().watermarks.purge();
     let mut last_check: Option<Instant> = None;
     // The held entry last reported as keeping a pressure purge back (said once, not every second).
     let mut reported_hold = None;
     loop {
         tick.tick().await;
         let free = cluster.disk_here().free_bytes;
+        // Read each time: the marks grow with the voters sharing this node's filesystem.
+        let purge_mark = cluster.disk_marks().purge();
         let pressure = free < purge_mark;
         if !pressure && last_check.is_some_and(|t| t.elapsed() < options.check_every) {
             continue;

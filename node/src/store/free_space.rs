@@ -26,6 +26,12 @@ impl Watermarks {
         Watermarks { soft: segment_size.saturating_mul(4), hard: segment_size.saturating_mul(2) }
     }
 
+    /// The marks for `nodes` nodes keeping their data on one filesystem: each needs its own room.
+    pub fn times(&self, nodes: u32) -> Watermarks {
+        let n = u64::from(nodes.max(1));
+        Watermarks { soft: self.soft.saturating_mul(n), hard: self.hard.saturating_mul(n) }
+    }
+
     /// Below this much free space, retention purges what the disk budget allows even before the
     /// budget is reached: as far above the soft mark as the soft mark is above the hard one.
     pub fn purge(&self) -> u64 {
@@ -84,6 +90,17 @@ pub fn free_space(dir: &Path) -> std::io::Result<(u64, u64)> {
     Ok((st.f_bavail.saturating_mul(st.f_frsize), st.f_blocks.saturating_mul(st.f_frsize)))
 }
 
+/// Names the filesystem holding `dir` among every node's: the same for two directories on one
+/// filesystem of one machine (the kernel's boot id and the device), different otherwise.
+pub fn filesystem_id(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(dir)?.dev();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    // A stable hash (not the randomly keyed default): nodes compare each other's.
+    let key = format!("{}/{device}", boot.trim());
+    Ok(xxhash_rust::xxh3::xxh3_64(key.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +123,9 @@ mod tests {
         assert_eq!(marks.judge(17 * MIB, DiskLevel::Critical), DiskLevel::Low);
         assert_eq!(marks.judge(40 * MIB, DiskLevel::Critical), DiskLevel::Ok);
         // Zero marks never trip.
+        // Three nodes on one filesystem need three times the room.
+        assert_eq!(marks.times(3), Watermarks { soft: 96 * MIB, hard: 48 * MIB });
+        assert_eq!(marks.times(0), marks);
         let off = Watermarks { soft: 0, hard: 0 };
         assert_eq!(off.judge(0, DiskLevel::Ok), DiskLevel::Ok);
     }
@@ -116,5 +136,9 @@ mod tests {
         let (free, total) = free_space(dir.path()).unwrap();
         assert!(total > 0 && free <= total);
         assert!(free_space(&dir.path().join("missing")).is_err());
+        let inner = dir.path().join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        assert_eq!(filesystem_id(dir.path()).unwrap(), filesystem_id(&inner).unwrap(), "one filesystem");
+        assert_ne!(filesystem_id(dir.path()).unwrap(), filesystem_id(Path::new("/proc")).unwrap());
     }
 }

@@ -236,3 +236,53 @@ async fn assert_replicas_agree(cluster: &Cluster) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// With a disk budget set, retention purges the oldest segments as free space nears the soft
+/// mark, however far the log is below the budget: more messages than the filesystem holds go
+/// through, and the alarm ends clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_disk_pressure_a_disk_budget_purges_before_sends_are_refused() {
+    if let Err(why) = small_disks_allowed() {
+        eprintln!("skipped: this machine does not let the test mount small filesystems ({why})");
+        return;
+    }
+    let options = Options {
+        disk_mib: Some(40),
+        // A budget the log never reaches on its own, and no age purges within the test.
+        storage: format!(
+            "free_space_soft_mark_bytes = {SOFT}\nfree_space_hard_mark_bytes = {HARD}\n\
+             disk_budget_bytes = 1073741824\nretention_check_secs = 3600\n"
+        ),
+        ..Default::default()
+    };
+    let mut cluster = Cluster::start(3, options).await;
+    cluster.create_topic("Filled", 4, TopicKind::Normal).await;
+    let data_dirs: Vec<PathBuf> = cluster.nodes.iter().map(|n| n.data_dir.clone()).collect();
+    for d in &data_dirs {
+        fill_to(d, "ballast", SOFT + 12 * MIB);
+    }
+    // 32 MiB of messages into 12 MiB of room above the soft mark.
+    let p = producer(&cluster.access_url(), "Filled").await;
+    let started = Instant::now();
+    let (mut sent, mut refused) = (0, 0);
+    while sent < 2048 {
+        match send(&p, sent).await {
+            Ok(_) => sent += 1,
+            Err(e) => {
+                assert!(e.contains("disk low on node"), "{e}");
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(180), "{sent} sent, {refused} refused: no room was made");
+    }
+    eprintln!("2048 sends of 16 KiB, {refused} refused on the way");
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert!(cluster.status(leader).await.and_then(|s| s.purged).is_some(), "retention purged the log");
+    wait_alarm(&cluster, DiskLevel::Ok).await;
+    for (id, dir) in (1..=3).zip(&data_dirs) {
+        assert!(cluster.is_running(id), "node {id} stopped");
+        assert!(free_space(dir).unwrap().0 > HARD, "node {id} went below its hard mark");
+    }
+    assert_replicas_agree(&cluster).await;
+}

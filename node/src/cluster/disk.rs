@@ -189,14 +189,7 @@ fn log_own_change(node: NodeId, was: DiskLevel, now: DiskLevel, free: u64, marks
 impl Cluster {
     /// Reads this node's and every other voter's free space and sets the cluster's alarm.
     pub async fn check_disks(&self) {
-        let m = self.metrics();
-        let membership = m.membership_config.membership();
-        let voters: Vec<NodeId> = membership.voter_ids().collect();
-        let peers: Vec<(NodeId, String)> = membership
-            .nodes()
-            .filter(|(id, _)| **id != self.id() && voters.contains(id))
-            .map(|(id, n)| (*id, n.raft_addr.clone()))
-            .collect();
+        let (voters, peers) = self.voters_and_peers();
         let disk = &self.inner.disk;
         let mut members = BTreeMap::new();
         if voters.contains(&self.id()) {

@@ -32,6 +32,20 @@ impl Cluster {
         Some(heard_within(m.id, &voters, ages, silence))
     }
 
+    /// The voters by id, and the other voters' raft addresses: whom a node asks about the group
+    /// (clocks, free space).
+    pub(crate) fn voters_and_peers(&self) -> (Vec<NodeId>, Vec<(NodeId, String)>) {
+        let m = self.metrics();
+        let membership = m.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let peers = membership
+            .nodes()
+            .filter(|(id, _)| **id != self.id() && voters.contains(id))
+            .map(|(id, n)| (*id, n.raft_addr.clone()))
+            .collect();
+        (voters, peers)
+    }
+
     /// The leader's [`heard_from`](Self::heard_from), asked over `PeerService.LiveMembers`.
     pub async fn leader_heard_from(&self) -> Result<BTreeSet<NodeId>, ClusterError> {
         let addr = self.leader_addr()?;

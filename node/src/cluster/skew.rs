@@ -61,15 +61,8 @@ impl Cluster {
     /// Reads every other voter's clock, judges this node's, and acts on a change: stops or
     /// resumes elections, and hands leadership away when skewed. `max_skew_ms` 0: never judged.
     pub async fn check_clock(&self, max_skew_ms: i64) {
-        let m = self.metrics();
-        let membership = m.membership_config.membership();
-        let voters: Vec<NodeId> = membership.voter_ids().collect();
         // The voters decide who leads, so their clocks are the ones to agree with.
-        let members: Vec<(NodeId, String)> = membership
-            .nodes()
-            .filter(|(id, _)| **id != self.id() && voters.contains(id))
-            .map(|(id, n)| (*id, n.raft_addr.clone()))
-            .collect();
+        let (voters, members) = self.voters_and_peers();
         let voters = voters.len();
         let mut offsets = BTreeMap::new();
         for (id, addr) in members {

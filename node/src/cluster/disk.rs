@@ -117,8 +117,10 @@ impl DiskWatch {
     pub fn read_own(&self, node: NodeId) -> DiskReading {
         let sharing = self.sharing.load(Ordering::Acquire);
         let marks = self.marks.times(sharing);
+        // Read before the lock: no lock is held across a call to the filesystem.
+        let space = free_space(&self.dir);
         let mut own = self.own.lock().expect("own disk reading");
-        match free_space(&self.dir) {
+        match space {
             Ok((free, total)) => {
                 let level = marks.judge(free, own.level);
                 if level != own.level {

@@ -746,12 +746,8 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
             None => println!("{:<4} {:<22} {:<10}", id, addr, "unreachable"),
         }
     }
-    if let Some(disk) = leader_disk.filter(|d| d.cluster.alarm != DiskLevel::Ok) {
-        let refused = match disk.cluster.alarm {
-            DiskLevel::Critical => "only what frees space is appended",
-            _ => "sends are refused (TOO_MANY_REQUESTS); consumption goes on",
-        };
-        println!("disk alarm ({}): {refused} until space is freed", disk.cluster.alarm.as_str());
+    if let Some(alarm) = leader_disk.map(|d| d.cluster.alarm).filter(|a| *a != DiskLevel::Ok) {
+        println!("disk alarm ({}): {} until space is freed", alarm.as_str(), alarm.refuses());
     }
     Ok(())
 }

@@ -32,7 +32,7 @@ const READ_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct DiskReading {
     pub free_bytes: u64,
     pub total_bytes: u64,
-    pub marks: Option<Watermarks>,
+    pub marks: Watermarks,
     pub level: DiskLevel,
     /// Which filesystem this is (`free_space::filesystem_id`): equal for nodes sharing one.
     #[serde(default)]
@@ -54,11 +54,10 @@ impl DiskReading {
 
     /// The mark this reading is below, if any.
     fn mark_below(&self) -> Option<u64> {
-        let marks = self.marks?;
         match self.level {
             DiskLevel::Ok => None,
-            DiskLevel::Low => Some(marks.soft),
-            DiskLevel::Critical => Some(marks.hard),
+            DiskLevel::Low => Some(self.marks.soft),
+            DiskLevel::Critical => Some(self.marks.hard),
         }
     }
 }
@@ -102,7 +101,7 @@ impl DiskWatch {
             marks,
             filesystem,
             sharing: AtomicU32::new(1),
-            own: Mutex::new(DiskReading { marks: Some(marks), filesystem, sharing: 1, ..DiskReading::default() }),
+            own: Mutex::new(DiskReading { marks, filesystem, sharing: 1, ..DiskReading::default() }),
             report: Mutex::default(),
         }
     }
@@ -127,14 +126,7 @@ impl DiskWatch {
                     log_own_change(node, own.level, level, free, &marks);
                 }
                 let filesystem = self.filesystem;
-                *own = DiskReading {
-                    free_bytes: free,
-                    total_bytes: total,
-                    marks: Some(marks),
-                    level,
-                    filesystem,
-                    sharing,
-                };
+                *own = DiskReading { free_bytes: free, total_bytes: total, marks, level, filesystem, sharing };
             }
             Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "reading free space failed"),
         }
@@ -288,13 +280,13 @@ mod tests {
         let marks = Watermarks { soft: 8 << 20, hard: 4 << 20 };
         let watch = DiskWatch::new(dir.path().to_path_buf(), marks);
         let own = watch.read_own(1);
-        assert_eq!((own.sharing, own.marks), (1, Some(marks)));
+        assert_eq!((own.sharing, own.marks), (1, marks));
         let elsewhere = DiskReading { filesystem: own.filesystem ^ 1, ..own };
         let members = BTreeMap::from([(1, own), (2, own), (3, elsewhere)]);
         watch.count_sharing(1, &members);
         assert_eq!(watch.marks(), marks.times(2));
         let again = watch.read_own(1);
-        assert_eq!((again.sharing, again.marks), (2, Some(marks.times(2))));
+        assert_eq!((again.sharing, again.marks), (2, marks.times(2)));
         watch.count_sharing(1, &BTreeMap::from([(1, own)]));
         assert_eq!(watch.marks(), marks, "alone again once the others stop answering");
     }
@@ -305,7 +297,7 @@ mod tests {
         let mut r = DiskReading {
             free_bytes: 3 << 30,
             total_bytes: 4 << 30,
-            marks: Some(marks),
+            marks,
             level: DiskLevel::Ok,
             ..DiskReading::default()
         };

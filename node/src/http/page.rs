@@ -141,15 +141,13 @@ pub(super) fn render(v: &View) -> String {
         };
     }
     h.push_str("</table></div>");
-    if let Some(alarm) = Some(own.disk.cluster.alarm).filter(|a| *a != DiskLevel::Ok) {
-        let refused = match alarm {
-            DiskLevel::Critical => "only what frees space is appended",
-            _ => "sends are refused (consumers go on)",
-        };
+    let alarm = own.disk.cluster.alarm;
+    if alarm != DiskLevel::Ok {
         let _ = write!(
             h,
-            "<p id=disk-alarm class=bad>Disk alarm ({}): a voter is below a free-space mark; {refused} until space is freed.</p>",
-            alarm.as_str()
+            "<p id=disk-alarm class=bad>Disk alarm ({}): a voter is below a free-space mark; {} until space is freed.</p>",
+            alarm.as_str(),
+            alarm.refuses()
         );
     }
 

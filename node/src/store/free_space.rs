@@ -14,7 +14,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 /// The free-space marks of one node, in bytes. Zero marks never trip.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watermarks {
     pub soft: u64,
     pub hard: u64,
@@ -79,6 +79,15 @@ impl DiskLevel {
             DiskLevel::Ok => "ok",
             DiskLevel::Low => "low",
             DiskLevel::Critical => "critical",
+        }
+    }
+
+    /// What the cluster refuses while its alarm is at this level, for people.
+    pub fn refuses(self) -> &'static str {
+        match self {
+            DiskLevel::Ok => "nothing",
+            DiskLevel::Low => "sends are refused (TOO_MANY_REQUESTS); consumption goes on",
+            DiskLevel::Critical => "only what frees space is appended",
         }
     }
 }

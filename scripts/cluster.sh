@@ -26,6 +26,9 @@
 # ROCKRAFT_TLS_CERT / ROCKRAFT_TLS_KEY (PEM paths) put the client and admin ports of newly written
 # configs on TLS; the CLI then needs --tls-ca (or ROCKRAFT_TLS_CA).
 set -euo pipefail
+# Every file this script and the nodes it starts write is private: configs hold the cluster and
+# admin secrets, the data directories the replicated user secrets and handle keys.
+umask 077
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 data="${ROCKRAFT_DATA:-$PWD/data}"
@@ -46,7 +49,7 @@ build() {
   # A given binary is used as it is.
   [ -n "${ROCKRAFT_BIN:-}" ] && return
   # A no-op within a second when the binary is up to date.
-  (cd "$root" && cargo build --release --locked --quiet -p rockraft --bin rockraft)
+  (umask 022 && cd "$root" && cargo build --release --locked --quiet -p rockraft --bin rockraft)
 }
 
 node_dir() { echo "$data/node$1"; }
@@ -90,6 +93,8 @@ write_config() {
   dir="$(node_dir "$n")"
   mkdir -p "$dir"
   if [ -f "$dir/config.toml" ]; then
+    # Data directories written before the script made its files private.
+    chmod 700 "$data" "$dir" && chmod 600 "$dir/config.toml"
     # Configs written before nodes had an HTTP listener: each node gets its own port.
     grep -q '^http_addr' "$dir/config.toml" || sed -i "1a http_addr = \"$(http_addr "$n")\"" "$dir/config.toml"
     return

@@ -271,6 +271,9 @@ impl Cluster {
             }
             false => (None, String::new()),
         };
+        // Nodes on a private network with authentication off serve their admin ports beyond
+        // loopback: said explicitly, as a deployment would have to.
+        let insecure = if network.is_some() && admin.is_none() { "allow_insecure = true\n" } else { "" };
         let mut mounts = Vec::new();
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
@@ -278,7 +281,7 @@ impl Cluster {
                 mounts.push(SmallDisk::mount(&node.data_dir, mib).expect("a small filesystem for the node's data"));
             }
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{insecure}{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,

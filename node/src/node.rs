@@ -18,8 +18,10 @@ use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminServer, NodeConfig};
+use crate::auth::connections::ConnectionCap;
+use crate::auth::gate::ClientGate;
 use crate::auth::member::{Attach, Check};
-use crate::auth::{AdminsOnly, Authenticator, MarkCaller};
+use crate::auth::{AdminsOnly, Authenticator};
 use crate::broker::transaction::TransactionChecker;
 use crate::broker::{Broker, BrokerOptions};
 use crate::cluster::{Cluster, ClusterOptions, PeerServer};
@@ -228,13 +230,21 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         Some(t) => server_builder().trace_fn(request_span).tls_config(t.clone()).map_err(|e| format!("[tls]: {e}")),
         None => Ok(server_builder().trace_fn(request_span)),
     };
+    for open in config.insecure_listeners() {
+        // Only reachable with `allow_insecure = true`: said at every start, and on the status page.
+        tracing::error!("INSECURE (allow_insecure = true): {open}");
+    }
+    // Bound before anything is served, so a port in use stops the node with its name.
+    let per_address = config.limits.max_connections_per_address;
+    let admin_incoming = ConnectionCap::new("admin", per_address).limit(bind(admin_addr, "admin_addr")?);
+    let client_incoming = ConnectionCap::new("client", per_address).limit(bind(client_addr, "client_addr")?);
     let admin_server = secured()?
         .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
         .add_service(InterceptedService::new(
             admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES),
             AdminsOnly(Arc::clone(&authenticator)),
         ))
-        .serve_with_shutdown(admin_addr, stopped(stop_rx.clone()));
+        .serve_with_incoming_shutdown(admin_incoming, stopped(stop_rx.clone()));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),
         max_body_bytes: config.broker.max_body_bytes,
@@ -249,8 +259,8 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
     let client_server = secured()?
         .max_concurrent_streams(Some(config.limits.max_streams_per_connection))
-        .add_service(InterceptedService::new(messaging, MarkCaller(authenticator)))
-        .serve_with_shutdown(client_addr, stopped(stop_rx.clone()));
+        .add_service(ClientGate::new(messaging, authenticator))
+        .serve_with_incoming_shutdown(client_incoming, stopped(stop_rx.clone()));
     let http_state = crate::http::HttpState::new(cluster.clone(), Arc::clone(&config), node.log.clone());
     let http_task = tokio::spawn(crate::http::serve(http_listener, http_state, stopped(stop_rx.clone())));
     let raft_task = tokio::spawn(raft_server);
@@ -297,6 +307,13 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     }
     cluster.broker().checkpoint().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// A listener's socket at `addr` (`key` names the setting in errors).
+fn bind(addr: std::net::SocketAddr, key: &str) -> Result<tonic::transport::server::TcpIncoming, String> {
+    tonic::transport::server::TcpIncoming::bind(addr)
+        .map(|incoming| incoming.with_nodelay(Some(true)))
+        .map_err(|e| format!("{key} {addr}: {e}"))
 }
 
 async fn shutdown_signal() {

@@ -59,6 +59,15 @@ pub struct NodeConfig {
     /// (`auth/member.rs`). Without it that port accepts any caller.
     #[serde(default)]
     pub cluster_secret: Option<crate::auth::member::ClusterSecret>,
+    /// A file holding the cluster secret, read at start (a mounted Kubernetes or compose secret,
+    /// a systemd credential): keeps the secret out of this file. Not with `cluster_secret`.
+    #[serde(default)]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Serve even though a listener that grants everything is reachable from the network (the
+    /// raft port without a cluster secret, the admin port with `[auth]` off). Off: such a
+    /// configuration is refused at start.
+    #[serde(default)]
+    pub allow_insecure: bool,
     /// Client and operator authentication.
     #[serde(default)]
     pub auth: crate::auth::AuthConfig,
@@ -153,6 +162,9 @@ pub struct LimitsConfig {
     pub max_long_poll_secs: u64,
     /// Entries one `AckMessage` may carry; more gets BAD_REQUEST.
     pub max_ack_entries: usize,
+    /// Connections one source address may hold open to the client port, and to the admin port
+    /// (0: no cap); more are closed as they are accepted.
+    pub max_connections_per_address: usize,
 }
 
 impl Default for LimitsConfig {
@@ -163,6 +175,7 @@ impl Default for LimitsConfig {
             max_long_polls_per_client: 256,
             max_long_poll_secs: 60,
             max_ack_entries: 1024,
+            max_connections_per_address: 512,
         }
     }
 }
@@ -248,9 +261,70 @@ impl Default for RaftTimings {
 impl NodeConfig {
     pub fn load(path: &Path) -> Result<NodeConfig, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let config: NodeConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut config: NodeConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        config.read_secret_files()?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Takes the secrets kept in files of their own into the config.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(file) = &self.cluster_secret_file {
+            if self.cluster_secret.is_some() {
+                return Err("cluster_secret and cluster_secret_file: give one of them".into());
+            }
+            let secret = crate::auth::read_secret_file(file).map_err(|e| format!("cluster_secret_file {e}"))?;
+            self.cluster_secret = Some(
+                crate::auth::member::ClusterSecret::new(&secret)
+                    .map_err(|e| format!("cluster_secret_file {}: {e}", file.display()))?,
+            );
+        }
+        self.auth.read_secret_files()
+    }
+
+    /// Warns of each file or directory holding a secret of this node that others can read: the
+    /// data directory (the replicated users' secrets and the handle keys are in its log,
+    /// snapshots and state), this config when it holds a secret, and the secret files.
+    pub fn warn_of_open_secrets(&self, path: &Path) {
+        let mut held = vec![(self.data_dir.as_path(), "the replicated user secrets and handle keys")];
+        let inline = self.cluster_secret_file.is_none() && self.cluster_secret.is_some()
+            || self.auth.admin_secret_key_file.is_none() && self.auth.admin_secret_key.is_some();
+        if inline {
+            held.push((path, "a secret"));
+        }
+        if let Some(file) = &self.cluster_secret_file {
+            held.push((file, "the cluster secret"));
+        }
+        if let Some(file) = &self.auth.admin_secret_key_file {
+            held.push((file, "the admin secret key"));
+        }
+        crate::auth::at_rest::warn_if_open(&held);
+    }
+
+    /// Whether calls to the raft port must prove membership.
+    pub fn members_authenticated(&self) -> bool {
+        self.cluster_secret.is_some()
+    }
+
+    /// The listeners that grant everything to whoever reaches them from the network: what
+    /// `allow_insecure` must acknowledge, and what the log and the status page then warn of.
+    pub fn insecure_listeners(&self) -> Vec<String> {
+        let mut open = Vec::new();
+        if !self.members_authenticated() && !is_loopback(&self.raft_addr) {
+            open.push(format!(
+                "raft_addr {} is reachable from the network without a cluster secret: any caller may act as a \
+                 member (append to the log, vote, change anything)",
+                self.raft_addr
+            ));
+        }
+        if !self.auth.enabled && !is_loopback(&self.admin_addr) {
+            open.push(format!(
+                "admin_addr {} is reachable from the network with [auth] off: any caller may make every operator \
+                 request (delete topics, change members, add users)",
+                self.admin_addr
+            ));
+        }
+        open
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -303,6 +377,19 @@ impl NodeConfig {
             return Err(format!("members does not list this node ({})", self.node_id));
         }
         self.auth.validate()?;
+        if self.auth.enabled && !self.members_authenticated() {
+            return Err("[auth] enabled needs a cluster_secret (or cluster_secret_file): without one the raft port \
+                 serves every member call, the operator API included, to anyone who reaches it"
+                .into());
+        }
+        let open = self.insecure_listeners();
+        if !open.is_empty() && !self.allow_insecure {
+            return Err(format!(
+                "{}; bind these listeners to loopback, set a cluster_secret and [auth] enabled = true, or set \
+                 allow_insecure = true to serve like this anyway",
+                open.join("; ")
+            ));
+        }
         self.validate_client_addrs()
     }
 
@@ -355,6 +442,14 @@ impl NodeConfig {
         c.flush_interval = Duration::from_millis(self.storage.flush_interval_ms.max(1));
         c
     }
+}
+
+/// Whether a listen address takes connections from this machine only: a loopback IP or
+/// `localhost`. A host name is taken to be reachable from elsewhere.
+pub(crate) fn is_loopback(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Whether clients can dial `addr`: `host:port` (`[v6]:port` for an IPv6 address) with a host
@@ -430,6 +525,76 @@ mod tests {
         let c: NodeConfig = toml::from_str("node_id = 1\ncluster_secret = \"5f0c2a9e77d14b3c8a61\"").unwrap();
         assert!(c.cluster_secret.is_some());
         assert!(!format!("{c:?}").contains("5f0c2a9e"), "the secret is redacted");
+    }
+
+    /// A node open to the network is refused unless something checks who calls, or the config
+    /// says in so many words that it means to be open.
+    #[test]
+    fn listeners_open_to_the_network_need_authentication_or_an_explicit_allow_insecure() {
+        let at = |extra: &str| {
+            let text = format!(
+                "node_id = 1\nraft_addr = \"0.0.0.0:9081\"\nadmin_addr = \"10.0.0.1:7081\"\n\
+                 advertised_client_addr = \"10.0.0.1:8081\"\n{extra}"
+            );
+            toml::from_str::<NodeConfig>(&text).unwrap().validate()
+        };
+        let open = at("").unwrap_err();
+        assert!(open.contains("raft_addr 0.0.0.0:9081") && open.contains("admin_addr 10.0.0.1:7081"), "{open}");
+        assert!(open.contains("allow_insecure"), "{open}");
+        let secret = "cluster_secret = \"5f0c2a9e77d14b3c8a61\"\n";
+        let admin_open = at(secret).unwrap_err();
+        assert!(admin_open.contains("admin_addr") && !admin_open.contains("raft_addr"), "{admin_open}");
+        at(&format!("{secret}[auth]\nenabled = true\n")).unwrap();
+        at("allow_insecure = true\n").unwrap();
+        let config: NodeConfig =
+            toml::from_str("node_id = 1\nraft_addr = \"0.0.0.0:9081\"\nallow_insecure = true").unwrap();
+        assert_eq!(config.insecure_listeners().len(), 1, "what the log and the status page then show");
+        // Loopback listeners need neither (the quick start without --auth).
+        for loopback in ["127.0.0.1:9081", "localhost:9081", "[::1]:9081", "127.0.0.2:1"] {
+            assert!(is_loopback(loopback), "{loopback}");
+        }
+        for reachable in ["0.0.0.0:9081", "[::]:9081", "10.0.0.1:9081", "node1:9081"] {
+            assert!(!is_loopback(reachable), "{reachable}");
+        }
+        toml::from_str::<NodeConfig>("node_id = 1").unwrap().validate().unwrap();
+    }
+
+    /// With authentication on, the raft port must check membership too: it serves the operator
+    /// requests members forward, so without a secret it would be an unchecked admin port.
+    #[test]
+    fn authentication_without_a_cluster_secret_is_refused() {
+        let err =
+            toml::from_str::<NodeConfig>("node_id = 1\n[auth]\nenabled = true\n").unwrap().validate().unwrap_err();
+        assert!(err.contains("cluster_secret"), "{err}");
+    }
+
+    /// Secrets may be files of their own (mounted secrets, systemd credentials); a config names
+    /// a secret one way only.
+    #[test]
+    fn secrets_are_read_from_their_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, admin) = (dir.path().join("cluster-secret"), dir.path().join("admin-secret-key"));
+        std::fs::write(&cluster, "5f0c2a9e77d14b3c8a61\n").unwrap();
+        std::fs::write(&admin, "a-long-admin-secret\n").unwrap();
+        let text = format!(
+            "node_id = 1\ncluster_secret_file = {cluster:?}\n[auth]\nenabled = true\nadmin_access_key = \"admin\"\n\
+             admin_secret_key_file = {admin:?}\n"
+        );
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, &text).unwrap();
+        let config = NodeConfig::load(&path).unwrap();
+        assert_eq!(
+            config.cluster_secret,
+            Some(crate::auth::member::ClusterSecret::new("5f0c2a9e77d14b3c8a61").unwrap())
+        );
+        assert_eq!(config.auth.admin_secret_key.as_ref().map(|s| s.expose()), Some("a-long-admin-secret"));
+        std::fs::write(&cluster, "short\n").unwrap();
+        assert!(NodeConfig::load(&path).unwrap_err().contains("cluster_secret_file"), "a weak secret is refused");
+        std::fs::remove_file(&cluster).unwrap();
+        assert!(NodeConfig::load(&path).unwrap_err().contains("cluster-secret"), "a missing file is named");
+        let both = format!("cluster_secret = \"5f0c2a9e77d14b3c8a61\"\n{text}");
+        std::fs::write(&path, both).unwrap();
+        assert!(NodeConfig::load(&path).unwrap_err().contains("one of them"));
     }
 
     #[test]

@@ -7,10 +7,16 @@
 //! - `signature`: the `MQv2-HMAC-SHA1` signature the official clients send;
 //! - `tls`: TLS on the client and admin listeners, and the CLI's TLS channel;
 //! - here: the `[auth]` configuration, the [`Authenticator`] that turns a signature into a
-//!   [`Caller`] against the replicated users (`broker::access`), and the interceptors of the
-//!   client plane (marks the caller; the proxy answers refusals with RocketMQ's UNAUTHORIZED or
-//!   FORBIDDEN) and the admin plane (refuses anyone but an admin).
+//!   [`Caller`] against the replicated users (`broker::access`), and the admin plane's
+//!   interceptor (refuses anyone but an admin);
+//! - `gate`: the client plane's gate (marks the caller; a refused caller's body is never
+//!   decoded, and the proxy answers it with RocketMQ's UNAUTHORIZED);
+//! - `connections`: how many connections one address may hold open on a listener;
+//! - `at_rest`: the node's files private to its user.
 
+pub mod at_rest;
+pub mod connections;
+pub mod gate;
 pub mod handles;
 pub mod member;
 pub mod signature;
@@ -20,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tonic::codegen::http::HeaderMap;
 use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
@@ -38,6 +45,13 @@ pub fn random_key() -> Result<String, String> {
     Ok(hex::encode(bytes))
 }
 
+/// Reads a secret kept in a file of its own (a mounted secret, a systemd credential): the file's
+/// text less surrounding whitespace (a trailing newline is usual).
+pub fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text.trim().to_string())
+}
+
 /// The `[auth]` section of a node's configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -51,15 +65,35 @@ pub struct AuthConfig {
     /// users are created. Admin on every plane of this node.
     pub admin_access_key: Option<String>,
     pub admin_secret_key: Option<Secret>,
+    /// A file holding `admin_secret_key`, read at start: keeps the secret out of this file.
+    pub admin_secret_key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { enabled: false, max_clock_skew_secs: 900, admin_access_key: None, admin_secret_key: None }
+        AuthConfig {
+            enabled: false,
+            max_clock_skew_secs: 900,
+            admin_access_key: None,
+            admin_secret_key: None,
+            admin_secret_key_file: None,
+        }
     }
 }
 
 impl AuthConfig {
+    /// Takes `admin_secret_key_file` into `admin_secret_key`.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(file) = &self.admin_secret_key_file {
+            if self.admin_secret_key.is_some() {
+                return Err("[auth] admin_secret_key and admin_secret_key_file: give one of them".into());
+            }
+            let secret = read_secret_file(file).map_err(|e| format!("[auth] admin_secret_key_file {e}"))?;
+            self.admin_secret_key = Some(Secret::new(secret));
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         match (&self.admin_access_key, &self.admin_secret_key) {
             (Some(key), Some(secret)) => {
@@ -145,16 +179,21 @@ impl Authenticator {
     }
 
     pub fn identify(&self, metadata: &MetadataMap) -> Caller {
+        self.identify_headers(metadata.as_ref())
+    }
+
+    /// [`Self::identify`] from a request's HTTP headers, before tonic has seen it.
+    pub fn identify_headers(&self, headers: &HeaderMap) -> Caller {
         if !self.config.enabled {
             return Caller::Open;
         }
-        match self.verify(metadata) {
+        match self.verify(headers) {
             Ok(caller) => caller,
             Err(why) => Caller::Refused(why),
         }
     }
 
-    fn verify(&self, metadata: &MetadataMap) -> Result<Caller, Refusal> {
+    fn verify(&self, metadata: &HeaderMap) -> Result<Caller, Refusal> {
         let header = match metadata.get(signature::AUTHORIZATION) {
             None => return Err(Refusal::Anonymous),
             Some(v) => v.to_str().map_err(|_| Refusal::Malformed("authorization is not ASCII"))?,
@@ -175,19 +214,6 @@ impl Authenticator {
         let user = self.broker.access(|t| t.user(signed.access_key).cloned()).ok_or(Refusal::UnknownAccessKey)?;
         signature::verify(&signed, user.secret.expose(), date_time, now, max_skew)?;
         Ok(Caller::User { access_key: signed.access_key.into(), admin: user.admin })
-    }
-}
-
-/// The client plane: marks each request with its [`Caller`] and lets it through; the proxy
-/// answers a refused one in RocketMQ's own status codes, which the clients understand.
-#[derive(Clone)]
-pub struct MarkCaller(pub Arc<Authenticator>);
-
-impl Interceptor for MarkCaller {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let caller = self.0.identify(request.metadata());
-        request.extensions_mut().insert(caller);
-        Ok(request)
     }
 }
 

@@ -768,8 +768,9 @@ async fn run_command(cli: Cli) -> Result<(), String> {
         }
     };
     match cli.command {
-        Top::Node { config } => {
-            let config = NodeConfig::load(&config)?;
+        Top::Node { config: path } => {
+            let config = NodeConfig::load(&path)?;
+            config.warn_of_open_secrets(&path);
             crate::node::run(config).await
         }
         Top::Bench(BenchCmd::Produce {
@@ -1022,6 +1023,9 @@ pub fn main() -> i32 {
         };
     }
     if matches!(cli.command, Top::Node { .. }) {
+        // Before any thread starts: every file the node writes (log, snapshots, state: user
+        // secrets and handle keys are replicated) is its user's alone.
+        crate::auth::at_rest::create_private();
         let logs = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()

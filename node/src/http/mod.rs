@@ -34,12 +34,15 @@ pub struct HttpState {
     admin: AdminServer,
     log: LogReader,
     data_dir: PathBuf,
+    /// What `allow_insecure` let through: shown in red on every page.
+    insecure: Vec<String>,
 }
 
 impl HttpState {
     pub fn new(cluster: Cluster, config: std::sync::Arc<NodeConfig>, log: LogReader) -> HttpState {
         let data_dir = config.data_dir.clone();
-        HttpState { admin: AdminServer::new(cluster.clone(), config), cluster, log, data_dir }
+        let insecure = config.insecure_listeners();
+        HttpState { admin: AdminServer::new(cluster.clone(), config), cluster, log, data_dir, insecure }
     }
 
     /// What the admin API answers to `req` on this node (read-only requests only).

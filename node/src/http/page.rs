@@ -20,6 +20,7 @@ pub(super) struct View {
     changes: Vec<LeaderChange>,
     failovers: Vec<Failover>,
     now_ms: i64,
+    insecure: Vec<String>,
 }
 
 impl View {
@@ -46,6 +47,7 @@ impl View {
             plugins: state.admin.list_plugins(),
             changes: state.cluster.leader_changes().recent(),
             now_ms: crate::cluster::now_ms(),
+            insecure: state.insecure.clone(),
             own,
         }
     }
@@ -115,6 +117,9 @@ pub(super) fn render(v: &View) -> String {
         applied = own.applied.unwrap_or(0),
         committed = own.committed.unwrap_or(0),
     );
+    for open in &v.insecure {
+        let _ = write!(h, "<p class=\"bad insecure\"><b>Insecure (allow_insecure = true):</b> {}</p>", esc(open));
+    }
 
     h.push_str(
         "<h2>Members</h2><div class=scroll><table id=members><tr><th>node</th><th>client endpoint</th>\

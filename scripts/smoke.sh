@@ -27,6 +27,13 @@ cargo build --locked --quiet -p rockraft-examples --bin produce --bin consume
 produce() { target/debug/produce "$1" Smoke "$2" 2> "$ROCKRAFT_DATA/produce.log"; }
 
 scripts/cluster.sh start --auth
+# Configs hold the cluster and admin secrets, data directories the replicated user secrets.
+for f in "$ROCKRAFT_DATA"/node*/config.toml "$ROCKRAFT_DATA/admin_credentials" "$ROCKRAFT_DATA/cluster_secret"; do
+  [ "$(stat -c %a "$f")" = 600 ] || fail "$f is mode $(stat -c %a "$f"), not 600"
+done
+for d in "$ROCKRAFT_DATA"/node*; do
+  [ "$(stat -c %a "$d")" = 700 ] || fail "$d is mode $(stat -c %a "$d"), not 700"
+done
 read -r ROCKRAFT_ACCESS_KEY ROCKRAFT_SECRET_KEY < "$ROCKRAFT_DATA/admin_credentials"
 export ROCKRAFT_ACCESS_KEY ROCKRAFT_SECRET_KEY
 created=""

@@ -373,7 +373,7 @@ fn exited(node: &mut Started, within: std::time::Duration) -> Option<std::proces
     None
 }
 
-/// `GET path` on the node's http port: the status line.
+/// `GET path` on the node's http port: the whole answer, its status line first.
 fn http_get(node: &Started, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(node.addr(3)).ok()?;
@@ -381,7 +381,17 @@ fn http_get(node: &Started, path: &str) -> Option<String> {
     write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
     let mut answer = String::new();
     s.read_to_string(&mut answer).ok()?;
-    answer.lines().next().map(str::to_string)
+    Some(answer)
+}
+
+/// Waits for the node's probe path to answer 200.
+async fn wait_healthy(node: &mut Started, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while http_get(node, "/healthz").is_none_or(|s| !s.starts_with("HTTP/1.0 200") && !s.starts_with("HTTP/1.1 200")) {
+        assert!(node.child.try_wait().expect("wait").is_none(), "{what}: the node stopped:\n{}", node.log());
+        assert!(std::time::Instant::now() < deadline, "{what}: /healthz never answered:\n{}", node.log());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Serves as documented: the probe path answers; unsigned and wrongly signed operator requests
@@ -390,12 +400,7 @@ fn http_get(node: &Started, path: &str) -> Option<String> {
 async fn serves_only_whom_it_should(node: &mut Started, what: &str) {
     use rockraft::admin::api::{AdminRequest, AdminResponse};
     use rockraft::admin::{CallOptions, Credentials, call, call_with};
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while http_get(node, "/healthz").is_none_or(|s| !s.contains("200")) {
-        assert!(node.child.try_wait().expect("wait").is_none(), "{what}: the node stopped:\n{}", node.log());
-        assert!(std::time::Instant::now() < deadline, "{what}: /healthz never answered:\n{}", node.log());
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_healthy(node, what).await;
     let admin = |secret: &str| CallOptions {
         credentials: Some(Credentials {
             access_key: "admin".into(),
@@ -460,6 +465,12 @@ async fn a_node_started_from_the_systemd_config_serves_only_whom_it_should_and_r
     drop(node);
     refuses(&text, &hosts, without("cluster_secret_file"), "cluster_secret", "systemd without its secret");
     refuses(&text, &hosts, auth_off, "allow_insecure", "systemd with auth off");
+    // Said in so many words, it serves open, and says so in red on its status page and in its log.
+    let mut open = start(&text, &hosts, |t| format!("allow_insecure = true\n{}", auth_off(t)));
+    wait_healthy(&mut open, "systemd, allow_insecure").await;
+    let page = http_get(&open, "/").expect("the status page");
+    assert!(page.contains("class=\"bad insecure\"") && page.contains("admin_addr"), "the page says so:\n{page}");
+    assert!(open.log().contains("INSECURE"), "the log says so:\n{}", open.log());
 }
 
 #[tokio::test]

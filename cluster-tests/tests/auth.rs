@@ -453,7 +453,9 @@ async fn a_producer_revoked_mid_stream_is_no_longer_asked(how: Revocation) {
         panic!("revoked_producer.py did not get both producers asked ({status:?}); its log is above");
     }
     let req = match how {
-        Revocation::PubRight => AdminRequest::Revoke { access_key: "revoked".into(), resource: "Topic:Payments".into() },
+        Revocation::PubRight => {
+            AdminRequest::Revoke { access_key: "revoked".into(), resource: "Topic:Payments".into() }
+        }
         Revocation::User => AdminRequest::DeleteUser { access_key: "revoked".into() },
         Revocation::Secret => AdminRequest::UpdateUser {
             access_key: "revoked".into(),

@@ -2,8 +2,8 @@
 //! asks one of them (here or through a peer) to resolve an orphaned transaction.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use md5::{Digest as _, Md5};
 use rockraft_proto::rocketmq::{
@@ -25,6 +25,16 @@ struct Session {
     /// deleted, given a new secret or lost its `pub` right since.
     pin: Pin,
     /// Told when the stream's user is found no longer authenticated: the stream then ends.
+    revoked: Arc<Notify>,
+}
+
+/// A session that registered the topic being asked about, as copied out of the table.
+struct Candidate {
+    id: u64,
+    /// The topic as the client named it.
+    resource: Resource,
+    pin: Pin,
+    commands: mpsc::Sender<TelemetryCommand>,
     revoked: Arc<Notify>,
 }
 
@@ -73,14 +83,19 @@ impl ProducerSessions {
     pub fn ask(&self, topic: &str, broker: &Broker, build: impl Fn(&Resource) -> TelemetryCommand) -> bool {
         // Taken under the sessions lock, checked after it is released: the rights are read under
         // the replicated tables' lock, and the two are never held together.
-        let mut candidates: Vec<(u64, Pin, Resource, mpsc::Sender<TelemetryCommand>, Arc<Notify>)> = {
+        let mut candidates: Vec<Candidate> = {
             let sessions = self.sessions.lock().expect("sessions lock");
             sessions
                 .iter()
                 .filter(|(_, s)| !s.commands.is_closed())
                 .filter_map(|(id, s)| {
-                    let r = s.topics.get(topic)?;
-                    Some((*id, s.pin.clone(), r.clone(), s.commands.clone(), Arc::clone(&s.revoked)))
+                    Some(Candidate {
+                        id: *id,
+                        resource: s.topics.get(topic)?.clone(),
+                        pin: s.pin.clone(),
+                        commands: s.commands.clone(),
+                        revoked: Arc::clone(&s.revoked),
+                    })
                 })
                 .collect()
         };
@@ -89,18 +104,18 @@ impl ProducerSessions {
         }
         let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize % candidates.len();
         candidates.rotate_left(start);
-        for (id, pin, resource, commands, revoked) in candidates {
-            match pin.caller(broker) {
+        for c in candidates {
+            match c.pin.caller(broker) {
                 Caller::Refused(_) => {
-                    self.sessions.lock().expect("sessions lock").remove(&id);
-                    revoked.notify_one();
+                    self.sessions.lock().expect("sessions lock").remove(&c.id);
+                    c.revoked.notify_one();
                     continue;
                 }
                 caller if caller.may(broker, Action::Pub, ResourceKind::Topic, topic).is_err() => continue,
                 _ => {}
             }
             // A full stream is a slow client: try the next one.
-            if commands.try_send(build(&resource)).is_ok() {
+            if c.commands.try_send(build(&c.resource)).is_ok() {
                 return true;
             }
         }

@@ -104,12 +104,17 @@ impl ClientIds {
             return Err(Rejection::new(Code::Forbidden, why));
         }
         table.forget(client);
-        let full = |t: &Table| t.owners.len() >= self.max_ids || t.per_user.get(user).copied().unwrap_or(0) >= self.max_per_user;
+        let full = |t: &Table| {
+            t.owners.len() >= self.max_ids || t.per_user.get(user).copied().unwrap_or(0) >= self.max_per_user
+        };
         if full(&table) {
             table.expire(now);
         }
         if full(&table) {
-            let why = format!("too many client ids in use on this node (at most {} per user); retry later", self.max_per_user);
+            let why = format!(
+                "too many client ids in use on this node (at most {} per user); retry later",
+                self.max_per_user
+            );
             return Err(Rejection::new(Code::TooManyRequests, why));
         }
         table.owners.insert(client.to_string(), Owner { user: Arc::clone(user), seen: now });
@@ -178,7 +183,11 @@ mod tests {
         assert_eq!(code(ids.claim(&mallory, "m-3")), Code::TooManyRequests as i32, "its share");
         assert_eq!(code(ids.claim(&mallory, "alice-1")), Code::Forbidden as i32, "still alice's");
         ids.claim(&alice, "alice-2").unwrap();
-        assert_eq!(code(ids.claim(&user("carol", false), "carol-1")), Code::TooManyRequests as i32, "the table is full");
+        assert_eq!(
+            code(ids.claim(&user("carol", false), "carol-1")),
+            Code::TooManyRequests as i32,
+            "the table is full"
+        );
         assert_eq!(ids.len(), 5);
         // Idle ids make room; the ones in use stay.
         tokio::time::advance(IDLE / 2).await;

@@ -79,7 +79,8 @@ impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.
     pub fn new(cluster: Cluster, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
         let l = &options.limits;
-        let polls = poll_slots::PollSlots::new(l.max_long_polls, l.max_long_polls_per_client, l.max_long_polls_per_user);
+        let polls =
+            poll_slots::PollSlots::new(l.max_long_polls, l.max_long_polls_per_client, l.max_long_polls_per_user);
         let client_ids = client_ids::ClientIds::new(l.max_client_ids, l.max_client_ids_per_user);
         Proxy {
             cluster,

@@ -729,6 +729,22 @@ pub fn run_python(script: &str, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Starts one of the Python client scenarios with stdin and stdout piped, for a scenario the test
+/// steps through while it runs (it prints a line and waits for one); stderr is inherited.
+pub fn spawn_python(script: &str, args: &[&str]) -> std::process::Child {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python =
+        std::env::var("ROCKRAFT_PYTHON").map(PathBuf::from).unwrap_or_else(|_| target_dir().join("python/bin/python"));
+    assert!(python.exists(), "{} is missing: run scripts/setup.sh (it installs the Python client)", python.display());
+    Command::new(&python)
+        .arg(root.join("python").join(script))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"))
+}
+
 /// Runs one of the Node.js client scenarios in `cluster-tests/node/` with the client that
 /// `scripts/setup.sh` installed under `target/node`; returns its exit status and what it printed.
 pub fn run_node(script: &str, args: &[&str]) -> (bool, String) {

@@ -37,7 +37,10 @@ impl Interceptor for Signer {
             r.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
             r.metadata_mut().insert("authorization", header.parse().expect("ascii"));
         }
-        r.metadata_mut().insert("x-mq-client-id", "auth-test".parse().expect("ascii"));
+        // A test that names its client sets the header itself.
+        if !r.metadata().contains_key("x-mq-client-id") {
+            r.metadata_mut().insert("x-mq-client-id", "auth-test".parse().expect("ascii"));
+        }
         Ok(r)
     }
 }
@@ -400,6 +403,211 @@ async fn only_a_producer_allowed_to_publish_is_asked_about_a_transaction() {
     );
     let overheard = tokio::time::timeout(Duration::from_secs(4), eavesdropper_replies.next()).await;
     assert!(overheard.is_err(), "the eavesdropper was sent {overheard:?}");
+}
+
+/// What is done to the revoked producer's user while its Telemetry stream is open.
+#[derive(Clone, Copy, Debug)]
+enum Revocation {
+    PubRight,
+    User,
+    Secret,
+}
+
+/// Two transactional producers of the official Python client on one topic, each its own user;
+/// once both have been asked about a half, one user loses its right (`how`): from then on only
+/// the other is asked, and the revoked one is sent no half's body (`revoked_producer.py`).
+async fn a_producer_revoked_mid_stream_is_no_longer_asked(how: Revocation) {
+    use std::io::{BufRead, Write};
+    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\n".to_string();
+    let cluster = Cluster::start(3, Options { auth: true, broker, ..Default::default() }).await;
+    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
+    for key in ["kept", "revoked"] {
+        create_user(&cluster, key, &format!("{key}-secret-1"), false).await;
+        grant(&cluster, key, "Topic:Payments", &[Action::Pub], Decision::Allow).await;
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let endpoint = cluster.client_addr(leader);
+    let args = [
+        "--endpoints",
+        &endpoint,
+        "--topic",
+        "Payments",
+        "--kept",
+        "kept",
+        "kept-secret-1",
+        "--revoked",
+        "revoked",
+        "revoked-secret-1",
+    ];
+    let mut child = rockraft_cluster_tests::spawn_python("revoked_producer.py", &args);
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let (ready, stdout) = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        (line, stdout)
+    })
+    .await
+    .unwrap();
+    if ready.trim() != "READY" {
+        let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap();
+        panic!("revoked_producer.py did not get both producers asked ({status:?}); its log is above");
+    }
+    let req = match how {
+        Revocation::PubRight => {
+            AdminRequest::Revoke { access_key: "revoked".into(), resource: "Topic:Payments".into() }
+        }
+        Revocation::User => AdminRequest::DeleteUser { access_key: "revoked".into() },
+        Revocation::Secret => AdminRequest::UpdateUser {
+            access_key: "revoked".into(),
+            secret: Some(Secret::new("revoked-secret-2")),
+            admin: None,
+        },
+    };
+    done(cluster.admin(req).await);
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "go").expect("the scenario reads its next step");
+    let status = tokio::task::spawn_blocking(move || {
+        drop(stdout);
+        child.wait()
+    })
+    .await
+    .unwrap()
+    .expect("the scenario ends");
+    assert!(status.success(), "revoked_producer.py failed after {how:?} was revoked; its log is above");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_producer_whose_pub_right_is_revoked_mid_stream_is_no_longer_asked_about_transactions() {
+    a_producer_revoked_mid_stream_is_no_longer_asked(Revocation::PubRight).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_producer_whose_user_is_deleted_mid_stream_is_no_longer_asked_about_transactions() {
+    a_producer_revoked_mid_stream_is_no_longer_asked(Revocation::User).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_producer_whose_secret_is_rotated_mid_stream_is_no_longer_asked_about_transactions() {
+    a_producer_revoked_mid_stream_is_no_longer_asked(Revocation::Secret).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_demoted_admin_loses_admin_on_its_open_stream() {
+    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\n".to_string();
+    let cluster = Cluster::start(3, Options { auth: true, broker, ..Default::default() }).await;
+    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
+    create_user(&cluster, "payer", "payer-secret", false).await;
+    create_user(&cluster, "ops", "ops-secret-1", true).await;
+    grant(&cluster, "payer", "Topic:Payments", &[Action::Pub], Decision::Allow).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let addr = cluster.client_addr(leader);
+
+    // The admin (no rules: its admin flag alone lets it publish) and the payer each open a stream.
+    let mut streams = Vec::new();
+    for who in [("ops", "ops-secret-1"), ("payer", "payer-secret")] {
+        let mut c = client(&addr, Some(who)).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(publishing("Payments")).await.unwrap();
+        let mut replies = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let settings = replies.next().await.expect("settings").expect("reply");
+        assert_eq!(status_of(&settings.status), Code::Ok as i32);
+        streams.push((tx, replies));
+    }
+    let (_payer_tx, mut payer_replies) = streams.pop().unwrap();
+    let (_ops_tx, mut ops_replies) = streams.pop().unwrap();
+    let req = AdminRequest::UpdateUser { access_key: "ops".into(), secret: None, admin: Some(false) };
+    done(cluster.admin(req).await);
+
+    // The half is asked about every second until settled (the payer here never answers): asked
+    // in turn, the admin would be asked by the second round.
+    let mut payer = client(&addr, Some(("payer", "payer-secret"))).await;
+    let half = SendMessageRequest { messages: vec![message("Payments", "half-1", MessageType::Transaction)] };
+    let r = payer.send_message(half).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+    for _ in 0..2 {
+        let asked = tokio::time::timeout(Duration::from_secs(15), payer_replies.next()).await.expect("the payer asked");
+        let asked = asked.expect("frame").expect("command");
+        assert!(matches!(asked.command, Some(telemetry_command::Command::RecoverOrphanedTransactionCommand(_))));
+    }
+    let overheard = tokio::time::timeout(Duration::from_secs(3), ops_replies.next()).await;
+    assert!(overheard.is_err(), "the demoted admin was sent {overheard:?}");
+}
+
+/// A request naming client `client_id` (`x-mq-client-id`).
+fn as_client<T>(req: T, client_id: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(req);
+    r.metadata_mut().insert("x-mq-client-id", client_id.parse().expect("ascii"));
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_cannot_end_or_change_another_user_s_client_by_naming_its_id() {
+    use rockraft::broker::group::GroupConfig;
+    use rockraft::broker::lite::{LiteBinding, LiteModel};
+    use rockraft_proto::rocketmq::{LiteSubscriptionAction, SyncLiteSubscriptionRequest};
+    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
+    cluster.create_topic("Chats", 2, TopicKind::Lite).await;
+    let lite = Some(LiteBinding { topic: "Chats".into(), model: LiteModel::Shared, quota: 10 });
+    let config = GroupConfig { name: "chatters".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
+    done(cluster.admin(AdminRequest::CreateGroup(config)).await);
+    // Both users may consume the same group: only the client id tells their clients apart.
+    for key in ["alice", "mallory"] {
+        create_user(&cluster, key, &format!("{key}-secret"), false).await;
+        grant(&cluster, key, "Topic:Chats", &[Action::Pub, Action::Sub], Decision::Allow).await;
+        grant(&cluster, key, "Group:chatters", &[Action::Sub], Decision::Allow).await;
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let addr = cluster.client_addr(leader);
+    let mut alice = client(&addr, Some(("alice", "alice-secret"))).await;
+    let mut mallory = client(&addr, Some(("mallory", "mallory-secret"))).await;
+    let sync = |action: LiteSubscriptionAction, lites: &[&str]| SyncLiteSubscriptionRequest {
+        action: action as i32,
+        topic: resource("Chats"),
+        group: resource("chatters"),
+        lite_topic_set: lites.iter().map(|l| l.to_string()).collect(),
+        version: None,
+        offset_option: None,
+    };
+    let r = alice.sync_lite_subscription(as_client(sync(LiteSubscriptionAction::CompleteAdd, &["room-1"]), "alice-1"));
+    assert_eq!(status_of(&r.await.unwrap().into_inner().status), Code::Ok as i32);
+
+    // Mallory names alice's client: every call that would act on it is refused.
+    let forbidden = Code::Forbidden as i32;
+    let end = NotifyClientTerminationRequest { group: resource("chatters") };
+    let r = mallory.notify_client_termination(as_client(end.clone(), "alice-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), forbidden, "ending alice's client");
+    let drop_all = sync(LiteSubscriptionAction::CompleteRemove, &["room-1"]);
+    let r = mallory.sync_lite_subscription(as_client(drop_all, "alice-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), forbidden, "dropping alice's lite subscriptions");
+    let r = mallory.heartbeat(as_client(HeartbeatRequest::default(), "alice-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), forbidden, "keeping alice's client alive");
+    // Under its own id, mallory is served.
+    let r = mallory.heartbeat(as_client(HeartbeatRequest::default(), "mallory-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32);
+    let r = mallory.notify_client_termination(as_client(end, "mallory-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32);
+
+    // Alice's subscription is intact: a message to her lite topic reaches her client.
+    let mut m = message("Chats", "chat-1", MessageType::Lite);
+    m.system_properties.as_mut().unwrap().lite_topic = Some("room-1".into());
+    let r = alice.send_message(SendMessageRequest { messages: vec![m] }).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+    let receive = ReceiveMessageRequest {
+        group: resource("chatters"),
+        message_queue: Some(MessageQueue { topic: resource("Chats"), ..Default::default() }),
+        batch_size: 1,
+        invisible_duration: seconds(30),
+        long_polling_timeout: seconds(5),
+        ..Default::default()
+    };
+    let mut got = None;
+    let mut frames = alice.receive_message(as_client(receive, "alice-1")).await.unwrap().into_inner();
+    while let Some(frame) = frames.next().await {
+        if let Some(Content::Message(m)) = frame.unwrap().content {
+            got = m.system_properties.map(|p| p.message_id);
+        }
+    }
+    assert_eq!(got.as_deref(), Some("chat-1"), "alice's client still has its lite subscription");
 }
 
 /// A cluster with authentication and TLS, and a user allowed one topic and group.

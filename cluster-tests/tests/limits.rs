@@ -27,6 +27,11 @@ async fn channel(addr: &str) -> Channel {
 
 /// A receive on an empty topic by `client`, waiting up to `poll_secs`: the code it ends with.
 async fn receive(channel: Channel, client: &str, poll_secs: i64) -> i32 {
+    receive_as(channel, None, client, poll_secs).await
+}
+
+/// `receive`, signed as `user` (whose secret is `<user>-secret`) if given.
+async fn receive_as(channel: Channel, user: Option<&str>, client: &str, poll_secs: i64) -> i32 {
     let mut c = MessagingServiceClient::new(channel);
     let mut req = tonic::Request::new(ReceiveMessageRequest {
         group: resource("pollers"),
@@ -37,6 +42,12 @@ async fn receive(channel: Channel, client: &str, poll_secs: i64) -> i32 {
         ..Default::default()
     });
     req.metadata_mut().insert("x-mq-client-id", client.parse().expect("ascii"));
+    if let Some(user) = user {
+        let secret = format!("{user}-secret");
+        let (date_time, header) = rockraft::auth::signature::sign(user, &secret, time::OffsetDateTime::now_utc());
+        req.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
+        req.metadata_mut().insert("authorization", header.parse().expect("ascii"));
+    }
     let mut stream = c.receive_message(req).await.expect("rpc").into_inner();
     match stream.next().await.expect("a frame").expect("frame").content {
         Some(Content::Status(s)) => s.code,
@@ -47,12 +58,17 @@ async fn receive(channel: Channel, client: &str, poll_secs: i64) -> i32 {
 /// Receives by `clients`, all at once, each waiting up to 4 s (so all overlap): the codes they
 /// ended with, sorted.
 async fn all_at_once(addr: &str, clients: &[&'static str]) -> Vec<i32> {
+    let clients: Vec<_> = clients.iter().map(|c| (None, *c)).collect();
+    all_at_once_as(addr, &clients).await
+}
+
+/// `all_at_once`, each receive signed as its user (None: unsigned).
+async fn all_at_once_as(addr: &str, clients: &[(Option<&'static str>, &'static str)]) -> Vec<i32> {
     let polls: Vec<_> = clients
         .iter()
-        .map(|client| {
+        .map(|&(user, client)| {
             let addr = addr.to_string();
-            let client = *client;
-            tokio::spawn(async move { receive(channel(&addr).await, client, 4).await })
+            tokio::spawn(async move { receive_as(channel(&addr).await, user, client, 4).await })
         })
         .collect();
     let mut codes = Vec::new();
@@ -124,4 +140,46 @@ async fn each_limit_on_what_a_client_holds_is_enforced_and_the_node_keeps_servin
     let mut other = MessagingServiceClient::new(channel(&addr).await);
     let r = other.heartbeat(HeartbeatRequest { group: None, client_type: 1 }).await.unwrap().into_inner();
     assert_eq!(r.status.map(|s| s.code), Some(Code::Ok as i32));
+}
+
+/// With authentication on, long polls count by the signed-in user and the client id bound to it:
+/// one user's clients share a per-user limit whatever ids they make up, and an id bound to one
+/// user is refused to another rather than using up its owner's slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_auth_long_polls_are_bounded_per_user_and_nobody_uses_up_another_user_s_client() {
+    use rockraft::admin::api::AdminRequest;
+    use rockraft::broker::access::{Action, Decision, Secret};
+    let limits = "max_long_polls = 100\nmax_long_polls_per_client = 2\nmax_long_polls_per_user = 3\n".to_string();
+    let cluster = Cluster::start(3, Options { auth: true, limits, ..Default::default() }).await;
+    cluster.create_topic("Quiet", 1, TopicKind::Normal).await;
+    cluster.create_group("pollers", false, 16).await;
+    for user in ["flood", "victim"] {
+        let secret = Secret::new(format!("{user}-secret"));
+        cluster.admin(AdminRequest::CreateUser { access_key: user.into(), secret, admin: false }).await;
+        for resource in ["Topic:Quiet", "Group:pollers"] {
+            let (access_key, resource) = (user.into(), resource.into());
+            let grant =
+                AdminRequest::Grant { access_key, resource, actions: vec![Action::Sub], decision: Decision::Allow };
+            cluster.admin(grant).await;
+        }
+    }
+    let addr = cluster.client_addr(2);
+    let (waited, refused, forbidden) =
+        (Code::MessageNotFound as i32, Code::TooManyRequests as i32, Code::Forbidden as i32);
+
+    // Four made-up ids of one user: the fourth poll is over the user's limit.
+    let flood = [(Some("flood"), "f1"), (Some("flood"), "f2"), (Some("flood"), "f3"), (Some("flood"), "f4")];
+    assert_eq!(all_at_once_as(&addr, &flood).await, vec![waited, waited, waited, refused]);
+
+    // The victim's client id is its own: the flooder naming it is refused, and the victim still
+    // gets both of its client's slots.
+    assert_eq!(receive_as(channel(&addr).await, Some("victim"), "v1", 1).await, waited);
+    let mixed = [
+        (Some("victim"), "v1"),
+        (Some("victim"), "v1"),
+        (Some("flood"), "v1"),
+        (Some("flood"), "v1"),
+        (Some("flood"), "v1"),
+    ];
+    assert_eq!(all_at_once_as(&addr, &mixed).await, vec![forbidden, forbidden, forbidden, waited, waited]);
 }

@@ -253,6 +253,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         transaction_recovery: Duration::from_secs(config.broker.transaction_recovery_secs),
         advertised_client_addr: config.advertised_client_addr().to_string(),
         limits: config.limits.clone(),
+        authenticator: Arc::clone(&authenticator),
     };
     let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
     let messaging = MessagingServiceServer::new(proxy)

@@ -158,6 +158,14 @@ pub struct LimitsConfig {
     pub max_long_polls: usize,
     /// Long polls one client (`x-mq-client-id`) may have waiting on this node at once.
     pub max_long_polls_per_client: usize,
+    /// With `[auth] enabled`: long polls one user may have waiting on this node at once, however
+    /// many client ids its clients use.
+    pub max_long_polls_per_user: usize,
+    /// With `[auth] enabled`: client ids this node keeps bound to the user that first used them
+    /// (a new one beyond gets TOO_MANY_REQUESTS until an idle one is forgotten).
+    pub max_client_ids: usize,
+    /// ...of which one user may hold this many.
+    pub max_client_ids_per_user: usize,
     /// The longest a receive may ask to wait; longer gets ILLEGAL_POLLING_TIME.
     pub max_long_poll_secs: u64,
     /// Entries one `AckMessage` may carry; more gets BAD_REQUEST.
@@ -173,6 +181,9 @@ impl Default for LimitsConfig {
             max_streams_per_connection: 1024,
             max_long_polls: 4096,
             max_long_polls_per_client: 256,
+            max_long_polls_per_user: 1024,
+            max_client_ids: 65536,
+            max_client_ids_per_user: 4096,
             max_long_poll_secs: 60,
             max_ack_entries: 1024,
             max_connections_per_address: 512,

@@ -193,7 +193,24 @@ impl Authenticator {
         }
     }
 
+    /// What a long-lived stream keeps of its opening so its caller can be found again per
+    /// command ([`Pin::caller`]): the access key and a digest of the secret that verified the
+    /// signature it was opened with.
+    pub fn pin(&self, metadata: &MetadataMap) -> Pin {
+        if !self.config.enabled {
+            return Pin::Open;
+        }
+        match self.verify_pinned(metadata.as_ref()) {
+            Ok((_, pin)) => pin,
+            Err(why) => Pin::Refused(why),
+        }
+    }
+
     fn verify(&self, metadata: &HeaderMap) -> Result<Caller, Refusal> {
+        self.verify_pinned(metadata).map(|(caller, _)| caller)
+    }
+
+    fn verify_pinned(&self, metadata: &HeaderMap) -> Result<(Caller, Pin), Refusal> {
         let header = match metadata.get(signature::AUTHORIZATION) {
             None => return Err(Refusal::Anonymous),
             Some(v) => v.to_str().map_err(|_| Refusal::Malformed("authorization is not ASCII"))?,
@@ -209,11 +226,56 @@ impl Authenticator {
             && key == signed.access_key
         {
             signature::verify(&signed, secret.expose(), date_time, now, max_skew)?;
-            return Ok(Caller::User { access_key: key.as_str().into(), admin: true });
+            let access_key: Arc<str> = key.as_str().into();
+            return Ok((Caller::User { access_key: Arc::clone(&access_key), admin: true }, Pin::FileAdmin(access_key)));
         }
         let user = self.broker.access(|t| t.user(signed.access_key).cloned()).ok_or(Refusal::UnknownAccessKey)?;
         signature::verify(&signed, user.secret.expose(), date_time, now, max_skew)?;
-        Ok(Caller::User { access_key: signed.access_key.into(), admin: user.admin })
+        let access_key: Arc<str> = signed.access_key.into();
+        let pin = Pin::User { access_key: Arc::clone(&access_key), secret: secret_digest(&user.secret) };
+        Ok((Caller::User { access_key, admin: user.admin }, pin))
+    }
+}
+
+/// A stream's caller as it was when the stream opened, to be re-resolved against the replicated
+/// users whenever the stream is used: a user deleted or given a new secret since is no longer
+/// authenticated on it, and its admin flag is read afresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pin {
+    /// Authentication is off.
+    Open,
+    /// The stream was not authenticated when it opened; it never will be.
+    Refused(Refusal),
+    /// The admin credential of this node's configuration: it does not change while the node runs.
+    FileAdmin(Arc<str>),
+    /// A replicated user, and a digest of the secret its signature was verified with.
+    User { access_key: Arc<str>, secret: [u8; 32] },
+}
+
+/// SHA-256 of a secret: enough to tell whether it was replaced, without keeping a copy of it.
+fn secret_digest(secret: &Secret) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(secret.expose().as_bytes()).into()
+}
+
+impl Pin {
+    /// The stream's caller now: one read of the replicated users under their read lock.
+    pub fn caller(&self, broker: &Broker) -> Caller {
+        match self {
+            Pin::Open => Caller::Open,
+            Pin::Refused(why) => Caller::Refused(why.clone()),
+            Pin::FileAdmin(access_key) => Caller::User { access_key: Arc::clone(access_key), admin: true },
+            Pin::User { access_key, secret } => {
+                use subtle::ConstantTimeEq as _;
+                let admin = broker.access(|t| {
+                    t.user(access_key).filter(|u| bool::from(secret_digest(&u.secret).ct_eq(secret))).map(|u| u.admin)
+                });
+                match admin {
+                    Some(admin) => Caller::User { access_key: Arc::clone(access_key), admin },
+                    None => Caller::Refused(Refusal::Revoked),
+                }
+            }
+        }
     }
 }
 
@@ -229,5 +291,74 @@ impl Interceptor for AdminsOnly {
             Caller::User { access_key, .. } => Err(Status::permission_denied(format!("{access_key} is not an admin"))),
             Caller::Open => Ok(request),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Command;
+    use crate::broker::access::AccessCommand;
+    use crate::broker::state_test::node;
+
+    fn signed(key: &str, secret: &str) -> MetadataMap {
+        let (date_time, header) = signature::sign(key, secret, time::OffsetDateTime::now_utc());
+        let mut m = MetadataMap::new();
+        m.insert(signature::DATE_TIME, date_time.parse().expect("ascii"));
+        m.insert(signature::AUTHORIZATION, header.parse().expect("ascii"));
+        m
+    }
+
+    fn put(key: &str, secret: &str, admin: bool, create: bool) -> Command {
+        let secret = Secret::new(secret);
+        Command::Access(AccessCommand::PutUser { access_key: key.into(), secret, admin, create })
+    }
+
+    fn config() -> AuthConfig {
+        AuthConfig {
+            enabled: true,
+            admin_access_key: Some("root".into()),
+            admin_secret_key: Some(Secret::new("root-secret")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_stream_s_caller_is_found_again_demoted_at_once_and_refused_once_deleted_or_rotated() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut n = node(dir.path());
+        n.commit(&put("ops", "ops-secret-1", true, true));
+        let auth = Authenticator::new(config(), n.broker.clone());
+        let pin = auth.pin(&signed("ops", "ops-secret-1"));
+        let ops = |admin| Caller::User { access_key: "ops".into(), admin };
+        assert_eq!(pin.caller(&n.broker), ops(true));
+
+        n.commit(&put("ops", "ops-secret-1", false, false));
+        assert_eq!(pin.caller(&n.broker), ops(false), "demoted: no longer admin on the open stream");
+
+        n.commit(&put("ops", "ops-secret-2", false, false));
+        assert_eq!(pin.caller(&n.broker), Caller::Refused(Refusal::Revoked), "a new secret");
+        let rotated = auth.pin(&signed("ops", "ops-secret-2"));
+        assert_eq!(rotated.caller(&n.broker), ops(false), "a stream signed with the new secret");
+
+        n.commit(&Command::Access(AccessCommand::DeleteUser { access_key: "ops".into() }));
+        assert_eq!(rotated.caller(&n.broker), Caller::Refused(Refusal::Revoked), "deleted");
+        n.commit(&put("ops", "ops-secret-2", false, true));
+        assert_eq!(rotated.caller(&n.broker), ops(false), "made again with the same secret: the same credential");
+    }
+
+    #[test]
+    fn the_configured_admin_unsigned_callers_and_auth_off_pin_what_identify_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = node(dir.path());
+        let auth = Authenticator::new(config(), n.broker.clone());
+        let root = signed("root", "root-secret");
+        assert_eq!(auth.pin(&root).caller(&n.broker), auth.identify(&root));
+        assert!(auth.pin(&root).caller(&n.broker).is_admin());
+        let wrong = signed("root", "not-the-secret");
+        assert_eq!(auth.pin(&wrong).caller(&n.broker), Caller::Refused(Refusal::BadSignature));
+        assert_eq!(auth.pin(&MetadataMap::new()).caller(&n.broker), Caller::Refused(Refusal::Anonymous));
+        let open = Authenticator::new(AuthConfig::default(), n.broker.clone());
+        assert_eq!(open.pin(&wrong).caller(&n.broker), Caller::Open);
     }
 }

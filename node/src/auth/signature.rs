@@ -44,6 +44,8 @@ pub enum Refusal {
         by_secs: i64,
         max_secs: u64,
     },
+    /// A stream opened by a user who has since been deleted or given a new secret.
+    Revoked,
 }
 
 impl fmt::Display for Refusal {
@@ -56,6 +58,9 @@ impl fmt::Display for Refusal {
                 f,
                 "the signed x-mq-date-time is {by_secs} s from the broker's clock (at most {max_secs} s allowed)"
             ),
+            Refusal::Revoked => {
+                f.write_str("the user this stream was opened as was deleted or given a new secret since: sign in again")
+            }
         }
     }
 }

@@ -40,8 +40,9 @@ impl Cluster {
         // Sealed for the topic and message, as the id the producer got from its send was.
         let keys = self.broker().access(crate::auth::handles::HandleKeys::of);
         let id = keys.seal(&transaction_id(ask.position), &[&ask.topic, &message.message_id]);
-        self.sessions()
-            .ask(&ask.topic, |resource| crate::sessions::recover_command(resource, message.clone(), store_ms, &id))
+        self.sessions().ask(&ask.topic, self.broker(), |resource| {
+            crate::sessions::recover_command(resource, message.clone(), store_ms, &id)
+        })
     }
 
     async fn ask_producer_at(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {

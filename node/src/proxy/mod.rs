@@ -7,6 +7,7 @@
 //! - `receive`: the POP long poll; `ack`: ack, invisible time, dead letters; `receipt`: handles.
 
 mod ack;
+mod client_ids;
 mod lite;
 mod members;
 mod poll_slots;
@@ -58,6 +59,8 @@ pub struct ProxyOptions {
     /// membership does not list it.
     pub advertised_client_addr: String,
     pub limits: crate::admin::LimitsConfig,
+    /// Finds a stream's caller again while it lives (`telemetry`).
+    pub authenticator: Arc<crate::auth::Authenticator>,
 }
 
 pub struct Proxy {
@@ -67,6 +70,7 @@ pub struct Proxy {
     renewals: Arc<renew::Renewals>,
     live: members::LiveMembers,
     polls: poll_slots::PollSlots,
+    client_ids: client_ids::ClientIds,
 }
 
 pub(crate) use crate::sessions::timestamp;
@@ -74,7 +78,10 @@ pub(crate) use crate::sessions::timestamp;
 impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.
     pub fn new(cluster: Cluster, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
-        let polls = poll_slots::PollSlots::new(options.limits.max_long_polls, options.limits.max_long_polls_per_client);
+        let l = &options.limits;
+        let polls =
+            poll_slots::PollSlots::new(l.max_long_polls, l.max_long_polls_per_client, l.max_long_polls_per_user);
+        let client_ids = client_ids::ClientIds::new(l.max_client_ids, l.max_client_ids_per_user);
         Proxy {
             cluster,
             options,
@@ -82,6 +89,7 @@ impl Proxy {
             renewals,
             live: members::LiveMembers::default(),
             polls,
+            client_ids,
         }
     }
 
@@ -224,6 +232,24 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// The request's client id (`x-mq-client-id`), for a call that acts on that client's state:
+    /// refused FORBIDDEN if the id belongs to another user (see `client_ids`).
+    fn own_client<T>(&self, req: &Request<T>) -> Result<String, rockraft_proto::rocketmq::Status> {
+        let client = client_id(req);
+        self.client_ids.claim(&Caller::of(req), &client).map_err(|Rejection(s)| s)?;
+        Ok(client)
+    }
+}
+
+/// The user a request was signed by; None with authentication off.
+fn user_of<T>(req: &Request<T>) -> Option<Arc<str>> {
+    match Caller::of(req) {
+        Caller::User { access_key, .. } => Some(access_key),
+        _ => None,
+    }
+}
+
 /// What consuming needs: Sub on the topic and on the group.
 fn subscribe<'a>(topic: &'a str, group: &'a str) -> [(Action, ResourceKind, &'a str); 2] {
     [(Action::Sub, ResourceKind::Topic, topic), (Action::Sub, ResourceKind::Group, group)]
@@ -310,7 +336,11 @@ impl MessagingService for Proxy {
         if let Some(s) = self.refused(&req, &[]) {
             return Ok(Response::new(HeartbeatResponse { status: Some(s) }));
         }
-        self.renewals.seen(&client_id(&req));
+        let client = match self.own_client(&req) {
+            Ok(client) => client,
+            Err(s) => return Ok(Response::new(HeartbeatResponse { status: Some(s) })),
+        };
+        self.renewals.seen(&client);
         Ok(Response::new(HeartbeatResponse { status: Some(ok()) }))
     }
 
@@ -373,9 +403,14 @@ impl MessagingService for Proxy {
         let r = req.get_ref();
         let topic = resource_name(&r.message_queue.as_ref().and_then(|q| q.topic.clone()), &ns);
         let group = resource_name(&r.group, &ns);
-        let responses = match self.refused(&req, &subscribe(&topic, &group)) {
-            Some(s) => vec![ReceiveMessageResponse { content: Some(receive_message_response::Content::Status(s)) }],
-            None => self.receive(req.get_ref(), &ns, timeout, &client_id(&req)).await,
+        let refused = self.refused(&req, &subscribe(&topic, &group));
+        let client = match refused {
+            Some(s) => Err(s),
+            None => self.own_client(&req),
+        };
+        let responses = match client {
+            Err(s) => vec![ReceiveMessageResponse { content: Some(receive_message_response::Content::Status(s)) }],
+            Ok(client) => self.receive(req.get_ref(), &ns, timeout, user_of(&req).as_ref(), &client).await,
         };
         let (mut delivered, mut code) = (0, 0);
         for r in &responses {
@@ -457,14 +492,15 @@ impl MessagingService for Proxy {
         req: Request<Streaming<TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
         let ns = namespace(&req);
-        let caller = Caller::of(&req);
+        // Kept for the stream's life: its caller is found again for each command and each ask.
+        let pin = self.options.authenticator.pin(req.metadata());
         let commands = telemetry::serve(
             req.into_inner(),
             self.cluster.broker().clone(),
             std::sync::Arc::clone(self.cluster.sessions()),
             self.options.max_body_bytes,
             ns,
-            caller,
+            pin,
         );
         Ok(Response::new(Box::pin(commands.map(Ok))))
     }
@@ -476,8 +512,12 @@ impl MessagingService for Proxy {
         if let Some(s) = self.refused(&req, &[]) {
             return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
         }
-        let client = client_id(&req);
+        let client = match self.own_client(&req) {
+            Ok(client) => client,
+            Err(s) => return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) })),
+        };
         self.renewals.client_gone(&client);
+        self.client_ids.release(&client);
         // A lite consumer's subscriptions end with it (else they would wait for the expiry job).
         let group = resource_name(&req.get_ref().group, &namespace(&req));
         if !client.is_empty() && self.cluster.broker().group(&group).is_some_and(|g| g.lite.is_some()) {
@@ -524,8 +564,11 @@ impl MessagingService for Proxy {
         if let Some(s) = self.refused(&req, &subscribe(&topic, &group)) {
             return Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(s) }));
         }
+        let client = match self.own_client(&req) {
+            Ok(client) => client,
+            Err(s) => return Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(s) })),
+        };
         let python = language_is(&req, "PYTHON");
-        let client = client_id(&req);
         let mut sync = req.into_inner();
         if python {
             lite::join_python_subscribe(&mut sync);

@@ -189,6 +189,7 @@ impl Proxy {
         req: &ReceiveMessageRequest,
         namespace: &str,
         grpc_timeout: Option<Duration>,
+        user: Option<&std::sync::Arc<str>>,
         client: &str,
     ) -> Vec<ReceiveMessageResponse> {
         self.renewals.seen(client);
@@ -203,7 +204,7 @@ impl Proxy {
             return status_only(status(Code::IllegalPollingTime, why));
         }
         // Held until the answer is built, however the poll ends.
-        let _slot = match self.polls.take(client) {
+        let _slot = match self.polls.take(user, client) {
             Ok(slot) => slot,
             Err(Rejection(s)) => return status_only(s),
         };

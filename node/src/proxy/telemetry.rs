@@ -14,10 +14,10 @@ use rockraft_proto::rocketmq::{
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::auth::{Caller, Denied};
+use crate::auth::{Denied, Pin};
 use crate::broker::Broker;
 use crate::broker::access::{Action, ResourceKind};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, GroupConfig};
@@ -32,28 +32,44 @@ const OUTBOX: usize = 64;
 /// Serves one Telemetry stream: the commands to send back, until the client closes its side or
 /// sends garbage.
 ///
-/// `caller` is who opened the stream: a producer is registered only for the topics it may publish
-/// to, so it is never asked about (nor sent the body of) another's transaction; a caller that
-/// is not authenticated is answered UNAUTHORIZED and registered for nothing.
+/// `pin` is who opened the stream, resolved again against the replicated users for each command
+/// (and by the sessions before each question): a producer is registered only for the topics it
+/// may publish to, so it is never asked about (nor sent the body of) another's transaction; a
+/// caller that is not authenticated (never, or no longer: its user deleted or given a new secret)
+/// is answered UNAUTHORIZED and the stream ends.
 pub fn serve(
     mut inbound: tonic::Streaming<TelemetryCommand>,
     broker: Broker,
     sessions: Arc<ProducerSessions>,
     max_body_bytes: u64,
     namespace: String,
-    caller: Caller,
+    pin: Pin,
 ) -> ReceiverStream<TelemetryCommand> {
     let (outbox, commands) = mpsc::channel(OUTBOX);
     tokio::spawn(async move {
         let mut registration = None;
-        while let Some(Ok(command)) = inbound.next().await {
-            if let Err(Denied::Unauthenticated(why)) = caller.authenticated() {
-                let refusal = TelemetryCommand { status: Some(status(Code::Unauthorized, why)), command: None };
-                if outbox.send(refusal).await.is_err() {
+        let revoked = Arc::new(Notify::new());
+        loop {
+            let command = tokio::select! {
+                next = inbound.next() => match next {
+                    Some(Ok(command)) => Some(command),
+                    _ => break,
+                },
+                // The sessions found the user gone while about to ask this stream.
+                () = revoked.notified() => None,
+            };
+            let caller = pin.caller(&broker);
+            let command = match (command, caller.authenticated()) {
+                (Some(command), Ok(())) => command,
+                (_, Err(Denied::Unauthenticated(why))) => {
+                    drop(registration.take());
+                    let refusal = TelemetryCommand { status: Some(status(Code::Unauthorized, why)), command: None };
+                    let _ = outbox.send(refusal).await;
                     break;
                 }
-                continue;
-            }
+                // Told revoked, yet authenticated again (a secret set back): nothing to answer.
+                _ => continue,
+            };
             if let Some(telemetry_command::Command::Settings(Settings {
                 pub_sub: Some(settings::PubSub::Publishing(p)),
                 ..
@@ -66,7 +82,7 @@ pub fn serve(
                     .map(|r| (topic_name(r, &namespace), r.clone()))
                     .filter(|(name, _)| caller.may(&broker, Action::Pub, ResourceKind::Topic, name).is_ok())
                     .collect();
-                registration = Some(sessions.register(topics, outbox.clone()));
+                registration = Some(sessions.register(pin.clone(), topics, outbox.clone(), Arc::clone(&revoked)));
             }
             let group_of = |name: &str| broker.group(&qualified(&namespace, name)).or_else(|| broker.group(name));
             if let Some(reply) = reply(command, max_body_bytes, &group_of)

@@ -23,9 +23,12 @@
 //! keys the chance that any two of them collide is about `n² / 2^129`: for n = 6M, 5e-26. Over
 //! a century at 50k msg/s (1.6e14 sends, each compared with at most 6M live keys) the chance of
 //! a single false duplicate is about 3e-18. And a collision, however unlikely, is deterministic:
-//! every replica computes the same keys, so replicas never diverge over it. A crafted collision
-//! gains a producer nothing it does not have already: one that knows another's message id can
-//! simply send that id first.
+//! every replica computes the same keys, so replicas never diverge over it. Sending another
+//! user's message id first suppresses nothing (the keys differ by sender). XXH3 is not a
+//! cryptographic hash: a user who knows another's future message id and access key could craft an
+//! id whose key collides, and that message would then be answered as a duplicate of the crafted
+//! one and not stored (its sender is handed the crafter's results, never the reverse): a denial
+//! that needs the victim's ids in advance, and gains the crafter nothing to read.
 
 use std::fmt;
 

@@ -99,6 +99,8 @@ pub struct Options {
     /// Each node's data on a filesystem of its own this many MiB large (a tmpfs: see
     /// `small_disks_allowed`, which a test asks first).
     pub disk_mib: Option<u64>,
+    /// `FAILPOINTS` for every node's first start (the test build has the `failpoints` feature).
+    pub failpoints: Option<String>,
 }
 
 /// A tmpfs mounted for one node's data, unmounted when dropped.
@@ -299,7 +301,7 @@ impl Cluster {
         let mut cluster =
             Cluster { nodes, secret, admin, tls_ca, network, bin: node_binary(), _mounts: mounts, _dir: dir };
         for id in 1..=n {
-            cluster.spawn(id);
+            cluster.spawn_with(id, options.failpoints.as_deref());
         }
         let first = cluster.nodes[0].admin_addr.clone();
         let deadline = Instant::now() + Duration::from_secs(30);

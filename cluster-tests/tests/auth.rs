@@ -826,6 +826,127 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
     assert_eq!(status_of(&r.await.unwrap().into_inner().status), Code::Ok as i32);
 }
 
+/// The first frame's status of a receive, and the message it delivered if any.
+async fn receive_status(c: &mut Client, group: &str, topic: &str) -> (i32, Option<Message>) {
+    let receive = ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
+        batch_size: 1,
+        invisible_duration: seconds(30),
+        long_polling_timeout: seconds(2),
+        ..Default::default()
+    };
+    let mut stream = c.receive_message(receive).await.unwrap().into_inner();
+    let (mut code, mut delivered) = (-1, None);
+    while let Some(frame) = stream.next().await {
+        match frame.unwrap().content {
+            Some(Content::Status(s)) if code == -1 => code = s.code,
+            Some(Content::Message(m)) => delivered = Some(m),
+            _ => {}
+        }
+    }
+    (code, delivered)
+}
+
+/// A cluster whose first handle key is held back: until a key is in place no node hands out a
+/// handle (receives and sends that would carry one are refused with a status the clients retry,
+/// before anything is popped or stored) nor accepts one; once it is, every handle is sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_handle_is_handed_out_or_accepted_before_the_first_handle_key() {
+    let failpoints = Some("no_first_handle_key=return".to_string());
+    let cluster = Cluster::start(3, Options { failpoints, ..Default::default() }).await;
+    cluster.create_topic("Jobs", 1, TopicKind::Normal).await;
+    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
+    cluster.create_group("workers", false, 16).await;
+    let retriable = Code::HaNotAvailable as i32;
+    let mut clients = Vec::new();
+    for id in 1..=3 {
+        clients.push(client(&cluster.client_addr(id), None).await);
+    }
+    let c = &mut clients[0];
+    let sent = c.send_message(SendMessageRequest { messages: vec![message("Jobs", "job-1", MessageType::Normal)] });
+    assert_eq!(status_of(&sent.await.unwrap().into_inner().status), Code::Ok as i32, "a send that needs no handle");
+    for c in &mut clients {
+        assert_eq!(receive_status(c, "workers", "Jobs").await.0, retriable, "a receive without a key");
+        let half = SendMessageRequest { messages: vec![message("Payments", "pay-1", MessageType::Transaction)] };
+        let r = c.send_message(half).await.unwrap().into_inner();
+        assert_eq!(status_of(&r.status), retriable, "a transactional send without a key: {r:?}");
+        assert_eq!(ack_code(c, "workers", "Jobs", "job-1", "r1.0.0.1").await, retriable, "an unsealed handle");
+    }
+    let halves =
+        cluster.admin(AdminRequest::ListHeld { timers: false, topic: None, all: true, after: None, limit: 100 }).await;
+    assert!(!format!("{halves:?}").contains("pay-1"), "a refused send stored its half: {halves:?}");
+
+    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+    }
+    let (code, delivered) = receive_status(&mut clients[1], "workers", "Jobs").await;
+    let m = delivered.unwrap_or_else(|| panic!("nothing delivered once the key is in place ({code})"));
+    let sp = m.system_properties.unwrap();
+    assert_eq!(sp.delivery_attempt, Some(1), "the refused receives popped nothing");
+    let handle = sp.receipt_handle.unwrap();
+    assert!(handle.contains('~'), "a sealed handle: {handle}");
+    // Acked on another node than the one that handed it out.
+    assert_eq!(ack_code(&mut clients[2], "workers", "Jobs", "job-1", &handle).await, Code::Ok as i32);
+    let half = SendMessageRequest { messages: vec![message("Payments", "pay-1", MessageType::Transaction)] };
+    let entry = clients[0].send_message(half).await.unwrap().into_inner().entries.remove(0);
+    assert!(entry.transaction_id.contains('~'), "a sealed transaction id: {entry:?}");
+}
+
+/// Two users send the same message id: the second is not taken for a retry of the first, so it
+/// is never handed the first's transaction id or recall handle; each user resolves or recalls
+/// only its own message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_id_another_user_sent_gets_none_of_that_user_s_handles() {
+    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
+    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
+    cluster.create_topic("Deferred", 1, TopicKind::Delay).await;
+    for user in ["alice", "mallory"] {
+        create_user(&cluster, user, &format!("{user}-secret"), false).await;
+        grant(&cluster, user, "Topic:*", &[Action::Pub], Decision::Allow).await;
+    }
+    let addr = cluster.client_addr(2);
+    let mut alice = client(&addr, Some(("alice", "alice-secret"))).await;
+    let mut mallory = client(&addr, Some(("mallory", "mallory-secret"))).await;
+
+    let half = || SendMessageRequest { messages: vec![message("Payments", "pay-1", MessageType::Transaction)] };
+    let alices = alice.send_message(half()).await.unwrap().into_inner().entries.remove(0);
+    let mallorys = mallory.send_message(half()).await.unwrap().into_inner().entries.remove(0);
+    assert_eq!(status_of(&mallorys.status), Code::Ok as i32, "{mallorys:?}");
+    assert_ne!(alices.transaction_id, mallorys.transaction_id, "mallory was handed alice's transaction");
+    let end =
+        |transaction_id: &str, resolution: rockraft_proto::rocketmq::TransactionResolution| EndTransactionRequest {
+            topic: resource("Payments"),
+            message_id: "pay-1".into(),
+            transaction_id: transaction_id.into(),
+            resolution: resolution as i32,
+            ..Default::default()
+        };
+    use rockraft_proto::rocketmq::TransactionResolution::{Commit, Rollback};
+    let r = mallory.end_transaction(end(&mallorys.transaction_id, Commit)).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+    let r = alice.end_transaction(end(&alices.transaction_id, Rollback)).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "alice's half is still hers to roll back: {r:?}");
+
+    let delayed = || {
+        let mut m = message("Deferred", "later-1", MessageType::Delay);
+        let later =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap() + Duration::from_secs(600);
+        m.system_properties.as_mut().unwrap().delivery_timestamp =
+            Some(prost_types::Timestamp { seconds: later.as_secs() as i64, nanos: 0 });
+        SendMessageRequest { messages: vec![m] }
+    };
+    let alices = alice.send_message(delayed()).await.unwrap().into_inner().entries.remove(0).recall_handle;
+    let mallorys = mallory.send_message(delayed()).await.unwrap().into_inner().entries.remove(0).recall_handle;
+    assert_ne!(alices, mallorys, "mallory was handed alice's recall handle");
+    for (c, handle) in [(&mut mallory, mallorys), (&mut alice, alices)] {
+        let r = c.recall_message(RecallMessageRequest { topic: resource("Deferred"), recall_handle: handle });
+        let r = r.await.unwrap().into_inner();
+        assert_eq!(status_of(&r.status), Code::Ok as i32, "each recalls its own message: {r:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_listings() {
     use rockraft_proto::rockraft as pb;

@@ -117,6 +117,73 @@ async fn metrics_count_what_clients_did_and_parse_as_prometheus_text() {
     assert_eq!(http_get(&cluster.http_addr(follower), "/readyz").await.map(|r| r.0), Some(200));
 }
 
+/// The rows of the status page's table `id`, and its next-page link (`&amp;` undone), if any.
+fn table_rows(page: &str, id: &str) -> (Vec<String>, Option<String>) {
+    let table = page.split(&format!("<table id={id}>")).nth(1).expect("the table").split("</table>").next().unwrap();
+    let rows = table.split("<tr><td>").skip(1).map(|r| r.split("</td>").next().unwrap().to_string()).collect();
+    let next = page
+        .split(&format!("<a id={id}-next href=\""))
+        .nth(1)
+        .map(|rest| rest.split('"').next().unwrap().replace("&amp;", "&"));
+    (rows, next)
+}
+
+/// Every `GET /` used to call every member and list every topic and group: the page lists 100
+/// of each with a link to the next, and however many ask, it gathers at most once a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_page_lists_topics_and_groups_a_page_at_a_time_and_gathers_once_a_second() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    for i in 0..105 {
+        cluster.create_topic(&format!("T{i:03}"), 1, TopicKind::Normal).await;
+        cluster.create_group(&format!("G{i:03}"), false, 16).await;
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.wait_caught_up(leader, Duration::from_secs(10)).await;
+    let addr = cluster.http_addr(leader);
+    // Each group has its dead-letter topic: 210 topics in three pages, 105 groups in two.
+    let mut topics: Vec<String> = (0..105).map(|i| format!("T{i:03}")).collect();
+    topics.extend((0..105).map(|i| format!("%DLQ%G{i:03}")));
+    topics.sort();
+    let groups: Vec<String> = (0..105).map(|i| format!("G{i:03}")).collect();
+    for (table, all, pages) in [("topics", topics, 3), ("groups", groups, 2)] {
+        let (mut shown, mut path, mut walked) = (Vec::new(), "/".to_string(), 0);
+        loop {
+            let (code, page) = http_get(&addr, &path).await.expect("the status page");
+            assert_eq!(code, 200);
+            let (rows, next) = table_rows(&page, table);
+            assert!(rows.len() <= 100, "{} {table} on one page", rows.len());
+            shown.extend(rows);
+            walked += 1;
+            match next {
+                Some(next) => path = format!("/{next}"),
+                None => break,
+            }
+        }
+        assert_eq!((shown, walked), (all, pages), "every one of the {table} once, in name order, a page at a time");
+    }
+
+    let gathers = || async {
+        let (_, text) = http_get(&addr, "/metrics").await.expect("/metrics");
+        value(&parse(&text), "rockraft_status_page_gathers_total", &[]).expect("the gathers counter")
+    };
+    let before = gathers().await;
+    // Past the last page's window, so the burst's first GET gathers afresh.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    let burst: Vec<_> = (0..30)
+        .map(|_| {
+            let addr = addr.clone();
+            tokio::spawn(async move { http_get(&addr, "/").await })
+        })
+        .collect();
+    for get in burst {
+        assert_eq!(get.await.unwrap().map(|r| r.0), Some(200));
+    }
+    let seconds = started.elapsed().as_secs_f64().ceil();
+    let gathered = gathers().await - before;
+    assert!(gathered >= 1.0 && gathered <= seconds + 1.0, "30 GETs in {seconds} s gathered {gathered} times");
+}
+
 /// The page as Chromium renders it (after its scripts ran), or `None` where no Chromium is
 /// installed.
 fn rendered(url: &str) -> Option<String> {

@@ -9,3 +9,4 @@ mod typed;
 
 pub use config::{BrokerConfig, LimitsConfig, Member, NodeConfig, RaftTimings, StorageConfig};
 pub use service::{AdminServer, CallOptions, Credentials, call, call_as, call_on, call_with};
+pub(crate) use typed::page_after;

@@ -61,6 +61,9 @@ fn line(e: StoredEntry) -> MessageLine {
     }
 }
 
+/// How long `cluster init` waits for the first handle key (an election and one entry).
+const INIT_KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The most lite topics one listing returns (it is paged by name).
 const MAX_LITE_LISTING: usize = 10_000;
 
@@ -569,7 +572,30 @@ impl AdminServer {
         };
         let n = members.len();
         self.cluster.raft().initialize(members).await.map_err(|e| e.to_string())?;
-        Ok(AdminResponse::Done(format!("initialized a group of {n}")))
+        // The first leader proposes the first handle key; until it is in place no receive or
+        // send that is handed a handle is served, so init answers once it is (or says it is not).
+        match self.wait_for_handle_key().await {
+            true => Ok(AdminResponse::Done(format!("initialized a group of {n}"))),
+            false => Ok(AdminResponse::Done(format!(
+                "initialized a group of {n}; its first handle key is not in place yet (sends and receives that need one are refused until it is)"
+            ))),
+        }
+    }
+
+    /// Whether this node has applied a handle key, waiting up to [`INIT_KEY_WAIT`] for one.
+    async fn wait_for_handle_key(&self) -> bool {
+        let deadline = tokio::time::Instant::now() + INIT_KEY_WAIT;
+        let mut pause = std::time::Duration::from_millis(10);
+        loop {
+            if self.cluster.broker().access(|t| !t.handle_keys.is_empty()) {
+                return true;
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        }
     }
 
     pub fn status(&self) -> NodeStatus {

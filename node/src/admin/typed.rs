@@ -25,8 +25,13 @@ type Reply<T> = Result<Response<T>, Status>;
 
 /// The rows after `after` (by name), at most `limit`; and the name to continue after, if more.
 fn page<T>(rows: Vec<T>, name: impl Fn(&T) -> &str, req: &pb::ListRequest) -> (Vec<T>, String) {
-    let limit = page_limit(req.limit);
-    let mut rows: Vec<T> = rows.into_iter().filter(|r| req.after.is_empty() || name(r) > req.after.as_str()).collect();
+    page_after(rows, name, &req.after, page_limit(req.limit))
+}
+
+/// The rows after `after` by name ("" from the first), at most `limit`, in name order; and the
+/// name to continue after ("" when none follow).
+pub(crate) fn page_after<T>(rows: Vec<T>, name: impl Fn(&T) -> &str, after: &str, limit: usize) -> (Vec<T>, String) {
+    let mut rows: Vec<T> = rows.into_iter().filter(|r| after.is_empty() || name(r) > after).collect();
     rows.sort_by(|a, b| name(a).cmp(name(b)));
     let more = rows.len() > limit;
     rows.truncate(limit);

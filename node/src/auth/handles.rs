@@ -8,6 +8,10 @@
 //! The key is rotated through the log (`rockraft cluster rotate-handle-key`); handles sealed under
 //! the key before it still open, so deliveries in flight survive one rotation.
 //!
+//! There is no unsealed form: a node that has applied no key yet (a cluster initialised a moment
+//! ago, or a node behind) has no [`HandleKeys`], so it can neither hand out nor accept a handle
+//! (the proxy catches up with the leader, then answers a status the clients retry).
+//!
 //! Sealed form: `<handle>~<key id, hex>.<first 16 bytes of HMAC-SHA256, hex>`.
 
 use hmac::{Hmac, Mac};
@@ -15,18 +19,31 @@ use sha2::Sha256;
 
 use crate::broker::access::{AccessTables, HandleKey};
 
-/// The handle keys a node has applied: the newest seals, the newest two open.
-#[derive(Clone, Default)]
+/// The handle keys a node has applied: the newest seals, the newest two open. Never empty.
+#[derive(Clone)]
 pub struct HandleKeys {
     keys: Vec<(u32, HandleKey)>,
 }
 
 impl HandleKeys {
-    pub fn of(tables: &AccessTables) -> HandleKeys {
+    /// The keys of `tables`; `None` while the cluster has none.
+    pub fn of(tables: &AccessTables) -> Option<HandleKeys> {
         let mut keys: Vec<(u32, HandleKey)> = tables.handle_keys.iter().map(|(id, k)| (*id, k.clone())).collect();
         keys.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
         keys.truncate(2);
-        HandleKeys { keys }
+        (!keys.is_empty()).then_some(HandleKeys { keys })
+    }
+
+    /// The id of the newest key: what new handles are sealed under.
+    pub fn newest(&self) -> u32 {
+        self.keys[0].0
+    }
+
+    /// The id of the key `sealed` claims to be sealed under, if it has the sealed form: a node
+    /// that has not applied that key yet catches up before it judges the handle.
+    pub fn key_id(sealed: &str) -> Option<u32> {
+        let (_, seal) = sealed.split_once('~')?;
+        u32::from_str_radix(seal.split_once('.')?.0, 16).ok()
     }
 
     fn mac(key: &HandleKey, id: u32, handle: &str, context: &[&str]) -> Hmac<Sha256> {
@@ -40,20 +57,16 @@ impl HandleKeys {
         mac
     }
 
-    /// `handle` sealed for `context`; unsealed while the cluster has no key yet (just after it
-    /// was initialised).
+    /// `handle` sealed for `context` under the newest key.
     pub fn seal(&self, handle: &str, context: &[&str]) -> String {
-        let Some((id, key)) = self.keys.first() else { return handle.to_string() };
+        let (id, key) = &self.keys[0];
         let tag = Self::mac(key, *id, handle, context).finalize().into_bytes();
         format!("{handle}~{id:x}.{}", hex::encode(&tag[..16]))
     }
 
     /// The handle inside `sealed`, if it was sealed for `context` under one of the keys.
     pub fn open<'a>(&self, sealed: &'a str, context: &[&str]) -> Option<&'a str> {
-        let Some((handle, seal)) = sealed.split_once('~') else {
-            // Unsealed handles only from a cluster that has never had a key.
-            return self.keys.is_empty().then_some(sealed);
-        };
+        let (handle, seal) = sealed.split_once('~')?;
         let (id, tag) = seal.split_once('.')?;
         let id = u32::from_str_radix(id, 16).ok()?;
         let tag = hex::decode(tag).ok().filter(|t| t.len() == 16)?;
@@ -64,7 +77,7 @@ impl HandleKeys {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::broker::access::AccessCommand;
 
@@ -77,7 +90,7 @@ mod tests {
     fn a_sealed_handle_opens_only_for_its_own_context_and_unaltered() {
         let mut t = AccessTables::default();
         rotate(&mut t, 7);
-        let keys = HandleKeys::of(&t);
+        let keys = HandleKeys::of(&t).unwrap();
         let sealed = keys.seal("r1.3.42.1234", &["readers", "Orders"]);
         assert_eq!(keys.open(&sealed, &["readers", "Orders"]), Some("r1.3.42.1234"));
         assert_eq!(keys.open(&sealed, &["thieves", "Orders"]), None, "another group's handle");
@@ -100,21 +113,40 @@ mod tests {
     }
 
     #[test]
+    fn without_a_key_nothing_is_sealed_or_opened_and_unsealed_handles_never_open() {
+        let mut t = AccessTables::default();
+        assert!(HandleKeys::of(&t).is_none(), "no keys, so nothing to seal or open with");
+        rotate(&mut t, 1);
+        let keys = HandleKeys::of(&t).unwrap();
+        assert_eq!(keys.open("T10", &["Pay", "m"]), None, "the unsealed form of the handle");
+        assert_eq!(keys.open("", &["Pay", "m"]), None);
+        let sealed = keys.seal("T10", &["Pay", "m"]);
+        assert_eq!(HandleKeys::key_id(&sealed), Some(keys.newest()));
+        assert_eq!(HandleKeys::key_id("T10"), None);
+    }
+
+    #[test]
     fn handles_survive_one_rotation_not_two() {
         let mut t = AccessTables::default();
-        let unsealed = HandleKeys::of(&t).seal("T10", &["Pay", "m"]);
-        assert_eq!(HandleKeys::of(&t).open(&unsealed, &["Pay", "m"]), Some("T10"), "no key yet");
+        let keys = |t: &AccessTables| HandleKeys::of(t).unwrap();
         rotate(&mut t, 1);
-        assert_eq!(HandleKeys::of(&t).open(&unsealed, &["Pay", "m"]), None, "once a key exists");
-        let first = HandleKeys::of(&t).seal("T10", &["Pay", "m"]);
+        let first = keys(&t).seal("T10", &["Pay", "m"]);
         rotate(&mut t, 2);
-        assert_eq!(HandleKeys::of(&t).open(&first, &["Pay", "m"]), Some("T10"));
-        let second = HandleKeys::of(&t).seal("T10", &["Pay", "m"]);
+        assert_eq!(keys(&t).open(&first, &["Pay", "m"]), Some("T10"));
+        let second = keys(&t).seal("T10", &["Pay", "m"]);
         assert_ne!(first, second);
+        assert!(HandleKeys::key_id(&second) > HandleKeys::key_id(&first));
         rotate(&mut t, 3);
-        assert_eq!(HandleKeys::of(&t).open(&first, &["Pay", "m"]), None, "two rotations ago");
-        assert_eq!(HandleKeys::of(&t).open(&second, &["Pay", "m"]), Some("T10"));
+        assert_eq!(keys(&t).open(&first, &["Pay", "m"]), None, "two rotations ago");
+        assert_eq!(keys(&t).open(&second, &["Pay", "m"]), Some("T10"));
         assert_eq!(t.handle_keys.len(), 2, "older keys are dropped");
+    }
+
+    /// For tests elsewhere: keys with one key in them.
+    pub(crate) fn test_keys() -> HandleKeys {
+        let mut t = AccessTables::default();
+        rotate(&mut t, 5);
+        HandleKeys::of(&t).unwrap()
     }
 
     proptest::proptest! {
@@ -122,7 +154,7 @@ mod tests {
         fn arbitrary_handles_never_open_and_never_panic(sealed in ".{0,120}") {
             let mut t = AccessTables::default();
             rotate(&mut t, 9);
-            proptest::prop_assert_eq!(HandleKeys::of(&t).open(&sealed, &["g", "t"]), None);
+            proptest::prop_assert_eq!(HandleKeys::of(&t).unwrap().open(&sealed, &["g", "t"]), None);
         }
     }
 }

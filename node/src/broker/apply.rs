@@ -263,8 +263,8 @@ impl State {
         let mut stored_here = std::collections::HashSet::new();
         for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
             let queue_id = batch.queue_of(ordinal);
-            let dedupe_key =
-                (dedupe && !msg.message_id.is_empty()).then(|| DedupeKey::new(&batch.topic, &msg.message_id));
+            let dedupe_key = (dedupe && !msg.message_id.is_empty())
+                .then(|| DedupeKey::of_message(&batch.topic, &msg.message_id, &msg.sender));
             // An entry is never a retry of itself: replaying it after a crash finds its own id.
             if let Some(key) = dedupe_key
                 && let Some(seen) = self.dedupe.get(&key).filter(|s| s.index < index || stored_here.contains(&key))

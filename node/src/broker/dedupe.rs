@@ -10,7 +10,11 @@
 //!
 //! The hash is XXH3-128 (seed 0, the default secret) of `topic length as u64 LE | topic | id`.
 //! The length prefix makes the encoding unambiguous (`("ab", "c")` and `("a", "bc")` hash
-//! different bytes). XXH3 is specified independently of platform and endianness and its output
+//! different bytes). A message sent by a user (authentication on) is keyed with its sender too:
+//! XXH3-128 with seed [`SENDER_SEED`] of `topic length | topic | sender length | sender | id`, so
+//! one user's send is never taken for a retry of another's (which would hand it the other's
+//! transaction id or recall handle); the seed keeps those keys apart from the unsent-by-anyone
+//! ones, which stay what earlier releases computed. XXH3 is specified independently of platform and endianness and its output
 //! is frozen by its specification, so every replica and every release computes the same key for
 //! the same pair — apply depends on that, like on the entries themselves (a test pins a value).
 //!
@@ -19,15 +23,21 @@
 //! keys the chance that any two of them collide is about `n² / 2^129`: for n = 6M, 5e-26. Over
 //! a century at 50k msg/s (1.6e14 sends, each compared with at most 6M live keys) the chance of
 //! a single false duplicate is about 3e-18. And a collision, however unlikely, is deterministic:
-//! every replica computes the same keys, so replicas never diverge over it. A crafted collision
-//! gains a producer nothing it does not have already: one that knows another's message id can
-//! simply send that id first.
+//! every replica computes the same keys, so replicas never diverge over it. Sending another
+//! user's message id first suppresses nothing (the keys differ by sender). XXH3 is not a
+//! cryptographic hash: a user who knows another's future message id and access key could craft an
+//! id whose key collides, and that message would then be answered as a duplicate of the crafted
+//! one and not stored (its sender is handed the crafter's results, never the reverse): a denial
+//! that needs the victim's ids in advance, and gains the crafter nothing to read.
 
 use std::fmt;
 
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use xxhash_rust::xxh3::Xxh3;
+
+/// The XXH3 seed of keys of messages with a sender.
+const SENDER_SEED: u64 = 1;
 
 /// A (topic, message id) pair as the dedupe window knows it: a 128-bit hash, 16 bytes, alignment
 /// 1, so an expiry-order element `(i64, DedupeKey)` is 24 bytes.
@@ -40,6 +50,20 @@ impl DedupeKey {
         let mut h = Xxh3::new();
         h.update(&(topic.len() as u64).to_le_bytes());
         h.update(topic.as_bytes());
+        h.update(message_id.as_bytes());
+        DedupeKey(h.digest128().to_be_bytes())
+    }
+
+    /// The key of a message: by its sender too when it has one (see the module docs).
+    pub fn of_message(topic: &str, message_id: &str, sender: &str) -> DedupeKey {
+        if sender.is_empty() {
+            return DedupeKey::new(topic, message_id);
+        }
+        let mut h = Xxh3::with_seed(SENDER_SEED);
+        h.update(&(topic.len() as u64).to_le_bytes());
+        h.update(topic.as_bytes());
+        h.update(&(sender.len() as u64).to_le_bytes());
+        h.update(sender.as_bytes());
         h.update(message_id.as_bytes());
         DedupeKey(h.digest128().to_be_bytes())
     }

@@ -66,11 +66,11 @@ impl Broker {
         // Decoded and hashed before the state is locked: apply waits for none of it.
         let mut keyed = Vec::with_capacity(batch.messages.len());
         for raw in &batch.messages {
-            let id = rockraft_proto::rockraft::StoredMessage::decode(raw.clone()).ok()?.message_id;
-            if id.is_empty() {
+            let m = rockraft_proto::rockraft::StoredMessage::decode(raw.clone()).ok()?;
+            if m.message_id.is_empty() {
                 return None;
             }
-            keyed.push((DedupeKey::new(&batch.topic, &id), id));
+            keyed.push((DedupeKey::of_message(&batch.topic, &m.message_id, &m.sender), m.message_id));
         }
         let state = self.state();
         let queues = state.topics.get(&batch.topic)?.queues;

@@ -208,6 +208,7 @@ mod tests {
             transaction_recovery_ms: 7,
             priority_plus_one: 4,
             lite_topic: "chat-7".into(),
+            sender: "orders-app".into(),
         }
     }
 

@@ -201,6 +201,51 @@ fn a_retried_message_id_within_the_window_returns_the_original_result() {
     assert_eq!(n.broker.queue_status("T")[0].next, 4);
 }
 
+/// `send` with every message sent by `sender`.
+fn send_by(sender: &str, topic: &str, at_ms: i64, ids: &[&str]) -> Command {
+    let Command::Send(mut batch) = send(topic, 0, at_ms, ids) else { unreachable!() };
+    for raw in &mut batch.messages {
+        let mut m = StoredMessage::decode(raw.clone()).unwrap();
+        m.sender = sender.into();
+        *raw = m.encode_to_vec().into();
+    }
+    Command::Send(batch)
+}
+
+/// With authentication on, a message id is one user's: another user's send of it is a message of
+/// its own (stored, and answered with its own offset or handle), never a retry of the first, so
+/// it is never handed the first message's transaction id or recall handle. The same user's retry
+/// is still a duplicate, also in the stored-results shortcut.
+#[test]
+fn a_message_id_reused_by_another_user_is_not_taken_for_a_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    assert_eq!(offsets(&n.commit(&send_by("alice", "T", 1_000, &["a"]))), vec![(0, false)]);
+    assert_eq!(offsets(&n.commit(&send_by("mallory", "T", 2_000, &["a"]))), vec![(1, false)]);
+    assert_eq!(offsets(&n.commit(&send_by("alice", "T", 3_000, &["a"]))), vec![(0, true)]);
+    assert_eq!(offsets(&n.commit(&send_by("mallory", "T", 4_000, &["a"]))), vec![(1, true)]);
+    // Unsigned sends (authentication off) share one space, as before.
+    assert_eq!(offsets(&n.commit(&send("T", 0, 5_000, &["a"]))), vec![(2, false)]);
+    assert_eq!(offsets(&n.commit(&send("T", 0, 6_000, &["a"]))), vec![(2, true)]);
+    let Command::Send(retry) = send_by("mallory", "T", 7_000, &["a"]) else { unreachable!() };
+    assert_eq!(n.broker.stored_sends(&retry).unwrap()[0].offset, 1);
+    let Command::Send(other) = send_by("eve", "T", 7_000, &["a"]) else { unreachable!() };
+    assert_eq!(n.broker.stored_sends(&other), None, "eve never sent it");
+
+    // Held messages: another user's half is a half of its own, at its own position.
+    n.commit(&Command::Admin(AdminCommand::CreateTopic(TopicConfig::new("X", 1, TopicKind::Transaction))));
+    let held = |r: Reply| match r {
+        Reply::Sent(o) => (o[0].held, o[0].duplicate),
+        other => panic!("{other:?}"),
+    };
+    let (first, _) = held(n.commit(&send_by("alice", "X", 8_000, &["t"])));
+    let (second, duplicate) = held(n.commit(&send_by("mallory", "X", 9_000, &["t"])));
+    assert!(!duplicate);
+    assert_ne!(first, second, "mallory's half is not alice's");
+    assert_eq!(held(n.commit(&send_by("alice", "X", 10_000, &["t"]))), (first, true));
+}
+
 #[test]
 fn invalid_commands_are_answered_the_same_everywhere_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -38,7 +38,8 @@ impl Cluster {
     pub fn ask_producer_here(&self, ask: &AskProducer) -> bool {
         let Ok(Some((message, store_ms))) = self.broker().message_at(ask.position) else { return false };
         // Sealed for the topic and message, as the id the producer got from its send was.
-        let keys = self.broker().access(crate::auth::handles::HandleKeys::of);
+        // Without a key yet there is no id to give it: the half is checked again later.
+        let Some(keys) = self.broker().access(crate::auth::handles::HandleKeys::of) else { return false };
         let id = keys.seal(&transaction_id(ask.position), &[&ask.topic, &message.message_id]);
         self.sessions().ask(&ask.topic, self.broker(), |resource| {
             crate::sessions::recover_command(resource, message.clone(), store_ms, &id)

@@ -44,8 +44,8 @@ impl Drop for Registered {
 /// Each message's dedupe key; `None` for one without an id (never a retry) or undecodable.
 fn keys_of(batch: &SendBatch) -> Vec<Option<DedupeKey>> {
     let key = |raw: &bytes::Bytes| {
-        let id = StoredMessage::decode(raw.clone()).ok()?.message_id;
-        (!id.is_empty()).then(|| DedupeKey::new(&batch.topic, &id))
+        let m = StoredMessage::decode(raw.clone()).ok()?;
+        (!m.message_id.is_empty()).then(|| DedupeKey::of_message(&batch.topic, &m.message_id, &m.sender))
     };
     batch.messages.iter().map(key).collect()
 }
@@ -158,6 +158,12 @@ mod tests {
         let round = pending.register(&batch(&["a", "b"]));
         assert!(retry_of(&["a", "new"]).await.unwrap().is_none(), "new is not pending");
         assert!(retry_of(&[""]).await.unwrap().is_none(), "no id: never a retry");
+        let mut by_another = batch(&["a"]);
+        by_another.messages[0] =
+            StoredMessage { message_id: "a".into(), sender: "mallory".into(), ..Default::default() }
+                .encode_to_vec()
+                .into();
+        assert!(pending.retry_answer(&by_another).await.is_none(), "another user's a is not a retry of this a");
         let retry = retry_of(&["a"]);
         tokio::task::yield_now().await;
         pending.answered(round, &Err(ClusterError::NoLeader));

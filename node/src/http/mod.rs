@@ -5,15 +5,22 @@
 //!   read from the node's state at each scrape: `scrape.rs`);
 //! - `/healthz`: the process serves; `/readyz`: it follows a leader and has applied what that
 //!   leader had committed, so it can answer clients (503 otherwise).
+//!
+//! The listener is open to whoever reaches it, so it bounds what a caller can hold: a request's
+//! headers must arrive within [`Limits::header_read`] (no slowloris), a connection lives at most
+//! [`Limits::lifetime`], busy or idle, and at most [`Limits::connections`] are served at once
+//! (more wait, unserved, in the listen backlog). The status page gathers its data at most once a
+//! second however many ask (`page::Cached`).
 
 mod page;
 mod scrape;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -27,6 +34,27 @@ use crate::store::LogReader;
 /// answering.
 const MEMBER_WAIT: Duration = Duration::from_millis(700);
 
+/// What the listener lets one caller hold.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once.
+    pub connections: usize,
+    /// The most a request's headers may take to arrive.
+    pub header_read: Duration,
+    /// The longest a connection is kept, busy or idle (pages and scrapers reconnect).
+    pub lifetime: Duration,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits =
+        Limits { connections: 256, header_read: Duration::from_secs(5), lifetime: Duration::from_secs(60) };
+}
+
+/// How long connections in flight get to finish once the node stops.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Pause after a failed accept (out of file descriptors, most likely) before the next.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 /// What the handlers read.
 #[derive(Clone)]
 pub struct HttpState {
@@ -36,13 +64,16 @@ pub struct HttpState {
     data_dir: PathBuf,
     /// What `allow_insecure` let through: shown in red on every page.
     insecure: Vec<String>,
+    /// The status page's data, gathered at most once a second.
+    page: Arc<page::Cached>,
 }
 
 impl HttpState {
     pub fn new(cluster: Cluster, config: std::sync::Arc<NodeConfig>, log: LogReader) -> HttpState {
         let data_dir = config.data_dir.clone();
         let insecure = config.insecure_listeners();
-        HttpState { admin: AdminServer::new(cluster.clone(), config), cluster, log, data_dir, insecure }
+        let page = Arc::new(page::Cached::default());
+        HttpState { admin: AdminServer::new(cluster.clone(), config), cluster, log, data_dir, insecure, page }
     }
 
     /// What the admin API answers to `req` on this node (read-only requests only).
@@ -85,7 +116,58 @@ pub async fn serve(
     state: HttpState,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(stop).await
+    serve_bounded(listener, router(state), Limits::DEFAULT, stop).await;
+    Ok(())
+}
+
+/// Serves `app` on `listener` within `limits` until `stop` resolves; then gives the connections
+/// in flight [`STOP_GRACE`] to finish.
+async fn serve_bounded(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: Limits,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read);
+    let mut failed_accepts = 0u64;
+    tokio::pin!(stop);
+    loop {
+        // A slot before an accept: beyond the cap, connections wait in the backlog, unserved.
+        let slot = tokio::select! {
+            _ = &mut stop => break,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    failed_accepts += 1;
+                    // Logged at the first failure and then every thousandth.
+                    if failed_accepts % 1000 == 1 {
+                        tracing::warn!(error = %e, failed_accepts, "the HTTP listener could not accept a connection");
+                    }
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service.clone()));
+        tokio::spawn(async move {
+            let _slot = slot;
+            // Errors (a client gone, headers too slow) end only that connection.
+            let _ = tokio::time::timeout(limits.lifetime, connection).await;
+        });
+    }
+    let _ = tokio::time::timeout(STOP_GRACE, graceful.shutdown()).await;
 }
 
 async fn metrics(State(state): State<HttpState>) -> Response {
@@ -114,6 +196,78 @@ async fn ready(State(state): State<HttpState>) -> Response {
     }
 }
 
-async fn status_page(State(state): State<HttpState>) -> Html<String> {
-    Html(page::render(&page::View::gather(&state).await))
+async fn status_page(State(state): State<HttpState>, RawQuery(query): RawQuery) -> Html<String> {
+    let view = state.page.get(|| page::View::gather(&state)).await;
+    Html(page::render(&view, &page::At::parse(query.as_deref())))
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    /// A generous bound for what must happen "soon": no test asserts on time beyond it.
+    const EVENTUALLY: Duration = Duration::from_secs(20);
+
+    async fn listening(limits: Limits) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/healthz", get(|| async { "ok\n" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve_bounded(listener, app, limits, async move {
+            let _ = stopped.await;
+        }));
+        (addr, stop)
+    }
+
+    /// Everything the server sends until it closes the connection, or `None` if it has not
+    /// closed it within [`EVENTUALLY`].
+    async fn until_closed(stream: &mut TcpStream) -> Option<String> {
+        let mut out = Vec::new();
+        match tokio::time::timeout(EVENTUALLY, stream.read_to_end(&mut out)).await {
+            Ok(_) => Some(String::from_utf8_lossy(&out).into_owned()),
+            Err(_) => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_headers_never_end_is_closed() {
+        let limits = Limits { header_read: Duration::from_millis(200), ..Limits::DEFAULT };
+        let (addr, _stop) = listening(limits).await;
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+        let answer = until_closed(&mut slow).await.expect("the connection is closed");
+        assert!(!answer.contains("ok"), "nothing is served: {answer:?}");
+        // The listener itself still serves.
+        let mut fine = TcpStream::connect(addr).await.unwrap();
+        fine.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        assert!(until_closed(&mut fine).await.expect("answered").ends_with("ok\n"));
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_at_the_end_of_its_lifetime() {
+        let limits = Limits { lifetime: Duration::from_millis(300), ..Limits::DEFAULT };
+        let (addr, _stop) = listening(limits).await;
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        // Kept alive after its answer, then closed.
+        let answer = until_closed(&mut idle).await.expect("the connection is closed");
+        assert!(answer.ends_with("ok\n"), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_wait_until_one_closes() {
+        let limits = Limits { connections: 2, header_read: Duration::from_secs(60), ..Limits::DEFAULT };
+        let (addr, _stop) = listening(limits).await;
+        let holding = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut first_byte = [0u8; 1];
+        let early = tokio::time::timeout(Duration::from_millis(500), third.peek(&mut first_byte)).await;
+        assert!(early.is_err(), "served while the cap was held");
+        drop(holding);
+        assert!(until_closed(&mut third).await.expect("served once a slot is free").ends_with("ok\n"));
+    }
 }

@@ -1,7 +1,15 @@
 //! The status page at `/`: one self-contained HTML document (no assets from elsewhere), readable
 //! on a phone, that reloads its content every two seconds. Every name shown is escaped.
+//!
+//! Topics and groups are shown [`PAGE`] at a time by name (`?topics_after=`, `?groups_after=`,
+//! with a link to the next page), and what the page shows is gathered at most once a second
+//! ([`Cached`]): a flood of GETs costs one call to every member a second.
 
 use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, NodeStatus, PluginInfo, Role, TopicInfo};
 use crate::broker::failover::Failover;
@@ -9,6 +17,77 @@ use crate::cluster::leadership::LeaderChange;
 use crate::store::free_space::DiskLevel;
 
 use super::HttpState;
+use crate::admin::page_after;
+
+/// Topics, and groups, shown on one page.
+pub(super) const PAGE: usize = 100;
+/// How long gathered data is shown before it is gathered again.
+const FRESH: Duration = Duration::from_secs(1);
+
+/// One gathering of the page's data: filled once, by whichever GET comes first.
+type Gathering = Arc<tokio::sync::OnceCell<Arc<View>>>;
+
+/// The page's data for [`FRESH`]: GETs that come while it is gathered wait for that gathering.
+#[derive(Default)]
+pub(super) struct Cached {
+    /// The latest gathering and when it began.
+    slot: std::sync::Mutex<Option<(tokio::time::Instant, Gathering)>>,
+}
+
+impl Cached {
+    /// The data gathered within the last [`FRESH`], or gathered now by `gather`.
+    pub(super) async fn get<F: Future<Output = View>>(&self, gather: impl FnOnce() -> F) -> Arc<View> {
+        let cell = {
+            let mut slot = self.slot.lock().expect("status page cache lock");
+            match &*slot {
+                Some((at, cell)) if at.elapsed() < FRESH => Arc::clone(cell),
+                _ => {
+                    let cell = Arc::new(tokio::sync::OnceCell::new());
+                    *slot = Some((tokio::time::Instant::now(), Arc::clone(&cell)));
+                    cell
+                }
+            }
+        };
+        // Gathered outside the slot's lock: one caller gathers, the others of this second wait.
+        Arc::clone(cell.get_or_init(|| async { Arc::new(gather().await) }).await)
+    }
+}
+
+/// Where the topic and group lists start: after these names.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct At {
+    topics_after: String,
+    groups_after: String,
+}
+
+/// Characters escaped in a paging link: all but letters and digits.
+const LINK: &AsciiSet = NON_ALPHANUMERIC;
+
+impl At {
+    /// From the request's query (`topics_after=…&groups_after=…`); anything else is ignored.
+    pub(super) fn parse(query: Option<&str>) -> At {
+        let mut at = At::default();
+        for pair in query.unwrap_or_default().split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+            match key {
+                "topics_after" => at.topics_after = value,
+                "groups_after" => at.groups_after = value,
+                _ => {}
+            }
+        }
+        at
+    }
+
+    /// A link to this page with the topic list after `topics` and the group list after `groups`.
+    fn link(topics: &str, groups: &str) -> String {
+        format!(
+            "?topics_after={}&amp;groups_after={}",
+            utf8_percent_encode(topics, LINK),
+            utf8_percent_encode(groups, LINK)
+        )
+    }
+}
 
 /// What one rendering shows, gathered from this node (and the members' own statuses).
 pub(super) struct View {
@@ -25,6 +104,7 @@ pub(super) struct View {
 
 impl View {
     pub(super) async fn gather(state: &HttpState) -> View {
+        state.cluster.meters().status_page_gathered();
         let own = state.admin.status();
         let members = state.members(&own).await;
         let topics = state.local(AdminRequest::ListTopics, |r| match r {
@@ -95,11 +175,11 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{text-align:left;
 
 /// Replaces `main` with that of a fresh copy of the page every two seconds; keeps the last one
 /// shown while the node does not answer.
-const REFRESH: &str = "setInterval(async()=>{try{const r=await fetch(location.pathname,{cache:'no-store'});\
+const REFRESH: &str = "setInterval(async()=>{try{const r=await fetch(location.pathname+location.search,{cache:'no-store'});\
 if(!r.ok)return;const d=new DOMParser().parseFromString(await r.text(),'text/html');\
 const m=d.querySelector('main');if(m)document.querySelector('main').replaceWith(m);}catch(e){}},2000);";
 
-pub(super) fn render(v: &View) -> String {
+pub(super) fn render(v: &View, at: &At) -> String {
     let mut h = String::new();
     let own = &v.own;
     let leader = own.leader.map_or_else(|| "none known".to_string(), |l| format!("node {l}"));
@@ -214,7 +294,8 @@ pub(super) fn render(v: &View) -> String {
         "<h2>Topics</h2><div class=scroll><table id=topics><tr><th>topic</th><th>type</th><th>queues</th>\
         <th>messages</th><th>timers</th><th>open transactions</th></tr>",
     );
-    for t in &v.topics {
+    let (topics, next_topics) = page_after(v.topics.iter().collect(), |t| &t.config.name, &at.topics_after, PAGE);
+    for t in topics {
         let messages: u64 = t.queues.iter().map(|(_, start, next)| next - start).sum();
         let _ = write!(
             h,
@@ -227,12 +308,17 @@ pub(super) fn render(v: &View) -> String {
         );
     }
     h.push_str("</table></div>");
+    if !next_topics.is_empty() {
+        let link = At::link(&next_topics, &at.groups_after);
+        let _ = write!(h, "<p><a id=topics-next href=\"{link}\">Next {PAGE} topics</a></p>");
+    }
 
     h.push_str(
         "<h2>Consumer groups</h2><div class=scroll><table id=groups><tr><th>group</th><th>topic</th>\
         <th>lag</th><th>in flight</th></tr>",
     );
-    for g in &v.groups {
+    let (groups, next_groups) = page_after(v.groups.iter().collect(), |g| &g.config.name, &at.groups_after, PAGE);
+    for g in groups {
         if g.progress.is_empty() {
             let _ = write!(
                 h,
@@ -252,6 +338,10 @@ pub(super) fn render(v: &View) -> String {
         }
     }
     h.push_str("</table></div>");
+    if !next_groups.is_empty() {
+        let link = At::link(&at.topics_after, &next_groups);
+        let _ = write!(h, "<p><a id=groups-next href=\"{link}\">Next {PAGE} groups</a></p>");
+    }
 
     h.push_str(
         "<h2>Plugins</h2><div class=scroll><table id=plugins><tr><th>plugin</th><th>kind</th>\
@@ -289,5 +379,63 @@ mod tests {
     #[test]
     fn names_are_escaped() {
         assert_eq!(esc("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
+    }
+
+    #[test]
+    fn paging_links_carry_any_topic_name_back_unchanged() {
+        for name in ["Orders", "ns%Orders", "a|b_c-d", "x&topics_after=y", "ü +"] {
+            let link = At::link(name, "g%1").replace("&amp;", "&");
+            let at = At::parse(link.strip_prefix('?'));
+            assert_eq!(at, At { topics_after: name.into(), groups_after: "g%1".into() }, "{link}");
+        }
+        assert_eq!(At::parse(None), At::default());
+        assert_eq!(
+            At::parse(Some("groups_after=b&other=1&topics_after")),
+            At { groups_after: "b".into(), ..At::default() }
+        );
+    }
+
+    /// However many ask at once or within a second, the data is gathered once; a second later,
+    /// again.
+    #[tokio::test(start_paused = true)]
+    async fn many_asking_within_a_second_gather_once() {
+        let cache = Arc::new(Cached::default());
+        let gathered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ask = |cache: Arc<Cached>, gathered: Arc<std::sync::atomic::AtomicUsize>| async move {
+            cache
+                .get(|| async move {
+                    gathered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    // A slow member: the others asking meanwhile wait for this gathering.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    empty_view()
+                })
+                .await
+        };
+        let asks: Vec<_> = (0..20).map(|_| tokio::spawn(ask(cache.clone(), gathered.clone()))).collect();
+        for a in asks {
+            a.await.unwrap();
+        }
+        ask(cache.clone(), gathered.clone()).await;
+        assert_eq!(gathered.load(std::sync::atomic::Ordering::SeqCst), 1);
+        tokio::time::sleep(FRESH).await;
+        ask(cache.clone(), gathered.clone()).await;
+        assert_eq!(gathered.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    fn empty_view() -> View {
+        View {
+            own: serde_json::from_value(serde_json::json!({
+                "id": 1, "role": "Leader", "term": 1, "leader": 1, "last_log_index": null, "committed": null,
+                "applied": null, "purged": null, "members": []
+            }))
+            .unwrap_or_else(|e| panic!("a node status: {e}")),
+            members: vec![],
+            topics: vec![],
+            groups: vec![],
+            plugins: vec![],
+            changes: vec![],
+            failovers: vec![],
+            now_ms: 0,
+        }
     }
 }

@@ -13,6 +13,8 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// Proposes a handle key while the cluster has none; ends once it has one.
 pub async fn first_handle_key(cluster: Cluster) {
+    // Tests hold the first key back to see a cluster without one.
+    fail::fail_point!("no_first_handle_key", |_| ());
     while cluster.broker().access(|t| t.handle_keys.is_empty()) {
         let key = match crate::auth::random_key() {
             Ok(k) => k,

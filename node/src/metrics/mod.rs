@@ -71,6 +71,7 @@ struct Inner {
     purged_entries: Counter,
     leader_changes: Counter,
     disk_refusals: Counter,
+    status_page_gathers: Counter,
 }
 
 impl Default for Meters {
@@ -152,6 +153,12 @@ impl Meters {
             "Proposals this node refused as leader because a voter's free space was below a mark",
             disk_refusals.clone(),
         );
+        let status_page_gathers = Counter::default();
+        registry.register(
+            "status_page_gathers",
+            "Times the status page gathered its data (a call to every member, every topic and group listed)",
+            status_page_gathers.clone(),
+        );
         let inner = Inner {
             registry,
             sends,
@@ -169,6 +176,7 @@ impl Meters {
             purged_entries,
             leader_changes,
             disk_refusals,
+            status_page_gathers,
         };
         Meters { inner: Arc::new(inner) }
     }
@@ -234,6 +242,10 @@ impl Meters {
 
     pub fn disk_refused(&self) {
         self.inner.disk_refusals.inc();
+    }
+
+    pub fn status_page_gathered(&self) {
+        self.inner.status_page_gathers.inc();
     }
 
     pub fn leader_changed(&self) {

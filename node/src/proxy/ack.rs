@@ -91,7 +91,11 @@ impl Proxy {
         }
         // Every current receipt of the request goes in one entry (a chunk of them, for a huge
         // request): acking 32 messages costs one round of the log, not 32.
-        let keys = self.handle_keys();
+        let handles: Vec<&str> = req.entries.iter().map(|e| e.receipt_handle.as_str()).collect();
+        let keys = match self.handle_keys(&handles).await {
+            Ok(k) => k,
+            Err(s) => return AckMessageResponse { status: Some(s), entries: vec![] },
+        };
         let lite: Vec<Option<LiteReceipt>> =
             req.entries.iter().map(|e| receipt::decode_lite(&keys, &e.receipt_handle, &group, &topic)).collect();
         if lite.iter().any(Option::is_some) {
@@ -152,9 +156,12 @@ impl Proxy {
             let why = format!("invisible duration must be {MIN_INVISIBLE:?} to {MAX_INVISIBLE:?}");
             return refuse(status(Code::IllegalInvisibleTime, why));
         };
-        let keys = self.handle_keys();
+        let keys = match self.handle_keys(&[&req.receipt_handle]).await {
+            Ok(k) => k,
+            Err(s) => return refuse(s),
+        };
         if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
-            return match self.change_lite_invisible(lite, invisible.as_millis() as i64, &topic).await {
+            return match self.change_lite_invisible(&keys, lite, invisible.as_millis() as i64, &topic).await {
                 Ok(receipt_handle) => ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle },
                 Err(s) => refuse(s),
             };
@@ -193,7 +200,10 @@ impl Proxy {
             Ok(names) => names,
             Err(Rejection(s)) => return s,
         };
-        let keys = self.handle_keys();
+        let keys = match self.handle_keys(&[&req.receipt_handle]).await {
+            Ok(k) => k,
+            Err(s) => return s,
+        };
         if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
             return self.dead_letter_lite(lite, &topic, req.lite_topic.as_deref()).await;
         }

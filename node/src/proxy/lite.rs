@@ -7,6 +7,7 @@ use rockraft_proto::rocketmq::{
     receive_message_response::Content,
 };
 
+use crate::auth::handles::HandleKeys;
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::{LiteCommand, LiteDelivery, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name};
 use crate::broker::pop::Delivery;
@@ -156,15 +157,19 @@ impl Proxy {
 
     /// The answer to a lite receive: each delivery read from this node's store, its handle
     /// naming the lite topic, and `lite_topic` set (the clients need it to ack).
-    pub(super) fn stream_lite(&self, p: &ReceiveParams, deliveries: Vec<LiteDelivery>) -> Vec<ReceiveMessageResponse> {
+    pub(super) fn stream_lite(
+        &self,
+        keys: &HandleKeys,
+        p: &ReceiveParams,
+        deliveries: Vec<LiteDelivery>,
+    ) -> Vec<ReceiveMessageResponse> {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
-        let keys = self.handle_keys();
         for d in deliveries {
             match self.cluster.broker().read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
                 Ok(Some(e)) => {
                     let r =
                         LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
-                    let handle = receipt::encode_lite(&keys, &r, &p.group, &p.topic_name);
+                    let handle = receipt::encode_lite(keys, &r, &p.group, &p.topic_name);
                     let as_queue = Delivery {
                         queue_id: e.queue_id,
                         offset: d.offset,
@@ -204,6 +209,7 @@ impl Proxy {
     /// A new invisible time for a lite delivery: the new handle, or why not.
     pub(super) async fn change_lite_invisible(
         &self,
+        keys: &HandleKeys,
         receipt: LiteReceipt,
         invisible_ms: i64,
         topic: &str,
@@ -211,9 +217,7 @@ impl Proxy {
         let group = receipt.group.clone();
         let command = LiteCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms };
         match self.cluster.write(&Command::Lite(command)).await {
-            Ok(Reply::Lite(LiteOutcome::Renewed(d))) => {
-                Ok(receipt::encode_lite(&self.handle_keys(), &d, &group, topic))
-            }
+            Ok(Reply::Lite(LiteOutcome::Renewed(d))) => Ok(receipt::encode_lite(keys, &d, &group, topic)),
             Ok(reply) => Err(outcome_status(reply)),
             Err(e) => Err(write_failed(&e, 0)),
         }

@@ -116,8 +116,14 @@ impl Proxy {
     }
 
     /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
-    /// is answered before then.
-    async fn send(&self, req: SendMessageRequest, namespace: &str, deadline: Option<Duration>) -> SendMessageResponse {
+    /// is answered before then. `sender`: the caller's access key, "" with authentication off.
+    async fn send(
+        &self,
+        req: SendMessageRequest,
+        namespace: &str,
+        sender: &str,
+        deadline: Option<Duration>,
+    ) -> SendMessageResponse {
         let hold = deadline.map_or(DEFAULT_SEND_HOLD, |d| d.saturating_sub(REPLY_MARGIN)).min(MAX_SEND_HOLD);
         let limits = send::Limits {
             max_body_bytes: self.options.max_body_bytes,
@@ -135,12 +141,24 @@ impl Proxy {
         let plan = match send::plan(
             req,
             namespace,
+            sender,
             |t| known.clone().filter(|k| k.name == t),
             &limits,
             |n| self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
         ) {
             Ok(p) => p,
             Err(Rejection(s)) => return SendMessageResponse { status: Some(s), entries: vec![] },
+        };
+        // A send that is handed a transaction id or recall handle needs a key before anything is
+        // stored, so a refused one stores nothing.
+        let keys = match known.as_ref().map(|k| k.kind) {
+            Some(crate::broker::TopicKind::Transaction | crate::broker::TopicKind::Delay) => {
+                match self.handle_keys(&[]).await {
+                    Ok(k) => Some(k),
+                    Err(s) => return SendMessageResponse { status: Some(s), entries: vec![] },
+                }
+            }
+            _ => None,
         };
         let mut batches = plan.batches;
         let results = if batches.len() == 1 {
@@ -154,8 +172,6 @@ impl Proxy {
             futures_util::future::join_all(writes).await
         };
         let mut entries = vec![SendResultEntry::default(); messages];
-        // Read only when a send held something: most sends need no key.
-        let mut keys: Option<HandleKeys> = None;
         let topic = known.as_ref().map(|k| k.name.as_str()).unwrap_or_default();
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
         for (positions, result) in results {
@@ -170,16 +186,15 @@ impl Proxy {
             match outcome {
                 Ok(outcomes) => {
                     for (pos, o) in positions.into_iter().zip(outcomes) {
-                        let (transaction_id, recall_handle) = match o.held {
-                            Some(Held::Half { position }) => {
-                                let keys = keys.get_or_insert_with(|| self.handle_keys());
+                        // Only topics that hold messages hold them, and those have `keys`.
+                        let (transaction_id, recall_handle) = match (o.held, &keys) {
+                            (Some(Held::Half { position }), Some(keys)) => {
                                 (keys.seal(&transaction_id(position), &[topic, &o.message_id]), String::new())
                             }
-                            Some(Held::Timer { due_ms, position }) => {
-                                let keys = keys.get_or_insert_with(|| self.handle_keys());
+                            (Some(Held::Timer { due_ms, position }), Some(keys)) => {
                                 (String::new(), keys.seal(&recall_handle(due_ms, position), &[topic]))
                             }
-                            None => (String::new(), String::new()),
+                            _ => (String::new(), String::new()),
                         };
                         entries[pos] = SendResultEntry {
                             status: Some(ok()),
@@ -208,9 +223,23 @@ impl Proxy {
 type Needs<'a> = &'a [(Action, ResourceKind, &'a str)];
 
 impl Proxy {
-    /// The handle keys as this node has applied them: what handles are sealed and opened with.
-    fn handle_keys(&self) -> HandleKeys {
-        self.cluster.broker().access(HandleKeys::of)
+    /// The handle keys to seal new handles with (`sealed` empty) or to open `sealed` with. A node
+    /// that has applied no key yet, or not the key a handle names, catches up with the leader
+    /// first (a cluster initialised a moment ago, a key rotated a moment ago); with still no key,
+    /// the request is refused with a status the clients retry, and nothing is handed out
+    /// unsealed or accepted unsealed.
+    async fn handle_keys(&self, sealed: &[&str]) -> Result<HandleKeys, rockraft_proto::rocketmq::Status> {
+        let named = sealed.iter().filter_map(|h| HandleKeys::key_id(h)).max();
+        let current =
+            |keys: &Option<HandleKeys>| keys.as_ref().is_some_and(|k| named.is_none_or(|id| id <= k.newest()));
+        let keys = self.cluster.broker().access(HandleKeys::of);
+        if current(&keys) {
+            return keys.ok_or_else(status::no_handle_key);
+        }
+        if let Err(e) = self.cluster.catch_up().await {
+            tracing::debug!(error = %e, "could not catch up before judging a handle");
+        }
+        self.cluster.broker().access(HandleKeys::of).ok_or_else(status::no_handle_key)
     }
 
     /// `None` if the request's caller may do everything `needs` names; else the refusal
@@ -354,11 +383,15 @@ impl MessagingService for Proxy {
             Some(s) => SendMessageResponse { status: Some(s), entries: vec![] },
             None => {
                 let python = language_is(&req, "PYTHON");
+                let sender = match Caller::of(&req) {
+                    Caller::User { access_key, .. } => access_key,
+                    _ => "".into(),
+                };
                 let mut req = req.into_inner();
                 if python {
                     send::forget_python_queue_ids(&mut req);
                 }
-                self.send(req, &ns, deadline).await
+                self.send(req, &ns, &sender, deadline).await
             }
         };
         let topic = self.known_topic(topics.first().map_or("", String::as_str));

@@ -57,7 +57,7 @@ mod tests {
 
     #[test]
     fn handles_round_trip_and_garbage_does_not_parse() {
-        let keys = HandleKeys::default();
+        let keys = crate::auth::handles::tests::test_keys();
         let d = Delivery { queue_id: 3, offset: 42, attempt: 1, generation: 1234, invisible_until_ms: 0 };
         let r = decode(&keys, &encode(&keys, &d, "g", "t"), "g", "t").unwrap();
         assert_eq!((r.queue_id, r.offset, r.generation, r.group.as_str()), (3, 42, 1234, "g"));
@@ -70,7 +70,7 @@ mod tests {
 
     #[test]
     fn lite_handles_round_trip_and_are_not_queue_handles() {
-        let keys = HandleKeys::default();
+        let keys = crate::auth::handles::tests::test_keys();
         let d = LiteReceipt { group: "g".into(), id: 7 << 16, offset: 3, generation: 99 };
         let handle = encode_lite(&keys, &d, "g", "t");
         let r = decode_lite(&keys, &handle, "g", "t").unwrap();

@@ -13,6 +13,7 @@ use rockraft_proto::rocketmq::{
 };
 use tokio::time::Instant;
 
+use crate::auth::handles::HandleKeys;
 use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::{Delivery, Receipt};
@@ -228,11 +229,16 @@ impl Proxy {
                 }
             }
         }
+        // Before anything is popped: a delivery is handed out sealed or not at all.
+        let keys = match self.handle_keys(&[]).await {
+            Ok(k) => k,
+            Err(s) => return status_only(s),
+        };
         match self.poll(&params, deadline).await {
-            Ok(popped) if !popped.lite.is_empty() => self.stream_lite(&params, popped.lite),
+            Ok(popped) if !popped.lite.is_empty() => self.stream_lite(&keys, &params, popped.lite),
             Ok(popped) if popped.deliveries.is_empty() => nothing(),
             Ok(popped) => {
-                let (responses, streamed) = self.stream(&params, popped.deliveries);
+                let (responses, streamed) = self.stream(&keys, &params, popped.deliveries);
                 if req.auto_renew {
                     let receipts = streamed
                         .iter()
@@ -314,14 +320,18 @@ impl Proxy {
 
     /// The responses, and the deliveries they carry: one this node cannot read (it has not
     /// applied it yet, or retention took it) is left to come back after its invisible time.
-    fn stream(&self, p: &ReceiveParams, deliveries: Vec<Delivery>) -> (Vec<ReceiveMessageResponse>, Vec<Delivery>) {
+    fn stream(
+        &self,
+        keys: &HandleKeys,
+        p: &ReceiveParams,
+        deliveries: Vec<Delivery>,
+    ) -> (Vec<ReceiveMessageResponse>, Vec<Delivery>) {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let mut streamed = Vec::new();
-        let keys = self.handle_keys();
         for d in deliveries {
             match self.cluster.broker().read(&p.topic_name, d.queue_id, d.offset) {
                 Ok(Some(e)) => {
-                    let handle = receipt::encode(&keys, &d, &p.group, &p.topic_name);
+                    let handle = receipt::encode(keys, &d, &p.group, &p.topic_name);
                     out.push(ReceiveMessageResponse {
                         content: Some(Content::Message(message(&p.topic, e, &d, handle, p.invisible))),
                     });

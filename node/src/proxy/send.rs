@@ -230,7 +230,7 @@ fn priority_queue(priority: i32, queues: u32) -> u32 {
 }
 
 /// The message as the log stores it; takes the request's fields rather than copying them.
-fn stored(m: Message, limits: &Limits) -> StoredMessage {
+fn stored(m: Message, limits: &Limits, sender: &str) -> StoredMessage {
     let message_type = declared_type(&m);
     let sp = m.system_properties.unwrap_or_default();
     let recovery = sp
@@ -258,6 +258,7 @@ fn stored(m: Message, limits: &Limits) -> StoredMessage {
             _ => 0,
         },
         lite_topic: sp.lite_topic.unwrap_or_default(),
+        sender: sender.to_string(),
     }
 }
 
@@ -271,11 +272,13 @@ pub fn forget_python_queue_ids(req: &mut SendMessageRequest) {
 }
 
 /// Checks `req` and groups its messages by target queue. `topic_of` resolves a qualified topic
-/// name; `next_queue` picks a queue for a message that names none that exists. The batches carry
+/// name; `next_queue` picks a queue for a message that names none that exists; `sender` is the
+/// caller's access key ("" with authentication off), stored with each message. The batches carry
 /// no store time yet: the leader stamps its own when it proposes them.
 pub fn plan(
     req: SendMessageRequest,
     namespace: &str,
+    sender: &str,
     topic_of: impl Fn(&str) -> Option<TopicConfig>,
     limits: &Limits,
     mut next_queue: impl FnMut(u32) -> u32,
@@ -312,7 +315,7 @@ pub fn plan(
         message_ids.push(sp.message_id.clone());
         let entry = by_queue.entry(queue).or_default();
         entry.0.push(i);
-        entry.1.push(stored(m, limits).encode_to_vec().into());
+        entry.1.push(stored(m, limits, sender).encode_to_vec().into());
     }
     let batches = by_queue
         .into_iter()
@@ -373,7 +376,7 @@ mod tests {
     }
 
     fn code(req: &SendMessageRequest) -> i32 {
-        plan(req.clone(), "", topics, &LIMITS, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
+        plan(req.clone(), "", "", topics, &LIMITS, |_| 0).err().map_or(Code::Ok as i32, |r| r.0.code)
     }
 
     #[test]
@@ -429,7 +432,7 @@ mod tests {
         let with_key = |len: usize| {
             let mut m = msg("N", "x", None);
             m.user_properties.insert("p".repeat(len), "v".into());
-            plan(SendMessageRequest { messages: vec![m] }, "", topics, &limits, |_| 0)
+            plan(SendMessageRequest { messages: vec![m] }, "", "", topics, &limits, |_| 0)
                 .err()
                 .map_or(Code::Ok as i32, |r| r.0.code)
         };
@@ -462,11 +465,11 @@ mod tests {
         let req = SendMessageRequest {
             messages: vec![msg("F", "a", Some("g1")), msg("F", "b", Some("g1")), msg("F", "c", Some("g2"))],
         };
-        let p = plan(req.clone(), "", topics, &LIMITS, |_| 0).unwrap();
+        let p = plan(req.clone(), "", "", topics, &LIMITS, |_| 0).unwrap();
         let queue_of = |pos: usize| p.batches.iter().find(|(ps, _)| ps.contains(&pos)).unwrap().1.queue_id;
         assert_eq!(queue_of(0), queue_of(1));
         assert!(p.batches.iter().all(|(_, b)| b.topic == "F"));
-        let again = plan(req, "", topics, &LIMITS, |_| 3).unwrap();
+        let again = plan(req, "", "", topics, &LIMITS, |_| 3).unwrap();
         assert_eq!(
             again.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>(),
             p.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>()
@@ -476,17 +479,17 @@ mod tests {
     #[test]
     fn a_named_queue_is_used_and_a_missing_one_is_picked() {
         let req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
-        assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 1);
+        assert_eq!(plan(req, "", "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 1);
         let mut m = msg("N", "a", None);
         m.system_properties.as_mut().unwrap().queue_id = 9;
         let req = SendMessageRequest { messages: vec![m] };
-        assert_eq!(plan(req, "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
+        assert_eq!(plan(req, "", "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 2);
         let mut req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
         req.messages[0].system_properties.as_mut().unwrap().queue_id = 0;
-        assert_eq!(plan(req.clone(), "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id, 0);
+        assert_eq!(plan(req.clone(), "", "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id, 0);
         forget_python_queue_ids(&mut req);
         assert_eq!(
-            plan(req, "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id,
+            plan(req, "", "", topics, &LIMITS, |_| 3).unwrap().batches[0].1.queue_id,
             3,
             "the Python client's queue 0 names no queue: the broker picks"
         );
@@ -503,7 +506,7 @@ mod tests {
     #[test]
     fn a_lite_message_names_a_legal_lite_topic_of_a_lite_parent_and_keeps_it() {
         let one = |m: Message| SendMessageRequest { messages: vec![m] };
-        let p = plan(one(lite("L", "a", Some("session-42_x"))), "", topics, &LIMITS, |_| 2).unwrap();
+        let p = plan(one(lite("L", "a", Some("session-42_x"))), "", "", topics, &LIMITS, |_| 2).unwrap();
         let stored = StoredMessage::decode(p.batches[0].1.messages[0].clone()).unwrap();
         assert_eq!((stored.lite_topic.as_str(), stored.message_type), ("session-42_x", MessageType::Lite as i32));
         for bad in ["", "a b", "a/b", "ü", &"x".repeat(65)] {
@@ -535,7 +538,7 @@ mod tests {
     fn a_priority_message_goes_to_its_priority_queue_and_keeps_its_priority() {
         let one = |m: Message| SendMessageRequest { messages: vec![m] };
         for (priority, queue) in [(0, 0), (2, 2), (3, 3), (4, 3), (i32::MAX, 3)] {
-            let p = plan(one(prioritized("P", "a", Some(priority))), "", topics, &LIMITS, |_| 1).unwrap();
+            let p = plan(one(prioritized("P", "a", Some(priority))), "", "", topics, &LIMITS, |_| 1).unwrap();
             let batch = &p.batches[0].1;
             assert_eq!(batch.queue_id, queue, "priority {priority}: the client's queue 1 is not used");
             let stored = StoredMessage::decode(batch.messages[0].clone()).unwrap();
@@ -545,7 +548,7 @@ mod tests {
             );
         }
         // Without a priority, a priority topic's message takes the queue it names, like any.
-        let p = plan(one(prioritized("P", "a", None)), "", topics, &LIMITS, |_| 2).unwrap();
+        let p = plan(one(prioritized("P", "a", None)), "", "", topics, &LIMITS, |_| 2).unwrap();
         assert_eq!(p.batches[0].1.queue_id, 1);
     }
 

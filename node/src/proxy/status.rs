@@ -32,6 +32,12 @@ pub fn write_failed(e: &ClusterError, messages: usize) -> Status {
     status(code, e.to_string())
 }
 
+/// This node has no handle key yet (the cluster was initialised a moment ago): clients treat
+/// 5000x as retriable, and by their next attempt the first key is in place.
+pub fn no_handle_key() -> Status {
+    status(Code::HaNotAvailable, "no handle key yet (the cluster was initialised a moment ago); try again")
+}
+
 /// A pop or dead letter that failed.
 pub fn pop_failed(e: &PopError) -> Status {
     let code = match e {

@@ -37,7 +37,10 @@ impl Proxy {
             Ok(t) => t,
             Err(s) => return s,
         };
-        let keys = self.handle_keys();
+        let keys = match self.handle_keys(&[&req.transaction_id]).await {
+            Ok(k) => k,
+            Err(s) => return s,
+        };
         let opened = keys.open(&req.transaction_id, &[&topic, &req.message_id]);
         let Some(position) = opened.and_then(parse_transaction_id) else {
             return status(Code::InvalidTransactionId, format!("{:?} is not a transaction id", req.transaction_id));
@@ -74,7 +77,10 @@ impl Proxy {
             Ok(t) => t,
             Err(s) => return answer(s, String::new()),
         };
-        let keys = self.handle_keys();
+        let keys = match self.handle_keys(&[&req.recall_handle]).await {
+            Ok(k) => k,
+            Err(s) => return answer(s, String::new()),
+        };
         let Some(timer) = keys.open(&req.recall_handle, &[&topic]).and_then(parse_recall_handle) else {
             return answer(status(Code::BadRequest, "not a recall handle"), String::new());
         };

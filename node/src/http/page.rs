@@ -436,6 +436,18 @@ mod tests {
             changes: vec![],
             failovers: vec![],
             now_ms: 0,
+            insecure: vec![],
         }
+    }
+
+    /// What `allow_insecure` let through is on every page, in red, its text escaped.
+    #[test]
+    fn each_listener_served_open_is_a_red_line() {
+        let mut view = empty_view();
+        assert!(!render(&view, &At::default()).contains("insecure"));
+        view.insecure = vec!["admin_addr 0.0.0.0:7081 is <open>".into()];
+        let page = render(&view, &At::default());
+        assert!(page.contains("<p class=\"bad insecure\">"), "{page}");
+        assert!(page.contains("admin_addr 0.0.0.0:7081 is &lt;open&gt;"), "{page}");
     }
 }

@@ -1024,8 +1024,14 @@ pub fn main() -> i32 {
     if matches!(cli.command, Top::Node { .. }) {
         let logs = tracing_subscriber::fmt()
             .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+                // openraft warns of every failed replication call and heartbeat (ten a second to a
+                // member that is down, thousands to one that refuses us); the member's gate
+                // (`raft::refusals`) says so instead, once per change and once a minute.
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(
+                        "info,openraft=warn,openraft::replication=error,openraft::core::heartbeat=error",
+                    )
+                }),
             )
             .with_writer(std::io::stderr)
             // A span's end is one line (at the span's level): requests at debug (`node.rs`).

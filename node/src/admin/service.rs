@@ -628,6 +628,10 @@ impl AdminServer {
                 .collect(),
             clock: self.cluster.clock_report(),
             disk: Box::new(NodeDisk { here: self.cluster.disk_here(), cluster: self.cluster.disk_report() }),
+            refused_by: membership
+                .nodes()
+                .filter_map(|(id, n)| Some((*id, self.cluster.refusals().refusing(&n.raft_addr)?)))
+                .collect(),
         }
     }
 }

@@ -158,6 +158,9 @@ async fn learner_reached(cluster: &Cluster, id: crate::raft::NodeId, raft_addr: 
             return Ok(());
         }
         let stays = "it stays a learner: fix it and run add-node again, or remove-node it";
+        if !cluster.is_leader() {
+            return Err(format!("leadership moved while node {id} was being added; {stays}"));
+        }
         if let Some(why) = cluster.refusals().refusing(raft_addr) {
             return Err(format!("node {id} at {raft_addr} refuses this node ({why}); {stays}"));
         }

@@ -196,12 +196,15 @@ impl Gate {
     /// The member answered a call without refusing it.
     pub fn answered(&self) {
         let mut s = self.state();
-        let who = self.who(s.id);
         if let Some(r) = s.refusing.take() {
-            tracing::info!("{who} accepts this node again ({} refusals since the last report)", r.unlogged + 1);
+            tracing::info!(
+                "{} accepts this node again ({} refusals since the last report)",
+                self.who(s.id),
+                r.unlogged + 1
+            );
         }
         if !s.reached_since && s.unreachable_logged.is_some() {
-            tracing::info!("{who} answers again");
+            tracing::info!("{} answers again", self.who(s.id));
         }
         s.reached_since = true;
     }

@@ -26,7 +26,7 @@ export ROCKRAFT_HTTP_PORT_BASE="${ROCKRAFT_HTTP_PORT_BASE:-26080}"
 admin() { echo "127.0.0.1:$((ROCKRAFT_ADMIN_PORT_BASE + $1))"; }
 
 scripts/cluster.sh start > /dev/null
-trap 'kill "${impostor:-0}" 2> /dev/null || true; scripts/cluster.sh stop' EXIT
+trap 'kill "${impostor:-0}" 2> /dev/null || true; scripts/cluster.sh stop; rm -rf "$ROCKRAFT_DATA" "$work/impostor"' EXIT
 leader=$("$bin" --endpoint "$(admin 1)" cluster status | awk '$3 == "Leader" { print $1 }')
 follower=$((leader % 3 + 1))
 leader_pid=$(cat "$ROCKRAFT_DATA/node$leader/pid")

@@ -5,6 +5,11 @@
 #                                  wait for a leader
 #   scripts/cluster.sh start --auth  the same with authentication on: an admin user is made and
 #                                  its keys printed (kept in ./data/admin_credentials)
+#   scripts/cluster.sh start --tls   the same with TLS: a CA and a certificate per node are made
+#                                  (./data/tls, openssl); client and admin ports on TLS, the raft
+#                                  ports on mutual TLS (members present certificates the CA
+#                                  signed); the CLI needs --tls-ca ./data/tls/ca.pem. Combines
+#                                  with --auth.
 #   scripts/cluster.sh stop        SIGTERM every node (leadership is handed over first)
 #   scripts/cluster.sh status      each member's role, term, indexes and lag
 #   scripts/cluster.sh kill N      SIGKILL node N
@@ -44,6 +49,7 @@ raft_addr() { echo "127.0.0.1:$((raft_base + $1))"; }
 admin_addr() { echo "127.0.0.1:$((admin_base + $1))"; }
 http_addr() { echo "127.0.0.1:$((http_base + $1))"; }
 credentials_file="$data/admin_credentials"
+tls_dir="$data/tls"
 
 build() {
   # A given binary is used as it is.
@@ -79,6 +85,35 @@ make_admin_credentials() {
     (umask 077 && echo "admin $(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')" > "$credentials_file")
   fi
 }
+
+# `--tls`: a CA and a certificate for each node (127.0.0.1 and localhost) it signed, made once per
+# data directory; keys readable by their owner only.
+make_certificates() {
+  [ -s "$tls_dir/ca.pem" ] && return
+  command -v openssl > /dev/null || { echo "--tls needs openssl" >&2; exit 1; }
+  mkdir -p "$data"
+  (
+    umask 077
+    mkdir -p "$tls_dir"
+    chmod 700 "$tls_dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls_dir/ca.key" \
+      -out "$tls_dir/ca.pem" -days 825 -subj "/CN=RockRaft quick-start CA" 2> /dev/null
+    printf "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n" \
+      > "$tls_dir/node.ext"
+    for n in $(seq "$nodes"); do
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls_dir/node$n.key" \
+        -out "$tls_dir/node$n.csr" -subj "/CN=rockraft node $n" 2> /dev/null
+      openssl x509 -req -in "$tls_dir/node$n.csr" -CA "$tls_dir/ca.pem" -CAkey "$tls_dir/ca.key" \
+        -CAcreateserial -out "$tls_dir/node$n.pem" -days 825 -extfile "$tls_dir/node.ext" 2> /dev/null
+      rm -f "$tls_dir/node$n.csr"
+    done
+  )
+}
+
+# The CLI trusts the quick start's CA when the cluster has one.
+if [ -s "$tls_dir/ca.pem" ] && [ -z "${ROCKRAFT_TLS_CA:-}" ]; then
+  export ROCKRAFT_TLS_CA="$tls_dir/ca.pem"
+fi
 
 # The CLI signs with the admin credential when the cluster has one.
 use_admin_credentials() {
@@ -116,7 +151,15 @@ write_config() {
       echo "admin_access_key = \"$key\""
       echo "admin_secret_key = \"$secret\""
     fi
-    if [ -n "${ROCKRAFT_TLS_CERT:-}" ]; then
+    if [ -s "$tls_dir/ca.pem" ]; then
+      # The node's own certificate serves the client and admin ports and is what it presents to
+      # the other members; with peer_ca_file the raft port takes only certificates this CA signed.
+      echo
+      echo "[tls]"
+      echo "cert_file = \"$tls_dir/node$n.pem\""
+      echo "key_file = \"$tls_dir/node$n.key\""
+      echo "peer_ca_file = \"$tls_dir/ca.pem\""
+    elif [ -n "${ROCKRAFT_TLS_CERT:-}" ]; then
       echo
       echo "[tls]"
       echo "cert_file = \"$ROCKRAFT_TLS_CERT\""
@@ -169,16 +212,27 @@ any_endpoint() {
   admin_addr 1
 }
 
-case "${2:-}" in
-  --auth)
-    [ "${1:-}" = start ] || { echo "--auth goes with start" >&2; exit 2; }
-    if [ -f "$(node_dir 1)/config.toml" ] && [ ! -s "$credentials_file" ]; then
-      echo "$data holds a cluster made without --auth; remove it (or add [auth] to each config by hand)" >&2
-      exit 1
-    fi
-    make_admin_credentials
-    ;;
-esac
+for flag in "${@:2}"; do
+  case "$flag" in
+    --auth)
+      [ "${1:-}" = start ] || { echo "--auth goes with start" >&2; exit 2; }
+      if [ -f "$(node_dir 1)/config.toml" ] && [ ! -s "$credentials_file" ]; then
+        echo "$data holds a cluster made without --auth; remove it (or add [auth] to each config by hand)" >&2
+        exit 1
+      fi
+      make_admin_credentials
+      ;;
+    --tls)
+      [ "${1:-}" = start ] || { echo "--tls goes with start" >&2; exit 2; }
+      if [ -f "$(node_dir 1)/config.toml" ] && [ ! -s "$tls_dir/ca.pem" ]; then
+        echo "$data holds a cluster made without --tls; remove it (or add [tls] to each config by hand)" >&2
+        exit 1
+      fi
+      make_certificates
+      export ROCKRAFT_TLS_CA="$tls_dir/ca.pem"
+      ;;
+  esac
+done
 use_admin_credentials
 
 case "${1:-}" in
@@ -201,6 +255,10 @@ case "${1:-}" in
     if [ -s "$credentials_file" ]; then
       echo "Authentication is on. Admin access key: $ROCKRAFT_ACCESS_KEY  secret key: $ROCKRAFT_SECRET_KEY"
       echo "  (also in $credentials_file; the CLI reads ROCKRAFT_ACCESS_KEY / ROCKRAFT_SECRET_KEY)"
+    fi
+    if [ -s "$tls_dir/ca.pem" ]; then
+      echo "TLS is on (client and admin ports; members over mutual TLS on the raft ports). CA: $tls_dir/ca.pem"
+      echo "  (the CLI: --tls-ca $tls_dir/ca.pem or ROCKRAFT_TLS_CA; Python and Node: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)"
     fi
     echo "Data and logs: $data"
     ;;
@@ -237,7 +295,7 @@ case "${1:-}" in
     echo "node $n is running"
     ;;
   *)
-    echo "usage: $0 start [--auth]|stop|status|kill N|restart N" >&2
+    echo "usage: $0 start [--auth] [--tls]|stop|status|kill N|restart N" >&2
     exit 2
     ;;
 esac

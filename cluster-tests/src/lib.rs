@@ -68,6 +68,8 @@ pub struct Cluster {
     pub admin: Option<Credentials>,
     /// The CA that signed the nodes' certificates, when started with `Options::tls`.
     pub tls_ca: Option<PathBuf>,
+    /// That CA, to sign more certificates with (nodes added later).
+    pub ca: Option<TestCa>,
     /// The nodes' private network, for a cluster started with `Options::network` where the
     /// kernel allows it: partitions go through it.
     pub network: Option<Network>,
@@ -93,6 +95,9 @@ pub struct Options {
     /// TLS on the client and admin listeners, with a certificate for 127.0.0.1 and localhost
     /// signed by a CA made for this cluster (`Cluster::tls_ca`).
     pub tls: bool,
+    /// Members over mutual TLS on the raft port (`[tls] peer_ca_file`, implies `tls`), and no
+    /// cluster secret.
+    pub member_tls: bool,
     /// Each node in a network namespace of its own, so links can be cut (`Cluster::network`);
     /// on loopback, with a message saying why, where namespaces cannot be made.
     pub network: bool,
@@ -136,26 +141,50 @@ pub fn small_disks_allowed() -> Result<(), String> {
     SmallDisk::mount(&dir.path().join("probe"), 1).map(drop)
 }
 
+/// A certificate authority made for a test, which signs node certificates.
+pub struct TestCa {
+    /// Its certificate, PEM.
+    pub cert: PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    /// A new CA, its certificate written to `dir/ca.pem`.
+    pub fn new(dir: &Path) -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(DnType::CommonName, "RockRaft test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let cert = dir.join("ca.pem");
+        std::fs::create_dir_all(dir).expect("CA dir");
+        std::fs::write(&cert, ca_cert.pem()).expect("write CA");
+        TestCa { cert, issuer: Issuer::new(ca_params, ca_key) }
+    }
+
+    /// A certificate for `names` (IP addresses become IP SANs) signed by this CA, written to
+    /// `dir/<file>.pem` and `dir/<file>.key`; returns (certificate, key).
+    pub fn issue(&self, dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+        use rcgen::{CertificateParams, DnType, KeyPair};
+        let key = KeyPair::generate().expect("node key");
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("node params");
+        params.distinguished_name.push(DnType::CommonName, "rockraft node");
+        let cert = params.signed_by(&key, &self.issuer).expect("node certificate");
+        let paths = (dir.join(format!("{file}.pem")), dir.join(format!("{file}.key")));
+        std::fs::write(&paths.0, cert.pem()).expect("write certificate");
+        std::fs::write(&paths.1, key.serialize_pem()).expect("write key");
+        paths
+    }
+}
+
 /// Makes a CA and a certificate for 127.0.0.1 and localhost signed by it, in `dir`; returns the
 /// paths of (CA certificate, node certificate, node key), PEM.
 pub fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "RockRaft test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let node_key = KeyPair::generate().expect("node key");
-    let mut node_params =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("node params");
-    node_params.distinguished_name.push(DnType::CommonName, "rockraft node");
-    let node_cert = node_params.signed_by(&node_key, &issuer).expect("node certificate");
-    let paths = (dir.join("ca.pem"), dir.join("node.pem"), dir.join("node.key"));
-    std::fs::write(&paths.0, ca_cert.pem()).expect("write CA");
-    std::fs::write(&paths.1, node_cert.pem()).expect("write certificate");
-    std::fs::write(&paths.2, node_key.serialize_pem()).expect("write key");
-    paths
+    let ca = TestCa::new(dir);
+    let (cert, key) = ca.issue(dir, "node", &["127.0.0.1", "localhost"]);
+    (ca.cert, cert, key)
 }
 
 /// A fresh cluster secret: 48 hex digits from the standard library's random hash keys.
@@ -167,7 +196,7 @@ fn new_secret() -> String {
 /// A port for a test node: below the kernel's ephemeral range (32768-60999 by default), so no
 /// connection this machine opens is given it as its own port (say while its node is down for a
 /// restart), and handed out once per process, so two nodes never get the same one.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     const FIRST: u32 = 20_000;
     const SPAN: u32 = 12_000;
     static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
@@ -266,16 +295,27 @@ impl Cluster {
             ),
             None => String::new(),
         };
-        let (tls_ca, tls) = match options.tls {
+        let (ca, tls) = match options.tls || options.member_tls {
             true => {
-                let (ca, cert, key) = make_certificates(dir.path());
-                (Some(ca), format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert.display(), key.display()))
+                let ca = TestCa::new(dir.path());
+                let (cert, key) = ca.issue(dir.path(), "node", &["127.0.0.1", "localhost"]);
+                let mut tls = format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert.display(), key.display());
+                if options.member_tls {
+                    tls += &format!("peer_ca_file = \"{}\"\n", ca.cert.display());
+                }
+                (Some(ca), tls)
             }
             false => (None, String::new()),
         };
         // Nodes on a private network with authentication off serve their admin ports beyond
         // loopback: said explicitly, as a deployment would have to.
         let insecure = if network.is_some() && admin.is_none() { "allow_insecure = true\n" } else { "" };
+        let tls_ca = ca.as_ref().map(|c| c.cert.clone());
+        // With mutual TLS the certificate is what makes a member: no secret.
+        let secret_line = match options.member_tls {
+            true => String::new(),
+            false => format!("cluster_secret = \"{secret}\""),
+        };
         let mut mounts = Vec::new();
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
@@ -283,7 +323,7 @@ impl Cluster {
                 mounts.push(SmallDisk::mount(&node.data_dir, mib).expect("a small filesystem for the node's data"));
             }
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ncluster_secret = \"{secret}\"\n{insecure}{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\n{secret_line}\n{insecure}{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
@@ -299,7 +339,7 @@ impl Cluster {
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
         let mut cluster =
-            Cluster { nodes, secret, admin, tls_ca, network, bin: node_binary(), _mounts: mounts, _dir: dir };
+            Cluster { nodes, secret, admin, tls_ca, ca, network, bin: node_binary(), _mounts: mounts, _dir: dir };
         for id in 1..=n {
             cluster.spawn_with(id, options.failpoints.as_deref());
         }

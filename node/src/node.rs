@@ -20,7 +20,7 @@ use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 use crate::admin::{AdminServer, NodeConfig};
 use crate::auth::connections::ConnectionCap;
 use crate::auth::gate::ClientGate;
-use crate::auth::member::{Attach, Check};
+use crate::auth::member::{Check, MemberCredentials};
 use crate::auth::{AdminsOnly, Authenticator};
 use crate::broker::transaction::TransactionChecker;
 use crate::broker::{Broker, BrokerOptions};
@@ -30,7 +30,7 @@ use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
-use crate::raft::{LogStore, Network, Raft, RaftServer, StateMachine};
+use crate::raft::{Dialer, LogStore, Network, Raft, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
 
@@ -100,8 +100,14 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         .map_err(|e| e.to_string())?
         .with_meters(meters.clone());
     let raft_config = Arc::new(raft_config(&config)?);
-    let network = Network { attach: Attach::new(config.cluster_secret.as_ref()) };
-    if config.cluster_secret.is_none() {
+    // One dialer for Raft and every other call to a member, so they share each member's
+    // refusal gate.
+    let dialer = Dialer {
+        credentials: MemberCredentials::new(config.cluster_secret.as_ref(), config.tls.member()?),
+        refusals: Default::default(),
+    };
+    let network = Network { dialer: dialer.clone() };
+    if config.cluster_secret.is_none() && config.tls.peer_ca_file.is_none() {
         tracing::warn!(
             raft = %config.raft_addr,
             "no cluster_secret configured: the raft port accepts calls from anyone who can reach it"
@@ -114,7 +120,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         node_id: config.node_id,
         max_entry_bytes: max_entry_bytes(config.storage.segment_size),
         plugins: Arc::clone(&plugins),
-        attach: Attach::new(config.cluster_secret.as_ref()),
+        dialer,
         election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
         meters,
         data_dir: config.data_dir.clone(),
@@ -190,6 +196,7 @@ fn request_span(req: &tonic::codegen::http::Request<()>) -> tracing::Span {
 pub async fn run(config: NodeConfig) -> Result<(), String> {
     // Read before anything is opened, so a bad certificate stops the node at once.
     let tls = config.tls.server()?;
+    let member_tls = config.tls.member()?;
     let node = open(config).await?;
     let config = Arc::clone(&node.config);
     let raft_addr = config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
@@ -206,12 +213,17 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     };
     let cluster = &node.cluster;
     let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
-    // Members only: the secret is checked before a request is decoded.
-    let members_only = Check::new(config.cluster_secret.as_ref());
+    // Members only: the certificate (mutual TLS) or the secret is checked before a request is
+    // decoded.
+    let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
     let raft_service = RaftServiceServer::new(RaftServer::new(cluster.raft().clone(), cluster.leader_contact()))
         .max_decoding_message_size(max);
     let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
-    let raft_server = server_builder()
+    let mut raft_builder = match &member_tls {
+        Some(t) => server_builder().tls_config(t.server()).map_err(|e| format!("[tls] peer_ca_file: {e}"))?,
+        None => server_builder(),
+    };
+    let raft_server = raft_builder
         .add_service(InterceptedService::new(raft_service, members_only.clone()))
         .add_service(InterceptedService::new(peer_service, members_only.clone()))
         .add_service(InterceptedService::new(admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES), members_only))
@@ -276,6 +288,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         advertised = %config.advertised_client_addr(),
         auth = config.auth.enabled,
         tls = tls.is_some(),
+        member_tls = member_tls.is_some(),
         "node started"
     );
 

@@ -312,6 +312,10 @@ pub struct NodeStatus {
     /// This node's free space now, and the voters' as it read them last, with the alarm.
     #[serde(default)]
     pub disk: Box<NodeDisk>,
+    /// The members that refuse this node's calls (another cluster secret, a certificate they do
+    /// not take), and why.
+    #[serde(default)]
+    pub refused_by: std::collections::BTreeMap<NodeId, String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -312,9 +312,10 @@ impl NodeConfig {
         crate::auth::at_rest::warn_if_open(&held);
     }
 
-    /// Whether calls to the raft port must prove membership.
+    /// Whether calls to the raft port must prove membership: the cluster secret, or a
+    /// certificate the cluster's CA signed.
     pub fn members_authenticated(&self) -> bool {
-        self.cluster_secret.is_some()
+        self.cluster_secret.is_some() || self.tls.peer_ca_file.is_some()
     }
 
     /// The listeners that grant everything to whoever reaches them from the network: what
@@ -323,8 +324,8 @@ impl NodeConfig {
         let mut open = Vec::new();
         if !self.members_authenticated() && !is_loopback(&self.raft_addr) {
             open.push(format!(
-                "raft_addr {} is reachable from the network without a cluster secret: any caller may act as a \
-                 member (append to the log, vote, change anything)",
+                "raft_addr {} is reachable from the network without a cluster secret or [tls] peer_ca_file: any \
+                 caller may act as a member (append to the log, vote, change anything)",
                 self.raft_addr
             ));
         }
@@ -389,8 +390,9 @@ impl NodeConfig {
         }
         self.auth.validate()?;
         if self.auth.enabled && !self.members_authenticated() {
-            return Err("[auth] enabled needs a cluster_secret (or cluster_secret_file): without one the raft port \
-                 serves every member call, the operator API included, to anyone who reaches it"
+            return Err("[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \
+                 members over mutual TLS): without one the raft port serves every member call, the operator API \
+                 included, to anyone who reaches it"
                 .into());
         }
         let open = self.insecure_listeners();
@@ -556,6 +558,12 @@ mod tests {
         let admin_open = at(secret).unwrap_err();
         assert!(admin_open.contains("admin_addr") && !admin_open.contains("raft_addr"), "{admin_open}");
         at(&format!("{secret}[auth]\nenabled = true\n")).unwrap();
+        // Mutual TLS between members proves membership as the secret does.
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key, ca) = (dir.path().join("n.pem"), dir.path().join("n.key"), dir.path().join("ca.pem"));
+        let mtls =
+            format!("[auth]\nenabled = true\n[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\npeer_ca_file = {ca:?}\n");
+        at(&mtls).unwrap();
         at("allow_insecure = true\n").unwrap();
         let config: NodeConfig =
             toml::from_str("node_id = 1\nraft_addr = \"0.0.0.0:9081\"\nallow_insecure = true").unwrap();

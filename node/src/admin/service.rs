@@ -147,6 +147,36 @@ where
     serde_json::from_slice(&reply.into_inner().json).map_err(|e| e.to_string())
 }
 
+/// How long `AddNode` waits for the new learner to take the log before it gives up.
+const LEARNER_CONTACT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until the learner `id` has taken part of the log, so it is known to be reachable and to
+/// accept this node (with mutual TLS: its certificate names `raft_addr`). openraft's own wait
+/// counts a learner that is within 5000 entries as caught up, even one that never answered.
+async fn learner_reached(cluster: &Cluster, id: crate::raft::NodeId, raft_addr: &str) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + LEARNER_CONTACT;
+    loop {
+        let matched = cluster.metrics().replication.as_ref().and_then(|r| r.get(&id).cloned()).flatten();
+        if matched.is_some() {
+            return Ok(());
+        }
+        let stays = "it stays a learner: fix it and run add-node again, or remove-node it";
+        if !cluster.is_leader() {
+            return Err(format!("leadership moved while node {id} was being added; {stays}"));
+        }
+        if let Some(why) = cluster.refusals().refusing(raft_addr) {
+            return Err(format!("node {id} at {raft_addr} refuses this node ({why}); {stays}"));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "node {id} at {raft_addr} has taken no entry within {LEARNER_CONTACT:?} (is it running, reachable, and \
+                 does its certificate name that address?); {stays}"
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 impl AdminServer {
     pub async fn handle(&self, req: AdminRequest) -> AdminResponse {
         let cluster = &self.cluster;
@@ -166,10 +196,14 @@ impl AdminServer {
                 if let Err(e) = super::config::check_dialable(&client_addr) {
                     return AdminResponse::Error(format!("client_addr: {e}"));
                 }
-                let info = NodeInfo { raft_addr, client_addr, admin_addr };
-                match raft.add_learner(id, info, true).await {
+                let info = NodeInfo { raft_addr: raft_addr.clone(), client_addr, admin_addr };
+                let added = match raft.add_learner(id, info, true).await {
                     Err(e) => Err(e.to_string()),
-                    Ok(_) => {
+                    Ok(_) => learner_reached(cluster, id, &raft_addr).await,
+                };
+                match added {
+                    Err(e) => Err(e),
+                    Ok(()) => {
                         let mut voters: BTreeSet<u64> = cluster.metrics().membership_config.voter_ids().collect();
                         voters.insert(id);
                         raft.change_membership(voters, false)
@@ -623,6 +657,10 @@ impl AdminServer {
                 .collect(),
             clock: self.cluster.clock_report(),
             disk: Box::new(NodeDisk { here: self.cluster.disk_here(), cluster: self.cluster.disk_report() }),
+            refused_by: membership
+                .nodes()
+                .filter_map(|(id, n)| Some((*id, self.cluster.refusals().refusing(&n.raft_addr)?)))
+                .collect(),
         }
     }
 }

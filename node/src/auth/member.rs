@@ -5,6 +5,11 @@
 //! planning, read index, producer asks) or the operator requests members forward to the leader.
 //!
 //! A node configured without a secret accepts every caller on that port, and says so at start.
+//!
+//! With `[tls] peer_ca_file` the raft port is on mutual TLS instead (`auth::tls`): the handshake
+//! admits only callers whose certificate the cluster's CA signed, and that is the membership
+//! check. The secret is then neither needed nor checked (a member still attaches it when one is
+//! configured, harmless inside TLS): one check, not two that could disagree during a rollout.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,6 +19,8 @@ use subtle::ConstantTimeEq;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
+
+use crate::auth::tls::MemberTls;
 
 /// The header that carries the cluster secret.
 pub const SECRET_HEADER: &str = "x-rockraft-cluster-secret";
@@ -76,25 +83,59 @@ impl Interceptor for Attach {
     }
 }
 
-/// Refuses calls without the secret (a server-side interceptor); with no secret configured,
-/// accepts every call.
+/// How this node proves it is a member to the others: the secret it attaches, and with mutual
+/// TLS the certificate it presents (and the CA it trusts for theirs).
+#[derive(Clone, Default, Debug)]
+pub struct MemberCredentials {
+    pub attach: Attach,
+    pub tls: Option<MemberTls>,
+}
+
+impl MemberCredentials {
+    pub fn new(secret: Option<&ClusterSecret>, tls: Option<MemberTls>) -> MemberCredentials {
+        MemberCredentials { attach: Attach::new(secret), tls }
+    }
+}
+
+/// Refuses calls from non-members (a server-side interceptor).
 #[derive(Clone, Default)]
-pub struct Check(Option<ClusterSecret>);
+pub enum Check {
+    /// No secret configured and no mutual TLS: every call is accepted.
+    #[default]
+    Open,
+    /// Calls must carry the secret.
+    Secret(ClusterSecret),
+    /// The listener is on mutual TLS: the handshake checked the caller's certificate against the
+    /// cluster's CA; a call that did not come over such a connection is refused.
+    Certificate,
+}
 
 impl Check {
-    pub fn new(secret: Option<&ClusterSecret>) -> Check {
-        Check(secret.cloned())
+    pub fn new(secret: Option<&ClusterSecret>, mutual_tls: bool) -> Check {
+        match (mutual_tls, secret) {
+            (true, _) => Check::Certificate,
+            (false, Some(s)) => Check::Secret(s.clone()),
+            (false, None) => Check::Open,
+        }
     }
 }
 
 impl Interceptor for Check {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.0 else { return Ok(request) };
-        let given = request.metadata().get(SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-        if bool::from(given.ct_eq(expected.0.as_bytes())) {
-            Ok(request)
-        } else {
-            Err(Status::unauthenticated("not a member of this cluster: the cluster secret is missing or wrong"))
+        match self {
+            Check::Open => Ok(request),
+            Check::Secret(expected) => {
+                let given = request.metadata().get(SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+                if bool::from(given.ct_eq(expected.0.as_bytes())) {
+                    Ok(request)
+                } else {
+                    Err(Status::unauthenticated("not a member of this cluster: the cluster secret is missing or wrong"))
+                }
+            }
+            Check::Certificate => match request.peer_certs() {
+                Some(certs) if !certs.is_empty() => Ok(request),
+                _ => Err(Status::unauthenticated("not a member of this cluster: no certificate from the cluster's CA")),
+            },
         }
     }
 }
@@ -114,7 +155,7 @@ mod tests {
     #[test]
     fn only_calls_carrying_the_secret_pass() {
         let secret = ClusterSecret::new("0123456789abcdef0123").unwrap();
-        let mut check = Check::new(Some(&secret));
+        let mut check = Check::new(Some(&secret), false);
         assert!(check.call(with(Some("0123456789abcdef0123"))).is_ok());
         for wrong in [None, Some(""), Some("0123456789abcdef012"), Some("0123456789abcdef01234"), Some("x")] {
             let refused = check.call(with(wrong)).expect_err("refused");
@@ -125,7 +166,20 @@ mod tests {
         assert!(check.call(attached).is_ok());
         // A node without a secret accepts anyone, and attaches nothing.
         assert!(Check::default().call(with(None)).is_ok());
+        assert!(Check::new(None, false).call(with(None)).is_ok());
         assert!(Attach::default().call(Request::new(())).unwrap().metadata().get(SECRET_HEADER).is_none());
+    }
+
+    #[test]
+    fn on_mutual_tls_a_call_needs_a_certificate_and_the_secret_alone_does_not_do() {
+        let secret = ClusterSecret::new("0123456789abcdef0123").unwrap();
+        // A request that did not come over a verified TLS connection carries no certificates.
+        for check in [Check::new(Some(&secret), true), Check::new(None, true)] {
+            for given in [None, Some("0123456789abcdef0123")] {
+                let refused = check.clone().call(with(given)).expect_err("refused");
+                assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+            }
+        }
     }
 
     #[test]

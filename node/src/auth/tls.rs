@@ -1,9 +1,15 @@
-//! TLS on the client and admin listeners (rustls through tonic), and the CLI's side of it.
+//! TLS on the client and admin listeners (rustls through tonic), the CLI's side of it, and
+//! mutual TLS between members on the raft port.
 //!
 //! A node reads its certificate chain and key (PEM) at start; a renewed certificate is taken up
 //! by restarting the node (one at a time: the others keep serving). Signatures travel in headers
 //! and sign only a date, so TLS is what keeps them from being read and replayed on a shared
 //! network.
+//!
+//! With `peer_ca_file`, the raft port asks every caller for a certificate signed by that CA, and
+//! this node dials other members over TLS with its own certificate, trusting that CA alone and
+//! checking that the member's certificate names the address it was dialled at: a member is
+//! whoever holds a certificate the cluster's CA signed for its raft address.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +25,42 @@ pub struct TlsConfig {
     pub cert_file: Option<PathBuf>,
     /// Its private key, PEM.
     pub key_file: Option<PathBuf>,
+    /// The CA (PEM) that signs the members' certificates: puts the raft port on mutual TLS. Needs
+    /// `cert_file` and `key_file`, which this node then also presents to the members it dials.
+    pub peer_ca_file: Option<PathBuf>,
+}
+
+/// What mutual TLS between members takes: the raft listener's settings and the settings every
+/// channel to another member dials with.
+#[derive(Clone)]
+pub struct MemberTls {
+    identity: Identity,
+    ca: Certificate,
+}
+
+impl std::fmt::Debug for MemberTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemberTls(<certificates>)")
+    }
+}
+
+impl MemberTls {
+    /// The raft listener: this node's certificate, and callers must present one the CA signed.
+    pub fn server(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new().identity(self.identity.clone()).client_ca_root(self.ca.clone())
+    }
+
+    /// A channel to the member at `host` (the host part of its raft address): its certificate must
+    /// be signed by the CA and name `host` (an IP address needs an IP SAN), and this node presents
+    /// its own.
+    pub fn client(&self, host: &str) -> ClientTlsConfig {
+        ClientTlsConfig::new().ca_certificate(self.ca.clone()).identity(self.identity.clone()).domain_name(host)
+    }
+}
+
+/// The host part of `host:port` (brackets of an IPv6 address removed).
+pub fn host_of(addr: &str) -> &str {
+    addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']'])
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
@@ -28,6 +70,24 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
 impl TlsConfig {
     /// The listeners' TLS settings, or `None` when TLS is off; an error names the file at fault.
     pub fn server(&self) -> Result<Option<ServerTlsConfig>, String> {
+        Ok(self.identity()?.map(|identity| ServerTlsConfig::new().identity(identity)))
+    }
+
+    /// Mutual TLS between members, or `None` without `peer_ca_file`; an error names the file or
+    /// key at fault.
+    pub fn member(&self) -> Result<Option<MemberTls>, String> {
+        let Some(ca_file) = &self.peer_ca_file else { return Ok(None) };
+        let identity = self.identity()?.ok_or(
+            "[tls] peer_ca_file needs cert_file and key_file: the certificate this node presents to the other members",
+        )?;
+        let ca = read(ca_file, "peer_ca_file")?;
+        if !ca.starts_with(b"-----BEGIN CERTIFICATE") {
+            return Err("[tls] peer_ca_file must be a PEM certificate".into());
+        }
+        Ok(Some(MemberTls { identity, ca: Certificate::from_pem(ca) }))
+    }
+
+    fn identity(&self) -> Result<Option<Identity>, String> {
         match (&self.cert_file, &self.key_file) {
             (None, None) => Ok(None),
             (Some(cert), Some(key)) => {
@@ -35,7 +95,7 @@ impl TlsConfig {
                 if !cert.starts_with(b"-----BEGIN") || !key.starts_with(b"-----BEGIN") {
                     return Err("[tls] cert_file and key_file must be PEM".into());
                 }
-                Ok(Some(ServerTlsConfig::new().identity(Identity::from_pem(cert, key))))
+                Ok(Some(Identity::from_pem(cert, key)))
             }
             _ => Err("[tls] cert_file and key_file go together".into()),
         }
@@ -49,12 +109,64 @@ pub fn channel(addr: &str, ca_file: Option<&Path>) -> Result<Channel, String> {
         None => Endpoint::from_shared(format!("http://{addr}")).map_err(|e| format!("bad address {addr:?}: {e}"))?,
         Some(ca_file) => {
             let ca = read(ca_file, "CA file")?;
-            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
-            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name(host);
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name(host_of(addr));
             Endpoint::from_shared(format!("https://{addr}"))
                 .and_then(|e| e.tls_config(tls))
                 .map_err(|e| format!("{addr}: {e}"))?
         }
     };
     Ok(endpoint.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true).connect_lazy())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEM_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const PEM_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
+
+    fn config(dir: &Path, cert: bool, key: bool, ca: Option<&str>) -> TlsConfig {
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        TlsConfig {
+            cert_file: cert.then(|| write("node.pem", PEM_CERT)),
+            key_file: key.then(|| write("node.key", PEM_KEY)),
+            peer_ca_file: ca.map(|text| write("ca.pem", text)),
+        }
+    }
+
+    #[test]
+    fn member_tls_needs_the_node_s_own_certificate_and_a_pem_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Neither: plain HTTP/2 everywhere.
+        assert!(config(d, false, false, None).member().unwrap().is_none());
+        assert!(config(d, false, false, None).server().unwrap().is_none());
+        // Client and admin TLS without member TLS.
+        assert!(config(d, true, true, None).member().unwrap().is_none());
+        // A CA without the node's certificate and key: refused, saying what is missing.
+        for (cert, key) in [(false, false), (true, false), (false, true)] {
+            let err = config(d, cert, key, Some(PEM_CERT)).member().unwrap_err();
+            assert!(err.contains("cert_file") && err.contains("key_file"), "{err}");
+        }
+        let err = config(d, true, true, Some("not a certificate")).member().unwrap_err();
+        assert!(err.contains("peer_ca_file"), "{err}");
+        let missing = TlsConfig { peer_ca_file: Some(d.join("absent.pem")), ..config(d, true, true, None) };
+        assert!(missing.member().unwrap_err().contains("absent.pem"));
+        assert!(config(d, true, true, Some(PEM_CERT)).member().unwrap().is_some());
+        // Unknown keys are refused rather than ignored.
+        assert!(toml::from_str::<TlsConfig>("peer_ca = \"ca.pem\"").is_err());
+        let parsed: TlsConfig = toml::from_str("peer_ca_file = \"ca.pem\"").unwrap();
+        assert_eq!(parsed.peer_ca_file.as_deref(), Some(Path::new("ca.pem")));
+    }
+
+    #[test]
+    fn the_host_of_an_address_is_what_a_member_s_certificate_must_name() {
+        assert_eq!(host_of("127.0.0.1:9081"), "127.0.0.1");
+        assert_eq!(host_of("node-2.rockraft:9081"), "node-2.rockraft");
+        assert_eq!(host_of("[::1]:9081"), "::1");
+    }
 }

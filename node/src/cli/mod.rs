@@ -716,6 +716,11 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
         "id", "endpoint", "role", "term", "last", "committed", "applied", "lag", "disk"
     );
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+    let refusals: Vec<String> = rows
+        .iter()
+        .filter_map(|(id, _, s)| Some((id, s.as_ref()?)))
+        .flat_map(|(id, s)| s.refused_by.iter().map(move |(by, why)| format!("member {by} refuses node {id}: {why}")))
+        .collect();
     for (id, addr, s) in rows {
         match s {
             Some(s) => {
@@ -748,6 +753,9 @@ async fn cluster_status(admin: &Admin) -> Result<(), String> {
     }
     if let Some(alarm) = leader_disk.map(|d| d.cluster.alarm).filter(|a| *a != DiskLevel::Ok) {
         println!("disk alarm ({}): {} until space is freed", alarm.as_str(), alarm.refuses());
+    }
+    for line in refusals {
+        println!("{line}");
     }
     Ok(())
 }
@@ -1028,8 +1036,16 @@ pub fn main() -> i32 {
         crate::auth::at_rest::create_private();
         let logs = tracing_subscriber::fmt()
             .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+                // openraft warns of every failed replication call, its progress and every failed
+                // heartbeat (ten a second to a member that is down, thousands to one that refuses
+                // us); the member's gate (`raft::refusals`) says so instead, once per change and
+                // at most once a minute.
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(
+                        "info,openraft=warn,openraft::replication=error,openraft::core::heartbeat=error,\
+                         openraft::engine::handler::replication_handler=error",
+                    )
+                }),
             )
             .with_writer(std::io::stderr)
             // A span's end is one line (at the span's level): requests at debug (`node.rs`).

@@ -67,8 +67,8 @@ pub struct ClusterOptions {
     pub max_entry_bytes: u64,
     /// Runs the filters and transaction checkers.
     pub plugins: std::sync::Arc<crate::plugin::PluginHost>,
-    /// Carries the cluster secret on every call to another member.
-    pub attach: crate::auth::member::Attach,
+    /// How calls to other members prove this node is one, and who refuses it.
+    pub dialer: crate::raft::Dialer,
     /// Raft's `election_timeout_max` (also the leader's lease): how long an election may take.
     pub election_timeout_max: Duration,
     /// What this node counts (`/metrics`).
@@ -146,7 +146,7 @@ enum Proposed {
 impl Cluster {
     pub fn new(raft: Raft, broker: Broker, options: ClusterOptions) -> Cluster {
         let metrics = raft.metrics();
-        let peers = Peers::new(options.attach.clone());
+        let peers = Peers::new(options.dialer.clone());
         let disk = disk::DiskWatch::new(options.data_dir.clone(), options.watermarks);
         Cluster {
             inner: Arc::new(Inner {
@@ -240,7 +240,12 @@ impl Cluster {
         &self.inner.leader_changes
     }
 
-    /// A channel to a member's raft port (calls carry the cluster secret).
+    /// The members that refuse this node (another cluster secret, a certificate they do not take).
+    pub fn refusals(&self) -> &crate::raft::refusals::Refusals {
+        &self.peers().dialer().refusals
+    }
+
+    /// A channel to a member's raft port (calls carry this node's member credentials).
     pub fn member_channel(&self, raft_addr: &str) -> Result<crate::raft::PeerChannel, ClusterError> {
         self.peers().channel(raft_addr)
     }

@@ -15,12 +15,11 @@ use rockraft_proto::rockraft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::auth::member::Attach;
 use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
-use crate::raft::{NodeId, PeerChannel, member_channel};
+use crate::raft::{Dialer, NodeId, PeerChannel, member_channel};
 
 /// No peer call waits longer than this for its answer. A member that took the connection but
 /// answers nothing (paused, or half-open behind a partition) must not stall the caller: the
@@ -37,16 +36,22 @@ pub(crate) async fn within<T>(
     })
 }
 
-/// One channel per peer address, reused by every call; each call carries the cluster secret.
+/// One channel per peer address, reused by every call; each call carries this node's member
+/// credentials and waits out the peer's back-off while it refuses them.
 #[derive(Default)]
 pub struct Peers {
-    attach: Attach,
+    dialer: Dialer,
     channels: Mutex<HashMap<String, PeerChannel>>,
 }
 
 impl Peers {
-    pub fn new(attach: Attach) -> Peers {
-        Peers { attach, channels: Mutex::default() }
+    pub fn new(dialer: Dialer) -> Peers {
+        Peers { dialer, channels: Mutex::default() }
+    }
+
+    /// How this node dials members, and who refuses it.
+    pub fn dialer(&self) -> &Dialer {
+        &self.dialer
     }
 
     pub fn channel(&self, addr: &str) -> Result<PeerChannel, ClusterError> {
@@ -54,7 +59,7 @@ impl Peers {
         if let Some(c) = channels.get(addr) {
             return Ok(c.clone());
         }
-        let c = member_channel(addr, &self.attach)
+        let c = member_channel(addr, &self.dialer)
             .map_err(|reason| ClusterError::Unreachable { addr: addr.to_string(), reason })?;
         channels.insert(addr.to_string(), c.clone());
         Ok(c)
@@ -160,7 +165,7 @@ mod tests {
     #[tokio::test]
     async fn a_peer_that_accepts_and_never_answers_fails_each_call_at_its_deadline() {
         let addr = silent_member();
-        let peers = Peers::new(Attach::default());
+        let peers = Peers::new(Dialer::default());
         // The outer bound only turns a hang into a failure.
         let answered = tokio::time::timeout(PEER_CALL_DEADLINE * 4, peers.read_index(&addr)).await;
         assert!(matches!(answered, Ok(Err(ClusterError::Unreachable { .. }))), "{answered:?}");
@@ -173,7 +178,7 @@ mod tests {
     #[tokio::test]
     async fn a_member_channel_drops_a_connection_whose_pings_go_unanswered() {
         let addr = silent_member();
-        let mut client = PeerServiceClient::new(member_channel(&addr, &Attach::default()).unwrap());
+        let mut client = PeerServiceClient::new(member_channel(&addr, &Dialer::default()).unwrap());
         let answered = tokio::time::timeout(Duration::from_secs(60), client.read_index(ReadIndexRequest {})).await;
         assert!(matches!(answered, Ok(Err(_))), "the call ended with an error instead of hanging: {answered:?}");
     }

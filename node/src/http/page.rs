@@ -93,6 +93,8 @@ impl At {
 pub(super) struct View {
     own: NodeStatus,
     members: Vec<(u64, String, Option<NodeStatus>)>,
+    /// Members that refuse this node's calls, and why.
+    refusing: std::collections::BTreeMap<u64, String>,
     topics: Vec<TopicInfo>,
     groups: Vec<GroupInfo>,
     plugins: Vec<PluginInfo>,
@@ -119,8 +121,15 @@ impl View {
             AdminResponse::History(h) => Some(h),
             _ => None,
         });
+        let refusing = state
+            .cluster
+            .members()
+            .into_iter()
+            .filter_map(|(id, n)| Some((id, state.cluster.refusals().refusing(&n.raft_addr)?)))
+            .collect();
         View {
             members,
+            refusing,
             failovers: failovers.await.unwrap_or_default(),
             topics: topics.await.unwrap_or_default(),
             groups: groups.await.unwrap_or_default(),
@@ -207,6 +216,12 @@ pub(super) fn render(v: &View, at: &At) -> String {
     );
     for (id, addr, status) in &v.members {
         let _ = match status {
+            _ if v.refusing.contains_key(id) => write!(
+                h,
+                "<tr><td>{id}</td><td>{addr}</td><td class=muted>?</td><td></td><td></td><td></td><td class=bad>refusing us: {why}</td></tr>",
+                addr = esc(addr),
+                why = esc(&v.refusing[id]),
+            ),
             Some(s) => write!(
                 h,
                 "<tr><td>{id}</td><td>{addr}</td><td>{role}</td><td>{term}</td><td>{applied}</td>\
@@ -437,6 +452,7 @@ mod tests {
             failovers: vec![],
             now_ms: 0,
             insecure: vec![],
+            refusing: Default::default(),
         }
     }
 

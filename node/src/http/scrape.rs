@@ -196,6 +196,29 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
         "Each answering voter's free bytes, as this node read them last",
         disks.members.iter().map(|(id, r)| (vec![("member", id.to_string())], r.free_bytes as i64)),
     );
+    let members = state.cluster.members();
+    let refusals: Vec<(Labels, _)> = state
+        .cluster
+        .refusals()
+        .report()
+        .into_iter()
+        .map(|r| {
+            let member =
+                members.iter().find(|(_, n)| n.raft_addr == r.addr).map_or(r.addr.clone(), |(id, _)| id.to_string());
+            (vec![("member", member)], r)
+        })
+        .collect();
+    s.gauges(
+        "member_refusing",
+        "1 for a member that refuses this node's calls (another cluster secret, a certificate it does not take): calls to it back off",
+        refusals.iter().map(|(l, r)| (l.clone(), i64::from(r.refusing.is_some()))),
+    );
+    s.counters(
+        "member_refusals",
+        "Calls other members refused, by member",
+        None,
+        refusals.iter().map(|(l, r)| (l.clone(), r.total as f64)),
+    );
     prometheus_client::encoding::prometheus_text::encode(out, &s.registry)?;
     process(out)
 }

@@ -13,6 +13,7 @@ mod log_store;
 #[cfg(test)]
 mod log_store_suite_test;
 mod network;
+pub mod refusals;
 mod service;
 mod state_machine;
 mod wire;
@@ -23,7 +24,7 @@ use bytes::Bytes;
 
 pub use entry_codec::log_id;
 pub use log_store::{LogStore, LogStoreReader};
-pub use network::{Network, PeerChannel, channel, member_channel};
+pub use network::{Dialer, Network, PeerChannel, channel, member_channel};
 pub use service::RaftServer;
 pub use state_machine::StateMachine;
 

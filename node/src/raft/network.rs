@@ -4,6 +4,7 @@
 //! are still being written and acknowledged by the follower.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -20,7 +21,9 @@ use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::auth::member::Attach;
+use crate::auth::member::{Attach, MemberCredentials};
+use crate::auth::tls::{MemberTls, host_of};
+use crate::raft::refusals::{Gate, Gated, Refusals};
 
 use crate::raft::wire::{append_to_pb, from_json, to_json};
 use crate::raft::{NodeId, NodeInfo, TypeConfig, Vote};
@@ -29,27 +32,42 @@ type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 
 const SNAPSHOT_CHUNK: usize = 1 << 20;
 
+/// How this node dials the other members: its credentials (the cluster secret, and with mutual
+/// TLS its certificate and the cluster's CA), and the gates of the members that refuse it.
+#[derive(Clone, Default, Debug)]
+pub struct Dialer {
+    pub credentials: MemberCredentials,
+    pub refusals: Refusals,
+}
+
 /// Creates a [`Peer`] per follower.
-/// Dials the other members, with the cluster secret on every call.
 #[derive(Clone, Default)]
 pub struct Network {
-    pub attach: Attach,
+    pub dialer: Dialer,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> Peer {
-        Peer { target, channel: member_channel(&node.raft_addr, &self.attach), retry_at: None }
+        self.dialer.refusals.name(&node.raft_addr, target);
+        Peer {
+            target,
+            channel: member_channel(&node.raft_addr, &self.dialer),
+            gate: self.dialer.refusals.gate(&node.raft_addr),
+            retry_at: None,
+        }
     }
 }
 
-/// A channel to another member's raft port: every call carries the cluster secret.
-pub type PeerChannel = InterceptedService<Channel, Attach>;
+/// A channel to another member's raft port: every call carries this node's credentials and goes
+/// through the member's refusal gate.
+pub type PeerChannel = InterceptedService<Gated<Channel>, Attach>;
 
-/// A lazily connected channel to the member at `addr`, attaching `attach` to every call.
-pub fn member_channel(addr: &str, attach: &Attach) -> Result<PeerChannel, String> {
-    Ok(InterceptedService::new(channel(addr)?, attach.clone()))
+/// A lazily connected channel to the member at `addr`, as `dialer` dials.
+pub fn member_channel(addr: &str, dialer: &Dialer) -> Result<PeerChannel, String> {
+    let channel = channel(addr, dialer.credentials.tls.as_ref())?;
+    Ok(InterceptedService::new(Gated::new(channel, dialer.refusals.gate(addr)), dialer.credentials.attach.clone()))
 }
 
 /// How often an idle or busy connection to a member is pinged (HTTP/2 PING), and how long a ping
@@ -59,24 +77,31 @@ pub fn member_channel(addr: &str, attach: &Attach) -> Result<PeerChannel, String
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A lazily connected channel to `addr` (host:port); errors surface on the first call.
-pub fn channel(addr: &str) -> Result<Channel, String> {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .map(|e| {
-            e.connect_timeout(Duration::from_secs(1))
-                .tcp_nodelay(true)
-                .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
-                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-                .keep_alive_while_idle(true)
-                .connect_lazy()
-        })
-        .map_err(|e| format!("bad address {addr:?}: {e}"))
+/// A lazily connected channel to `addr` (host:port), over mutual TLS when `tls` is given (the
+/// member's certificate must name `addr`'s host); errors surface on the first call.
+pub fn channel(addr: &str, tls: Option<&MemberTls>) -> Result<Channel, String> {
+    let endpoint = match tls {
+        None => Endpoint::from_shared(format!("http://{addr}")),
+        Some(tls) => {
+            Endpoint::from_shared(format!("https://{addr}")).and_then(|e| e.tls_config(tls.client(host_of(addr))))
+        }
+    }
+    .map_err(|e| format!("bad address {addr:?}: {e}"))?;
+    Ok(endpoint
+        .connect_timeout(Duration::from_secs(1))
+        .tcp_nodelay(true)
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .connect_lazy())
 }
 
 pub struct Peer {
     target: NodeId,
     channel: Result<PeerChannel, String>,
+    /// The target's refusal gate: while it refuses this node, calls wait out its back-off.
+    gate: Arc<Gate>,
     /// Set after a failed connection: no new attempt before then. openraft's own backoff only
     /// applies once a stream is open, so without this a dead peer is redialled in a tight loop.
     retry_at: Option<tokio::time::Instant>,
@@ -93,19 +118,27 @@ fn network(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
     RPCError::Network(NetworkError::new(&AnyError::error(e.to_string())))
 }
 
-/// Maps a tonic failure: connection problems are "unreachable" (openraft backs off), the rest are
-/// network errors.
+/// Maps a tonic failure: connection problems and refusals (another secret, a certificate the
+/// member does not take: `refusals`) are "unreachable", so openraft backs off; the rest are network
+/// errors.
 fn status(e: tonic::Status) -> RPCError<TypeConfig> {
     match e.code() {
-        tonic::Code::Unavailable | tonic::Code::Cancelled => unreachable(e),
+        tonic::Code::Unavailable
+        | tonic::Code::Cancelled
+        | tonic::Code::Unauthenticated
+        | tonic::Code::PermissionDenied => unreachable(e),
         _ => network(e),
     }
 }
 
 impl Peer {
-    /// Waits out the pause after a failed connection.
+    /// Waits out the pause after a failed connection, and the back-off of a member that refuses
+    /// this node.
     async fn pace(&mut self) {
         if let Some(at) = self.retry_at {
+            tokio::time::sleep_until(at).await;
+        }
+        while let Some(at) = self.gate.next_try() {
             tokio::time::sleep_until(at).await;
         }
     }

@@ -1,0 +1,222 @@
+//! Members over mutual TLS on the raft port (`[tls] peer_ca_file`), with no cluster secret: the
+//! cluster elects, replicates and forwards over it; a caller without a certificate from the
+//! cluster's CA is refused and changes nothing; and a node added under an address its
+//! certificate does not name never receives the log, while one whose certificate names it
+//! catches up.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rockraft::admin::api::{AdminRequest, AdminResponse};
+use rockraft::broker::TopicKind;
+use rockraft_cluster_tests::{Cluster, Options, TestCa, free_port, http_get, node_binary, retry};
+use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest, SystemProperties};
+use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
+use rockraft_proto::rockraft::{ReadIndexRequest, WriteRequest};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+fn mtls() -> Options {
+    Options { member_tls: true, ..Default::default() }
+}
+
+/// Sends one message to `topic` through the client port at `addr` (TLS, verified against `ca`).
+async fn send(addr: &str, ca: &Path, topic: &str, id: &str) -> i32 {
+    let channel = rockraft::auth::tls::channel(addr, Some(ca)).expect("channel");
+    let message = Message {
+        topic: Some(Resource { resource_namespace: String::new(), name: topic.into() }),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: id.into(),
+            message_type: MessageType::Normal as i32,
+            ..Default::default()
+        }),
+        body: Bytes::from_static(b"over mutual TLS"),
+    };
+    let reply = MessagingServiceClient::new(channel)
+        .send_message(SendMessageRequest { messages: vec![message] })
+        .await
+        .expect("send answered");
+    reply.into_inner().status.map_or(-1, |s| s.code)
+}
+
+/// A channel to a raft port as an outsider dials it: plain HTTP/2, or TLS trusting the cluster's
+/// CA with `identity` (a client certificate) or none.
+fn outsider(addr: &str, tls: Option<(&Path, Option<Identity>)>) -> tonic::transport::Channel {
+    let endpoint = match tls {
+        None => Endpoint::from_shared(format!("http://{addr}")).expect("url"),
+        Some((ca, identity)) => {
+            let mut config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(std::fs::read(ca).expect("CA")))
+                .domain_name("127.0.0.1");
+            if let Some(identity) = identity {
+                config = config.identity(identity);
+            }
+            Endpoint::from_shared(format!("https://{addr}")).expect("url").tls_config(config).expect("tls")
+        }
+    };
+    endpoint.connect_timeout(Duration::from_secs(2)).connect_lazy()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn members_over_mutual_tls_need_no_secret_and_refuse_callers_without_a_cluster_certificate() {
+    let cluster = Cluster::start(3, mtls()).await;
+    let ca = cluster.tls_ca.clone().expect("a CA");
+    cluster.create_topic("Orders", 1, TopicKind::Normal).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    // Through a follower: the send is forwarded to the leader over the raft port.
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    assert_eq!(send(&cluster.client_addr(follower), &ca, "Orders", "m-1").await, Code::Ok as i32);
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(20)).await;
+        assert_eq!(cluster.local_messages(id, "Orders", 0).await.len(), 1, "node {id} holds the send");
+    }
+
+    // Outsiders: no TLS, TLS without a certificate, a certificate another CA signed (for the
+    // right address). Each is refused before anything is decoded, a forged write included.
+    let other_dir = tempfile::tempdir().expect("dir");
+    let other_ca = TestCa::new(other_dir.path());
+    let (cert, key) = other_ca.issue(other_dir.path(), "intruder", &["127.0.0.1", "localhost"]);
+    let stored = rockraft_proto::rockraft::StoredMessage { message_id: "forged".into(), ..Default::default() };
+    let batch = rockraft_proto::rockraft::SendBatch {
+        topic: "Orders".into(),
+        messages: vec![prost::Message::encode_to_vec(&stored).into()],
+        ..Default::default()
+    };
+    let command = rockraft::broker::Command::Send(batch).encode();
+    for node in &cluster.nodes {
+        let foreign = Identity::from_pem(std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap());
+        let callers = [
+            ("plain HTTP/2", outsider(&node.raft_addr, None)),
+            ("TLS without a certificate", outsider(&node.raft_addr, Some((&ca, None)))),
+            ("a certificate from another CA", outsider(&node.raft_addr, Some((&ca, Some(foreign))))),
+        ];
+        for (who, channel) in callers {
+            let mut peer = PeerServiceClient::new(channel);
+            let write = peer.write(WriteRequest { command: command.clone() }).await;
+            assert!(write.is_err(), "node {}: {who} wrote through the raft port: {write:?}", node.id);
+            let read = peer.read_index(ReadIndexRequest {}).await;
+            assert!(read.is_err(), "node {}: {who} read the raft port: {read:?}", node.id);
+        }
+    }
+    assert_eq!(cluster.wait_for_leader(Duration::from_secs(10)).await, leader, "no leader was moved");
+    for id in 1..=3 {
+        cluster.wait_caught_up(id, Duration::from_secs(10)).await;
+        let messages = cluster.local_messages(id, "Orders", 0).await;
+        assert_eq!(messages.len(), 1, "node {id} stored a forged message: {messages:?}");
+    }
+}
+
+/// A node process outside the harness (a learner to be added), stopped when dropped.
+struct Extra {
+    child: Child,
+    raft_addr: String,
+    http_addr: String,
+}
+
+impl Drop for Extra {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts node `id`, not initialised, with `cert`/`key` and the cluster's CA.
+fn start_extra(dir: &Path, id: u64, (cert, key): (PathBuf, PathBuf), ca: &Path) -> Extra {
+    let node_dir = dir.join(format!("node{id}"));
+    std::fs::create_dir_all(&node_dir).expect("dir");
+    let addr = || format!("127.0.0.1:{}", free_port());
+    let (raft_addr, client_addr, admin_addr, http_addr) = (addr(), addr(), addr(), addr());
+    let config = format!(
+        "node_id = {id}\nraft_addr = \"{raft_addr}\"\nclient_addr = \"{client_addr}\"\nadmin_addr = \"{admin_addr}\"\n\
+         http_addr = \"{http_addr}\"\ndata_dir = \"{}\"\n\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\
+         peer_ca_file = \"{}\"\n\n[storage]\nsegment_size = 1048576\n\n[broker]\nmax_body_bytes = 262144\n",
+        node_dir.display(),
+        cert.display(),
+        key.display(),
+        ca.display()
+    );
+    std::fs::write(node_dir.join("config.toml"), config).expect("config");
+    let log = std::fs::File::create(node_dir.join("node.log")).expect("log");
+    let child = Command::new(node_binary())
+        .arg("node")
+        .arg("--config")
+        .arg(node_dir.join("config.toml"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start node");
+    Extra { child, raft_addr, http_addr }
+}
+
+/// A gauge from the node's `/metrics` (the first sample whose line starts with `name`).
+async fn metric(http_addr: &str, name: &str) -> Option<f64> {
+    let (_, body) = http_get(http_addr, "/metrics").await?;
+    body.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_added_under_an_address_its_certificate_does_not_name_never_receives_the_log() {
+    let cluster = Cluster::start(3, mtls()).await;
+    let ca_path = cluster.tls_ca.clone().expect("a CA");
+    let ca = cluster.ca.as_ref().expect("the CA");
+    cluster.create_topic("Orders", 1, TopicKind::Normal).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert_eq!(send(&cluster.client_addr(leader), &ca_path, "Orders", "m-1").await, Code::Ok as i32);
+    let dir = tempfile::tempdir().expect("dir");
+    // Signed by the cluster's CA, but for another name than the address it is added under.
+    let misnamed = start_extra(dir.path(), 4, ca.issue(dir.path(), "node4", &["localhost"]), &ca_path);
+    let named = start_extra(dir.path(), 5, ca.issue(dir.path(), "node5", &["127.0.0.1"]), &ca_path);
+    let add = |id: u64, raft_addr: String| AdminRequest::AddNode {
+        id,
+        raft_addr,
+        client_addr: format!("127.0.0.1:{}", free_port()),
+        admin_addr: String::new(),
+    };
+    let leader_admin = cluster.admin_addr(leader);
+    // The leader cannot reach it as a member: adding it fails, saying so, and it stays a learner.
+    let added = cluster.call(&leader_admin, &add(4, misnamed.raft_addr.clone())).await;
+    match &added {
+        Ok(AdminResponse::Error(e)) => assert!(e.contains("refuses") && e.contains("stays a learner"), "{e}"),
+        other => panic!("a node whose certificate does not name its address was added: {other:?}"),
+    }
+    // The other catches up and becomes a voter.
+    let added = cluster.call(&leader_admin, &add(5, named.raft_addr.clone())).await;
+    if !matches!(added, Ok(AdminResponse::Done(_))) {
+        for n in &cluster.nodes {
+            let log = std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default();
+            eprintln!(
+                "=== node {}\n{}",
+                n.id,
+                log.lines().rev().take(25).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        panic!("{added:?}");
+    }
+    let committed = cluster.status(leader).await.and_then(|s| s.committed).expect("committed");
+    retry(Duration::from_secs(30), || async {
+        match metric(&named.http_addr, "rockraft_raft_applied_index").await {
+            Some(applied) if applied >= committed as f64 => Ok(()),
+            other => Err(format!("node 5 applied {other:?} of {committed}")),
+        }
+    })
+    .await;
+    // The misnamed one never got an entry; the leader shows it refusing (its certificate does not
+    // name the address the leader dials).
+    let last = metric(&misnamed.http_addr, "rockraft_raft_last_log_index").await;
+    if last.is_none() {
+        let log = std::fs::read_to_string(dir.path().join("node4/node.log")).unwrap_or_default();
+        panic!("node 4 gave no metrics; its log:\n{log}");
+    }
+    assert_eq!(last, Some(0.0));
+    assert_eq!(metric(&misnamed.http_addr, "rockraft_raft_applied_index").await, Some(0.0));
+    let leader_http = cluster.http_addr(leader);
+    let refusing = metric(&leader_http, "rockraft_member_refusing{member=\"4\"}").await;
+    assert_eq!(refusing, Some(1.0), "the leader shows node 4 refusing");
+    assert_eq!(metric(&leader_http, "rockraft_member_refusing{member=\"5\"}").await, Some(0.0));
+    let status = cluster.status(leader).await.expect("status");
+    let voters: Vec<u64> = status.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+    assert_eq!(voters, vec![1, 2, 3, 5], "node 4 is no voter");
+}

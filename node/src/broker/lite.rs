@@ -17,6 +17,10 @@
 //! receive finds a client's pending lite topics by looking at its subscriptions only, never at
 //! every lite topic of the parent.
 //!
+//! A client id is the client's own choice, so with authentication on a subscription records the
+//! user that made it ([`LiteSubscription::owner`]) and apply refuses a sync, receive or
+//! unsubscribe of it by another user ([`LiteOutcome::NotOwner`]) whichever node took the call.
+//!
 //! A lite id is the queue position of what created the row (the first message sent to it), so ids
 //! are unique without a counter, the same on every replica, and a lite topic created again after
 //! it expired gets a new id: nothing of the old one's progress applies to it.
@@ -387,11 +391,9 @@ pub enum LiteOutcome {
 
 impl LiteTables {
     /// Why `by` may not act on the subscriptions of `client` of `group`, if it may not.
-    pub fn refusal(&self, group: &str, client: &str, by: &LiteActor) -> Option<LiteOutcome> {
+    pub fn not_owner(&self, group: &str, client: &str, by: &LiteActor) -> Option<String> {
         let owner = self.subscriptions.get(&(group.to_string(), client.to_string()))?.owner.as_deref();
-        (!by.may_act_on(owner)).then(|| {
-            LiteOutcome::NotOwner(format!("the lite subscriptions of client {client:?} belong to another user"))
-        })
+        (!by.may_act_on(owner)).then(|| format!("the lite subscriptions of client {client:?} belong to another user"))
     }
 
     /// The registry row of (`parent`, `lite`).
@@ -496,8 +498,8 @@ impl LiteTables {
                 if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
                     return Ok(LiteOutcome::IllegalLiteTopic(bad));
                 }
-                if let Some(refused) = self.refusal(group, client, by) {
-                    return Ok(refused);
+                if let Some(why) = self.not_owner(group, client, by) {
+                    return Ok(LiteOutcome::NotOwner(why));
                 }
                 let key = (group.clone(), client.clone());
                 let mut sub = match self.subscriptions.get(&key) {
@@ -570,8 +572,8 @@ impl LiteTables {
                     Ok(g) => g,
                     Err(o) => return Ok(o),
                 };
-                if let Some(refused) = self.refusal(&pop.group, &pop.client, &pop.by) {
-                    return Ok(refused);
+                if let Some(why) = self.not_owner(&pop.group, &pop.client, &pop.by) {
+                    return Ok(LiteOutcome::NotOwner(why));
                 }
                 let until = pop.now_ms.saturating_add(pop.invisible_ms);
                 let mut delivered = Vec::new();
@@ -689,8 +691,8 @@ impl LiteTables {
                 Ok(LiteOutcome::Done)
             }
             LiteCommand::Unsubscribe { group, client, by } => {
-                if let Some(refused) = self.refusal(group, client, by) {
-                    return Ok(refused);
+                if let Some(why) = self.not_owner(group, client, by) {
+                    return Ok(LiteOutcome::NotOwner(why));
                 }
                 self.subscriptions.remove(&(group.clone(), client.clone()));
                 Ok(LiteOutcome::Done)

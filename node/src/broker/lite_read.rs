@@ -4,7 +4,7 @@
 use prost::Message as _;
 use rockraft_proto::rockraft::{DeadLetter, StoredMessage};
 
-use crate::broker::lite::{LiteActor, LiteName, LiteOutcome, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
+use crate::broker::lite::{LiteActor, LiteName, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
 use crate::broker::pop_plan::dead_letter_copy;
 use crate::broker::read::message_in;
 use crate::broker::{Broker, BrokerError, SendBatchQueues, StoredEntry, split_position};
@@ -84,10 +84,7 @@ impl Broker {
 
     /// Why `by` may not act as `client` of `group` (its subscriptions are another user's), if so.
     pub fn lite_not_owner(&self, group: &str, client: &str, by: &LiteActor) -> Option<String> {
-        match self.state().lite.refusal(group, client, by)? {
-            LiteOutcome::NotOwner(why) => Some(why),
-            other => Some(format!("{other:?}")),
-        }
+        self.state().lite.not_owner(group, client, by)
     }
 
     /// The user that owns the lite subscriptions of `client` of `group`, if anyone does.

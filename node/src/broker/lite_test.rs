@@ -364,7 +364,7 @@ fn another_user_naming_a_client_cannot_change_drop_or_receive_from_its_lite_subs
     assert!(not_owner(&sync_as(&mut n, &mallory, "alice-1", SyncAction::Remove, &["a"])));
     assert!(not_owner(&sync_as(&mut n, &mallory, "alice-1", SyncAction::Replace, &[])));
     assert!(not_owner(&unsubscribe(&mut n, &mallory, "alice-1")));
-    assert_eq!(n.broker.lite_not_owner("g", "alice-1", &mallory).is_some(), true);
+    assert!(n.broker.lite_not_owner("g", "alice-1", &mallory).is_some());
     let stolen = plan_as(&n, &mallory, "alice-1", 10, 2000);
     assert!(stolen.delivers(), "the plan alone does not check: apply does");
     assert!(not_owner(&n.commit(&Command::Lite(LiteCommand::Pop(stolen.pop)))));
@@ -430,6 +430,6 @@ fn subscriptions_and_entries_written_before_owners_were_kept_still_read() {
         };
         assert_eq!(by, LiteActor::Open, "{entry}");
         // And written again the same way: an open command's entry is what it was.
-        assert_eq!(serde_json::to_string(&command).unwrap().contains("\"by\""), false);
+        assert!(!serde_json::to_string(&command).unwrap().contains("\"by\""));
     }
 }

@@ -610,6 +610,109 @@ async fn a_user_cannot_end_or_change_another_user_s_client_by_naming_its_id() {
     assert_eq!(got.as_deref(), Some("chat-1"), "alice's client still has its lite subscription");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_cannot_change_drop_or_receive_from_another_user_s_lite_subscriptions_through_another_node() {
+    use rockraft::broker::group::GroupConfig;
+    use rockraft::broker::lite::{LiteBinding, LiteModel};
+    use rockraft_proto::rocketmq::{LiteSubscriptionAction, SyncLiteSubscriptionRequest};
+    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
+    cluster.create_topic("Chats", 2, TopicKind::Lite).await;
+    let lite = Some(LiteBinding { topic: "Chats".into(), model: LiteModel::Shared, quota: 10 });
+    let config = GroupConfig { name: "chatters".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
+    done(cluster.admin(AdminRequest::CreateGroup(config)).await);
+    for key in ["alice", "mallory"] {
+        create_user(&cluster, key, &format!("{key}-secret"), false).await;
+        grant(&cluster, key, "Topic:Chats", &[Action::Pub, Action::Sub], Decision::Allow).await;
+        grant(&cluster, key, "Group:chatters", &[Action::Sub], Decision::Allow).await;
+    }
+    // Alice's client works through node 1; mallory goes to node 2, where alice's id was never
+    // used, so only the replicated subscriptions can say whose client it is.
+    let mut alice = client(&cluster.client_addr(1), Some(("alice", "alice-secret"))).await;
+    let mallory = client(&cluster.client_addr(2), Some(("mallory", "mallory-secret"))).await;
+    let sync = |action: LiteSubscriptionAction, lites: &[&str]| SyncLiteSubscriptionRequest {
+        action: action as i32,
+        topic: resource("Chats"),
+        group: resource("chatters"),
+        lite_topic_set: lites.iter().map(|l| l.to_string()).collect(),
+        version: None,
+        offset_option: None,
+    };
+    let subscribe = sync(LiteSubscriptionAction::CompleteAdd, &["room-1"]);
+    let r = retry(Duration::from_secs(10), || {
+        let (mut alice, subscribe) = (alice.clone(), subscribe.clone());
+        async move {
+            let r = alice.sync_lite_subscription(as_client(subscribe, "alice-1")).await.map_err(|e| e.to_string())?;
+            let code = status_of(&r.into_inner().status);
+            if code == Code::Ok as i32 { Ok(code) } else { Err(format!("answered {code}")) }
+        }
+    })
+    .await;
+    assert_eq!(r, Code::Ok as i32);
+    let mut m = message("Chats", "chat-1", MessageType::Lite);
+    m.system_properties.as_mut().unwrap().lite_topic = Some("room-1".into());
+    let r = alice.send_message(SendMessageRequest { messages: vec![m] }).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
+    // Node 2 knows mallory (the users are replicated) before she tries anything.
+    retry(Duration::from_secs(10), || {
+        let mut m = mallory.clone();
+        async move {
+            let r =
+                m.heartbeat(as_client(HeartbeatRequest::default(), "mallory-1")).await.map_err(|e| e.to_string())?;
+            let code = status_of(&r.into_inner().status);
+            if code == Code::Ok as i32 { Ok(()) } else { Err(format!("answered {code}")) }
+        }
+    })
+    .await;
+
+    let forbidden = Code::Forbidden as i32;
+    let mut m = mallory.clone();
+    for (what, action, lites) in [
+        ("replacing alice's lite subscriptions", LiteSubscriptionAction::CompleteAdd, &["room-2"][..]),
+        ("removing alice's lite topic", LiteSubscriptionAction::PartialRemove, &["room-1"][..]),
+        ("dropping all of alice's lite subscriptions", LiteSubscriptionAction::CompleteRemove, &[][..]),
+    ] {
+        let r = m.sync_lite_subscription(as_client(sync(action, lites), "alice-1")).await.unwrap().into_inner();
+        assert_eq!(status_of(&r.status), forbidden, "{what}");
+    }
+    let end = NotifyClientTerminationRequest { group: resource("chatters") };
+    let r = m.notify_client_termination(as_client(end, "alice-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), forbidden, "ending alice's client");
+    let receive = ReceiveMessageRequest {
+        group: resource("chatters"),
+        message_queue: Some(MessageQueue { topic: resource("Chats"), ..Default::default() }),
+        batch_size: 1,
+        invisible_duration: seconds(30),
+        long_polling_timeout: seconds(5),
+        ..Default::default()
+    };
+    let (mut code, mut stolen) = (0, 0);
+    let mut frames = m.receive_message(as_client(receive.clone(), "alice-1")).await.unwrap().into_inner();
+    while let Some(frame) = frames.next().await {
+        match frame.unwrap().content {
+            Some(Content::Status(s)) => code = s.code,
+            Some(Content::Message(_)) => stolen += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((code, stolen), (forbidden, 0), "receiving as alice's client");
+
+    // Alice's client still has its lite subscription, and the message mallory could not take.
+    let mut got = None;
+    let mut frames = alice.receive_message(as_client(receive, "alice-1")).await.unwrap().into_inner();
+    while let Some(frame) = frames.next().await {
+        if let Some(Content::Message(m)) = frame.unwrap().content {
+            got = m.system_properties.map(|p| p.message_id);
+        }
+    }
+    assert_eq!(got.as_deref(), Some("chat-1"), "alice's client still has its lite subscription");
+    // Alice herself may end her client through another node (node 3: on node 2 mallory's calls
+    // bound the id to mallory, which that node alone goes by until the id idles out).
+    let mut alice_3 = client(&cluster.client_addr(3), Some(("alice", "alice-secret"))).await;
+    let end = NotifyClientTerminationRequest { group: resource("chatters") };
+    let r = alice_3.notify_client_termination(as_client(end, "alice-1")).await.unwrap().into_inner();
+    assert_eq!(status_of(&r.status), Code::Ok as i32);
+}
+
 /// A cluster with authentication and TLS, and a user allowed one topic and group.
 async fn secured_cluster() -> Cluster {
     let cluster = Cluster::start(3, Options { auth: true, tls: true, ..Default::default() }).await;

@@ -17,7 +17,7 @@ use openraft::storage::RaftStateMachine;
 use prost::Message;
 use rockraft::broker::MatchAll;
 use rockraft::broker::group::GroupConfig;
-use rockraft::broker::lite::{LiteBinding, LiteCommand, LiteModel, LiteReceipt, LiteRequest, SyncAction};
+use rockraft::broker::lite::{LiteActor, LiteBinding, LiteCommand, LiteModel, LiteReceipt, LiteRequest, SyncAction};
 use rockraft::broker::pop::{ConsumeCommand, Receipt};
 use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest};
 use rockraft::raft::StateMachine;
@@ -303,6 +303,8 @@ fn lite_workload(r: &mut Replica, round: u64, base: i64) {
         action: if round % 4 == 3 { SyncAction::Replace } else { SyncAction::Add },
         lites: lites.to_vec(),
         now_ms: base,
+        // Owned, so the owner goes through every crash point too.
+        by: LiteActor::User("app".into()),
     };
     r.commit(&Command::Lite(sync));
     let g = r.broker.group("lg").unwrap();
@@ -310,6 +312,7 @@ fn lite_workload(r: &mut Replica, round: u64, base: i64) {
         group: &g,
         parent: "L",
         client: &client,
+        by: &LiteActor::User("app".into()),
         max_messages: 3,
         invisible_ms: 60_000,
         now_ms: base + 100,

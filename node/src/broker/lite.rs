@@ -17,6 +17,10 @@
 //! receive finds a client's pending lite topics by looking at its subscriptions only, never at
 //! every lite topic of the parent.
 //!
+//! A client id is the client's own choice, so with authentication on a subscription records the
+//! user that made it ([`LiteSubscription::owner`]) and apply refuses a sync, receive or
+//! unsubscribe of it by another user ([`LiteOutcome::NotOwner`]) whichever node took the call.
+//!
 //! A lite id is the queue position of what created the row (the first message sent to it), so ids
 //! are unique without a counter, the same on every replica, and a lite topic created again after
 //! it expired gets a new id: nothing of the old one's progress applies to it.
@@ -182,6 +186,50 @@ pub struct LiteSubscription {
     pub lites: BTreeSet<String>,
     /// When the client last synced its subscriptions (the leader's clock).
     pub synced_ms: i64,
+    /// The user (access key) whose client it is: the first that synced it with authentication
+    /// on. `None`: made with authentication off (or before owners were kept); the next user to
+    /// sync it owns it. Client ids are the clients' own choice, so this, not the id, says whose
+    /// subscriptions they are on every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// Who acts on a client's lite subscriptions (a sync, a receive, an unsubscribe). Carried in the
+/// entry, so apply decides from the entry and the replicated state alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LiteActor {
+    /// Authentication off, or the cluster itself (the upkeep of departed clients): may act on
+    /// any subscription, and owns none it makes. Entries from before owners were kept read so.
+    #[default]
+    Open,
+    /// An authenticated user (access key): acts only on its own subscriptions and on unowned
+    /// ones (which a sync makes its own).
+    User(String),
+    /// An admin (access key): may act on any subscription, as an operator; one it makes is its own.
+    Admin(String),
+}
+
+impl LiteActor {
+    pub fn is_open(&self) -> bool {
+        *self == LiteActor::Open
+    }
+
+    /// May it act on a subscription owned by `owner`?
+    pub fn may_act_on(&self, owner: Option<&str>) -> bool {
+        match (self, owner) {
+            (LiteActor::User(user), Some(owner)) => user == owner,
+            _ => true,
+        }
+    }
+
+    /// The owner of a subscription it makes.
+    fn owner(&self) -> Option<String> {
+        match self {
+            LiteActor::Open => None,
+            LiteActor::User(key) | LiteActor::Admin(key) => Some(key.clone()),
+        }
+    }
 }
 
 /// One lite topic of a listing.
@@ -233,6 +281,11 @@ pub struct LiteTake {
 pub struct LitePop {
     pub group: String,
     pub parent: String,
+    /// The client whose subscriptions were planned from, and who receives.
+    #[serde(default)]
+    pub client: String,
+    #[serde(default, skip_serializing_if = "LiteActor::is_open")]
+    pub by: LiteActor,
     pub now_ms: i64,
     pub invisible_ms: i64,
     pub takes: Vec<LiteTake>,
@@ -269,6 +322,8 @@ pub enum LiteCommand {
         action: SyncAction,
         lites: Vec<String>,
         now_ms: i64,
+        #[serde(default, skip_serializing_if = "LiteActor::is_open")]
+        by: LiteActor,
     },
     Pop(LitePop),
     Ack {
@@ -296,6 +351,8 @@ pub enum LiteCommand {
     Unsubscribe {
         group: String,
         client: String,
+        #[serde(default, skip_serializing_if = "LiteActor::is_open")]
+        by: LiteActor,
     },
 }
 
@@ -328,9 +385,17 @@ pub enum LiteOutcome {
     Renewed(LiteReceipt),
     StaleReceipt,
     Each(Vec<LiteOutcome>),
+    /// The client's subscriptions belong to another user: nothing was changed or delivered.
+    NotOwner(String),
 }
 
 impl LiteTables {
+    /// Why `by` may not act on the subscriptions of `client` of `group`, if it may not.
+    pub fn not_owner(&self, group: &str, client: &str, by: &LiteActor) -> Option<String> {
+        let owner = self.subscriptions.get(&(group.to_string(), client.to_string()))?.owner.as_deref();
+        (!by.may_act_on(owner)).then(|| format!("the lite subscriptions of client {client:?} belong to another user"))
+    }
+
     /// The registry row of (`parent`, `lite`).
     pub fn topic(&self, parent: &str, lite: &str) -> DiskResult<Option<LiteTopic>> {
         self.topics.get(&LiteName { parent: parent.to_string(), lite: lite.to_string() })
@@ -425,7 +490,7 @@ impl LiteTables {
             }
         };
         match command {
-            LiteCommand::Sync { group, parent, client, action, lites, now_ms } => {
+            LiteCommand::Sync { group, parent, client, action, lites, now_ms, by } => {
                 let binding = match lite_group(group, parent) {
                     Ok((_, b)) => b,
                     Err(o) => return Ok(o),
@@ -433,8 +498,19 @@ impl LiteTables {
                 if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
                     return Ok(LiteOutcome::IllegalLiteTopic(bad));
                 }
+                if let Some(why) = self.not_owner(group, client, by) {
+                    return Ok(LiteOutcome::NotOwner(why));
+                }
                 let key = (group.clone(), client.clone());
-                let mut sub = self.subscriptions.get(&key).cloned().unwrap_or_default();
+                let mut sub = match self.subscriptions.get(&key) {
+                    Some(s) => s.clone(),
+                    None => LiteSubscription { owner: by.owner(), ..Default::default() },
+                };
+                // An unowned subscription (made with authentication off) becomes the first user's
+                // to sync it; an admin acting on another's client leaves the owner as it was.
+                if sub.owner.is_none() && matches!(by, LiteActor::User(_)) {
+                    sub.owner = by.owner();
+                }
                 match action {
                     SyncAction::Add => sub.lites.extend(lites.iter().cloned()),
                     SyncAction::Remove => lites.iter().for_each(|l| {
@@ -496,6 +572,9 @@ impl LiteTables {
                     Ok(g) => g,
                     Err(o) => return Ok(o),
                 };
+                if let Some(why) = self.not_owner(&pop.group, &pop.client, &pop.by) {
+                    return Ok(LiteOutcome::NotOwner(why));
+                }
                 let until = pop.now_ms.saturating_add(pop.invisible_ms);
                 let mut delivered = Vec::new();
                 for (lite, r) in &pop.redeliveries {
@@ -611,7 +690,10 @@ impl LiteTables {
                 }
                 Ok(LiteOutcome::Done)
             }
-            LiteCommand::Unsubscribe { group, client } => {
+            LiteCommand::Unsubscribe { group, client, by } => {
+                if let Some(why) = self.not_owner(group, client, by) {
+                    return Ok(LiteOutcome::NotOwner(why));
+                }
                 self.subscriptions.remove(&(group.clone(), client.clone()));
                 Ok(LiteOutcome::Done)
             }
@@ -664,6 +746,8 @@ pub struct LiteRequest<'a> {
     pub group: &'a GroupConfig,
     pub parent: &'a str,
     pub client: &'a str,
+    /// Who receives (checked again at apply against the subscriptions' owner).
+    pub by: &'a LiteActor,
     pub max_messages: usize,
     pub invisible_ms: i64,
     pub now_ms: i64,
@@ -683,6 +767,8 @@ impl LiteTables {
             pop: LitePop {
                 group: r.group.name.clone(),
                 parent: r.parent.to_string(),
+                client: r.client.to_string(),
+                by: r.by.clone(),
                 now_ms: r.now_ms,
                 invisible_ms: r.invisible_ms,
                 takes: Vec::new(),

@@ -4,7 +4,7 @@
 use prost::Message as _;
 use rockraft_proto::rockraft::{DeadLetter, StoredMessage};
 
-use crate::broker::lite::{LiteName, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
+use crate::broker::lite::{LiteActor, LiteName, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
 use crate::broker::pop_plan::dead_letter_copy;
 use crate::broker::read::message_in;
 use crate::broker::{Broker, BrokerError, SendBatchQueues, StoredEntry, split_position};
@@ -80,6 +80,17 @@ impl Broker {
     /// The id of lite topic `lite` of `parent`, if it exists.
     pub fn lite_id(&self, parent: &str, lite: &str) -> Option<u64> {
         self.state().lite.topic(parent, lite).ok().flatten().map(|t| t.id)
+    }
+
+    /// Why `by` may not act as `client` of `group` (its subscriptions are another user's), if so.
+    pub fn lite_not_owner(&self, group: &str, client: &str, by: &LiteActor) -> Option<String> {
+        self.state().lite.not_owner(group, client, by)
+    }
+
+    /// The user that owns the lite subscriptions of `client` of `group`, if anyone does.
+    pub fn lite_owner(&self, group: &str, client: &str) -> Option<String> {
+        let key = (group.to_string(), client.to_string());
+        self.state().lite.subscriptions.get(&key).and_then(|s| s.owner.clone())
     }
 
     /// The lite topics `client` of `group` subscribes to.

@@ -7,7 +7,8 @@ use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::{
-    LiteBinding, LiteCommand, LiteModel, LiteOutcome, LitePlan, LiteReceipt, LiteRequest, SyncAction,
+    LiteActor, LiteBinding, LiteCommand, LiteModel, LiteOutcome, LitePlan, LiteReceipt, LiteRequest, LiteSubscription,
+    SyncAction,
 };
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::state_test::{Node, node};
@@ -49,6 +50,10 @@ fn send(n: &mut Node, at_ms: i64, messages: &[(&str, &str)]) -> Reply {
 }
 
 fn sync(n: &mut Node, client: &str, action: SyncAction, lites: &[&str]) -> Reply {
+    sync_as(n, &LiteActor::Open, client, action, lites)
+}
+
+fn sync_as(n: &mut Node, by: &LiteActor, client: &str, action: SyncAction, lites: &[&str]) -> Reply {
     n.commit(&Command::Lite(LiteCommand::Sync {
         group: "g".into(),
         parent: PARENT.into(),
@@ -56,15 +61,21 @@ fn sync(n: &mut Node, client: &str, action: SyncAction, lites: &[&str]) -> Reply
         action,
         lites: lites.iter().map(|l| l.to_string()).collect(),
         now_ms: 1000,
+        by: by.clone(),
     }))
 }
 
 fn plan(n: &Node, client: &str, max: usize, now_ms: i64) -> LitePlan {
+    plan_as(n, &LiteActor::Open, client, max, now_ms)
+}
+
+fn plan_as(n: &Node, by: &LiteActor, client: &str, max: usize, now_ms: i64) -> LitePlan {
     let group = n.broker.group("g").unwrap();
     let r = LiteRequest {
         group: &group,
         parent: PARENT,
         client,
+        by,
         max_messages: max,
         invisible_ms: 10_000,
         now_ms,
@@ -76,7 +87,11 @@ fn plan(n: &Node, client: &str, max: usize, now_ms: i64) -> LitePlan {
 
 /// Plans and commits a receive; the bodies delivered, in order, with their receipts.
 fn receive(n: &mut Node, client: &str, max: usize, now_ms: i64) -> Vec<(String, LiteReceipt)> {
-    let plan = plan(n, client, max, now_ms);
+    receive_as(n, &LiteActor::Open, client, max, now_ms)
+}
+
+fn receive_as(n: &mut Node, by: &LiteActor, client: &str, max: usize, now_ms: i64) -> Vec<(String, LiteReceipt)> {
+    let plan = plan_as(n, by, client, max, now_ms);
     let Reply::Lite(LiteOutcome::Delivered(ds)) = n.commit(&Command::Lite(LiteCommand::Pop(plan.pop))) else {
         panic!("not delivered")
     };
@@ -171,6 +186,7 @@ fn a_plan_looks_at_most_at_its_scan_limit_and_the_next_goes_on_from_there() {
         group: &group,
         parent: PARENT,
         client: "c1",
+        by: &LiteActor::Open,
         max_messages: 10,
         invisible_ms: 10_000,
         now_ms: 2000,
@@ -219,6 +235,7 @@ fn subscriptions_are_checked_and_bounded_by_the_quota() {
         action: SyncAction::Add,
         lites: vec!["a".into()],
         now_ms: 0,
+        by: LiteActor::Open,
     }));
     assert!(matches!(r, Reply::Lite(LiteOutcome::IllegalGroup(_))));
 }
@@ -315,4 +332,104 @@ fn a_long_lite_topic_reads_back_in_order_across_record_chunks_and_after_a_restar
         ack(&mut n, receipts);
     }
     assert_eq!(got, bodies_sent, "every offset, across chunk rows and the registry row's tail");
+}
+
+fn unsubscribe(n: &mut Node, by: &LiteActor, client: &str) -> Reply {
+    n.commit(&Command::Lite(LiteCommand::Unsubscribe { group: "g".into(), client: client.into(), by: by.clone() }))
+}
+
+fn not_owner(r: &Reply) -> bool {
+    matches!(r, Reply::Lite(LiteOutcome::NotOwner(_)))
+}
+
+#[test]
+fn another_user_naming_a_client_cannot_change_drop_or_receive_from_its_lite_subscriptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    let (alice, mallory) = (LiteActor::User("alice".into()), LiteActor::User("mallory".into()));
+    let admin = LiteActor::Admin("root".into());
+    send(&mut n, 1000, &[("a", "a0")]);
+    assert!(matches!(
+        sync_as(&mut n, &alice, "alice-1", SyncAction::Add, &["a"]),
+        Reply::Lite(LiteOutcome::Synced { .. })
+    ));
+    assert_eq!(n.broker.lite_owner("g", "alice-1").as_deref(), Some("alice"));
+    n.broker.checkpoint().unwrap();
+    let mut n = n.restart(dir.path());
+    assert_eq!(n.broker.lite_owner("g", "alice-1").as_deref(), Some("alice"), "the owner is kept on disk");
+
+    // Mallory names alice's client: replacing, removing, dropping and receiving are all refused.
+    assert!(not_owner(&sync_as(&mut n, &mallory, "alice-1", SyncAction::Replace, &["b"])));
+    assert!(not_owner(&sync_as(&mut n, &mallory, "alice-1", SyncAction::Remove, &["a"])));
+    assert!(not_owner(&sync_as(&mut n, &mallory, "alice-1", SyncAction::Replace, &[])));
+    assert!(not_owner(&unsubscribe(&mut n, &mallory, "alice-1")));
+    assert!(n.broker.lite_not_owner("g", "alice-1", &mallory).is_some());
+    let stolen = plan_as(&n, &mallory, "alice-1", 10, 2000);
+    assert!(stolen.delivers(), "the plan alone does not check: apply does");
+    assert!(not_owner(&n.commit(&Command::Lite(LiteCommand::Pop(stolen.pop)))));
+    assert_eq!(n.broker.lite_subscription("g", "alice-1"), vec!["a"]);
+    assert_eq!(n.broker.lite_owner("g", "alice-1").as_deref(), Some("alice"));
+
+    // Alice still gets her message: mallory's pop took nothing.
+    assert_eq!(bodies(&receive_as(&mut n, &alice, "alice-1", 10, 2000)), vec!["a0"]);
+    // An admin may act on any client; its sync leaves the owner as it was.
+    assert!(matches!(
+        sync_as(&mut n, &admin, "alice-1", SyncAction::Add, &["b"]),
+        Reply::Lite(LiteOutcome::Synced { .. })
+    ));
+    assert_eq!(n.broker.lite_subscription("g", "alice-1"), vec!["a", "b"]);
+    assert_eq!(n.broker.lite_owner("g", "alice-1").as_deref(), Some("alice"));
+    // Mallory's own client is hers, and the owner drops her own.
+    sync_as(&mut n, &mallory, "mallory-1", SyncAction::Add, &["a"]);
+    assert_eq!(n.broker.lite_owner("g", "mallory-1").as_deref(), Some("mallory"));
+    assert_eq!(unsubscribe(&mut n, &alice, "alice-1"), Reply::Lite(LiteOutcome::Done));
+    assert!(n.broker.lite_subscription("g", "alice-1").is_empty());
+    // The cluster's own upkeep (Open) drops any client's subscriptions.
+    assert_eq!(unsubscribe(&mut n, &LiteActor::Open, "mallory-1"), Reply::Lite(LiteOutcome::Done));
+    assert!(n.broker.lite_subscription("g", "mallory-1").is_empty());
+}
+
+#[test]
+fn an_unowned_subscription_works_as_before_and_the_first_user_to_sync_it_owns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("a", "a0")]);
+    // Authentication off: no owner, anyone acts.
+    sync(&mut n, "c1", SyncAction::Add, &["a"]);
+    assert_eq!(n.broker.lite_owner("g", "c1"), None);
+    assert_eq!(bodies(&receive(&mut n, "c1", 10, 2000)), vec!["a0"]);
+    // With authentication on, the first user to sync it owns it; then it is refused to others.
+    let bob = LiteActor::User("bob".into());
+    sync_as(&mut n, &bob, "c1", SyncAction::Replace, &["a"]);
+    assert_eq!(n.broker.lite_owner("g", "c1").as_deref(), Some("bob"));
+    assert!(not_owner(&sync_as(&mut n, &LiteActor::User("eve".into()), "c1", SyncAction::Add, &["b"])));
+    // A client with no subscriptions left has no owner: the id is free for the next user.
+    sync_as(&mut n, &bob, "c1", SyncAction::Replace, &[]);
+    assert_eq!(n.broker.lite_owner("g", "c1"), None);
+    let unowned = LiteSubscription { lites: ["a".to_string()].into(), synced_ms: 5, owner: None };
+    assert_eq!(serde_json::to_string(&unowned).unwrap(), r#"{"lites":["a"],"synced_ms":5}"#, "rows as before");
+}
+
+#[test]
+fn subscriptions_and_entries_written_before_owners_were_kept_still_read() {
+    let row: LiteSubscription = serde_json::from_str(r#"{"lites":["a"],"synced_ms":5}"#).unwrap();
+    assert_eq!((row.lites.len(), row.owner), (1, None));
+    let old = [
+        r#"{"op":"sync","group":"g","parent":"P","client":"c","action":"add","lites":["a"],"now_ms":1}"#,
+        r#"{"op":"unsubscribe","group":"g","client":"c"}"#,
+        r#"{"op":"pop","group":"g","parent":"P","now_ms":1,"invisible_ms":2,"takes":[],"redeliveries":[]}"#,
+    ];
+    for entry in old {
+        let command: LiteCommand = serde_json::from_str(entry).unwrap();
+        let by = match &command {
+            LiteCommand::Sync { by, .. } | LiteCommand::Unsubscribe { by, .. } => by.clone(),
+            LiteCommand::Pop(p) => p.by.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(by, LiteActor::Open, "{entry}");
+        // And written again the same way: an open command's entry is what it was.
+        assert!(!serde_json::to_string(&command).unwrap().contains("\"by\""));
+    }
 }

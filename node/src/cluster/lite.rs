@@ -24,6 +24,11 @@ impl Cluster {
         let broker = self.broker();
         let group = broker.group(&order.group).ok_or_else(|| PopError::GroupNotFound(order.group.clone()))?;
         broker.topic(&order.topic).ok_or_else(|| PopError::TopicNotFound(order.topic.clone()))?;
+        // Refused before planning, so a receive as another user's client is told so even when
+        // there is nothing to deliver; apply checks again.
+        if let Some(why) = broker.lite_not_owner(&order.group, client, &order.lite_by) {
+            return Err(PopError::Forbidden(why));
+        }
         let lane = self.pop_locks().get(&order.group, &order.topic);
         let _serial = lane.serial.lock().await;
         let now = now_ms();
@@ -33,6 +38,7 @@ impl Cluster {
             group: &group,
             parent: &order.topic,
             client,
+            by: &order.lite_by,
             max_messages: order.max_messages,
             invisible_ms: order.invisible_ms,
             now_ms: now,
@@ -72,6 +78,7 @@ impl Cluster {
                 Ok(Popped { lite, next_due_in_ms, passed_over, ..Default::default() })
             }
             Reply::Lite(LiteOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
+            Reply::Lite(LiteOutcome::NotOwner(why)) => Err(PopError::Forbidden(why)),
             other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
         }
     }

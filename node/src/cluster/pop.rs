@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::lite::LiteDelivery;
+use crate::broker::lite::{LiteActor, LiteDelivery};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest, Reply};
 use crate::cluster::clock::now_ms;
@@ -35,6 +35,10 @@ pub struct PopOrder {
     /// A lite group's receive: the client whose subscribed lite topics it serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lite_client: Option<String>,
+    /// A lite receive's caller: only the owner of the client's subscriptions (or an admin) may
+    /// receive from them.
+    #[serde(default, skip_serializing_if = "LiteActor::is_open")]
+    pub lite_by: LiteActor,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -60,6 +64,9 @@ pub enum PopError {
     TopicNotFound(String),
     #[error("illegal filter expression: {0}")]
     IllegalFilter(String),
+    /// The caller may not receive as this client (its lite subscriptions are another user's).
+    #[error("{0}")]
+    Forbidden(String),
     /// The group's filter plugin is quarantined: nothing is delivered (or passed over) until an
     /// operator enables it. The text says which plugin and how to enable it.
     #[error("{0}")]

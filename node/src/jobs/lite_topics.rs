@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::broker::lite::LiteCommand;
+use crate::broker::lite::{LiteActor, LiteCommand};
 use crate::broker::{Command, TopicKind};
 use crate::cluster::{Cluster, now_ms};
 
@@ -54,7 +54,9 @@ pub async fn lite_upkeep(cluster: Cluster) {
             }
         }
         for (group, client) in broker.silent_lite_clients(now.saturating_sub(LITE_CLIENT_TIMEOUT_MS)) {
-            let command = Command::Lite(LiteCommand::Unsubscribe { group, client: client.clone() });
+            // The cluster acts here, not a user: whoever owns them, they go.
+            let by = LiteActor::Open;
+            let command = Command::Lite(LiteCommand::Unsubscribe { group, client: client.clone(), by });
             match cluster.write(&command).await {
                 Ok(_) => tracing::info!(%client, "dropped the lite subscriptions of a client that went away"),
                 Err(e) => tracing::debug!(error = %e, "dropping lite subscriptions failed; the next look retries"),

@@ -4,6 +4,10 @@
 //! alive, receives, lite subscriptions, the client's termination) are refused FORBIDDEN to any
 //! other user. An admin may name any id. With authentication off nothing is bound.
 //!
+//! This binding is per node; state keyed by a client id that is replicated (lite subscriptions)
+//! records its owning user itself and is checked at apply (`broker/lite.rs`), so naming the id
+//! on a node where it is unbound does not make it the caller's either.
+//!
 //! Node-local and bounded: an id is forgotten when its client terminates or after `IDLE` without
 //! a call (the official clients heartbeat every few seconds), and the table holds at most
 //! `max_ids` ids, `max_per_user` of any one user, so a flood of made-up ids neither grows it

@@ -7,9 +7,12 @@ use rockraft_proto::rocketmq::{
     receive_message_response::Content,
 };
 
+use crate::auth::Caller;
 use crate::auth::handles::HandleKeys;
 use crate::broker::group::GroupConfig;
-use crate::broker::lite::{LiteCommand, LiteDelivery, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name};
+use crate::broker::lite::{
+    LiteActor, LiteCommand, LiteDelivery, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name,
+};
 use crate::broker::pop::Delivery;
 use crate::broker::{Command, Reply, TopicConfig, TopicKind};
 use crate::cluster::now_ms;
@@ -55,6 +58,15 @@ pub fn lite_receive(group: &GroupConfig, topic: &TopicConfig, client: &str) -> R
     }
 }
 
+/// Who a caller acts as on a client's lite subscriptions: apply lets a user act only on its own.
+pub fn actor(caller: &Caller) -> LiteActor {
+    match caller {
+        Caller::User { access_key, admin: true } => LiteActor::Admin(access_key.to_string()),
+        Caller::User { access_key, admin: false } => LiteActor::User(access_key.to_string()),
+        Caller::Open | Caller::Refused(_) => LiteActor::Open,
+    }
+}
+
 /// What a lite command's outcome means to the client.
 pub fn outcome_status(reply: Reply) -> Status {
     match reply {
@@ -69,14 +81,21 @@ pub fn outcome_status(reply: Reply) -> Status {
         Reply::Lite(LiteOutcome::IllegalGroup(why)) => status(Code::IllegalConsumerGroup, why),
         Reply::Lite(LiteOutcome::IllegalLiteTopic(why)) => status(Code::IllegalLiteTopic, why),
         Reply::Lite(LiteOutcome::QuotaExceeded(why)) => status(Code::LiteSubscriptionQuotaExceeded, why),
+        Reply::Lite(LiteOutcome::NotOwner(why)) => status(Code::Forbidden, why),
         other => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
     }
 }
 
 impl Proxy {
     /// `SyncLiteSubscription` from `client`: checked here, applied through the log.
-    pub(super) async fn sync_lite(&self, req: &SyncLiteSubscriptionRequest, ns: &str, client: &str) -> Status {
-        match self.check_sync(req, ns, client).await {
+    pub(super) async fn sync_lite(
+        &self,
+        req: &SyncLiteSubscriptionRequest,
+        ns: &str,
+        client: &str,
+        by: LiteActor,
+    ) -> Status {
+        match self.check_sync(req, ns, client, by).await {
             Ok(command) => match self.cluster.write(&Command::Lite(command)).await {
                 Ok(reply) => outcome_status(reply),
                 Err(e) => write_failed(&e, 0),
@@ -90,6 +109,7 @@ impl Proxy {
         req: &SyncLiteSubscriptionRequest,
         ns: &str,
         client: &str,
+        by: LiteActor,
     ) -> Result<LiteCommand, Rejection> {
         if client.is_empty() {
             return Err(Rejection::new(Code::BadRequest, "a lite subscription needs the client's id (x-mq-client-id)"));
@@ -152,7 +172,7 @@ impl Proxy {
                 ));
             }
         };
-        Ok(LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms() })
+        Ok(LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms(), by })
     }
 
     /// The answer to a lite receive: each delivery read from this node's store, its handle

@@ -33,6 +33,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::handles::HandleKeys;
 use crate::auth::{Caller, Denied};
 use crate::broker::access::{Action, ResourceKind};
+use crate::broker::lite::{LiteCommand, LiteOutcome};
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
 use crate::broker::{Command, Held, Reply};
@@ -271,14 +272,6 @@ impl Proxy {
     }
 }
 
-/// The user a request was signed by; None with authentication off.
-fn user_of<T>(req: &Request<T>) -> Option<Arc<str>> {
-    match Caller::of(req) {
-        Caller::User { access_key, .. } => Some(access_key),
-        _ => None,
-    }
-}
-
 /// What consuming needs: Sub on the topic and on the group.
 fn subscribe<'a>(topic: &'a str, group: &'a str) -> [(Action, ResourceKind, &'a str); 2] {
     [(Action::Sub, ResourceKind::Topic, topic), (Action::Sub, ResourceKind::Group, group)]
@@ -443,7 +436,7 @@ impl MessagingService for Proxy {
         };
         let responses = match client {
             Err(s) => vec![ReceiveMessageResponse { content: Some(receive_message_response::Content::Status(s)) }],
-            Ok(client) => self.receive(req.get_ref(), &ns, timeout, user_of(&req).as_ref(), &client).await,
+            Ok(client) => self.receive(req.get_ref(), &ns, timeout, &Caller::of(&req), &client).await,
         };
         let (mut delivered, mut code) = (0, 0);
         for r in &responses {
@@ -549,16 +542,24 @@ impl MessagingService for Proxy {
             Ok(client) => client,
             Err(s) => return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) })),
         };
-        self.renewals.client_gone(&client);
-        self.client_ids.release(&client);
         // A lite consumer's subscriptions end with it (else they would wait for the expiry job).
+        // They are replicated, so whose they are is checked at apply: the id being free on this
+        // node does not make another user's client this caller's.
         let group = resource_name(&req.get_ref().group, &namespace(&req));
         if !client.is_empty() && self.cluster.broker().group(&group).is_some_and(|g| g.lite.is_some()) {
-            let command = Command::Lite(crate::broker::lite::LiteCommand::Unsubscribe { group, client });
-            if let Err(e) = self.cluster.write(&command).await {
-                tracing::debug!(error = %e, "dropping a terminated client's lite subscriptions failed");
+            let by = lite::actor(&Caller::of(&req));
+            let command = Command::Lite(LiteCommand::Unsubscribe { group, client: client.clone(), by });
+            match self.cluster.write(&command).await {
+                Ok(Reply::Lite(LiteOutcome::NotOwner(why))) => {
+                    let s = status::status(Code::Forbidden, why);
+                    return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "dropping a terminated client's lite subscriptions failed"),
             }
         }
+        self.renewals.client_gone(&client);
+        self.client_ids.release(&client);
         Ok(Response::new(NotifyClientTerminationResponse { status: Some(ok()) }))
     }
 
@@ -602,11 +603,12 @@ impl MessagingService for Proxy {
             Err(s) => return Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(s) })),
         };
         let python = language_is(&req, "PYTHON");
+        let by = lite::actor(&Caller::of(&req));
         let mut sync = req.into_inner();
         if python {
             lite::join_python_subscribe(&mut sync);
         }
-        let status = self.sync_lite(&sync, &ns, &client).await;
+        let status = self.sync_lite(&sync, &ns, &client, by).await;
         Ok(Response::new(SyncLiteSubscriptionResponse { status: Some(status) }))
     }
 }

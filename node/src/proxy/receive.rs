@@ -13,9 +13,11 @@ use rockraft_proto::rocketmq::{
 };
 use tokio::time::Instant;
 
+use crate::auth::Caller;
 use crate::auth::handles::HandleKeys;
 use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
+use crate::broker::lite::LiteActor;
 use crate::broker::pop::{Delivery, Receipt};
 use crate::cluster::now_ms;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
@@ -56,6 +58,8 @@ pub struct ReceiveParams {
     pub attempt_id: Option<String>,
     /// A lite group's receive: the client (`x-mq-client-id`) whose lite topics it serves.
     pub lite_client: Option<String>,
+    /// Who receives as that client.
+    pub lite_by: LiteActor,
 }
 
 /// The longest `attempt_id` kept (clients send a UUID).
@@ -134,6 +138,7 @@ impl ReceiveParams {
             long_polling: duration(&req.long_polling_timeout).unwrap_or(DEFAULT_LONG_POLLING),
             attempt_id,
             lite_client: None,
+            lite_by: LiteActor::Open,
         })
     }
 }
@@ -190,10 +195,14 @@ impl Proxy {
         req: &ReceiveMessageRequest,
         namespace: &str,
         grpc_timeout: Option<Duration>,
-        user: Option<&std::sync::Arc<str>>,
+        caller: &Caller,
         client: &str,
     ) -> Vec<ReceiveMessageResponse> {
         self.renewals.seen(client);
+        let user = match caller {
+            Caller::User { access_key, .. } => Some(access_key),
+            _ => None,
+        };
         let mut params = match ReceiveParams::check(req, namespace) {
             Ok(p) => p,
             Err(Rejection(s)) => return status_only(s),
@@ -220,7 +229,10 @@ impl Proxy {
         };
         match crate::proxy::lite::lite_receive(&group, &topic, client) {
             Err(Rejection(s)) => return status_only(s),
-            Ok(Some(client)) => params.lite_client = Some(client),
+            Ok(Some(client)) => {
+                params.lite_client = Some(client);
+                params.lite_by = crate::proxy::lite::actor(caller);
+            }
             Ok(None) => {
                 if let Err(Rejection(s)) =
                     compile(self.cluster.plugins(), params.filter_kind, &params.filter_expression)
@@ -270,6 +282,7 @@ impl Proxy {
             invisible_ms: p.invisible.as_millis() as i64,
             attempt_id: p.attempt_id.clone(),
             lite_client: p.lite_client.clone(),
+            lite_by: p.lite_by.clone(),
         };
         loop {
             let mut changes = self.cluster.broker().watch(&p.topic_name);

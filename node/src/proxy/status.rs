@@ -44,6 +44,7 @@ pub fn pop_failed(e: &PopError) -> Status {
         PopError::GroupNotFound(_) => Code::ConsumerGroupNotFound,
         PopError::TopicNotFound(_) => Code::TopicNotFound,
         PopError::IllegalFilter(_) => Code::IllegalFilterExpression,
+        PopError::Forbidden(_) => Code::Forbidden,
         PopError::Cluster(e) => return write_failed(e, 0),
         // Clients retry a receive that failed so: a quarantined or unavailable filter delivers
         // (and passes over) nothing until it runs again.

@@ -881,3 +881,35 @@ pub mod clients {
         c
     }
 }
+
+/// Signs every request as the official clients do, as the user given (or not at all), and names
+/// a client id (`cluster-test`) unless the request names its own.
+#[derive(Clone)]
+pub struct Signer(pub Option<(String, String)>);
+
+impl tonic::service::Interceptor for Signer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some((key, secret)) = &self.0 {
+            let (date_time, header) = rockraft::auth::signature::sign(key, secret, time::OffsetDateTime::now_utc());
+            r.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
+            r.metadata_mut().insert("authorization", header.parse().expect("ascii"));
+        }
+        if !r.metadata().contains_key("x-mq-client-id") {
+            r.metadata_mut().insert("x-mq-client-id", "cluster-test".parse().expect("ascii"));
+        }
+        Ok(r)
+    }
+}
+
+/// A RocketMQ client of the client port at `addr`, signing as `user` (or not at all).
+pub type SignedClient = rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Signer>,
+>;
+
+/// A [`SignedClient`] of `addr` (plain HTTP/2), connecting on its first call.
+pub fn signed_client(addr: &str, user: Option<(&str, &str)>) -> SignedClient {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("url").connect_lazy();
+    let signer = Signer(user.map(|(k, s)| (k.into(), s.into())));
+    rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient::with_interceptor(channel, signer)
+        .max_encoding_message_size(usize::MAX)
+}

@@ -12,8 +12,7 @@ use rockraft::admin::Credentials;
 use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::broker::TopicKind;
 use rockraft::broker::access::{Action, Decision, Secret};
-use rockraft_cluster_tests::{Cluster, Options, retry};
-use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+use rockraft_cluster_tests::{Cluster, Options, Signer, retry};
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
     AckMessageEntry, AckMessageRequest, ChangeInvisibleDurationRequest, Code, EndTransactionRequest,
@@ -22,38 +21,11 @@ use rockraft_proto::rocketmq::{
     ReceiveMessageRequest, Resource, SendMessageRequest, Settings, SystemProperties, TelemetryCommand, settings,
     telemetry_command,
 };
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
-/// Signs every request as the official clients do (or not at all).
-#[derive(Clone)]
-struct Signer(Option<(String, String)>);
-
-impl Interceptor for Signer {
-    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some((key, secret)) = &self.0 {
-            let (date_time, header) = rockraft::auth::signature::sign(key, secret, time::OffsetDateTime::now_utc());
-            r.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
-            r.metadata_mut().insert("authorization", header.parse().expect("ascii"));
-        }
-        // A test that names its client sets the header itself.
-        if !r.metadata().contains_key("x-mq-client-id") {
-            r.metadata_mut().insert("x-mq-client-id", "auth-test".parse().expect("ascii"));
-        }
-        Ok(r)
-    }
-}
-
-type Client = MessagingServiceClient<InterceptedService<Channel, Signer>>;
+type Client = rockraft_cluster_tests::SignedClient;
 
 async fn client(addr: &str, as_user: Option<(&str, &str)>) -> Client {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
-    MessagingServiceClient::with_interceptor(channel, Signer(as_user.map(|(k, s)| (k.into(), s.into()))))
+    rockraft_cluster_tests::signed_client(addr, as_user)
 }
 
 fn resource(name: &str) -> Option<Resource> {
@@ -93,6 +65,26 @@ fn publishing(topic: &str) -> TelemetryCommand {
             ..Default::default()
         })),
     }
+}
+
+/// A Telemetry stream for each user, in order, each naming `topic` as one it publishes, its
+/// settings answered OK: the stream's sender (kept open) and its replies.
+async fn publishing_streams(
+    addr: &str,
+    users: &[(&str, &str)],
+    topic: &str,
+) -> Vec<(tokio::sync::mpsc::Sender<TelemetryCommand>, tonic::Streaming<TelemetryCommand>)> {
+    let mut streams = Vec::new();
+    for who in users {
+        let mut c = client(addr, Some(*who)).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(publishing(topic)).await.unwrap();
+        let mut replies = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let settings = replies.next().await.expect("settings").expect("reply");
+        assert_eq!(status_of(&settings.status), Code::Ok as i32);
+        streams.push((tx, replies));
+    }
+    streams
 }
 
 /// Every RPC of `MessagingService` on topic `Orders` and group `readers`, with the code each
@@ -364,36 +356,37 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
     assert_eq!(gone, unauthorized);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn only_a_producer_allowed_to_publish_is_asked_about_a_transaction() {
+/// A cluster checking transactional halves every second, with a transactional topic `Payments`
+/// that user `payer` may publish to, and `other` (access key, secret, admin) beside it; and the
+/// leader's client endpoint, where producers are asked.
+async fn payments_cluster(other: (&str, &str, bool)) -> (Cluster, String) {
     let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\n".to_string();
     let cluster = Cluster::start(3, Options { auth: true, broker, ..Default::default() }).await;
     cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
     create_user(&cluster, "payer", "payer-secret", false).await;
-    create_user(&cluster, "eavesdropper", "eavesdropper-secret", false).await;
+    create_user(&cluster, other.0, other.1, other.2).await;
     grant(&cluster, "payer", "Topic:Payments", &[Action::Pub], Decision::Allow).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let addr = cluster.client_addr(leader);
+    (cluster, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_a_producer_allowed_to_publish_is_asked_about_a_transaction() {
+    let (_cluster, addr) = payments_cluster(("eavesdropper", "eavesdropper-secret", false)).await;
 
     // Both open a Telemetry stream naming the topic; the eavesdropper first.
-    let mut streams = Vec::new();
-    for who in [("eavesdropper", "eavesdropper-secret"), ("payer", "payer-secret")] {
-        let mut c = client(&addr, Some(who)).await;
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tx.send(publishing("Payments")).await.unwrap();
-        let mut replies = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-        let settings = replies.next().await.expect("settings").expect("reply");
-        assert_eq!(status_of(&settings.status), Code::Ok as i32);
-        streams.push((who.0, tx, replies));
-    }
+    let mut streams =
+        publishing_streams(&addr, &[("eavesdropper", "eavesdropper-secret"), ("payer", "payer-secret")], "Payments")
+            .await;
     let mut payer = client(&addr, Some(("payer", "payer-secret"))).await;
     let half = SendMessageRequest { messages: vec![message("Payments", "half-1", MessageType::Transaction)] };
     let r = payer.send_message(half).await.unwrap().into_inner();
     assert_eq!(status_of(&r.status), Code::Ok as i32, "{r:?}");
 
     // Checks come every second; the payer is asked, the eavesdropper never.
-    let (_, _payer_tx, payer_replies) = streams.pop().unwrap();
-    let (_, _eavesdropper_tx, mut eavesdropper_replies) = streams.pop().unwrap();
+    let (_payer_tx, payer_replies) = streams.pop().unwrap();
+    let (_eavesdropper_tx, mut eavesdropper_replies) = streams.pop().unwrap();
     let mut payer_replies = payer_replies;
     let asked = tokio::time::timeout(Duration::from_secs(15), payer_replies.next()).await.expect("the payer is asked");
     let asked = asked.expect("frame").expect("command");
@@ -493,26 +486,11 @@ async fn a_producer_whose_secret_is_rotated_mid_stream_is_no_longer_asked_about_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_demoted_admin_loses_admin_on_its_open_stream() {
-    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\n".to_string();
-    let cluster = Cluster::start(3, Options { auth: true, broker, ..Default::default() }).await;
-    cluster.create_topic("Payments", 1, TopicKind::Transaction).await;
-    create_user(&cluster, "payer", "payer-secret", false).await;
-    create_user(&cluster, "ops", "ops-secret-1", true).await;
-    grant(&cluster, "payer", "Topic:Payments", &[Action::Pub], Decision::Allow).await;
-    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    let addr = cluster.client_addr(leader);
+    let (cluster, addr) = payments_cluster(("ops", "ops-secret-1", true)).await;
 
     // The admin (no rules: its admin flag alone lets it publish) and the payer each open a stream.
-    let mut streams = Vec::new();
-    for who in [("ops", "ops-secret-1"), ("payer", "payer-secret")] {
-        let mut c = client(&addr, Some(who)).await;
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tx.send(publishing("Payments")).await.unwrap();
-        let mut replies = c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-        let settings = replies.next().await.expect("settings").expect("reply");
-        assert_eq!(status_of(&settings.status), Code::Ok as i32);
-        streams.push((tx, replies));
-    }
+    let mut streams =
+        publishing_streams(&addr, &[("ops", "ops-secret-1"), ("payer", "payer-secret")], "Payments").await;
     let (_payer_tx, mut payer_replies) = streams.pop().unwrap();
     let (_ops_tx, mut ops_replies) = streams.pop().unwrap();
     let req = AdminRequest::UpdateUser { access_key: "ops".into(), secret: None, admin: Some(false) };
@@ -533,6 +511,24 @@ async fn a_demoted_admin_loses_admin_on_its_open_stream() {
     assert!(overheard.is_err(), "the demoted admin was sent {overheard:?}");
 }
 
+/// A cluster with a lite topic `Chats` whose group `chatters` both users, `alice` and `mallory`,
+/// may consume: only the client id tells their clients apart.
+async fn chat_cluster() -> Cluster {
+    use rockraft::broker::group::GroupConfig;
+    use rockraft::broker::lite::{LiteBinding, LiteModel};
+    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
+    cluster.create_topic("Chats", 2, TopicKind::Lite).await;
+    let lite = Some(LiteBinding { topic: "Chats".into(), model: LiteModel::Shared, quota: 10 });
+    let config = GroupConfig { name: "chatters".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
+    done(cluster.admin(AdminRequest::CreateGroup(config)).await);
+    for key in ["alice", "mallory"] {
+        create_user(&cluster, key, &format!("{key}-secret"), false).await;
+        grant(&cluster, key, "Topic:Chats", &[Action::Pub, Action::Sub], Decision::Allow).await;
+        grant(&cluster, key, "Group:chatters", &[Action::Sub], Decision::Allow).await;
+    }
+    cluster
+}
+
 /// A request naming client `client_id` (`x-mq-client-id`).
 fn as_client<T>(req: T, client_id: &str) -> tonic::Request<T> {
     let mut r = tonic::Request::new(req);
@@ -542,20 +538,8 @@ fn as_client<T>(req: T, client_id: &str) -> tonic::Request<T> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_cannot_end_or_change_another_user_s_client_by_naming_its_id() {
-    use rockraft::broker::group::GroupConfig;
-    use rockraft::broker::lite::{LiteBinding, LiteModel};
     use rockraft_proto::rocketmq::{LiteSubscriptionAction, SyncLiteSubscriptionRequest};
-    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
-    cluster.create_topic("Chats", 2, TopicKind::Lite).await;
-    let lite = Some(LiteBinding { topic: "Chats".into(), model: LiteModel::Shared, quota: 10 });
-    let config = GroupConfig { name: "chatters".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
-    done(cluster.admin(AdminRequest::CreateGroup(config)).await);
-    // Both users may consume the same group: only the client id tells their clients apart.
-    for key in ["alice", "mallory"] {
-        create_user(&cluster, key, &format!("{key}-secret"), false).await;
-        grant(&cluster, key, "Topic:Chats", &[Action::Pub, Action::Sub], Decision::Allow).await;
-        grant(&cluster, key, "Group:chatters", &[Action::Sub], Decision::Allow).await;
-    }
+    let cluster = chat_cluster().await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let addr = cluster.client_addr(leader);
     let mut alice = client(&addr, Some(("alice", "alice-secret"))).await;
@@ -612,19 +596,8 @@ async fn a_user_cannot_end_or_change_another_user_s_client_by_naming_its_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_cannot_change_drop_or_receive_from_another_user_s_lite_subscriptions_through_another_node() {
-    use rockraft::broker::group::GroupConfig;
-    use rockraft::broker::lite::{LiteBinding, LiteModel};
     use rockraft_proto::rocketmq::{LiteSubscriptionAction, SyncLiteSubscriptionRequest};
-    let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
-    cluster.create_topic("Chats", 2, TopicKind::Lite).await;
-    let lite = Some(LiteBinding { topic: "Chats".into(), model: LiteModel::Shared, quota: 10 });
-    let config = GroupConfig { name: "chatters".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
-    done(cluster.admin(AdminRequest::CreateGroup(config)).await);
-    for key in ["alice", "mallory"] {
-        create_user(&cluster, key, &format!("{key}-secret"), false).await;
-        grant(&cluster, key, "Topic:Chats", &[Action::Pub, Action::Sub], Decision::Allow).await;
-        grant(&cluster, key, "Group:chatters", &[Action::Sub], Decision::Allow).await;
-    }
+    let cluster = chat_cluster().await;
     // Alice's client works through node 1; mallory goes to node 2, where alice's id was never
     // used, so only the replicated subscriptions can say whose client it is.
     let mut alice = client(&cluster.client_addr(1), Some(("alice", "alice-secret"))).await;
@@ -816,17 +789,21 @@ async fn the_official_rust_client_signs_over_tls_and_a_wrong_secret_is_refused()
     );
 }
 
-/// The first delivery of a receive, with its receipt handle.
-async fn receive_one(c: &mut Client, group: &str, topic: &str) -> (String, String) {
-    let receive = ReceiveMessageRequest {
+/// A receive of one message of `topic` as `group`, waiting up to `wait_secs` for it.
+fn receive_one_request(group: &str, topic: &str, wait_secs: i64) -> ReceiveMessageRequest {
+    ReceiveMessageRequest {
         group: resource(group),
         message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
         batch_size: 1,
         invisible_duration: seconds(30),
-        long_polling_timeout: seconds(5),
+        long_polling_timeout: seconds(wait_secs),
         ..Default::default()
-    };
-    let mut stream = c.receive_message(receive).await.unwrap().into_inner();
+    }
+}
+
+/// The first delivery of a receive, with its receipt handle.
+async fn receive_one(c: &mut Client, group: &str, topic: &str) -> (String, String) {
+    let mut stream = c.receive_message(receive_one_request(group, topic, 5)).await.unwrap().into_inner();
     while let Some(frame) = stream.next().await {
         if let Some(Content::Message(m)) = frame.unwrap().content {
             let sp = m.system_properties.unwrap();
@@ -931,15 +908,7 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
 
 /// The first frame's status of a receive, and the message it delivered if any.
 async fn receive_status(c: &mut Client, group: &str, topic: &str) -> (i32, Option<Message>) {
-    let receive = ReceiveMessageRequest {
-        group: resource(group),
-        message_queue: Some(MessageQueue { topic: resource(topic), ..Default::default() }),
-        batch_size: 1,
-        invisible_duration: seconds(30),
-        long_polling_timeout: seconds(2),
-        ..Default::default()
-    };
-    let mut stream = c.receive_message(receive).await.unwrap().into_inner();
+    let mut stream = c.receive_message(receive_one_request(group, topic, 2)).await.unwrap().into_inner();
     let (mut code, mut delivered) = (-1, None);
     while let Some(frame) = stream.next().await {
         match frame.unwrap().content {

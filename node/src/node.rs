@@ -248,8 +248,10 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     }
     // Bound before anything is served, so a port in use stops the node with its name.
     let per_address = config.limits.max_connections_per_address;
-    let admin_incoming = ConnectionCap::new("admin", per_address).limit(bind(admin_addr, "admin_addr")?);
-    let client_incoming = ConnectionCap::new("client", per_address).limit(bind(client_addr, "client_addr")?);
+    let admin_incoming = ConnectionCap::new("admin", per_address)
+        .limit(bind(admin_addr).map_err(|e| format!("admin_addr {admin_addr}: {e}"))?);
+    let client_incoming = ConnectionCap::new("client", per_address)
+        .limit(bind(client_addr).map_err(|e| format!("client_addr {client_addr}: {e}"))?);
     let admin_server = secured()?
         .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
         .add_service(InterceptedService::new(
@@ -323,11 +325,9 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// A listener's socket at `addr` (`key` names the setting in errors).
-fn bind(addr: std::net::SocketAddr, key: &str) -> Result<tonic::transport::server::TcpIncoming, String> {
-    tonic::transport::server::TcpIncoming::bind(addr)
-        .map(|incoming| incoming.with_nodelay(Some(true)))
-        .map_err(|e| format!("{key} {addr}: {e}"))
+/// A listener's socket at `addr`.
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<tonic::transport::server::TcpIncoming> {
+    tonic::transport::server::TcpIncoming::bind(addr).map(|incoming| incoming.with_nodelay(Some(true)))
 }
 
 async fn shutdown_signal() {

@@ -284,7 +284,8 @@ impl NodeConfig {
             if self.cluster_secret.is_some() {
                 return Err("cluster_secret and cluster_secret_file: give one of them".into());
             }
-            let secret = crate::auth::read_secret_file(file).map_err(|e| format!("cluster_secret_file {e}"))?;
+            let secret = crate::auth::read_secret_file(file)
+                .map_err(|e| format!("cluster_secret_file {}: {e}", file.display()))?;
             self.cluster_secret = Some(
                 crate::auth::member::ClusterSecret::new(&secret)
                     .map_err(|e| format!("cluster_secret_file {}: {e}", file.display()))?,

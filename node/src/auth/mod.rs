@@ -47,9 +47,8 @@ pub fn random_key() -> Result<String, String> {
 
 /// Reads a secret kept in a file of its own (a mounted secret, a systemd credential): the file's
 /// text less surrounding whitespace (a trailing newline is usual).
-pub fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(text.trim().to_string())
+pub fn read_secret_file(path: &std::path::Path) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(path)?.trim().to_string())
 }
 
 /// The `[auth]` section of a node's configuration.

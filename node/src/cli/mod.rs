@@ -1036,16 +1036,8 @@ pub fn main() -> i32 {
         crate::auth::at_rest::create_private();
         let logs = tracing_subscriber::fmt()
             .with_env_filter(
-                // openraft warns of every failed replication call, its progress and every failed
-                // heartbeat (ten a second to a member that is down, thousands to one that refuses
-                // us); the member's gate (`raft::refusals`) says so instead, once per change and
-                // at most once a minute.
-                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(
-                        "info,openraft=warn,openraft::replication=error,openraft::core::heartbeat=error,\
-                         openraft::engine::handler::replication_handler=error",
-                    )
-                }),
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(crate::raft::DEFAULT_LOG_FILTER)),
             )
             .with_writer(std::io::stderr)
             // A span's end is one line (at the span's level): requests at debug (`node.rs`).

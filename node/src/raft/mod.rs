@@ -22,6 +22,13 @@ use std::fmt;
 
 use bytes::Bytes;
 
+/// A node's log levels unless `RUST_LOG` says otherwise. openraft warns of every failed
+/// replication call, its progress and every failed heartbeat (ten a second to a member that is
+/// down, thousands to one that refuses us); the member's gate (`refusals`) says so instead, once
+/// per change and at most once a minute.
+pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=error,openraft::core::heartbeat=error,\
+     openraft::engine::handler::replication_handler=error";
+
 pub use entry_codec::log_id;
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{Dialer, Network, PeerChannel, channel, member_channel};

@@ -58,7 +58,7 @@ pub struct RefusalReport {
 impl Refusals {
     /// The gate of the member at `addr`, made on first use.
     pub fn gate(&self, addr: &str) -> Arc<Gate> {
-        let mut gates = self.gates.lock().expect("refusal gates");
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(gates.entry(addr.to_string()).or_insert_with(|| Arc::new(Gate::new(addr))))
     }
 
@@ -69,7 +69,7 @@ impl Refusals {
 
     /// Every member this node has called, by address.
     pub fn report(&self) -> Vec<RefusalReport> {
-        let gates: Vec<Arc<Gate>> = self.gates.lock().expect("refusal gates").values().cloned().collect();
+        let gates: Vec<Arc<Gate>> = self.gates.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let mut out: Vec<RefusalReport> = gates
             .iter()
             .map(|g| {
@@ -87,7 +87,7 @@ impl Refusals {
 
     /// Why the member at `addr` refuses us, if it does.
     pub fn refusing(&self, addr: &str) -> Option<String> {
-        let gate = self.gates.lock().expect("refusal gates").get(addr).cloned()?;
+        let gate = self.gates.lock().unwrap_or_else(|p| p.into_inner()).get(addr).cloned()?;
         gate.state().refusing.as_ref().map(|r| r.reason.clone())
     }
 }
@@ -125,7 +125,7 @@ impl Gate {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("refusal gate")
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn who(&self, id: Option<NodeId>) -> String {

@@ -7,8 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "rockraft/v1/raft.proto",
         "rockraft/v1/broker.proto",
         "rockraft/v1/peer.proto",
+        "rockraft/v1/admin.proto",
     ];
-    for f in ["apache/rocketmq/v2/definition.proto", files[0], files[1], files[2], files[3]] {
+    for f in std::iter::once("apache/rocketmq/v2/definition.proto").chain(files) {
         println!("cargo:rerun-if-changed={f}");
     }
     let descriptors = protox::compile(files, ["."])?;

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::{Config, SnapshotPolicy};
 use rockraft_proto::rocketmq::messaging_service_server::MessagingServiceServer;
 use rockraft_proto::rockraft::admin_service_server::AdminServiceServer;
 use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
@@ -30,7 +29,7 @@ use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions};
-use crate::raft::{Dialer, LogStore, Network, Raft, RaftServer, StateMachine};
+use crate::raft::{Dialer, Group, GroupOptions, LogStore, Network, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
 
@@ -57,25 +56,14 @@ fn max_entry_bytes(segment_size: u64) -> u64 {
     segment_size.saturating_sub(64 + HEADER_LEN as u64)
 }
 
-fn raft_config(config: &NodeConfig) -> Result<Config, String> {
-    Config {
-        cluster_name: config.group.clone(),
-        heartbeat_interval: config.raft.heartbeat_ms,
-        election_timeout_min: config.raft.election_timeout_min_ms,
-        election_timeout_max: config.raft.election_timeout_max_ms,
-        // openraft's own policy would purge the message log; retention builds snapshots instead.
-        snapshot_policy: SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: 0,
-        enable_pre_vote: Some(true),
-        // A leader that stops hearing a quorum (it can send but not receive) goes quiet once its
-        // lease (election_timeout_max) is over, so the members that can talk elect another
-        // within an election timeout instead of hearing its heartbeats for as long as it lasts.
-        // The shortest interval openraft allows: the lease plus one election timeout.
-        quorum_loss_probe_interval: Some(config.raft.election_timeout_max_ms * 2),
-        ..Default::default()
+fn group_options(config: &NodeConfig) -> GroupOptions {
+    GroupOptions {
+        node_id: config.node_id,
+        name: config.group.clone(),
+        heartbeat_ms: config.raft.heartbeat_ms,
+        election_timeout_min_ms: config.raft.election_timeout_min_ms,
+        election_timeout_max_ms: config.raft.election_timeout_max_ms,
     }
-    .validate()
-    .map_err(|e| e.to_string())
 }
 
 /// Opens the node's storage, starts Raft and the per-node jobs; does not serve yet.
@@ -99,7 +87,6 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     let state_machine = StateMachine::open(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"))
         .map_err(|e| e.to_string())?
         .with_meters(meters.clone());
-    let raft_config = Arc::new(raft_config(&config)?);
     // One dialer for Raft and every other call to a member, so they share each member's
     // refusal gate.
     let dialer = Dialer {
@@ -113,8 +100,9 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
             "no cluster_secret configured: the raft port accepts calls from anyone who can reach it"
         );
     }
-    let raft =
-        Raft::new(config.node_id, raft_config, network, log_store, state_machine).await.map_err(|e| e.to_string())?;
+    let group = Group::start(&group_options(&config), network, log_store, state_machine)
+        .await
+        .map_err(|e| format!("starting raft: {e}"))?;
     let plugins = Arc::new(PluginHost::new(config.plugins).map_err(|e| e.to_string())?);
     let options = ClusterOptions {
         node_id: config.node_id,
@@ -126,7 +114,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         data_dir: config.data_dir.clone(),
         watermarks: config.storage.watermarks(),
     };
-    let cluster = Cluster::new(raft, broker.clone(), options);
+    let cluster = Cluster::new(group, broker.clone(), options);
 
     let jobs = Jobs::new();
     let renewals = Arc::new(Renewals::default());
@@ -216,8 +204,9 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
     // decoded.
     let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
-    let raft_service = RaftServiceServer::new(RaftServer::new(cluster.raft().clone(), cluster.leader_contact()))
-        .max_decoding_message_size(max);
+    let raft_service =
+        RaftServiceServer::new(RaftServer::new(cluster.group().raft().clone(), cluster.leader_contact()))
+            .max_decoding_message_size(max);
     let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
     let mut raft_builder = match &member_tls {
         Some(t) => server_builder().tls_config(t.server()).map_err(|e| format!("[tls] peer_ca_file: {e}"))?,
@@ -316,7 +305,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         abort.abort();
     }
     node.jobs.shutdown().await;
-    let _ = cluster.raft().shutdown().await;
+    cluster.group().shutdown().await;
     if let Some(reason) = fatal {
         // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
         return Err(format!("stopped: {reason}"));
@@ -344,25 +333,18 @@ async fn shutdown_signal() {
 /// A leader that is asked to stop first hands leadership to the most caught-up voter, so
 /// clients see a short pause instead of an election timeout.
 async fn hand_over_leadership(cluster: &Cluster) {
-    if !cluster.is_leader() {
+    let group = cluster.group();
+    let status = group.status();
+    if !status.is_leader() {
         return;
     }
-    let metrics = cluster.metrics();
-    let me = cluster.id();
-    let target = metrics
-        .replication
-        .as_ref()
-        .and_then(|r| r.iter().filter(|(id, _)| **id != me).max_by_key(|(_, m)| m.as_ref().map(|l| l.index)))
-        .map(|(id, _)| *id);
-    let Some(target) = target else { return };
-    if cluster.raft().trigger().transfer_leader(target).await.is_err() {
+    let me = status.id;
+    let target = status.replication.iter().filter(|(id, _)| **id != me).max_by_key(|(_, m)| m.map(|(index, _)| index));
+    let Some((&target, _)) = target else { return };
+    if group.transfer_leader(target).await.is_err() {
         return;
     }
-    let _ = cluster
-        .raft()
-        .wait(Some(Duration::from_secs(3)))
-        // Until the new leader is known here, not merely until this node stepped down: clients
-        // redirected right after the exit must find it.
-        .metrics(|m| m.current_leader.is_some_and(|l| l != me), "leadership handed over")
-        .await;
+    // Until the new leader is known here, not merely until this node stepped down: clients
+    // redirected right after the exit must find it.
+    let _ = group.wait_leader(Duration::from_secs(3), move |l| l.is_some_and(|l| l != me)).await;
 }

@@ -190,3 +190,44 @@ fn references_are_found_in_every_form() {
     assert_eq!(found.len(), 2, "{found:?}");
     assert_eq!(found.iter().map(Vec::len).collect::<Vec<_>>(), [3, 2]);
 }
+
+/// openraft is alpha software: its types stay behind `raft/` (the `Group` handle), so an API
+/// change of openraft's lands there only.
+#[test]
+fn openraft_is_named_only_in_raft() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let outside: Vec<String> = files
+        .iter()
+        .filter(|f| !f.strip_prefix(&src).expect("under src").starts_with("raft"))
+        .filter(|f| {
+            let code = std::fs::read_to_string(f).expect("readable source");
+            code.lines().map(|l| l.split("//").next().unwrap_or_default()).any(|l| l.contains("openraft"))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(files.len() > 50, "the source tree was read");
+    assert!(outside.is_empty(), "files outside raft/ that name openraft: {outside:?}");
+}
+
+/// The broker is the pure state machine: it knows nothing of Raft, the cluster, or the services
+/// that serve it.
+#[test]
+fn the_broker_imports_no_layer_above_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = graph(&src);
+    let above = ["raft", "cluster", "proxy", "admin", "jobs", "http", "node", "cli", "sessions"];
+    let wrong: Vec<String> = graph
+        .get("broker")
+        .map(|targets| {
+            targets
+                .iter()
+                .filter(|(m, _)| above.contains(&m.as_str()))
+                .map(|(m, files)| format!("{m}: {files:?}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(graph.contains_key("broker"), "the source tree was read");
+    assert!(wrong.is_empty(), "the broker imports layers above it:\n  {}", wrong.join("\n  "));
+}

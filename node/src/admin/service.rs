@@ -1,7 +1,7 @@
 //! `rockraft.v1.AdminService`: the operator's requests (the CLI). Served on both ports; one that
 //! needs the leader is passed on to the leader's.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rockraft_proto::rockraft as pb;
@@ -38,13 +38,13 @@ impl AdminServer {
     }
 }
 
-fn role(state: openraft::ServerState) -> Role {
-    match state {
-        openraft::ServerState::Leader => Role::Leader,
-        openraft::ServerState::Follower => Role::Follower,
-        openraft::ServerState::Candidate => Role::Candidate,
-        openraft::ServerState::Learner => Role::Learner,
-        openraft::ServerState::Shutdown => Role::ShuttingDown,
+fn role(role: crate::raft::Role) -> Role {
+    match role {
+        crate::raft::Role::Leader => Role::Leader,
+        crate::raft::Role::Follower => Role::Follower,
+        crate::raft::Role::Candidate => Role::Candidate,
+        crate::raft::Role::Learner => Role::Learner,
+        crate::raft::Role::ShuttingDown => Role::ShuttingDown,
     }
 }
 
@@ -156,7 +156,7 @@ const LEARNER_CONTACT: std::time::Duration = std::time::Duration::from_secs(60);
 async fn learner_reached(cluster: &Cluster, id: crate::raft::NodeId, raft_addr: &str) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + LEARNER_CONTACT;
     loop {
-        let matched = cluster.metrics().replication.as_ref().and_then(|r| r.get(&id).cloned()).flatten();
+        let matched = cluster.status().replication.get(&id).copied().flatten();
         if matched.is_some() {
             return Ok(());
         }
@@ -180,7 +180,7 @@ async fn learner_reached(cluster: &Cluster, id: crate::raft::NodeId, raft_addr: 
 impl AdminServer {
     pub async fn handle(&self, req: AdminRequest) -> AdminResponse {
         let cluster = &self.cluster;
-        let raft = cluster.raft();
+        let group = cluster.group();
         let broker = cluster.broker();
         if req.needs_leader() && !cluster.is_leader() {
             return match cluster.leader_channel() {
@@ -197,16 +197,17 @@ impl AdminServer {
                     return AdminResponse::Error(format!("client_addr: {e}"));
                 }
                 let info = NodeInfo { raft_addr: raft_addr.clone(), client_addr, admin_addr };
-                let added = match raft.add_learner(id, info, true).await {
+                let added = match group.add_learner(id, info).await {
                     Err(e) => Err(e.to_string()),
                     Ok(_) => learner_reached(cluster, id, &raft_addr).await,
                 };
                 match added {
                     Err(e) => Err(e),
                     Ok(()) => {
-                        let mut voters: BTreeSet<u64> = cluster.metrics().membership_config.voter_ids().collect();
+                        let mut voters = cluster.status().voters();
                         voters.insert(id);
-                        raft.change_membership(voters, false)
+                        group
+                            .change_voters(voters)
                             .await
                             .map(|_| AdminResponse::Done(format!("node {id} added")))
                             .map_err(|e| e.to_string())
@@ -214,18 +215,18 @@ impl AdminServer {
                 }
             }
             AdminRequest::RemoveNode { id } => {
-                let mut voters: BTreeSet<u64> = cluster.metrics().membership_config.voter_ids().collect();
+                let mut voters = cluster.status().voters();
                 if !voters.remove(&id) {
                     Err(format!("node {id} is not a voter"))
                 } else {
-                    raft.change_membership(voters, false)
+                    group
+                        .change_voters(voters)
                         .await
                         .map(|_| AdminResponse::Done(format!("node {id} removed")))
                         .map_err(|e| e.to_string())
                 }
             }
-            AdminRequest::TransferLeader { to } => raft
-                .trigger()
+            AdminRequest::TransferLeader { to } => group
                 .transfer_leader(to)
                 .await
                 .map(|_| AdminResponse::Done(format!("leadership handed to node {to}")))
@@ -585,7 +586,7 @@ impl AdminServer {
 
     async fn init(&self) -> Result<AdminResponse, String> {
         let config = &self.config;
-        if self.cluster.raft().is_initialized().await.map_err(|e| e.to_string())? {
+        if self.cluster.group().is_initialized().await.map_err(|e| e.to_string())? {
             return Ok(AdminResponse::Done("already initialized".into()));
         }
         let members: BTreeMap<u64, NodeInfo> = if config.members.is_empty() {
@@ -605,7 +606,7 @@ impl AdminServer {
                 .collect()
         };
         let n = members.len();
-        self.cluster.raft().initialize(members).await.map_err(|e| e.to_string())?;
+        self.cluster.group().initialize(members).await.map_err(|e| e.to_string())?;
         // The first leader proposes the first handle key; until it is in place no receive or
         // send that is handed a handle is served, so init answers once it is (or says it is not).
         match self.wait_for_handle_key().await {
@@ -633,33 +634,33 @@ impl AdminServer {
     }
 
     pub fn status(&self) -> NodeStatus {
-        let m = self.cluster.metrics();
-        let membership = m.membership_config.membership();
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let m = self.cluster.status();
         NodeStatus {
             id: m.id,
-            role: role(m.state),
-            term: m.current_term,
-            leader: m.current_leader,
+            role: role(m.role),
+            term: m.term,
+            leader: m.leader,
             last_log_index: m.last_log_index,
-            committed: m.local_committed.map(|l| l.index),
-            applied: m.last_applied.map(|l| l.index),
-            purged: m.purged.map(|l| l.index),
-            members: membership
-                .nodes()
-                .map(|(id, n)| MemberInfo {
-                    id: *id,
-                    raft_addr: n.raft_addr.clone(),
-                    client_addr: n.client_addr.clone(),
-                    admin_addr: n.admin_addr.clone(),
-                    voter: voters.contains(id),
+            committed: m.committed,
+            applied: m.applied,
+            purged: m.purged,
+            members: m
+                .members
+                .iter()
+                .map(|n| MemberInfo {
+                    id: n.id,
+                    raft_addr: n.info.raft_addr.clone(),
+                    client_addr: n.info.client_addr.clone(),
+                    admin_addr: n.info.admin_addr.clone(),
+                    voter: n.voter,
                 })
                 .collect(),
             clock: self.cluster.clock_report(),
             disk: Box::new(NodeDisk { here: self.cluster.disk_here(), cluster: self.cluster.disk_report() }),
-            refused_by: membership
-                .nodes()
-                .filter_map(|(id, n)| Some((*id, self.cluster.refusals().refusing(&n.raft_addr)?)))
+            refused_by: m
+                .members
+                .iter()
+                .filter_map(|n| Some((n.id, self.cluster.refusals().refusing(&n.info.raft_addr)?)))
                 .collect(),
         }
     }

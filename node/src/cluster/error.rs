@@ -47,3 +47,14 @@ impl ClusterError {
         matches!(self, ClusterError::NoLeader | ClusterError::Unreachable { .. } | ClusterError::Lagging { .. })
     }
 }
+
+impl From<crate::raft::GroupError> for ClusterError {
+    fn from(e: crate::raft::GroupError) -> ClusterError {
+        use crate::raft::GroupError;
+        match e {
+            GroupError::NotLeader(_) => ClusterError::NoLeader,
+            GroupError::Timeout(within) => ClusterError::Raft(format!("not done within {within:?}")),
+            GroupError::Raft(why) => ClusterError::Raft(why),
+        }
+    }
+}

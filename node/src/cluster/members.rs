@@ -6,8 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use openraft::Instant as _;
-
+use crate::cluster::router::Route;
 use crate::cluster::{Cluster, ClusterError};
 use crate::raft::NodeId;
 
@@ -20,36 +19,35 @@ impl Cluster {
     /// On the leader: the voters it heard from within two election timeouts, itself included.
     /// `None` on any other node.
     pub fn heard_from(&self) -> Option<BTreeSet<NodeId>> {
-        let silence = Duration::from_millis(self.raft().config().election_timeout_max) * SILENT_ELECTION_TIMEOUTS;
-        let m = self.metrics();
-        if m.current_leader != Some(m.id) {
+        let silence = self.group().election_timeout_max() * SILENT_ELECTION_TIMEOUTS;
+        let status = self.status();
+        if !status.is_leader() {
             return None;
         }
-        // `Some` only while this node leads.
-        let heartbeat = m.heartbeat.as_ref()?;
-        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
-        let ages = heartbeat.iter().map(|(id, acked)| (*id, acked.as_ref().map(|at| at.elapsed())));
-        Some(heard_within(m.id, &voters, ages, silence))
+        let ages = status.acknowledged.iter().map(|(id, age)| (*id, *age));
+        Some(heard_within(status.id, &status.voters(), ages, silence))
     }
 
     /// The voters by id, and the other voters' raft addresses: whom a node asks about the group
     /// (clocks, free space).
     pub(crate) fn voters_and_peers(&self) -> (Vec<NodeId>, Vec<(NodeId, String)>) {
-        let m = self.metrics();
-        let membership = m.membership_config.membership();
-        let voters: Vec<NodeId> = membership.voter_ids().collect();
-        let peers = membership
-            .nodes()
-            .filter(|(id, _)| **id != self.id() && voters.contains(id))
-            .map(|(id, n)| (*id, n.raft_addr.clone()))
+        let status = self.status();
+        let voters: Vec<NodeId> = status.voters().into_iter().collect();
+        let peers = status
+            .members
+            .into_iter()
+            .filter(|m| m.id != self.id() && m.voter)
+            .map(|m| (m.id, m.info.raft_addr))
             .collect();
         (voters, peers)
     }
 
     /// The leader's [`heard_from`](Self::heard_from), asked over `PeerService.LiveMembers`.
     pub async fn leader_heard_from(&self) -> Result<BTreeSet<NodeId>, ClusterError> {
-        let addr = self.leader_addr()?;
-        self.peers().live_members(&addr).await
+        match self.route()? {
+            Route::Here => self.heard_from().ok_or(ClusterError::NoLeader),
+            Route::Leader(addr) => self.peers().live_members(&addr).await,
+        }
     }
 }
 

@@ -21,6 +21,7 @@ mod peer;
 pub mod pop;
 mod producers;
 mod retries;
+mod router;
 mod service;
 pub mod skew;
 
@@ -28,17 +29,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-use openraft::async_runtime::watch::WatchReceiver;
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::impls::ProgressResponder;
-use openraft::metrics::WaitError;
-use openraft::{RaftMetrics, ReadPolicy};
-
 use crate::broker::{Broker, Command, Reply};
 use crate::raft::contact::LeaderContact;
-use crate::raft::{CommandBytes, NodeId, NodeInfo, Raft, TypeConfig};
+use crate::raft::{Group, GroupError, GroupStatus, NodeId, NodeInfo};
 use crate::sessions::ProducerSessions;
+use bytes::Bytes;
 pub use clock::{LeaderClock, now_ms};
 use coalesce::{Coalescer, Round};
 pub use error::ClusterError;
@@ -87,9 +82,8 @@ pub struct Cluster {
 
 struct Inner {
     options: ClusterOptions,
-    raft: Raft,
+    group: Group,
     broker: Broker,
-    metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>,
     peers: Peers,
     /// Serializes the pops this node plans as leader, per (group, topic).
     pop_locks: PopLocks,
@@ -144,16 +138,14 @@ enum Proposed {
 }
 
 impl Cluster {
-    pub fn new(raft: Raft, broker: Broker, options: ClusterOptions) -> Cluster {
-        let metrics = raft.metrics();
+    pub fn new(group: Group, broker: Broker, options: ClusterOptions) -> Cluster {
         let peers = Peers::new(options.dialer.clone());
         let disk = disk::DiskWatch::new(options.data_dir.clone(), options.watermarks);
         Cluster {
             inner: Arc::new(Inner {
                 options,
-                raft,
+                group,
                 broker,
-                metrics,
                 peers,
                 pop_locks: PopLocks::default(),
                 lite_cursors: Default::default(),
@@ -190,16 +182,16 @@ impl Cluster {
     /// a healed node serves again within about that.
     pub fn cut_off(&self) -> bool {
         let long = self.inner.options.election_timeout_max * 2;
-        let m = self.inner.metrics.borrow_watched();
+        let last = *self.inner.forward_failed.lock().expect("forward failures");
+        let Some(f) = last else { return false };
         // A leader is not judged here: the metrics' quorum-ack time is only as fresh as the last
         // metrics report, which an idle leader does not send. A leader past its lease refuses
         // proposals itself, and the send is answered before the client's deadline.
-        if m.state == openraft::ServerState::Leader {
-            return false;
-        }
-        let last = *self.inner.forward_failed.lock().expect("forward failures");
-        let Some(f) = last else { return false };
-        if m.current_leader != Some(f.leader) || f.failed.elapsed() > self.inner.options.election_timeout_max {
+        let leader = self.group().leader_id();
+        if leader == Some(self.id())
+            || leader != Some(f.leader)
+            || f.failed.elapsed() > self.inner.options.election_timeout_max
+        {
             return false;
         }
         self.inner.contact.silence().is_none_or(|s| s > long)
@@ -214,8 +206,9 @@ impl Cluster {
         self.inner.options.node_id
     }
 
-    pub fn raft(&self) -> &Raft {
-        &self.inner.raft
+    /// The Raft group this node serves.
+    pub fn group(&self) -> &Group {
+        &self.inner.group
     }
 
     pub fn plugins(&self) -> &std::sync::Arc<crate::plugin::PluginHost> {
@@ -262,27 +255,23 @@ impl Cluster {
         &self.inner.lite_cursors
     }
 
-    /// A copy of what openraft reports about this node, for status pages.
-    pub fn metrics(&self) -> RaftMetrics<TypeConfig> {
-        self.inner.metrics.borrow_watched().clone()
+    /// What this node knows of its group now, for status pages.
+    pub fn status(&self) -> GroupStatus {
+        self.group().status()
     }
 
     /// The leader's id and address, as this node currently knows them.
     pub fn leader(&self) -> Option<(NodeId, NodeInfo)> {
-        let m = self.inner.metrics.borrow_watched();
-        let id = m.current_leader?;
-        let info = m.membership_config.membership().get_node(&id)?.clone();
-        Some((id, info))
+        self.group().leader()
     }
 
     pub fn is_leader(&self) -> bool {
-        self.inner.metrics.borrow_watched().current_leader == Some(self.id())
+        self.group().is_leader()
     }
 
     /// Every member's id and addresses.
     pub fn members(&self) -> Vec<(NodeId, NodeInfo)> {
-        let m = self.inner.metrics.borrow_watched();
-        m.membership_config.membership().nodes().map(|(id, n)| (*id, n.clone())).collect()
+        self.status().members.into_iter().map(|m| (m.id, m.info)).collect()
     }
 
     /// A channel to the leader's raft port, e.g. to pass an operator request on.
@@ -373,11 +362,7 @@ impl Cluster {
     async fn await_other_leader(&self, failed: Option<NodeId>, deadline: tokio::time::Instant) {
         let pause = (tokio::time::Instant::now() + RETRY_PAUSE).min(deadline);
         let within = pause.saturating_duration_since(tokio::time::Instant::now());
-        let changed = self
-            .raft()
-            .wait(Some(within))
-            .metrics(|m| m.current_leader.is_some() && m.current_leader != failed, "another leader")
-            .await;
+        let changed = self.group().wait_leader(within, move |l| l.is_some() && l != failed).await;
         if changed.is_err() {
             tokio::time::sleep_until(pause).await;
         }
@@ -451,8 +436,7 @@ impl Cluster {
         // once this node stops following it (an election began or another leader is known), or
         // after one attempt's time, so the send is tried on the next leader well before the
         // client's deadline. Whatever the old leader did with it, a retry is deduplicated.
-        let wait = self.raft().wait(Some(FORWARD_ATTEMPT));
-        let deposed = wait.metrics(|m| m.current_leader != Some(id), "another leader or an election");
+        let deposed = self.group().wait_leader(FORWARD_ATTEMPT, move |l| l != Some(id));
         let unanswered = |why: &str| ClusterError::Unreachable { addr: leader.raft_addr.clone(), reason: why.into() };
         let reply = tokio::select! {
             reply = forward => reply,
@@ -516,8 +500,8 @@ impl Cluster {
     /// On the leader: waits until everything committed before its term is applied here (so its
     /// state holds what earlier leaders decided) and returns the time it would stamp now.
     pub(crate) async fn leader_now(&self) -> Result<i64, ClusterError> {
-        let term = match self.raft().as_leader() {
-            Ok(leader) => leader.leader_id().term,
+        let term = match self.group().lead() {
+            Ok(lead) => lead.term(),
             Err(_) => return Err(ClusterError::NoLeader),
         };
         self.inner.clock.ready(term, || self.apply_backlog()).await?;
@@ -526,9 +510,9 @@ impl Cluster {
 
     /// Proposes the command `encode` builds for the time given, on this node as leader.
     async fn propose(&self, encode: impl FnOnce(i64) -> Bytes) -> Result<Proposed, ClusterError> {
-        let leader = match self.raft().as_leader() {
+        let lead = match self.group().lead() {
             Ok(l) => l,
-            Err(f) => return Ok(Proposed::NotLeader(f.leader_node)),
+            Err(leader) => return Ok(Proposed::NotLeader(leader)),
         };
         // A leader whose clock is off stamps nothing: writes wait for the leader it hands over to.
         if self.inner.skew.is_skewed() {
@@ -536,32 +520,23 @@ impl Cluster {
         }
         // Before the first stamp of a term: apply what earlier leaders stamped, so the clock's
         // floor covers their times.
-        let term = leader.leader_id().term;
-        self.inner.clock.ready(term, || self.apply_backlog()).await?;
+        self.inner.clock.ready(lead.term(), || self.apply_backlog()).await?;
         let started = std::time::Instant::now();
         let applied = {
             let _in_order = self.inner.proposing.lock().await;
             let command = encode(self.inner.clock.stamp());
             self.check_size(command.len())?;
             self.check_disk(|| Command::footprint_of(&command))?;
-            let (responder, applied) = ProgressResponder::complete_only();
-            self.raft()
-                .write(CommandBytes(command))
-                // Refused if leadership moved since the catch-up above: the stamp may be too low.
-                .with_leader(leader.to_committed_leader_id())
-                .responder(responder)
-                .await
-                .map_err(|e| ClusterError::Raft(e.to_string()))?;
-            applied
+            // Refused if leadership moved since the catch-up above: the stamp may be too low.
+            self.group().submit(&lead, command).await?
         };
         match applied.await {
-            Ok(Ok(written)) => {
+            Ok(reply) => {
                 self.inner.options.meters.committed(started.elapsed());
-                Ok(Proposed::Applied(written.data))
+                Ok(Proposed::Applied(reply))
             }
-            Ok(Err(ClientWriteError::ForwardToLeader(f))) => Ok(Proposed::NotLeader(f.leader_node)),
-            Ok(Err(e)) => Err(ClusterError::Raft(e.to_string())),
-            Err(_) => Err(ClusterError::Raft("raft stopped before the write was answered".into())),
+            Err(GroupError::NotLeader(leader)) => Ok(Proposed::NotLeader(leader)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -583,21 +558,12 @@ impl Cluster {
     /// The leader's commit index, confirmed by a quorum: what this node must apply to answer a
     /// read as the leader would. A follower asks the leader.
     pub async fn read_index(&self) -> Result<u64, ClusterError> {
-        if self.is_leader() {
-            return self.read_index_here().await;
-        }
-        self.peers().read_index(&self.leader_addr()?).await
+        self.on_leader(async |c| c.read_index_here().await, async |peers, addr| peers.read_index(addr).await).await
     }
 
     /// [`Cluster::read_index`] on this node, which must lead.
     async fn read_index_here(&self) -> Result<u64, ClusterError> {
-        match self.raft().ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(read) => Ok(read.index()),
-            Err(RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(_))) => {
-                Err(ClusterError::NoLeader)
-            }
-            Err(e) => Err(ClusterError::Raft(e.to_string())),
-        }
+        Ok(self.group().read_index().await?)
     }
 
     /// Waits until this node has applied everything committed when it was called, so a read of
@@ -606,7 +572,7 @@ impl Cluster {
     pub async fn catch_up(&self) -> Result<(), ClusterError> {
         if self.leader().is_none() {
             // Just started, or an election is running: give it a moment.
-            let _ = self.raft().wait(Some(ELECTION_WAIT)).metrics(|m| m.current_leader.is_some(), "a leader").await;
+            let _ = self.group().wait_leader(ELECTION_WAIT, |l| l.is_some()).await;
         }
         let index = self.read_index().await?;
         self.wait_applied(index).await
@@ -619,10 +585,9 @@ impl Cluster {
     }
 
     async fn wait_applied_within(&self, index: u64, within: Duration) -> Result<(), ClusterError> {
-        match self.raft().wait(Some(within)).applied_index_at_least(Some(index), "applying").await {
-            Ok(_) => Ok(()),
-            Err(WaitError::Timeout(..)) => Err(ClusterError::Lagging { index }),
-            Err(e) => Err(ClusterError::Raft(e.to_string())),
+        match self.group().wait_applied(index, within).await {
+            Err(GroupError::Timeout(_)) => Err(ClusterError::Lagging { index }),
+            done => Ok(done?),
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::broker::lite::{LiteActor, LiteDelivery};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest, Reply};
 use crate::cluster::clock::now_ms;
+use crate::cluster::router::Route;
 use crate::cluster::{Cluster, ClusterError};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, blocking};
@@ -120,11 +121,10 @@ fn same_kind(a: &PopOrder, b: &PopOrder) -> bool {
 impl Cluster {
     /// Pops on the leader, wherever this node is; the deliveries are applied here when it returns.
     pub async fn pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
-        if self.is_leader() {
-            return self.pop_here(order).await;
-        }
-        let leader = self.leader_addr()?;
-        let popped = self.peers().pop(&leader, order).await?;
+        let popped = match self.route()? {
+            Route::Here => return self.pop_here(order).await,
+            Route::Leader(addr) => self.peers().pop(&addr, order).await?,
+        };
         // The messages are read from this node's store: wait until it has applied the pop.
         let generations =
             popped.deliveries.iter().map(|d| d.generation).chain(popped.lite.iter().map(|d| d.generation));
@@ -139,11 +139,11 @@ impl Cluster {
 
     /// Moves the delivery `receipt` names to its group's dead-letter topic, on the leader.
     pub async fn dead_letter(&self, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
-        if self.is_leader() {
-            return self.dead_letter_here(receipt).await;
-        }
-        let leader = self.leader_addr()?;
-        self.peers().dead_letter(&leader, receipt).await
+        self.on_leader(
+            async |c| c.dead_letter_here(receipt).await,
+            async |peers, addr| peers.dead_letter(addr, receipt).await,
+        )
+        .await
     }
 
     /// Builds the dead letter from this node's store (the leader's) and proposes it.

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
 
 use crate::broker::pop::Receipt;
-use crate::cluster::pop::{PopError, PopOrder};
+use crate::cluster::pop::PopOrder;
 use crate::cluster::{AskProducer, Cluster, ClusterError};
 
 pub struct PeerServer {
@@ -41,19 +41,13 @@ impl PeerService for PeerServer {
 
     async fn pop(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
         let order: PopOrder = request(req.get_ref())?;
-        let result = match self.cluster.is_leader() {
-            true => self.cluster.pop_here(&order).await,
-            false => Err(PopError::Cluster(ClusterError::NoLeader)),
-        };
+        let result = self.cluster.as_leader(async |c| c.pop_here(&order).await).await;
         reply(&result)
     }
 
     async fn dead_letter(&self, req: Request<Json>) -> Result<Response<Json>, Status> {
         let receipt: Receipt = request(req.get_ref())?;
-        let result = match self.cluster.is_leader() {
-            true => self.cluster.dead_letter_here(&receipt).await,
-            false => Err(PopError::Cluster(ClusterError::NoLeader)),
-        };
+        let result = self.cluster.as_leader(async |c| c.dead_letter_here(&receipt).await).await;
         reply(&result)
     }
 

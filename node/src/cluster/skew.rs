@@ -77,7 +77,7 @@ impl Cluster {
         *skew.offsets.lock().expect("offsets lock") = offsets.clone();
         let was = skew.skewed.swap(skewed, Ordering::AcqRel);
         if skewed != was {
-            self.raft().runtime_config().elect(!skewed);
+            self.group().set_electable(!skewed);
             if skewed {
                 tracing::error!(
                     ?offsets,
@@ -91,7 +91,7 @@ impl Cluster {
         if skewed
             && self.is_leader()
             && let Some(to) = in_step_with_most(&offsets)
-            && let Err(e) = self.raft().trigger().transfer_leader(to).await
+            && let Err(e) = self.group().transfer_leader(to).await
         {
             tracing::warn!(error = %e, to, "handing leadership away from a skewed clock failed");
         }

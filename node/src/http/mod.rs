@@ -182,8 +182,8 @@ async fn metrics(State(state): State<HttpState>) -> Response {
 }
 
 async fn ready(State(state): State<HttpState>) -> Response {
-    let m = state.cluster.metrics();
-    let why = match (m.current_leader, m.last_applied.map(|l| l.index), m.local_committed.map(|l| l.index)) {
+    let m = state.cluster.status();
+    let why = match (m.leader, m.applied, m.committed) {
         (None, ..) => Some("no leader known".to_string()),
         (Some(_), applied, committed) if applied < committed => {
             Some(format!("applying: {} of {} committed", applied.unwrap_or(0), committed.unwrap_or(0)))

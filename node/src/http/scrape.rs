@@ -61,16 +61,11 @@ fn index(index: Option<u64>) -> i64 {
 
 pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
     let mut s = Scrape { registry: Registry::with_prefix("rockraft") };
-    let m = state.cluster.metrics();
+    let m = state.cluster.status();
     let me = state.cluster.id();
-    s.gauge("raft_term", "The Raft term this node is in", None, m.current_term as i64);
-    s.gauge(
-        "raft_leader_id",
-        "The node this node takes as leader (0: none known)",
-        None,
-        m.current_leader.unwrap_or(0) as i64,
-    );
-    let role = format!("{:?}", m.state).to_lowercase();
+    s.gauge("raft_term", "The Raft term this node is in", None, m.term as i64);
+    s.gauge("raft_leader_id", "The node this node takes as leader (0: none known)", None, m.leader.unwrap_or(0) as i64);
+    let role = m.role.name();
     s.gauges(
         "raft_role",
         "1 for the part this node plays now",
@@ -79,23 +74,13 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
             .map(|r| (vec![("role", r.to_string())], i64::from(role == r))),
     );
     s.gauge("raft_last_log_index", "The last index in this node's log", None, m.last_log_index.unwrap_or(0) as i64);
-    s.gauge(
-        "raft_commit_index",
-        "The highest index this node knows committed",
-        None,
-        index(m.local_committed.map(|l| l.index)),
-    );
-    s.gauge("raft_applied_index", "The highest index this node applied", None, index(m.last_applied.map(|l| l.index)));
-    s.gauge(
-        "raft_purged_index",
-        "The highest index retention removed from this node's log",
-        None,
-        index(m.purged.map(|l| l.index)),
-    );
+    s.gauge("raft_commit_index", "The highest index this node knows committed", None, index(m.committed));
+    s.gauge("raft_applied_index", "The highest index this node applied", None, index(m.applied));
+    s.gauge("raft_purged_index", "The highest index retention removed from this node's log", None, index(m.purged));
     // The leader alone knows how far each follower has replicated.
     let last = m.last_log_index.unwrap_or(0);
-    let lag = m.replication.iter().flatten().filter(|(id, _)| **id != me).map(|(id, matched)| {
-        (vec![("peer", id.to_string())], last.saturating_sub(matched.map_or(0, |l| l.index)) as i64)
+    let lag = m.replication.iter().filter(|(id, _)| **id != me).map(|(id, matched)| {
+        (vec![("peer", id.to_string())], last.saturating_sub(matched.map_or(0, |(index, _)| index)) as i64)
     });
     s.gauges("raft_replication_lag_entries", "On the leader: entries each follower has yet to store", lag);
 

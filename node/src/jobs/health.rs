@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use openraft::async_runtime::watch::WatchReceiver;
-
 use crate::cluster::Cluster;
 use crate::jobs::Jobs;
 use crate::store::LogReader;
@@ -21,10 +19,7 @@ pub fn fatal_condition(cluster: &Cluster, log: &LogReader) -> Option<String> {
     if let Some(why) = cluster.broker().failure() {
         return Some(format!("the broker state stopped after a failed write: {why}"));
     }
-    match &cluster.raft().metrics().borrow_watched().running_state {
-        Err(fatal) => Some(format!("raft stopped: {fatal}")),
-        Ok(()) => None,
-    }
+    cluster.group().fatal().map(|fatal| format!("raft stopped: {fatal}"))
 }
 
 /// Checks for a fatal condition every 100 ms and reports it to [`Jobs::fail_stop`].

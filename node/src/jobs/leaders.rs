@@ -4,38 +4,31 @@
 
 use std::time::Duration;
 
-use openraft::async_runtime::watch::WatchReceiver;
-
 use crate::broker::{AdminCommand, Command, Reply};
 use crate::cluster::failover::{FailoverWatch, Observed};
 use crate::cluster::{Cluster, now_ms};
+use crate::raft::Role;
 
 /// How often a failover being measured is looked at when the metrics do not change.
 const MEASURE_TICK: Duration = Duration::from_millis(100);
 
 pub async fn watch_leaders(cluster: Cluster) {
-    let mut metrics = cluster.raft().metrics();
+    let mut watch = cluster.group().watch();
     let mut failover = FailoverWatch::default();
     loop {
         let now = now_ms();
         let observed = {
-            let m = metrics.borrow_watched();
+            let m = watch.status();
             Observed {
                 now_ms: now,
                 id: m.id,
-                term: m.current_term,
-                leader: m.current_leader,
-                candidate: m.state == openraft::ServerState::Candidate,
-                committed_term: m.local_committed.as_ref().map(|c| c.leader_id.term),
+                term: m.term,
+                leader: m.leader,
+                candidate: m.role == Role::Candidate,
+                committed_term: m.committed_term,
                 // Only a leader's failover is measured; a follower skips this on every change.
-                matched: match m.current_leader == Some(m.id) {
-                    true => m
-                        .replication
-                        .as_ref()
-                        .map(|r| {
-                            r.iter().map(|(id, matched)| (*id, matched.as_ref().map(|l| l.leader_id.term))).collect()
-                        })
-                        .unwrap_or_default(),
+                matched: match m.is_leader() {
+                    true => m.replication.iter().map(|(id, matched)| (*id, matched.map(|(_, term)| term))).collect(),
                     false => Vec::new(),
                 },
                 last_heard_ms: cluster.leader_contact().silence().map(|s| now - s.as_millis() as i64),
@@ -56,12 +49,12 @@ pub async fn watch_leaders(cluster: Cluster) {
             tokio::spawn(record_failover(cluster.clone(), record));
         }
         let changed = if failover.measuring() {
-            match tokio::time::timeout(MEASURE_TICK, metrics.changed()).await {
+            match tokio::time::timeout(MEASURE_TICK, watch.changed()).await {
                 Ok(changed) => changed,
                 Err(_) => Ok(()),
             }
         } else {
-            metrics.changed().await
+            watch.changed().await
         };
         if changed.is_err() {
             return;

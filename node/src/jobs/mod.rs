@@ -34,7 +34,6 @@ mod transaction_checks;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use openraft::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -131,20 +130,16 @@ impl Jobs {
         });
     }
 
-    /// This node's leadership, from openraft's metrics: `true` while it leads. A new term of
+    /// This node's leadership, from its group's status: `true` while it leads. A new term of
     /// leadership is sent as `false` then `true`, so leader jobs restart even if they missed the
     /// step-down in between.
     pub fn follow_leadership(&self, cluster: &Cluster) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
-        let mut metrics = cluster.raft().metrics();
-        let me = cluster.id();
+        let mut watch = cluster.group().watch();
         self.spawn("leadership", async move {
             let mut led: Option<u64> = None;
             loop {
-                let leads = {
-                    let m = metrics.borrow_watched();
-                    (m.current_leader == Some(me)).then_some(m.current_term)
-                };
+                let leads = watch.leading();
                 if leads != led {
                     if led.is_some() {
                         tx.send_replace(false);
@@ -154,7 +149,7 @@ impl Jobs {
                     }
                     led = leads;
                 }
-                if metrics.changed().await.is_err() {
+                if watch.changed().await.is_err() {
                     return;
                 }
             }

@@ -97,7 +97,7 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
             tracing::info!(node = cluster.id(), upto = point, "retention: purging the log");
         }
         cluster.broker().set_snapshot_target(point);
-        if cluster.raft().trigger().snapshot().await.is_err() {
+        if cluster.group().snapshot().await.is_err() {
             return; // Raft has stopped.
         }
         if cluster.is_leader() {

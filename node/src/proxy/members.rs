@@ -36,10 +36,9 @@ impl LiveMembers {
     /// client address, for when the membership does not list it yet.
     pub async fn get(&self, cluster: &Cluster, advertised: &str) -> Vec<RouteMember> {
         let heard = self.heard(cluster).await;
-        let metrics = cluster.metrics();
-        let membership = metrics.membership_config.membership();
-        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        let members: Vec<_> = membership.nodes().map(|(id, n)| (*id, n.clone())).collect();
+        let status = cluster.status();
+        let voters = status.voters();
+        let members: Vec<_> = status.members.into_iter().map(|m| (m.id, m.info)).collect();
         route::live_members(&members, &voters, heard.as_ref(), (cluster.id(), advertised))
     }
 

@@ -9,6 +9,7 @@
 
 pub mod contact;
 mod entry_codec;
+mod group;
 mod log_store;
 #[cfg(test)]
 mod log_store_suite_test;
@@ -30,6 +31,7 @@ pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=e
      openraft::engine::handler::replication_handler=error";
 
 pub use entry_codec::log_id;
+pub use group::{Group, GroupError, GroupOptions, GroupStatus, GroupWatch, Lead, Member, Role};
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{Dialer, Network, PeerChannel, channel, member_channel};
 pub use service::RaftServer;

@@ -1,0 +1,49 @@
+//! Where a request that needs the group's leader is served: on this node when it leads, else
+//! passed once to the leader over the peer service. Every such request goes through here, and
+//! the serving side refuses what it cannot serve as leader instead of passing it on again, so a
+//! request crosses the network at most once.
+
+use crate::cluster::{Cluster, ClusterError, peer::Peers};
+
+/// Where a request for the group's leader goes.
+pub(crate) enum Route {
+    Here,
+    /// The leader's raft address.
+    Leader(String),
+}
+
+impl Cluster {
+    /// Where the group's leader is, as this node knows it now.
+    pub(crate) fn route(&self) -> Result<Route, ClusterError> {
+        match self.group().leader() {
+            Some((id, _)) if id == self.id() => Ok(Route::Here),
+            Some((_, info)) => Ok(Route::Leader(info.raft_addr)),
+            None => Err(ClusterError::NoLeader),
+        }
+    }
+
+    /// Runs a request on the group's leader: `here` on this node if it leads, `there` with the
+    /// leader's raft address otherwise.
+    pub(crate) async fn on_leader<T, E: From<ClusterError>>(
+        &self,
+        here: impl AsyncFnOnce(&Cluster) -> Result<T, E>,
+        there: impl AsyncFnOnce(&Peers, &str) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self.route()? {
+            Route::Here => here(self).await,
+            Route::Leader(addr) => there(self.peers(), &addr).await,
+        }
+    }
+
+    /// The serving side of a request a member passed on: served here as leader, or refused
+    /// (`NoLeader`: the member asks again once it knows the new leader), never passed on again.
+    pub(crate) async fn as_leader<T, E: From<ClusterError>>(
+        &self,
+        here: impl AsyncFnOnce(&Cluster) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self.is_leader() {
+            true => here(self).await,
+            false => Err(ClusterError::NoLeader.into()),
+        }
+    }
+}

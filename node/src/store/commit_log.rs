@@ -23,7 +23,7 @@ use crate::store::flush::{FlushCallback, FlushJob, Flusher};
 use crate::store::index::{IndexSlot, LogIndex};
 use crate::store::record::{self, HEADER_LEN, RecordMeta, Slot};
 use crate::store::segment::{self, FILE_HEADER_LEN, Segment};
-use crate::store::{Durability, LogConfig, StoreError, create_dir_durable, io_err, sync_dir};
+use crate::store::{Durability, LogConfig, RecordFault, StoreError, create_dir_durable, io_err, sync_dir};
 
 /// A record read back from the log. `payload` points into the segment mapping (no copy) and
 /// stays valid for as long as it is held, even after the record is purged or truncated.
@@ -88,23 +88,23 @@ pub struct LogReader {
 }
 
 /// Reads and checks the record at `position` of `segment`, which must carry `index`.
-fn read_record(segment: &Segment, position: u64, index: u64) -> Result<StoredRecord, String> {
-    let header_bytes = segment.slice(position, HEADER_LEN as u64).ok_or("header past end of segment")?;
+fn read_record(segment: &Segment, position: u64, index: u64) -> Result<StoredRecord, RecordFault> {
+    let header_bytes = segment.slice(position, HEADER_LEN as u64).ok_or(RecordFault::HeaderPastEnd)?;
     let header = match record::decode_header(header_bytes) {
         Ok(Slot::Record(h)) => h,
-        Ok(Slot::End) => return Err("no record at this position".into()),
-        Err(reason) => return Err(reason.into()),
+        Ok(Slot::End) => return Err(RecordFault::NoRecord),
+        Err(reason) => return Err(RecordFault::BadHeader(reason)),
     };
     if header.meta.index != index {
-        return Err(format!("record carries index {}", header.meta.index));
+        return Err(RecordFault::OtherIndex(header.meta.index));
     }
     let payload =
-        segment.slice(position + HEADER_LEN as u64, header.length as u64).ok_or("payload past end of segment")?;
+        segment.slice(position + HEADER_LEN as u64, header.length as u64).ok_or(RecordFault::PayloadPastEnd)?;
     if !record::crc_matches(header_bytes, payload) {
-        return Err("checksum mismatch".into());
+        return Err(RecordFault::Checksum);
     }
     let payload =
-        segment.bytes(position + HEADER_LEN as u64, header.length as u64).ok_or("payload past end of segment")?;
+        segment.bytes(position + HEADER_LEN as u64, header.length as u64).ok_or(RecordFault::PayloadPastEnd)?;
     Ok(StoredRecord { meta: header.meta, payload })
 }
 
@@ -631,7 +631,7 @@ impl LogReader {
                     .map_err(|reason| StoreError::CorruptRecord { index, reason })?;
                 Ok((seg, slot.position as u64, record))
             }
-            _ => Err(StoreError::CorruptRecord { index, reason: "missing or damaged in its segment".into() }),
+            _ => Err(StoreError::CorruptRecord { index, reason: RecordFault::Damaged }),
         }
     }
 

@@ -104,7 +104,7 @@ pub enum StoreError {
     #[error("segment {path} is unusable: {reason}")]
     CorruptSegment { path: PathBuf, reason: String },
     #[error("log record {index} is corrupt: {reason}")]
-    CorruptRecord { index: u64, reason: String },
+    CorruptRecord { index: u64, reason: RecordFault },
     #[error("log record {0} is missing")]
     Missing(u64),
     #[error("append out of order: expected index {expected}, got {got}")]
@@ -123,6 +123,25 @@ pub enum StoreError {
     /// node restarts and recovers from what is really on disk.
     #[error("the log stopped after a failed fsync: {0}")]
     FailStopped(String),
+}
+
+/// What is wrong with a log record read back from its segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordFault {
+    #[error("header past end of segment")]
+    HeaderPastEnd,
+    #[error("{0}")]
+    BadHeader(&'static str),
+    #[error("no record at this position")]
+    NoRecord,
+    #[error("record carries index {0}")]
+    OtherIndex(u64),
+    #[error("payload past end of segment")]
+    PayloadPastEnd,
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("missing or damaged in its segment")]
+    Damaged,
 }
 
 impl StoreError {

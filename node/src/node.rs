@@ -28,7 +28,7 @@ use crate::jobs::{CheckOptions, Jobs, RetentionOptions};
 use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
-use crate::proxy::{Proxy, ProxyOptions};
+use crate::proxy::{Proxy, ProxyOptions, ProxyParts};
 use crate::raft::{Dialer, Group, GroupOptions, LogStore, Network, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
@@ -39,6 +39,8 @@ const SERVER_DRAIN: Duration = Duration::from_secs(2);
 /// A node, opened: Raft runs and the per-node jobs are started; [`run`] serves it.
 pub struct Node {
     pub cluster: Cluster,
+    /// This node's own parts, handed to each layer that uses them.
+    pub parts: Parts,
     pub config: Arc<NodeConfig>,
     pub jobs: Jobs,
     /// `true` while this node leads: leader-only jobs (timers, transaction checks) start with
@@ -48,6 +50,16 @@ pub struct Node {
     renewals: Arc<Renewals>,
     /// The log, read by the status page and metrics.
     log: crate::store::LogReader,
+}
+
+/// A node's parts besides the cluster: its replica of the broker state, the plugin host, what it
+/// counts, and the producers connected to it.
+#[derive(Clone)]
+pub struct Parts {
+    pub broker: Broker,
+    pub plugins: Arc<PluginHost>,
+    pub meters: crate::metrics::Meters,
+    pub sessions: Arc<crate::sessions::ProducerSessions>,
 }
 
 /// The largest command one log entry holds: a segment, less the segment file's header (64 bytes,
@@ -104,13 +116,15 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         .await
         .map_err(|e| format!("starting raft: {e}"))?;
     let plugins = Arc::new(PluginHost::new(config.plugins).map_err(|e| e.to_string())?);
+    let sessions = Arc::new(crate::sessions::ProducerSessions::default());
     let options = ClusterOptions {
         node_id: config.node_id,
         max_entry_bytes: max_entry_bytes(config.storage.segment_size),
         plugins: Arc::clone(&plugins),
         dialer,
         election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
-        meters,
+        meters: meters.clone(),
+        sessions: Arc::clone(&sessions),
         data_dir: config.data_dir.clone(),
         watermarks: config.storage.watermarks(),
     };
@@ -118,32 +132,38 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
 
     let jobs = Jobs::new();
     let renewals = Arc::new(Renewals::default());
-    jobs.spawn("checkpoints", crate::jobs::checkpoints(broker));
+    jobs.spawn("checkpoints", crate::jobs::checkpoints(broker.clone()));
     let storage = &config.storage;
     let retention = RetentionOptions {
         max_age: Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0),
         check_every: Duration::from_secs_f64(storage.retention_check_secs.max(0.1)),
         disk_budget_bytes: storage.disk_budget_bytes,
     };
-    jobs.spawn("health", crate::jobs::watch_health(cluster.clone(), log.clone(), jobs.clone()));
-    jobs.spawn("retention", crate::jobs::retention(cluster.clone(), log.clone(), retention));
-    jobs.spawn("leaders", crate::jobs::watch_leaders(cluster.clone()));
+    let group = cluster.group().clone();
+    jobs.spawn("health", crate::jobs::watch_health(group, broker.clone(), log.clone(), jobs.clone()));
+    let purging = crate::jobs::retention(cluster.clone(), broker.clone(), meters.clone(), log.clone(), retention);
+    jobs.spawn("retention", purging);
+    jobs.spawn("leaders", crate::jobs::watch_leaders(cluster.clone(), meters.clone()));
     jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
-    jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone()));
+    jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone(), broker.clone(), Arc::clone(&plugins)));
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
     jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
     jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
     let leadership = jobs.follow_leadership(&cluster);
-    let keyed = cluster.clone();
-    jobs.spawn_leader("handle key", leadership.clone(), move || crate::jobs::first_handle_key(keyed.clone()));
-    let timers = cluster.clone();
-    jobs.spawn_leader("timers", leadership.clone(), move || crate::jobs::fire_timers(timers.clone()));
-    let lite = cluster.clone();
-    jobs.spawn_leader("lite topics", leadership.clone(), move || crate::jobs::lite_upkeep(lite.clone()));
+    let (keyed, keys) = (cluster.clone(), broker.clone());
+    jobs.spawn_leader("handle key", leadership.clone(), move || {
+        crate::jobs::first_handle_key(keyed.clone(), keys.clone())
+    });
+    let (timers, held, counted) = (cluster.clone(), broker.clone(), meters.clone());
+    jobs.spawn_leader("timers", leadership.clone(), move || {
+        crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone())
+    });
+    let (lite, lites) = (cluster.clone(), broker.clone());
+    jobs.spawn_leader("lite topics", leadership.clone(), move || crate::jobs::lite_upkeep(lite.clone(), lites.clone()));
     let broker_config = &config.broker;
     let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
-        plugins,
-        cluster.broker().clone(),
+        Arc::clone(&plugins),
+        broker.clone(),
         Duration::from_secs(broker_config.transaction_max_age_secs),
         broker_config.transaction_max_checks,
     ));
@@ -151,11 +171,13 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
         interval: Duration::from_secs(broker_config.transaction_check_interval_secs.max(1)),
         max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
     };
-    let checking = cluster.clone();
+    let (checking, halves, checked) = (cluster.clone(), broker.clone(), meters.clone());
     jobs.spawn_leader("transaction checks", leadership.clone(), move || {
-        crate::jobs::check_transactions(checking.clone(), Arc::clone(&checker), checks.clone())
+        let (checker, checks) = (Arc::clone(&checker), checks.clone());
+        crate::jobs::check_transactions(checking.clone(), halves.clone(), checked.clone(), checker, checks)
     });
-    Ok(Node { cluster, config: Arc::new(config), jobs, leadership, renewals, log })
+    let parts = Parts { broker, plugins, meters, sessions };
+    Ok(Node { cluster, parts, config: Arc::new(config), jobs, leadership, renewals, log })
 }
 
 /// The largest admin request: a plugin registration, its module in base64 (4/3 of its size),
@@ -217,7 +239,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         .add_service(InterceptedService::new(peer_service, members_only.clone()))
         .add_service(InterceptedService::new(admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES), members_only))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
-    let authenticator = Authenticator::new(config.auth.clone(), cluster.broker().clone());
+    let authenticator = Authenticator::new(config.auth.clone(), node.parts.broker.clone());
     if !config.auth.enabled {
         tracing::warn!(
             client = %config.client_addr,
@@ -258,7 +280,14 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         limits: config.limits.clone(),
         authenticator: Arc::clone(&authenticator),
     };
-    let proxy = Proxy::new(cluster.clone(), proxy_options, Arc::clone(&node.renewals));
+    let p = &node.parts;
+    let parts = ProxyParts {
+        broker: p.broker.clone(),
+        plugins: Arc::clone(&p.plugins),
+        meters: p.meters.clone(),
+        sessions: Arc::clone(&p.sessions),
+    };
+    let proxy = Proxy::new(cluster.clone(), parts, proxy_options, Arc::clone(&node.renewals));
     let messaging = MessagingServiceServer::new(proxy)
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
     let client_server = secured()?
@@ -310,7 +339,7 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
         // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
         return Err(format!("stopped: {reason}"));
     }
-    cluster.broker().checkpoint().map_err(|e| e.to_string())?;
+    node.parts.broker.checkpoint().map_err(|e| e.to_string())?;
     Ok(())
 }
 

@@ -55,7 +55,7 @@ const FORWARD_ATTEMPT: Duration = Duration::from_secs(1);
 /// How long a held send waits for news of another leader before it tries again anyway.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClusterOptions {
     pub node_id: NodeId,
     /// The largest command one log entry holds; a larger one is refused before it is proposed.
@@ -72,6 +72,8 @@ pub struct ClusterOptions {
     pub data_dir: std::path::PathBuf,
     /// This node's free-space marks.
     pub watermarks: crate::store::free_space::Watermarks,
+    /// The producers whose Telemetry streams this node holds (the proxy registers them).
+    pub sessions: Arc<ProducerSessions>,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -99,8 +101,6 @@ struct Inner {
     proposing: tokio::sync::Mutex<()>,
     /// Rotates the queue pops start from.
     round_robin: AtomicU32,
-    /// The producers whose Telemetry streams this node holds.
-    sessions: Arc<ProducerSessions>,
     /// Sends received on this node, batched per queue and proposed (as leader) or forwarded.
     outgoing: Coalescer,
     /// Sends other members forwarded to this node as leader, batched per queue and proposed.
@@ -154,7 +154,6 @@ impl Cluster {
                 disk,
                 proposing: tokio::sync::Mutex::new(()),
                 round_robin: AtomicU32::new(0),
-                sessions: Arc::default(),
                 outgoing: Coalescer::default(),
                 forwarded: Coalescer::default(),
                 pending: retries::PendingSends::default(),
@@ -224,8 +223,8 @@ impl Cluster {
     }
 
     /// The producers connected to this node (the proxy registers them).
-    pub fn sessions(&self) -> &Arc<ProducerSessions> {
-        &self.inner.sessions
+    fn sessions(&self) -> &Arc<ProducerSessions> {
+        &self.inner.options.sessions
     }
 
     /// The leadership changes this node saw (fed by the `leaders` job).

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::broker::Broker;
 use crate::broker::access::{AccessCommand, HandleKey};
 use crate::broker::{Command, Reply};
 use crate::cluster::Cluster;
@@ -12,10 +13,10 @@ use crate::cluster::Cluster;
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Proposes a handle key while the cluster has none; ends once it has one.
-pub async fn first_handle_key(cluster: Cluster) {
+pub async fn first_handle_key(cluster: Cluster, broker: Broker) {
     // Tests hold the first key back to see a cluster without one.
     fail::fail_point!("no_first_handle_key", |_| ());
-    while cluster.broker().access(|t| t.handle_keys.is_empty()) {
+    while broker.access(|t| t.handle_keys.is_empty()) {
         let key = match crate::auth::random_key() {
             Ok(k) => k,
             Err(e) => {

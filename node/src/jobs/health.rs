@@ -5,29 +5,30 @@
 
 use std::time::Duration;
 
-use crate::cluster::Cluster;
+use crate::broker::Broker;
 use crate::jobs::Jobs;
+use crate::raft::Group;
 use crate::store::LogReader;
 
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// The first fatal condition of this node, if any.
-pub fn fatal_condition(cluster: &Cluster, log: &LogReader) -> Option<String> {
+pub fn fatal_condition(group: &Group, broker: &Broker, log: &LogReader) -> Option<String> {
     if let Some(why) = log.failure() {
         return Some(format!("the log stopped after a failed write: {why}"));
     }
-    if let Some(why) = cluster.broker().failure() {
+    if let Some(why) = broker.failure() {
         return Some(format!("the broker state stopped after a failed write: {why}"));
     }
-    cluster.group().fatal().map(|fatal| format!("raft stopped: {fatal}"))
+    group.fatal().map(|fatal| format!("raft stopped: {fatal}"))
 }
 
 /// Checks for a fatal condition every 100 ms and reports it to [`Jobs::fail_stop`].
-pub async fn watch_health(cluster: Cluster, log: LogReader, jobs: Jobs) {
+pub async fn watch_health(group: Group, broker: Broker, log: LogReader, jobs: Jobs) {
     let mut tick = tokio::time::interval(CHECK_EVERY);
     loop {
         tick.tick().await;
-        if let Some(why) = fatal_condition(&cluster, &log) {
+        if let Some(why) = fatal_condition(&group, &broker, &log) {
             tracing::error!(reason = %why, "stopping this node");
             jobs.fail_stop(why);
             return;

@@ -7,12 +7,13 @@ use std::time::Duration;
 use crate::broker::{AdminCommand, Command, Reply};
 use crate::cluster::failover::{FailoverWatch, Observed};
 use crate::cluster::{Cluster, now_ms};
+use crate::metrics::Meters;
 use crate::raft::Role;
 
 /// How often a failover being measured is looked at when the metrics do not change.
 const MEASURE_TICK: Duration = Duration::from_millis(100);
 
-pub async fn watch_leaders(cluster: Cluster) {
+pub async fn watch_leaders(cluster: Cluster, meters: Meters) {
     let mut watch = cluster.group().watch();
     let mut failover = FailoverWatch::default();
     loop {
@@ -35,7 +36,7 @@ pub async fn watch_leaders(cluster: Cluster) {
             }
         };
         if let Some(change) = cluster.leader_changes().observe(observed.leader, observed.term, now) {
-            cluster.meters().leader_changed();
+            meters.leader_changed();
             tracing::info!(
                 node = cluster.id(),
                 term = change.term,

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::broker::Broker;
 use crate::broker::lite::{LiteActor, LiteCommand};
 use crate::broker::{Command, TopicKind};
 use crate::cluster::{Cluster, now_ms};
@@ -21,12 +22,11 @@ const PER_ENTRY: usize = 1_000;
 /// A client whose subscriptions were not synced for this long is gone.
 pub const LITE_CLIENT_TIMEOUT_MS: i64 = 120_000;
 
-pub async fn lite_upkeep(cluster: Cluster) {
+pub async fn lite_upkeep(cluster: Cluster, broker: Broker) {
     // Where the next look at each parent starts.
     let mut cursors: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     loop {
         tokio::time::sleep(EVERY).await;
-        let broker = cluster.broker().clone();
         let now = now_ms();
         for parent in broker.topics().into_iter().filter(|t| t.kind == TopicKind::Lite) {
             let before_ms = now.saturating_sub(i64::from(parent.lite_ttl_minutes).saturating_mul(60_000));

@@ -10,20 +10,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::broker::Broker;
 use crate::broker::Command;
 use crate::cluster::Cluster;
 use crate::cluster::clock::now_ms;
+use crate::plugin::PluginHost;
 
 const POLL: Duration = Duration::from_millis(500);
 
-pub async fn plugin_warmup(cluster: Cluster) {
+pub async fn plugin_warmup(cluster: Cluster, broker: Broker, host: Arc<PluginHost>) {
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let host = Arc::clone(cluster.plugins());
         let (uncompiled, quarantines) = {
-            let state = cluster.broker().state();
+            let state = broker.state();
             (host.uncompiled(&state.plugins), host.quarantines(&state.plugins, now_ms()))
         };
         for source in uncompiled {

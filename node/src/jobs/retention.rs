@@ -9,8 +9,10 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::broker::Broker;
 use crate::broker::{AdminCommand, Command};
 use crate::cluster::{Cluster, now_ms};
+use crate::metrics::Meters;
 use crate::store::LogReader;
 use crate::store::retention::{pressure_budget, purge_point};
 
@@ -25,7 +27,7 @@ pub struct RetentionOptions {
     pub disk_budget_bytes: u64,
 }
 
-pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptions) {
+pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: LogReader, options: RetentionOptions) {
     let mut tick = tokio::time::interval(options.check_every.min(UNDER_PRESSURE_EVERY));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_check: Option<Instant> = None;
@@ -44,7 +46,7 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
         let segments = log.segment_stats();
         let log_bytes = segments.iter().map(|s| s.bytes).sum();
         let budget = pressure_budget(options.disk_budget_bytes, log_bytes, free, purge_mark);
-        let applied = cluster.broker().last_applied().map(|l| l.index);
+        let applied = broker.last_applied().map(|l| l.index);
         let Some(wanted) = purge_point(&segments, SystemTime::now(), options.max_age, budget) else {
             continue;
         };
@@ -52,7 +54,7 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
         // Held messages (pending timers, open halves, and those delivered within the retention
         // time) keep their entries.
         let max_age_ms = options.max_age.as_millis().min(i64::MAX as u128) as i64;
-        let held = match cluster.broker().first_held_index(now_ms(), max_age_ms) {
+        let held = match broker.first_held_index(now_ms(), max_age_ms) {
             Ok(held) => held,
             Err(e) => {
                 tracing::error!(error = %e, "retention: reading held messages failed");
@@ -83,7 +85,7 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
         if first > point {
             continue;
         }
-        cluster.meters().purged(point + 1 - first);
+        meters.purged(point + 1 - first);
         if forced {
             tracing::warn!(
                 node = cluster.id(),
@@ -96,7 +98,7 @@ pub async fn retention(cluster: Cluster, log: LogReader, options: RetentionOptio
         } else {
             tracing::info!(node = cluster.id(), upto = point, "retention: purging the log");
         }
-        cluster.broker().set_snapshot_target(point);
+        broker.set_snapshot_target(point);
         if cluster.group().snapshot().await.is_err() {
             return; // Raft has stopped.
         }

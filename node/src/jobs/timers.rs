@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use crate::broker::Broker;
 use crate::broker::timer::{MAX_FIRES_PER_ENTRY, TimerCommand, TimerOutcome};
 use crate::broker::{Command, Reply};
 use crate::cluster::{Cluster, now_ms};
+use crate::metrics::Meters;
 
 /// How often the leader looks for due timers when none was due: delivery is at most this late
 /// (plus one commit) on an idle cluster.
@@ -16,10 +18,10 @@ const POLL: Duration = Duration::from_millis(50);
 /// Fire entries proposed at once.
 const IN_FLIGHT: usize = 4;
 
-pub async fn fire_timers(cluster: Cluster) {
+pub async fn fire_timers(cluster: Cluster, broker: Broker, meters: Meters) {
     loop {
         let now = now_ms();
-        let due = match cluster.broker().due_timers(now, MAX_FIRES_PER_ENTRY * IN_FLIGHT) {
+        let due = match broker.due_timers(now, MAX_FIRES_PER_ENTRY * IN_FLIGHT) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "reading due timers failed");
@@ -39,7 +41,7 @@ pub async fn fire_timers(cluster: Cluster) {
         });
         for result in futures_util::future::join_all(fires).await {
             match result {
-                Ok(Reply::Timer(TimerOutcome::Fired(n))) => cluster.meters().timers_fired(n as u64),
+                Ok(Reply::Timer(TimerOutcome::Fired(n))) => meters.timers_fired(n as u64),
                 Ok(Reply::Timer(_)) => {}
                 Ok(other) => tracing::warn!(reply = ?other, "unexpected reply to a timer fire"),
                 Err(e) => {

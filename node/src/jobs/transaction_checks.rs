@@ -17,8 +17,10 @@ use std::time::Duration;
 use crate::broker::transaction::{Decision, Half, HalfView, Resolver, TransactionChecker, TransactionCommand};
 use rockraft_proto::rockraft::StoredMessage;
 
+use crate::broker::Broker;
 use crate::broker::{Command, split_position};
 use crate::cluster::{AskProducer, Cluster, now_ms};
+use crate::metrics::Meters;
 
 const POLL: Duration = Duration::from_millis(200);
 /// Halves looked at per round.
@@ -34,10 +36,16 @@ pub struct CheckOptions {
     pub max_age: Duration,
 }
 
-pub async fn check_transactions(cluster: Cluster, checker: Arc<dyn TransactionChecker>, options: CheckOptions) {
+pub async fn check_transactions(
+    cluster: Cluster,
+    broker: Broker,
+    meters: Meters,
+    checker: Arc<dyn TransactionChecker>,
+    options: CheckOptions,
+) {
     loop {
         let now = now_ms();
-        let due = match cluster.broker().due_checks(now, BATCH) {
+        let due = match broker.due_checks(now, BATCH) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "reading due transaction checks failed");
@@ -48,15 +56,15 @@ pub async fn check_transactions(cluster: Cluster, checker: Arc<dyn TransactionCh
             tokio::time::sleep(POLL).await;
             continue;
         }
-        if let Err(e) = check(&cluster, checker.as_ref(), &options, now, due).await {
+        if let Err(e) = check(&cluster, &broker, &meters, checker.as_ref(), &options, now, due).await {
             tracing::debug!(error = %e, "transaction check round failed; retrying");
             tokio::time::sleep(POLL).await;
         }
     }
 }
 
-fn view(cluster: &Cluster, position: u64, half: &Half) -> HalfView {
-    let stored = cluster.broker().message_at(position).ok().flatten();
+fn view(broker: &Broker, position: u64, half: &Half) -> HalfView {
+    let stored = broker.message_at(position).ok().flatten();
     let message = stored
         .map(|(m, _)| m)
         .unwrap_or_else(|| StoredMessage { message_id: half.message.message_id.clone(), ..Default::default() });
@@ -65,6 +73,8 @@ fn view(cluster: &Cluster, position: u64, half: &Half) -> HalfView {
 
 async fn check(
     cluster: &Cluster,
+    broker: &Broker,
+    meters: &Meters,
     checker: &dyn TransactionChecker,
     options: &CheckOptions,
     now: i64,
@@ -79,7 +89,7 @@ async fn check(
             tracing::info!(topic = %half.message.topic, message_id = %half.message.message_id, age_ms, "rolling back a half at its maximum age");
             Decision::Rollback
         } else {
-            checker.decide(&view(cluster, position, &half), Duration::from_millis(age_ms as u64), half.checks)
+            checker.decide(&view(broker, position, &half), Duration::from_millis(age_ms as u64), half.checks)
         };
         let decided = match decision {
             Decision::Commit => "commit",
@@ -87,7 +97,7 @@ async fn check(
             Decision::AskProducer => "ask_producer",
             Decision::Wait => "wait",
         };
-        cluster.meters().transaction_checked(&half.message.topic, decided);
+        meters.transaction_checked(&half.message.topic, decided);
         let next = next_check(now, half.message.stored_ms, interval, max_age);
         match decision {
             Decision::Commit | Decision::Rollback => {

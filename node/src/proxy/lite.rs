@@ -185,7 +185,7 @@ impl Proxy {
     ) -> Vec<ReceiveMessageResponse> {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         for d in deliveries {
-            match self.cluster.broker().read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
+            match self.broker.read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
                 Ok(Some(e)) => {
                     let r =
                         LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
@@ -249,7 +249,7 @@ impl Proxy {
         let Some(lite) = lite.filter(|l| !l.is_empty()) else {
             return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
         };
-        let letter = match self.cluster.broker().lite_dead_letter_of(topic, lite, &receipt, now_ms()) {
+        let letter = match self.broker.lite_dead_letter_of(topic, lite, &receipt, now_ms()) {
             Ok(letter) => letter,
             Err(e) => return status(Code::InternalServerError, e.to_string()),
         };

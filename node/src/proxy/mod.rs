@@ -32,12 +32,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::handles::HandleKeys;
 use crate::auth::{Caller, Denied};
+use crate::broker::Broker;
 use crate::broker::access::{Action, ResourceKind};
 use crate::broker::lite::{LiteCommand, LiteOutcome};
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
 use crate::broker::{Command, Held, Reply};
 use crate::cluster::Cluster;
+use crate::metrics::Meters;
+use crate::plugin::PluginHost;
+use crate::sessions::ProducerSessions;
 use status::{Rejection, ok, write_failed};
 
 /// How long a send is held through an election when the client sets no deadline: the official
@@ -64,8 +68,22 @@ pub struct ProxyOptions {
     pub authenticator: Arc<crate::auth::Authenticator>,
 }
 
+/// The node's parts the proxy serves clients with, besides the cluster.
+pub struct ProxyParts {
+    pub broker: Broker,
+    pub plugins: Arc<PluginHost>,
+    pub meters: Meters,
+    pub sessions: Arc<ProducerSessions>,
+}
+
 pub struct Proxy {
     cluster: Cluster,
+    /// This node's replica of the broker state, which receives and routes read.
+    broker: Broker,
+    plugins: Arc<PluginHost>,
+    meters: Meters,
+    /// The producers whose Telemetry streams this node holds.
+    sessions: Arc<ProducerSessions>,
     options: ProxyOptions,
     round_robin: AtomicU32,
     renewals: Arc<renew::Renewals>,
@@ -78,13 +96,18 @@ pub(crate) use crate::sessions::timestamp;
 
 impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.
-    pub fn new(cluster: Cluster, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
+    pub fn new(cluster: Cluster, parts: ProxyParts, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
         let l = &options.limits;
         let polls =
             poll_slots::PollSlots::new(l.max_long_polls, l.max_long_polls_per_client, l.max_long_polls_per_user);
         let client_ids = client_ids::ClientIds::new(l.max_client_ids, l.max_client_ids_per_user);
+        let ProxyParts { broker, plugins, meters, sessions } = parts;
         Proxy {
             cluster,
+            broker,
+            plugins,
+            meters,
+            sessions,
             options,
             round_robin: AtomicU32::new(0),
             renewals,
@@ -102,18 +125,18 @@ impl Proxy {
     /// The topic's configuration. A topic unknown here may have been created a moment ago, and
     /// this node may not have applied that yet: it catches up to the leader before saying no.
     async fn topic(&self, name: &str) -> Option<crate::broker::TopicConfig> {
-        if let Some(t) = self.cluster.broker().topic(name) {
+        if let Some(t) = self.broker.topic(name) {
             return Some(t);
         }
         if let Err(e) = self.cluster.catch_up().await {
             tracing::debug!(error = %e, "could not catch up before answering topic-not-found");
         }
-        self.cluster.broker().topic(name)
+        self.broker.topic(name)
     }
 
     /// `topic` if it exists, else the empty name: metrics label only what the cluster holds.
     fn known_topic<'a>(&self, topic: &'a str) -> &'a str {
-        if self.cluster.broker().topic(topic).is_some() { topic } else { "" }
+        if self.broker.topic(topic).is_some() { topic } else { "" }
     }
 
     /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
@@ -233,14 +256,14 @@ impl Proxy {
         let named = sealed.iter().filter_map(|h| HandleKeys::key_id(h)).max();
         let current =
             |keys: &Option<HandleKeys>| keys.as_ref().is_some_and(|k| named.is_none_or(|id| id <= k.newest()));
-        let keys = self.cluster.broker().access(HandleKeys::of);
+        let keys = self.broker.access(HandleKeys::of);
         if current(&keys) {
             return keys.ok_or_else(status::no_handle_key);
         }
         if let Err(e) = self.cluster.catch_up().await {
             tracing::debug!(error = %e, "could not catch up before judging a handle");
         }
-        self.cluster.broker().access(HandleKeys::of).ok_or_else(status::no_handle_key)
+        self.broker.access(HandleKeys::of).ok_or_else(status::no_handle_key)
     }
 
     /// `None` if the request's caller may do everything `needs` names; else the refusal
@@ -250,7 +273,7 @@ impl Proxy {
         let check = || -> Result<(), Denied> {
             caller.authenticated()?;
             for (action, kind, name) in needs {
-                caller.may(self.cluster.broker(), *action, *kind, name)?;
+                caller.may(&self.broker, *action, *kind, name)?;
             }
             Ok(())
         };
@@ -392,7 +415,7 @@ impl MessagingService for Proxy {
             true => vec![(code_of(&reply.status), messages)],
             false => tally(reply.entries.iter().map(|e| code_of(&e.status))),
         };
-        codes.into_iter().for_each(|(code, n)| self.cluster.meters().sent(topic, code, n));
+        codes.into_iter().for_each(|(code, n)| self.meters.sent(topic, code, n));
         Ok(Response::new(reply))
     }
 
@@ -446,8 +469,8 @@ impl MessagingService for Proxy {
                 _ => {}
             }
         }
-        let group = if self.cluster.broker().group(&group).is_some() { group.as_str() } else { "" };
-        self.cluster.meters().received(self.known_topic(&topic), group, code, delivered);
+        let group = if self.broker.group(&group).is_some() { group.as_str() } else { "" };
+        self.meters.received(self.known_topic(&topic), group, code, delivered);
         Ok(Response::new(Box::pin(futures_util::stream::iter(responses.into_iter().map(Ok)))))
     }
 
@@ -463,7 +486,7 @@ impl MessagingService for Proxy {
             true => vec![(code_of(&reply.status), 1)],
             false => tally(reply.entries.iter().map(|e| code_of(&e.status))),
         };
-        codes.into_iter().for_each(|(code, n)| self.cluster.meters().acked(topic, code, n));
+        codes.into_iter().for_each(|(code, n)| self.meters.acked(topic, code, n));
         Ok(Response::new(reply))
     }
 
@@ -522,8 +545,8 @@ impl MessagingService for Proxy {
         let pin = self.options.authenticator.pin(req.metadata());
         let commands = telemetry::serve(
             req.into_inner(),
-            self.cluster.broker().clone(),
-            std::sync::Arc::clone(self.cluster.sessions()),
+            self.broker.clone(),
+            Arc::clone(&self.sessions),
             self.options.max_body_bytes,
             ns,
             pin,
@@ -546,7 +569,7 @@ impl MessagingService for Proxy {
         // They are replicated, so whose they are is checked at apply: the id being free on this
         // node does not make another user's client this caller's.
         let group = resource_name(&req.get_ref().group, &namespace(&req));
-        if !client.is_empty() && self.cluster.broker().group(&group).is_some_and(|g| g.lite.is_some()) {
+        if !client.is_empty() && self.broker.group(&group).is_some_and(|g| g.lite.is_some()) {
             let by = lite::actor(&Caller::of(&req));
             let command = Command::Lite(LiteCommand::Unsubscribe { group, client: client.clone(), by });
             match self.cluster.write(&command).await {
@@ -573,7 +596,7 @@ impl MessagingService for Proxy {
             Some(s) => ChangeInvisibleDurationResponse { status: Some(s), receipt_handle: String::new() },
             None => self.change_invisible(req.get_ref(), &ns).await,
         };
-        self.cluster.meters().invisible_changed(self.known_topic(&topic), code_of(&reply.status));
+        self.meters.invisible_changed(self.known_topic(&topic), code_of(&reply.status));
         Ok(Response::new(reply))
     }
 

@@ -177,7 +177,7 @@ pub(super) fn nothing() -> Vec<ReceiveMessageResponse> {
 
 impl Proxy {
     pub(super) async fn consumer_group(&self, name: &str) -> Result<GroupConfig, Rejection> {
-        if let Some(g) = self.cluster.broker().group(name) {
+        if let Some(g) = self.broker.group(name) {
             return Ok(g);
         }
         if let Err(e) = self.cluster.catch_up().await {
@@ -234,9 +234,7 @@ impl Proxy {
                 params.lite_by = crate::proxy::lite::actor(caller);
             }
             Ok(None) => {
-                if let Err(Rejection(s)) =
-                    compile(self.cluster.plugins(), params.filter_kind, &params.filter_expression)
-                {
+                if let Err(Rejection(s)) = compile(&self.plugins, params.filter_kind, &params.filter_expression) {
                     return status_only(s);
                 }
             }
@@ -285,7 +283,7 @@ impl Proxy {
             lite_by: p.lite_by.clone(),
         };
         loop {
-            let mut changes = self.cluster.broker().watch(&p.topic_name);
+            let mut changes = self.broker.watch(&p.topic_name);
             changes.borrow_and_update();
             // Bounded: a pop that is still under way at the deadline is abandoned (its deliveries,
             // if it commits, go to a retry with the same attempt_id, or come back after their
@@ -342,7 +340,7 @@ impl Proxy {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let mut streamed = Vec::new();
         for d in deliveries {
-            match self.cluster.broker().read(&p.topic_name, d.queue_id, d.offset) {
+            match self.broker.read(&p.topic_name, d.queue_id, d.offset) {
                 Ok(Some(e)) => {
                     let handle = receipt::encode(keys, &d, &p.group, &p.topic_name);
                     out.push(ReceiveMessageResponse {

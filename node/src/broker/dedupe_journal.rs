@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use crate::broker::dedupe::{DedupeKey as Key, Seen};
 use crate::broker::record_cursor::Cursor;
 use crate::broker::table::Table;
-use crate::store::StoreError;
+use crate::store::{JournalFault, RecordFault, StoreError};
 
 const OP_PUT: u8 = 1;
 const OP_REMOVE: u8 = 2;
@@ -93,19 +93,19 @@ fn decode(body: &[u8]) -> Option<(Key, Option<Seen>)> {
 
 /// Replays journal bytes into a table. Every byte must belong to a whole, checked record: the
 /// bytes come from a sync that completed before the mark naming them was committed.
-pub fn replay(bytes: &[u8]) -> Result<(Table<Key, Seen>, u64), String> {
+pub fn replay(bytes: &[u8]) -> Result<(Table<Key, Seen>, u64), JournalFault> {
     let mut table = Table::default();
     let mut c = Cursor(bytes);
     let mut records = 0;
     while !c.0.is_empty() {
-        let at = bytes.len() - c.0.len();
-        let bad = |what: &str| format!("record at byte {at}: {what}");
-        let (Some(crc), Some(len)) = (c.u32(), c.u32()) else { return Err(bad("torn header")) };
-        let body = c.take(len as usize).ok_or_else(|| bad("torn body"))?;
+        let at = (bytes.len() - c.0.len()) as u64;
+        let bad = |fault| JournalFault { at, fault };
+        let (Some(crc), Some(len)) = (c.u32(), c.u32()) else { return Err(bad(RecordFault::TornHeader)) };
+        let body = c.take(len as usize).ok_or(bad(RecordFault::TornBody))?;
         if crc32c::crc32c(body) != crc {
-            return Err(bad("checksum mismatch"));
+            return Err(bad(RecordFault::Checksum));
         }
-        let (key, seen) = decode(body).ok_or_else(|| bad("undecodable"))?;
+        let (key, seen) = decode(body).ok_or(bad(RecordFault::Undecodable))?;
         match seen {
             Some(s) => table.insert(key, s),
             None => table.remove(&key),
@@ -176,7 +176,7 @@ impl DedupeJournal {
                 reason: format!("holds {} bytes, the last checkpoint wrote {}", bytes.len(), mark.len),
             });
         }
-        replay(&bytes).map_err(|reason| StoreError::CorruptSegment { path, reason })
+        replay(&bytes).map_err(|e| StoreError::CorruptSegment { path, reason: e.to_string() })
     }
 
     /// Encodes the current rows of the changed `keys` (done while the state is locked). When the

@@ -18,7 +18,7 @@ use std::ops::Bound;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::broker::table::{Persisted, Taken};
+use crate::broker::table::{Persisted, RowError, Taken};
 
 /// A key whose byte encoding sorts like the key.
 pub trait DiskKey: Ord + Clone + Send + Sync + 'static {
@@ -190,8 +190,8 @@ where
     K: DiskKey,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    fn load(&mut self, _: &[u8], _: &[u8]) -> Result<(), String> {
-        Err("rows of a disk table are read from sled where they are, never loaded".into())
+    fn load(&mut self, _: &[u8], _: &[u8]) -> Result<(), RowError> {
+        Err(RowError::KeptOnDisk)
     }
 
     fn write_changes(&mut self, prefix: &str, batch: &mut sled::Batch) -> Taken {

@@ -43,30 +43,45 @@ enum Value<'a> {
     Fixed,
 }
 
+/// Why bytes are not an encoded `StoredMessage`.
+#[derive(Debug, thiserror::Error)]
+enum Malformed {
+    #[error(transparent)]
+    Wire(#[from] prost::DecodeError),
+    #[error("a field runs past the end")]
+    PastEnd,
+    #[error("groups are not used")]
+    Group,
+    #[error("a string is not UTF-8")]
+    NotUtf8,
+    #[error("field {0} has the wrong wire type")]
+    WireType(u32),
+}
+
 /// The fields of an encoded message, in the order written.
 struct Fields<'a>(&'a [u8]);
 
 impl<'a> Fields<'a> {
-    fn next_field(&mut self) -> Result<Option<(u32, Value<'a>)>, String> {
+    fn next_field(&mut self) -> Result<Option<(u32, Value<'a>)>, Malformed> {
         if self.0.is_empty() {
             return Ok(None);
         }
-        let (number, wire) = decode_key(&mut self.0).map_err(|e| e.to_string())?;
+        let (number, wire) = decode_key(&mut self.0)?;
         let value = match wire {
-            WireType::Varint => Value::Varint(decode_varint(&mut self.0).map_err(|e| e.to_string())?),
+            WireType::Varint => Value::Varint(decode_varint(&mut self.0)?),
             WireType::LengthDelimited => {
-                let len = decode_varint(&mut self.0).map_err(|e| e.to_string())?;
-                let len = usize::try_from(len).ok().filter(|&n| n <= self.0.len()).ok_or("field runs past the end")?;
+                let len = decode_varint(&mut self.0)?;
+                let len = usize::try_from(len).ok().filter(|&n| n <= self.0.len()).ok_or(Malformed::PastEnd)?;
                 let (value, rest) = self.0.split_at(len);
                 self.0 = rest;
                 Value::Delimited(value)
             }
             WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
                 let width = if wire == WireType::SixtyFourBit { 8 } else { 4 };
-                self.0 = self.0.get(width..).ok_or("field runs past the end")?;
+                self.0 = self.0.get(width..).ok_or(Malformed::PastEnd)?;
                 Value::Fixed
             }
-            WireType::StartGroup | WireType::EndGroup => return Err("groups are not used".into()),
+            WireType::StartGroup | WireType::EndGroup => return Err(Malformed::Group),
         };
         Ok(Some((number, value)))
     }
@@ -81,12 +96,12 @@ impl<'a> Fields<'a> {
     }
 }
 
-fn text(bytes: &[u8]) -> Result<&str, String> {
-    std::str::from_utf8(bytes).map_err(|_| "a string is not UTF-8".to_string())
+fn text(bytes: &[u8]) -> Result<&str, Malformed> {
+    std::str::from_utf8(bytes).map_err(|_| Malformed::NotUtf8)
 }
 
 /// A map entry's key and value.
-fn map_entry(entry: &[u8]) -> Result<(&str, &str), String> {
+fn map_entry(entry: &[u8]) -> Result<(&str, &str), Malformed> {
     let (mut key, mut value) = ("", "");
     let mut fields = Fields(entry);
     while let Some((number, field)) = fields.next_field()? {
@@ -106,7 +121,7 @@ impl<'a> MessageView<'a> {
         Self::parse_fields(encoded).map_err(|e| BrokerError::CorruptEntry(format!("stored message: {e}")))
     }
 
-    fn parse_fields(encoded: &'a [u8]) -> Result<MessageView<'a>, String> {
+    fn parse_fields(encoded: &'a [u8]) -> Result<MessageView<'a>, Malformed> {
         let mut view = MessageView {
             encoded,
             message_id: "",
@@ -134,7 +149,7 @@ impl<'a> MessageView<'a> {
                 (BORN_TIMESTAMP_MS, Value::Varint(v)) => view.born_timestamp_ms = v as i64,
                 (MESSAGE_GROUP, Value::Delimited(b)) => view.message_group = text(b)?,
                 (MESSAGE_ID | TAG | KEYS | PROPERTIES | BODY | BORN_TIMESTAMP_MS | MESSAGE_GROUP, _) => {
-                    return Err(format!("field {number} has the wrong wire type"));
+                    return Err(Malformed::WireType(number));
                 }
                 _ => {}
             }

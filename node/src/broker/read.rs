@@ -124,7 +124,8 @@ impl Broker {
         self.checkpoint()?;
         let _no_checkpoint = self.inner.journal.lock().expect("journal lock");
         let state = self.read_checkpoint()?;
-        let digest = state.digest().map_err(BrokerError::CorruptEntry)?;
+        let digest =
+            state.digest().map_err(|e| BrokerError::CorruptEntry(format!("reading the state for its digest: {e}")))?;
         Ok((state.last_applied.map(|l| l.index), digest))
     }
 
@@ -132,7 +133,8 @@ impl Broker {
     #[cfg(test)]
     pub fn live_digest(&self) -> Result<(Option<u64>, u64), BrokerError> {
         let state = self.state();
-        let digest = state.digest().map_err(BrokerError::CorruptEntry)?;
+        let digest =
+            state.digest().map_err(|e| BrokerError::CorruptEntry(format!("reading the state for its digest: {e}")))?;
         Ok((state.last_applied.map(|l| l.index), digest))
     }
 

@@ -191,7 +191,7 @@ impl State {
     /// A digest of the replicated state: equal on replicas that applied the same entries. Queue
     /// starts are left out (each node purges its own log). `Err` if a row kept on disk could not
     /// be read (the digest reads every pending timer's record).
-    pub fn digest(&self) -> Result<u64, String> {
+    pub fn digest(&self) -> Result<u64, serde_json::Error> {
         let replicated_queues: Vec<(&(String, u32), u64, i64)> =
             self.queues.iter().map(|(k, r)| (k, r.next, r.last_store_ms)).collect();
         let mut hash = DigestWriter(0, 0x5253_5441);
@@ -204,8 +204,7 @@ impl State {
                 (&self.holds, &self.held_counts, &self.plugins, &self.access, &self.failovers),
                 &self.lite,
             ),
-        )
-        .map_err(|e| format!("reading the state for its digest: {e}"))?;
+        )?;
         Ok((u64::from(hash.1) << 32) | u64::from(hash.0))
     }
 }

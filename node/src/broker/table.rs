@@ -135,11 +135,25 @@ impl<K: Ord + Clone, V> Table<K, V> {
     }
 }
 
+/// Why a row read from sled could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RowError {
+    #[error("row {key}: {source}")]
+    Undecodable {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A table kept on disk is read where its rows are, never loaded into memory.
+    #[error("a row of a table kept on disk")]
+    KeptOnDisk,
+}
+
 /// How a sled-backed table is stored, with its key and value types erased so that the broker
 /// can walk every table of the state in one loop.
 pub(crate) trait Persisted: Send + Sync {
     /// Adds a row read from sled (the key without the table's prefix).
-    fn load(&mut self, key: &[u8], value: &[u8]) -> Result<(), String>;
+    fn load(&mut self, key: &[u8], value: &[u8]) -> Result<(), RowError>;
     /// Writes the changed rows into `batch` under `prefix`, and returns the keys taken.
     fn write_changes(&mut self, prefix: &str, batch: &mut sled::Batch) -> Taken;
     /// Marks keys taken by [`Persisted::write_changes`] changed again.
@@ -168,9 +182,10 @@ where
     K: Ord + Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
     V: Serialize + DeserializeOwned + Send + Sync,
 {
-    fn load(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        let k: K = serde_json::from_slice(key).map_err(|e| format!("key {}: {e}", String::from_utf8_lossy(key)))?;
-        let v: V = serde_json::from_slice(value).map_err(|e| format!("row {}: {e}", String::from_utf8_lossy(key)))?;
+    fn load(&mut self, key: &[u8], value: &[u8]) -> Result<(), RowError> {
+        let undecodable = |source| RowError::Undecodable { key: String::from_utf8_lossy(key).into_owned(), source };
+        let k: K = serde_json::from_slice(key).map_err(undecodable)?;
+        let v: V = serde_json::from_slice(value).map_err(undecodable)?;
         self.rows.insert(k, v);
         Ok(())
     }

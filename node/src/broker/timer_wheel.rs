@@ -37,7 +37,7 @@ use crate::broker::disk_table::DiskResult;
 use crate::broker::held::HeldMessage;
 use crate::broker::record_cursor::Cursor;
 use crate::broker::timer::{Timer, TimerKey};
-use crate::store::StoreError;
+use crate::store::{JournalFault, RecordFault, StoreError};
 
 /// Seconds of due time one file holds.
 pub const BUCKET_SECS: i64 = 3600;
@@ -187,12 +187,12 @@ fn decode(body: &[u8]) -> Option<Decoded> {
 }
 
 /// Checks a record's header against its body; `Err` says what is wrong.
-fn check(header: &[u8; HEADER], body: &[u8]) -> Result<Decoded, String> {
+fn check(header: &[u8; HEADER], body: &[u8]) -> Result<Decoded, RecordFault> {
     let crc = u32::from_le_bytes(header[..4].try_into().unwrap_or_default());
     if crc32c::crc32c(body) != crc {
-        return Err("checksum mismatch".into());
+        return Err(RecordFault::Checksum);
     }
-    decode(body).ok_or_else(|| "undecodable".into())
+    decode(body).ok_or(RecordFault::Undecodable)
 }
 
 fn corrupt(what: String) -> sled::Error {
@@ -218,22 +218,22 @@ impl Read for ReadAt<'_> {
 fn scan(
     mut bytes: impl Read,
     len: u64,
-    mut visit: impl FnMut(u64, Decoded) -> Result<(), String>,
-) -> Result<(), String> {
+    mut visit: impl FnMut(u64, Decoded) -> Result<(), RecordFault>,
+) -> Result<(), JournalFault> {
     let mut at = 0u64;
     let mut body = Vec::new();
     while at < len {
-        let bad = |what: &str| format!("record at byte {at}: {what}");
+        let bad = |fault| JournalFault { at, fault };
         let mut header = [0u8; HEADER];
-        bytes.read_exact(&mut header).map_err(|_| bad("torn header"))?;
+        bytes.read_exact(&mut header).map_err(|_| bad(RecordFault::TornHeader))?;
         let body_len = u32::from_le_bytes(header[4..].try_into().unwrap_or_default()) as u64;
         if at + HEADER as u64 + body_len > len {
-            return Err(bad("torn body"));
+            return Err(bad(RecordFault::TornBody));
         }
         body.resize(body_len as usize, 0);
-        bytes.read_exact(&mut body).map_err(|_| bad("torn body"))?;
-        let record = check(&header, &body).map_err(|e| bad(&e))?;
-        visit(at, record).map_err(|e| bad(&e))?;
+        bytes.read_exact(&mut body).map_err(|_| bad(RecordFault::TornBody))?;
+        let record = check(&header, &body).map_err(bad)?;
+        visit(at, record).map_err(bad)?;
         at += HEADER as u64 + body_len;
     }
     Ok(())
@@ -326,7 +326,7 @@ impl TimerWheel {
             wheel.buckets.insert(bucket, Bucket { generation, file: None, durable: len, tail: Vec::new(), live: 0 });
             wheel
                 .replay(bucket, BufReader::new(&file).take(len), len)
-                .map_err(|reason| StoreError::CorruptSegment { path: path.clone(), reason })?;
+                .map_err(|e| StoreError::CorruptSegment { path: path.clone(), reason: e.to_string() })?;
             if let Some(b) = wheel.buckets.get_mut(&bucket) {
                 b.file = Some(Arc::new(file));
             }
@@ -338,11 +338,11 @@ impl TimerWheel {
     }
 
     /// Indexes the `len` bytes of `bucket`'s file read from `bytes`.
-    fn replay(&mut self, bucket: i64, bytes: impl Read, len: u64) -> Result<(), String> {
+    fn replay(&mut self, bucket: i64, bytes: impl Read, len: u64) -> Result<(), JournalFault> {
         scan(bytes, len, |at, (op, due_ms, position, _)| {
             let key = key_of(due_ms, position);
             if bucket_of(key.0) != bucket {
-                return Err("a timer of another hour".into());
+                return Err(RecordFault::Misplaced);
             }
             if op == OP_PUT {
                 self.index_put(key, due_ms, at);
@@ -370,7 +370,7 @@ impl TimerWheel {
                 }
                 Ok(())
             };
-            let corrupt_in = |e: String| corrupt(format!("hour {bucket}: {e}"));
+            let corrupt_in = |e: JournalFault| corrupt(format!("hour {bucket}: {e}"));
             if b.durable > 0 {
                 let file = b.file.as_ref().ok_or_else(|| corrupt(format!("hour {bucket} has no file")))?;
                 let reader = std::io::BufReader::with_capacity(1 << 20, ReadAt { file, at: 0 }.take(b.durable));
@@ -505,7 +505,7 @@ impl TimerWheel {
             file.read_exact_at(&mut body, offset + HEADER as u64)?;
             body
         };
-        match check(&header, &body).map_err(corrupt)? {
+        match check(&header, &body).map_err(|e| corrupt(e.to_string()))? {
             (OP_PUT, due_ms, position, Some(message)) if key_of(due_ms, position) == *key => {
                 Ok(Timer { due_ms, message })
             }

@@ -125,7 +125,7 @@ pub enum StoreError {
     FailStopped(String),
 }
 
-/// What is wrong with a log record read back from its segment.
+/// What is wrong with a record read back from a file the node wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RecordFault {
     #[error("header past end of segment")]
@@ -142,6 +142,23 @@ pub enum RecordFault {
     Checksum,
     #[error("missing or damaged in its segment")]
     Damaged,
+    #[error("torn header")]
+    TornHeader,
+    #[error("torn body")]
+    TornBody,
+    #[error("undecodable")]
+    Undecodable,
+    /// A record that checks out but belongs elsewhere (a timer in another hour's file).
+    #[error("not where it belongs")]
+    Misplaced,
+}
+
+/// A record of a journal the node wrote that does not read back whole, and where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("record at byte {at}: {fault}")]
+pub struct JournalFault {
+    pub at: u64,
+    pub fault: RecordFault,
 }
 
 impl StoreError {

@@ -23,6 +23,9 @@ mod producers;
 mod retries;
 mod service;
 pub mod skew;
+mod wire;
+#[cfg(test)]
+mod wire_test;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -18,7 +18,7 @@ use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, blocking};
 
 /// What a receive asks for.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PopOrder {
     pub group: String,
     pub topic: String,
@@ -41,7 +41,7 @@ pub struct PopOrder {
     pub lite_by: LiteActor,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Popped {
     pub deliveries: Vec<Delivery>,
     /// How long until the earliest invisible delivery falls due, if any; relative, as the leader's
@@ -56,7 +56,7 @@ pub struct Popped {
     pub lite: Vec<LiteDelivery>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum PopError {
     #[error("consumer group {0} does not exist")]
     GroupNotFound(String),

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::auth::member::SECRET_HEADER;
 use rockraft::broker::TopicKind;
-use rockraft::cluster::ClusterError;
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{

@@ -19,7 +19,7 @@ pub(crate) struct Node {
 }
 
 /// For `Broker::state_at` over a log without membership records (the broker's own tests).
-pub(crate) fn no_membership(_: bytes::Bytes) -> std::io::Result<String> {
+pub(crate) fn no_membership(_: u8, _: bytes::Bytes) -> std::io::Result<String> {
     Err(std::io::Error::other("no membership records in these tests"))
 }
 

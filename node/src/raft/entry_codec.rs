@@ -54,9 +54,9 @@ fn at(index: u64, e: io::Error) -> io::Error {
     invalid(format!("log record {index}: {e}"))
 }
 
-/// A protobuf membership record (`KIND_MEMBERSHIP_PB`) as the JSON the broker state keeps of the
-/// last membership applied: what the state machine records when it applies the entry, so a
-/// snapshot's replay of the log records it identically.
-pub fn membership_json(payload: Bytes) -> io::Result<String> {
-    serde_json::to_string(&membership(KIND_MEMBERSHIP_PB, payload)?).map_err(io::Error::other)
+/// A membership record (of `kind`) as the JSON the broker state keeps of the last membership
+/// applied: what the state machine records when it applies the entry, so a snapshot's replay of
+/// the log records it identically. A record of a kind that is no membership is refused.
+pub fn membership_json(kind: u8, payload: Bytes) -> io::Result<String> {
+    serde_json::to_string(&membership(kind, payload)?).map_err(io::Error::other)
 }

@@ -166,7 +166,7 @@ proptest! {
         if let EntryPayload::Membership(m) = &e.payload {
             prop_assert_eq!(meta.kind, KIND_MEMBERSHIP_PB);
             // The snapshot replay records what the state machine does when it applies the entry.
-            prop_assert_eq!(entry_codec::membership_json(payload.clone()).unwrap(), serde_json::to_string(m).unwrap());
+            prop_assert_eq!(entry_codec::membership_json(meta.kind, payload.clone()).unwrap(), serde_json::to_string(m).unwrap());
         }
         prop_assert_eq!(entry_codec::decode(StoredRecord { meta, payload }).unwrap(), e);
     }

@@ -282,16 +282,20 @@ fn peer_rpcs() -> Vec<Rpc> {
         ..Default::default()
     };
     let write = rockraft_proto::rockraft::WriteRequest { command: rockraft::broker::Command::Send(batch).encode() };
-    let json = |v: &[u8]| rockraft_proto::rockraft::Json { json: v.to_vec().into() }.encode_to_vec();
+    use rockraft_proto::rockraft as pb;
+    let ask = pb::peer::AskProducer { topic: "Fuzz".into(), position: 1 };
+    let leader = pb::Vote { leader_id: Some(pb::LeaderId { term: 1, node_id: 1 }), committed: false };
+    let vote = pb::VoteRequest { vote: Some(leader), last_log_id: None, leadership_transfer: false };
+    let transfer = pb::RaftTransferLeaderRequest { from_leader: Some(leader), to_node_id: 1, last_log_id: None };
     vec![
         Rpc { path: "/rockraft.v1.PeerService/Write", shape: Shape::Unary, valid: write.encode_to_vec().into() },
+        Rpc { path: "/rockraft.v1.PeerService/AskProducer", shape: Shape::Unary, valid: ask.encode_to_vec().into() },
+        Rpc { path: "/rockraft.v1.RaftService/Vote", shape: Shape::Unary, valid: vote.encode_to_vec().into() },
         Rpc {
-            path: "/rockraft.v1.PeerService/AskProducer",
+            path: "/rockraft.v1.RaftService/TransferLeader",
             shape: Shape::Unary,
-            valid: json(b"{\"topic\":\"Fuzz\",\"position\":1}").into(),
+            valid: transfer.encode_to_vec().into(),
         },
-        Rpc { path: "/rockraft.v1.RaftService/Vote", shape: Shape::Unary, valid: json(b"{}").into() },
-        Rpc { path: "/rockraft.v1.RaftService/TransferLeader", shape: Shape::Unary, valid: json(b"{}").into() },
     ]
 }
 

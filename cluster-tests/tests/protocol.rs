@@ -8,16 +8,16 @@ use bytes::Bytes;
 use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::auth::member::SECRET_HEADER;
 use rockraft::broker::TopicKind;
-use rockraft::cluster::ClusterError;
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{
     Code, Message, MessageType, QueryRouteRequest, Resource, SendMessageRequest, SendMessageResponse, SystemProperties,
 };
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
+use rockraft_proto::rockraft::peer::read_index_result;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
-use rockraft_proto::rockraft::{Json, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{Json, RaftTransferLeaderRequest, ReadIndexRequest, VoteRequest, WriteRequest};
 use tonic::transport::Channel;
 
 async fn client(addr: &str) -> MessagingServiceClient<Channel> {
@@ -230,12 +230,9 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
             let refused = [
                 peer.write(WriteRequest { command: command.clone() }).await.map(drop),
                 peer.read_index(ReadIndexRequest {}).await.map(drop),
+                RaftServiceClient::with_interceptor(channel.clone(), with).vote(VoteRequest::default()).await.map(drop),
                 RaftServiceClient::with_interceptor(channel.clone(), with)
-                    .vote(Json { json: b"{}".to_vec().into() })
-                    .await
-                    .map(drop),
-                RaftServiceClient::with_interceptor(channel.clone(), with)
-                    .transfer_leader(Json { json: b"{}".to_vec().into() })
+                    .transfer_leader(RaftTransferLeaderRequest::default())
                     .await
                     .map(drop),
                 AdminServiceClient::with_interceptor(channel, with)
@@ -266,6 +263,6 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
     };
     let mut c = PeerServiceClient::with_interceptor(connect(raft_addr).await, member);
     let reply = c.read_index(ReadIndexRequest {}).await.expect("served to a member");
-    let index: Result<u64, ClusterError> = serde_json::from_slice(&reply.into_inner().json).expect("a typed result");
-    assert!(index.is_ok_and(|i| i > 0), "the leader's read index");
+    let index = reply.into_inner().result;
+    assert!(matches!(index, Some(read_index_result::Result::Ok(i)) if i > 0), "the leader's read index: {index:?}");
 }

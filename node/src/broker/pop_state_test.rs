@@ -7,7 +7,7 @@ use crate::broker::StoredView;
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
 use crate::broker::pop_plan::{MatchAll, MessageFilter};
-use crate::broker::state_test::{Node, create, node, send};
+use crate::broker::state_test::{Node, create, no_membership, node, send};
 use crate::broker::{Command, PopRequest, Reply, TopicConfig};
 
 fn group(name: &str, max_attempts: u32) -> GroupConfig {
@@ -221,10 +221,10 @@ fn a_snapshot_at_an_older_index_has_the_consumption_state_of_that_index() {
     pop(&mut n, &g, "T", &MatchAll, 9000, 100);
     assert_ne!(consumption(&n), later.1);
 
-    let snap_early = n.broker.state_at(early.0, None).unwrap();
+    let snap_early = n.broker.state_at(early.0, None, &no_membership).unwrap();
     assert_eq!(snap_early.consumption, early.1);
     // The next snapshot builds on the previous one.
-    let snap_later = n.broker.state_at(later.0, Some(snap_early)).unwrap();
+    let snap_later = n.broker.state_at(later.0, Some(snap_early), &no_membership).unwrap();
     assert_eq!(snap_later.consumption, later.1);
 }
 
@@ -257,7 +257,7 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
 
     // A snapshot taken now replays the deletion and re-creation the same way.
     let at = n.next_index - 1;
-    let snap = n.broker.state_at(at, None).unwrap();
+    let snap = n.broker.state_at(at, None, &no_membership).unwrap();
     assert_eq!(snap.consumption, consumption(&n));
 }
 

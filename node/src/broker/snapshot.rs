@@ -16,13 +16,20 @@ use crate::broker::apply::Effects;
 use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, KEY_TIMERS, json};
 use crate::broker::state::{LogPosition, State};
 use crate::broker::timer_wheel::remove_files_except;
-use crate::store::record::{KIND_BLANK, KIND_COMMAND, KIND_MEMBERSHIP};
+use crate::store::record::{KIND_BLANK, KIND_COMMAND};
 
 impl Broker {
     /// The state right after applying entry `at` (at most `last_applied`): `previous` — a
     /// snapshot at an earlier index, or none for the start of the log — with the log between
-    /// them replayed onto it.
-    pub fn state_at(&self, at: u64, previous: Option<State>) -> Result<State, BrokerError> {
+    /// them replayed onto it. `membership` renders a record of any other kind than a command or
+    /// a blank (a membership change: the Raft layer knows its forms) as the JSON the state keeps,
+    /// or refuses it.
+    pub fn state_at(
+        &self,
+        at: u64,
+        previous: Option<State>,
+        membership: &dyn Fn(u8, Bytes) -> std::io::Result<String>,
+    ) -> Result<State, BrokerError> {
         let mut state = previous.unwrap_or_default();
         state.prepare_local();
         let from = state.last_applied.map_or(0, |l| l.index + 1);
@@ -41,10 +48,11 @@ impl Broker {
                     state.apply(position, record.payload, &mut discard);
                     discard = Effects::default();
                 }
-                KIND_MEMBERSHIP => state.apply_other(position, Some(membership_json(record.payload)?)),
                 KIND_BLANK => state.apply_other(position, None),
-                other => {
-                    return Err(BrokerError::CorruptEntry(format!("log record {index} has unknown kind {other}")));
+                kind => {
+                    let json = membership(kind, record.payload)
+                        .map_err(|e| BrokerError::CorruptEntry(format!("log record {index}: {e}")))?;
+                    state.apply_other(position, Some(json));
                 }
             }
         }
@@ -155,9 +163,4 @@ impl Broker {
         self.index_stored_messages(false)?;
         Ok(())
     }
-}
-
-/// A membership record's payload, kept as the JSON text it is.
-fn membership_json(payload: Bytes) -> Result<String, BrokerError> {
-    String::from_utf8(payload.to_vec()).map_err(|e| BrokerError::CorruptEntry(format!("membership entry: {e}")))
 }

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use crate::broker::group::GroupConfig;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::pop_plan::MatchAll;
-use crate::broker::state_test::{Node, create, lid, node, send};
+use crate::broker::state_test::{Node, create, lid, no_membership, node, send};
 use crate::broker::timer::{TimerCommand, parse_recall_handle};
 use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
 use crate::broker::{
@@ -326,9 +326,9 @@ fn check_install_then_replay(ops: &[Op], at_pick: prop::sample::Index, earlier_p
     let at = at_pick.index(end as usize) as u64;
     // Built as retention builds them: on top of an earlier snapshot.
     let earlier = earlier_pick.index(at as usize + 1) as u64;
-    let previous = leader.broker.state_at(earlier, None).unwrap();
-    let snapshot = leader.broker.state_at(at, Some(previous)).unwrap();
-    assert_eq!(snapshot, leader.broker.state_at(at, None).unwrap(), "the same with or without a base");
+    let previous = leader.broker.state_at(earlier, None, &no_membership).unwrap();
+    let snapshot = leader.broker.state_at(at, Some(previous), &no_membership).unwrap();
+    assert_eq!(snapshot, leader.broker.state_at(at, None, &no_membership).unwrap(), "the same with or without a base");
     leader.broker.forget_before(&snapshot).unwrap();
 
     let f = follower(fd.path(), &leader);
@@ -383,7 +383,7 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     // A retry of a message sent just before the snapshot point.
     assert!(matches!(leader.commit(&send("Old", 0, 3_000, &["retry-me"])), Reply::Sent(o) if o[0].duplicate));
 
-    let snapshot = leader.broker.state_at(at, None).unwrap();
+    let snapshot = leader.broker.state_at(at, None, &no_membership).unwrap();
     let f = follower(fd.path(), &leader);
     f.install(snapshot).unwrap();
     replay(&f, &leader, at + 1, leader.next_index);

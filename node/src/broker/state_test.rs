@@ -18,6 +18,11 @@ pub(crate) struct Node {
     pub term: u64,
 }
 
+/// For `Broker::state_at` over a log without membership records (the broker's own tests).
+pub(crate) fn no_membership(_: u8, _: bytes::Bytes) -> std::io::Result<String> {
+    Err(std::io::Error::other("no membership records in these tests"))
+}
+
 pub(crate) fn lid(index: u64) -> crate::broker::LogPosition {
     crate::broker::LogPosition { term: 1, leader: 1, index }
 }

@@ -1,11 +1,9 @@
 //! Why a request that needs the leader did not get its answer.
 
-use serde::{Deserialize, Serialize};
-
 /// Typed so that every caller (the proxy, the admin API, a peer across the wire) decides by the
-/// variant, never by the text. It crosses the wire as itself (serde), inside the peer reply.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// variant, never by the text. It crosses the wire as its protobuf form (`cluster/wire.rs`),
+/// inside the peer reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
     /// An election is running, or this node is cut off from the leader.
     #[error("no leader is known right now")]

@@ -24,6 +24,9 @@ mod retries;
 mod router;
 mod service;
 pub mod skew;
+mod wire;
+#[cfg(test)]
+mod wire_test;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,5 +1,5 @@
 //! The client side of `rockraft.v1.PeerService`: one cached channel per peer, and the calls a
-//! member makes to the leader. Replies carry typed results (see `peer.proto`); a gRPC error means
+//! member makes to the leader. Replies carry typed results (see `reply.proto`); a gRPC error means
 //! the leader gave no answer at all.
 
 use std::collections::HashMap;
@@ -8,17 +8,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rockraft_proto::rockraft::peer as pb;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-use rockraft_proto::rockraft::{
-    ClockRequest, DiskSpaceRequest, Json, LiveMembersRequest, ReadIndexRequest, WriteRequest,
-};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use rockraft_proto::rockraft::{ClockRequest, DiskSpaceRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest};
 
 use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
+use crate::cluster::wire::ResultMessage;
 use crate::raft::{Dialer, NodeId, PeerChannel, member_channel};
 
 /// No peer call waits longer than this for its answer. A member that took the connection but
@@ -86,20 +84,20 @@ impl Peers {
 
     /// A pop planned and proposed by the leader.
     pub async fn pop(&self, addr: &str, order: &PopOrder) -> Result<Popped, PopError> {
-        let reply = within(addr, self.client(addr)?.pop(json(order)?)).await;
+        let reply = within(addr, self.client(addr)?.pop(pb::PopOrder::from(order.clone()))).await;
         answer(addr, reply)
     }
 
     /// The voters the leader at `addr` heard from lately, itself included.
     pub async fn live_members(&self, addr: &str) -> Result<std::collections::BTreeSet<NodeId>, ClusterError> {
         let reply = within(addr, self.client(addr)?.live_members(LiveMembersRequest {})).await;
-        answer(addr, reply)
+        answer(addr, reply).map(|live| live.0.into_iter().collect())
     }
 
     /// The clock of the member at `addr`.
     pub async fn clock(&self, addr: &str) -> Result<i64, ClusterError> {
         let reply = within(addr, self.client(addr)?.clock(ClockRequest {})).await;
-        answer(addr, reply)
+        Ok(reply.map_err(|status| no_answer(addr, &status))?.into_inner().now_ms)
     }
 
     /// The free space of the member at `addr`, judged against its marks.
@@ -110,24 +108,19 @@ impl Peers {
 
     /// A dead letter built and proposed by the leader.
     pub async fn dead_letter(&self, addr: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
-        let reply = within(addr, self.client(addr)?.dead_letter(json(receipt)?)).await;
+        let reply = within(addr, self.client(addr)?.dead_letter(pb::Receipt::from(receipt.clone()))).await;
         answer(addr, reply)
     }
 }
 
-fn json<T: Serialize>(value: &T) -> Result<Json, ClusterError> {
-    serde_json::to_vec(value).map(|j| Json { json: j.into() }).map_err(|e| ClusterError::Internal(e.to_string()))
-}
-
 /// The typed result a peer answered, or why there was none.
-fn answer<T, E>(addr: &str, reply: Result<tonic::Response<Json>, tonic::Status>) -> Result<T, E>
+fn answer<M>(addr: &str, reply: Result<tonic::Response<M>, tonic::Status>) -> Result<M::Ok, M::Err>
 where
-    T: DeserializeOwned,
-    E: DeserializeOwned + From<ClusterError>,
+    M: ResultMessage,
+    M::Err: From<ClusterError>,
 {
     let reply = reply.map_err(|status| no_answer(addr, &status))?.into_inner();
-    serde_json::from_slice::<Result<T, E>>(&reply.json)
-        .map_err(|e| ClusterError::Internal(format!("answer from {addr}: {e}")))?
+    reply.into_result().map_err(|e| ClusterError::Internal(format!("answer from {addr}: {e}")))?
 }
 
 /// A gRPC error from a peer: our request was malformed (a bug), or the call got no answer.
@@ -144,8 +137,8 @@ fn no_answer(addr: &str, status: &tonic::Status) -> ClusterError {
 mod tests {
     use super::*;
 
-    fn reply(value: &impl Serialize) -> Result<tonic::Response<Json>, tonic::Status> {
-        Ok(tonic::Response::new(Json { json: serde_json::to_vec(value).unwrap().into() }))
+    fn reply<M>(message: M) -> Result<tonic::Response<M>, tonic::Status> {
+        Ok(tonic::Response::new(message))
     }
 
     /// A listener that accepts connections and holds them, reading and writing nothing: a member
@@ -193,23 +186,27 @@ mod tests {
             ClusterError::Raft("stopped".into()),
         ];
         for e in errors {
-            let back: Result<u64, ClusterError> = answer("a:1", reply(&Err::<u64, _>(e.clone())));
+            let back = answer("a:1", reply(pb::ReadIndexResult::from_result(Err(e.clone()))));
             assert_eq!(back, Err(e.clone()));
-            let popped: Result<Popped, PopError> =
-                answer("a:1", reply(&Err::<Popped, _>(PopError::Cluster(e.clone()))));
+            let popped = answer("a:1", reply(pb::PopResult::from_result(Err(PopError::Cluster(e.clone())))));
             assert!(matches!(popped, Err(PopError::Cluster(got)) if got == e));
         }
-        let ok: Result<u64, ClusterError> = answer("a:1", reply(&Ok::<u64, ClusterError>(42)));
+        let ok = answer("a:1", reply(pb::ReadIndexResult::from_result(Ok(42))));
         assert_eq!(ok, Ok(42));
     }
 
     #[test]
     fn no_answer_is_unreachable_and_a_garbled_one_is_internal() {
-        let down: Result<u64, ClusterError> = answer("a:1", Err(tonic::Status::unavailable("connection refused")));
+        let down = answer::<pb::ReadIndexResult>("a:1", Err(tonic::Status::unavailable("connection refused")));
         assert!(matches!(down, Err(ClusterError::Unreachable { .. })));
-        let wrong_port: Result<u64, ClusterError> = answer("a:1", Err(tonic::Status::unimplemented("")));
+        let wrong_port = answer::<pb::ReadIndexResult>("a:1", Err(tonic::Status::unimplemented("")));
         assert!(matches!(wrong_port, Err(ClusterError::Unreachable { .. })));
-        let garbled: Result<u64, ClusterError> = answer("a:1", reply(&"not a result"));
+        let garbled = answer("a:1", reply(pb::ReadIndexResult { result: None }));
         assert!(matches!(garbled, Err(ClusterError::Internal(_))));
+        let unknown_error = answer(
+            "a:1",
+            reply(pb::PopResult { result: Some(pb::pop_result::Result::Error(pb::PopError { error: None })) }),
+        );
+        assert!(matches!(unknown_error, Err(PopError::Cluster(ClusterError::Internal(_)))));
     }
 }

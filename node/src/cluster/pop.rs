@@ -7,8 +7,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde::{Deserialize, Serialize};
-
 use crate::broker::lite::{LiteActor, LiteDelivery};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest, Reply};
@@ -19,30 +17,26 @@ use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, blocking};
 
 /// What a receive asks for.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PopOrder {
     pub group: String,
     pub topic: String,
     /// The subscription's expression (checked by the receiving node).
     pub filter: String,
-    #[serde(default)]
     pub filter_kind: FilterKind,
     pub max_messages: usize,
     pub invisible_ms: i64,
     /// The receive's `attempt_id`: the same id again (a retry after a lost answer) gets the
     /// deliveries the first attempt made, while they are in flight.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_id: Option<String>,
     /// A lite group's receive: the client whose subscribed lite topics it serves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lite_client: Option<String>,
     /// A lite receive's caller: only the owner of the client's subscriptions (or an admin) may
     /// receive from them.
-    #[serde(default, skip_serializing_if = "LiteActor::is_open")]
     pub lite_by: LiteActor,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Popped {
     pub deliveries: Vec<Delivery>,
     /// How long until the earliest invisible delivery falls due, if any; relative, as the leader's
@@ -50,14 +44,12 @@ pub struct Popped {
     pub next_due_in_ms: Option<u64>,
     /// The pop passed over messages its filter did not want: there may be more to look at past
     /// them, so a receive that got nothing asks again at once instead of waiting.
-    #[serde(default)]
     pub passed_over: bool,
     /// The deliveries of a lite receive.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lite: Vec<LiteDelivery>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PopError {
     #[error("consumer group {0} does not exist")]
     GroupNotFound(String),

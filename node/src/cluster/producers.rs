@@ -2,14 +2,13 @@
 //! connected to this node, else each other member in turn (`PeerService.AskProducer`), since a
 //! producer's Telemetry stream may be held by any node.
 
-use rockraft_proto::rockraft::Json;
-use serde::{Deserialize, Serialize};
+use rockraft_proto::rockraft::peer as pb;
 
 use crate::broker::transaction::transaction_id;
 use crate::cluster::{Cluster, ClusterError};
 
 /// Which half to ask about, and the topic whose producers can answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AskProducer {
     pub topic: String,
     pub position: u64,
@@ -48,11 +47,10 @@ impl Cluster {
 
     async fn ask_producer_at(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {
         use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-        let json = serde_json::to_vec(ask).map_err(|e| ClusterError::Internal(e.to_string()))?;
         let mut client = PeerServiceClient::new(self.peers().channel(addr)?);
-        let reply = crate::cluster::peer::within(addr, client.ask_producer(Json { json: json.into() }))
+        let reply = crate::cluster::peer::within(addr, client.ask_producer(pb::AskProducer::from(ask.clone())))
             .await
             .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
-        serde_json::from_slice(&reply.into_inner().json).map_err(|e| ClusterError::Internal(e.to_string()))
+        Ok(reply.into_inner().asked)
     }
 }

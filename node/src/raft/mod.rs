@@ -18,6 +18,8 @@ pub mod refusals;
 mod service;
 mod state_machine;
 mod wire;
+#[cfg(test)]
+mod wire_test;
 
 use std::fmt;
 

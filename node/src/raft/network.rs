@@ -25,7 +25,7 @@ use crate::auth::member::{Attach, MemberCredentials};
 use crate::auth::tls::{MemberTls, host_of};
 use crate::raft::refusals::{Gate, Gated, Refusals};
 
-use crate::raft::wire::{append_to_pb, from_json, to_json};
+use crate::raft::wire::{FromPb, ToPb, append_to_pb};
 use crate::raft::{NodeId, NodeInfo, TypeConfig, Vote};
 
 type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
@@ -154,25 +154,25 @@ impl Peer {
         err
     }
 
-    /// A unary call whose request and answer travel as JSON.
-    async fn json_call<Req, Resp, F, Fut>(
+    /// A unary call of an openraft request and answer, in their protobuf forms.
+    async fn unary<Req, Resp, F, Fut>(
         &mut self,
         req: &Req,
         option: RPCOption,
         call: F,
     ) -> Result<Resp, RPCError<TypeConfig>>
     where
-        Req: serde::Serialize,
-        Resp: serde::de::DeserializeOwned,
-        F: FnOnce(RaftServiceClient<PeerChannel>, tonic::Request<pb::Json>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<pb::Json>, tonic::Status>>,
+        Req: ToPb,
+        Resp: FromPb,
+        F: FnOnce(RaftServiceClient<PeerChannel>, tonic::Request<Req::Pb>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp::Pb>, tonic::Status>>,
     {
         self.pace().await;
-        let mut request = tonic::Request::new(to_json(req));
+        let mut request = tonic::Request::new(req.to_pb());
         request.set_timeout(option.hard_ttl());
         let reply = call(self.client()?, request).await.map_err(|e| self.failed(e))?;
         self.retry_at = None;
-        from_json(&reply.into_inner()).map_err(network)
+        Resp::from_pb(reply.into_inner()).map_err(network)
     }
 
     fn client(&self) -> Result<RaftServiceClient<PeerChannel>, RPCError<TypeConfig>> {
@@ -196,7 +196,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         req.set_timeout(option.hard_ttl());
         let reply = self.client()?.append_entries(req).await.map_err(|e| self.failed(e))?;
         self.retry_at = None;
-        from_json(&reply.into_inner()).map_err(network)
+        AppendEntriesResponse::from_pb(reply.into_inner()).map_err(network)
     }
 
     fn stream_append<'s, S>(
@@ -222,7 +222,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             self.retry_at = None;
             let results = responses.map(|item| {
                 let msg = item.map_err(status)?;
-                from_json::<StreamAppendResult<TypeConfig>>(&msg).map_err(network)
+                StreamAppendResult::<TypeConfig>::from_pb(msg).map_err(network)
             });
             Ok(Box::pin(results) as BoxStream<'s, _>)
         })
@@ -233,7 +233,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.json_call(&rpc, option, |mut c, r| async move { c.vote(r).await }).await
+        self.unary(&rpc, option, |mut c, r| async move { c.vote(r).await }).await
     }
 
     async fn pre_vote(
@@ -241,7 +241,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.json_call(&rpc, option, |mut c, r| async move { c.pre_vote(r).await }).await
+        self.unary(&rpc, option, |mut c, r| async move { c.pre_vote(r).await }).await
     }
 
     async fn full_snapshot(
@@ -251,7 +251,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let header = to_json(&(vote, &snapshot.meta)).json;
+        let header = (vote, snapshot.meta.clone()).to_pb();
         let mut chunks = vec![pb::SnapshotChunk { part: Some(pb::snapshot_chunk::Part::Header(header)) }];
         chunks.extend(snapshot.snapshot.chunks(SNAPSHOT_CHUNK).map(|c| pb::SnapshotChunk {
             part: Some(pb::snapshot_chunk::Part::Data(bytes::Bytes::copy_from_slice(c))),
@@ -259,7 +259,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         self.pace().await;
         let reply =
             self.client()?.install_snapshot(futures_util::stream::iter(chunks)).await.map_err(|e| self.failed(e))?;
-        Ok(from_json(&reply.into_inner()).map_err(network)?)
+        Ok(SnapshotResponse::from_pb(reply.into_inner()).map_err(network)?)
     }
 
     async fn transfer_leader(
@@ -267,7 +267,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.json_call(&req, option, |mut c, r| async move { c.transfer_leader(r).await }).await
+        self.unary(&req, option, |mut c, r| async move { c.transfer_leader(r).await }).await
     }
 
     fn backoff(&self) -> Option<Backoff> {

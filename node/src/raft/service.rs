@@ -3,7 +3,7 @@
 use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
-use openraft::raft::TransferLeaderRequest;
+use openraft::raft::{TransferLeaderRequest, VoteRequest};
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_server::RaftService;
 use tonic::{Request, Response, Status, Streaming};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use openraft::raft::AppendEntriesResponse;
 
 use crate::raft::contact::LeaderContact;
-use crate::raft::wire::{append_from_pb, from_json, to_json};
+use crate::raft::wire::{FromPb, ToPb, append_from_pb};
 use crate::raft::{Raft, SnapshotMeta, TypeConfig, Vote};
 
 pub struct RaftServer {
@@ -38,28 +38,31 @@ fn internal(e: impl std::fmt::Display) -> Status {
 
 #[tonic::async_trait]
 impl RaftService for RaftServer {
-    async fn vote(&self, req: Request<pb::Json>) -> Result<Response<pb::Json>, Status> {
-        let rpc = from_json(req.get_ref()).map_err(bad)?;
+    async fn vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let rpc = VoteRequest::from_pb(req.into_inner()).map_err(bad)?;
         let reply = self.raft.vote(rpc).await.map_err(internal)?;
-        Ok(Response::new(to_json(&reply)))
+        Ok(Response::new(reply.to_pb()))
     }
 
-    async fn pre_vote(&self, req: Request<pb::Json>) -> Result<Response<pb::Json>, Status> {
-        let rpc = from_json(req.get_ref()).map_err(bad)?;
+    async fn pre_vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let rpc = VoteRequest::from_pb(req.into_inner()).map_err(bad)?;
         let reply = self.raft.pre_vote(rpc).await.map_err(internal)?;
-        Ok(Response::new(to_json(&reply)))
+        Ok(Response::new(reply.to_pb()))
     }
 
-    async fn append_entries(&self, req: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::Json>, Status> {
+    async fn append_entries(
+        &self,
+        req: Request<pb::AppendEntriesRequest>,
+    ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         let rpc = append_from_pb(req.into_inner()).map_err(bad)?;
         let reply = self.raft.append_entries(rpc).await.map_err(internal)?;
         if !matches!(reply, AppendEntriesResponse::HigherVote(_)) {
             self.contact.heard();
         }
-        Ok(Response::new(to_json(&reply)))
+        Ok(Response::new(reply.to_pb()))
     }
 
-    type StreamAppendStream = Pin<Box<dyn Stream<Item = Result<pb::Json, Status>> + Send>>;
+    type StreamAppendStream = Pin<Box<dyn Stream<Item = Result<pb::StreamAppendResponse, Status>> + Send>>;
 
     async fn stream_append(
         &self,
@@ -82,20 +85,23 @@ impl RaftService for RaftServer {
                 if result.is_ok() {
                     contact.heard();
                 }
-                Ok(to_json(&result))
+                Ok(result.to_pb())
             }
             Err(fatal) => Err(internal(fatal)),
         });
         Ok(Response::new(Box::pin(output)))
     }
 
-    async fn install_snapshot(&self, req: Request<Streaming<pb::SnapshotChunk>>) -> Result<Response<pb::Json>, Status> {
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::SnapshotResponse>, Status> {
         let mut chunks = req.into_inner();
         let first = chunks.next().await.ok_or_else(|| bad("empty snapshot stream"))??;
         let Some(pb::snapshot_chunk::Part::Header(header)) = first.part else {
             return Err(bad("a snapshot stream starts with its header"));
         };
-        let (vote, meta): (Vote, SnapshotMeta) = serde_json::from_slice(&header).map_err(bad)?;
+        let (vote, meta) = <(Vote, SnapshotMeta)>::from_pb(header).map_err(bad)?;
         let mut data = Vec::new();
         while let Some(chunk) = chunks.next().await {
             match chunk?.part {
@@ -105,12 +111,15 @@ impl RaftService for RaftServer {
         }
         let snapshot = openraft::alias::SnapshotOf::<TypeConfig, Vec<u8>> { meta, snapshot: data };
         let reply = self.raft.install_full_snapshot(vote, snapshot).await.map_err(internal)?;
-        Ok(Response::new(to_json(&reply)))
+        Ok(Response::new(reply.to_pb()))
     }
 
-    async fn transfer_leader(&self, req: Request<pb::Json>) -> Result<Response<pb::Json>, Status> {
-        let rpc: TransferLeaderRequest<TypeConfig> = from_json(req.get_ref()).map_err(bad)?;
+    async fn transfer_leader(
+        &self,
+        req: Request<pb::RaftTransferLeaderRequest>,
+    ) -> Result<Response<pb::RaftTransferLeaderResponse>, Status> {
+        let rpc = TransferLeaderRequest::<TypeConfig>::from_pb(req.into_inner()).map_err(bad)?;
         let reply = self.raft.handle_transfer_leader(rpc).await.map_err(internal)?;
-        Ok(Response::new(to_json(&reply)))
+        Ok(Response::new(reply.to_pb()))
     }
 }

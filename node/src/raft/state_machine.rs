@@ -135,7 +135,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             Some(s) => Some(serde_json::from_slice::<State>(&s.snapshot).map_err(invalid("snapshot"))?),
             None => None,
         };
-        let state = self.broker.state_at(at, previous)?;
+        let state = self.broker.state_at(at, previous, &crate::raft::entry_codec::membership_json)?;
         crate::crash_point!("snapshot::build::after_replay");
         let meta = SnapshotMeta {
             last_log_id: state.last_applied.as_ref().map(to_log_id),

@@ -25,6 +25,7 @@ pub const PAD_MAGIC: u32 = 0x5252_5041; // "RRPA"
 pub const KIND_BLANK: u8 = 1;
 pub const KIND_COMMAND: u8 = 2;
 pub const KIND_MEMBERSHIP: u8 = 3;
+pub const KIND_MEMBERSHIP_PB: u8 = 4;
 
 /// What the store keeps about an entry besides its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,4 +12,9 @@ pub mod rocketmq {
 #[allow(clippy::all, clippy::pedantic)]
 pub mod rockraft {
     tonic::include_proto!("rockraft.v1");
+
+    /// `rockraft.v1.log`: the commands of the Raft log, one message family per entry kind.
+    pub mod log {
+        tonic::include_proto!("rockraft.v1.log");
+    }
 }

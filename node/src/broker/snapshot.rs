@@ -38,7 +38,9 @@ impl Broker {
             let position = LogPosition::from(&record.meta);
             match record.meta.kind {
                 KIND_COMMAND => {
-                    state.apply(position, record.payload, &mut discard);
+                    state
+                        .apply(position, record.payload, &mut discard)
+                        .map_err(|source| BrokerError::Unreadable { index, source })?;
                     discard = Effects::default();
                 }
                 KIND_MEMBERSHIP => state.apply_other(position, Some(membership_json(record.payload)?)),

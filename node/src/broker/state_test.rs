@@ -685,6 +685,9 @@ fn an_entry_of_a_newer_release_stops_the_apply() {
         // What openraft gets from the state machine: a fatal error with the same words.
         assert_eq!(std::io::Error::from(e).to_string(), expected);
         assert_eq!(n.broker.last_applied().map(|p| p.index), Some(index - 1));
+        // Nor does a snapshot build replay past it.
+        let replay = n.broker.state_at(index, None).map(|_| ()).map_err(|e| e.to_string());
+        assert_eq!(replay, Err(expected));
     }
 }
 

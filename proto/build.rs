@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "rockraft/v1/raft.proto",
         "rockraft/v1/broker.proto",
         "rockraft/v1/reply.proto",
+        "rockraft/v1/log.proto",
         "rockraft/v1/peer.proto",
         "rockraft/v1/admin.proto",
     ];

@@ -131,6 +131,11 @@ impl HandleKey {
         HandleKey(hex)
     }
 
+    /// The key as it was given (hex), for the log entry that installs it.
+    pub fn hex(&self) -> &str {
+        &self.0
+    }
+
     /// The key's bytes (its hex form was checked when it was applied).
     pub fn bytes(&self) -> &[u8] {
         self.0.as_bytes()

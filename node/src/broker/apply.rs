@@ -10,7 +10,7 @@ use bytes::Bytes;
 use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
-use crate::broker::command::{AdminCommand, Command, SendBatchClock, SendBatchQueues};
+use crate::broker::command::{AdminCommand, Command, DecodeError, SendBatchClock, SendBatchQueues};
 use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::failover::{self, Failover};
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
@@ -93,17 +93,25 @@ impl Effects {
 pub(crate) const MAX_EXPIRED_PER_ENTRY: usize = 4096;
 impl State {
     /// Applies a committed command entry at `at`. Commands that are invalid when applied are
-    /// answered, the same way on every replica; an undecodable payload changes nothing.
-    pub(crate) fn apply(&mut self, at: LogPosition, payload: Bytes, fx: &mut Effects) -> Reply {
+    /// answered, the same way on every replica; an undecodable payload changes nothing. `Err`
+    /// (nothing applied, `last_applied` unchanged) for an entry of a format, kind or variant
+    /// this release does not know: a newer release wrote it, and skipping it would leave this
+    /// replica apart from those that apply it.
+    pub(crate) fn apply(&mut self, at: LogPosition, payload: Bytes, fx: &mut Effects) -> Result<Reply, DecodeError> {
         let reply = match Command::decode(payload) {
             Ok(command) => self.apply_command(at, command, fx),
+            Err(e) if e.is_unknown() => return Err(e),
+            // A known kind whose body does not decode: no release writes one (the leader decodes
+            // a forwarded command before it proposes it), and every replica runs the same decoder
+            // over the same bytes, so all of them skip it alike. Stopping instead would stop the
+            // whole cluster on an entry that can never leave the log.
             Err(e) => {
                 tracing::error!(index = at.index, error = %e, "skipping an entry that is not a broker command");
-                Reply::Rejected(e.to_string())
+                Reply::Rejected(format!("the entry {e}"))
             }
         };
         self.last_applied = Some(at);
-        reply
+        Ok(reply)
     }
 
     /// Applies an entry without a command: blank, or a membership change (`config`).

@@ -14,6 +14,10 @@ pub enum BrokerError {
     BadRequest(String),
     #[error("log entry is not a broker command: {0}")]
     CorruptEntry(String),
+    /// An entry this release cannot read, as a newer release wrote it: the node stops applying
+    /// the log rather than skip it (replicas of the newer release apply it).
+    #[error("log entry {index} {source}: upgrade this node before it applies the log")]
+    Unreadable { index: u64, source: crate::broker::command::DecodeError },
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Writing state to disk failed in a way that leaves the disk unknown: the node stops.

@@ -177,13 +177,22 @@ impl Broker {
 
     /// Applies one committed command entry and records it as applied, in one step under the
     /// state lock, so a checkpoint never sees the state without the ConsumeQueue records it
-    /// counts. `Err` only when the node must stop (disk errors): bad commands are answered.
+    /// counts. `Err` only when the node must stop (disk errors, an entry of a newer release):
+    /// bad commands are answered.
     pub fn apply(&self, at: LogPosition, payload: Bytes) -> Result<Reply, BrokerError> {
         self.refuse_if_failed()?;
         let mut fx = Effects::default();
         let reply = {
             let mut state = self.state_mut();
-            let reply = state.apply(at, payload, &mut fx);
+            let reply = match state.apply(at, payload, &mut fx) {
+                Ok(reply) => reply,
+                // openraft stops on the error, and the node with it (`jobs::health`).
+                Err(source) => {
+                    let e = BrokerError::Unreadable { index: at.index, source };
+                    tracing::error!(error = %e, "this node stops applying the log");
+                    return Err(e);
+                }
+            };
             if let Some(why) = fx.failure.take() {
                 return Err(self.fail(format!("applying entry {}: {why}", at.index)));
             }

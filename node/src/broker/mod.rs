@@ -66,7 +66,7 @@ pub mod topic;
 pub mod transaction;
 
 pub(crate) use command::SendBatchQueues;
-pub use command::{AdminCommand, Command, Footprint};
+pub use command::{AdminCommand, Command, DecodeError, Footprint};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};

@@ -629,11 +629,6 @@ mod tests {
         c.apply(2, &pop(0, vec![take(0, 2, &[(0, ""), (1, "")], &[])], vec![]));
         let acks = ConsumeCommand::Acks { receipts: vec![receipt(0, 2), receipt(1, 99), receipt(1, 2), receipt(0, 2)] };
         use ConsumeOutcome::{Done, StaleReceipt};
-        // It goes through the log as JSON like every consume command.
-        let acks = match crate::broker::Command::decode(crate::broker::Command::Consume(acks).encode()) {
-            Ok(crate::broker::Command::Consume(c)) => c,
-            other => panic!("{other:?}"),
-        };
         // The repeated receipt finds its delivery over already: done, like a retried ack.
         assert_eq!(c.apply(3, &acks), ConsumeOutcome::Each(vec![Done, StaleReceipt, Done, Done]));
         assert!(c.queues.get(&("g".into(), "t".into(), 0)).unwrap().inflight.is_empty());

@@ -45,7 +45,9 @@ impl Broker {
             let position = LogPosition::from(&record.meta);
             match record.meta.kind {
                 KIND_COMMAND => {
-                    state.apply(position, record.payload, &mut discard);
+                    state
+                        .apply(position, record.payload, &mut discard)
+                        .map_err(|source| BrokerError::Unreadable { index, source })?;
                     discard = Effects::default();
                 }
                 KIND_BLANK => state.apply_other(position, None),

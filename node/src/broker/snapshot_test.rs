@@ -403,10 +403,12 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     };
     let plan = f.plan_pop(&request).unwrap();
     let mut f_state = f.state().clone();
-    let reply = f_state.apply(
-        lid(leader.next_index),
-        Command::Consume(ConsumeCommand::Pop(plan.pop)).encode(),
-        &mut Default::default(),
-    );
+    let reply = f_state
+        .apply(
+            lid(leader.next_index),
+            Command::Consume(ConsumeCommand::Pop(plan.pop)).encode(),
+            &mut Default::default(),
+        )
+        .unwrap();
     assert!(matches!(reply, Reply::Consume(ConsumeOutcome::Delivered(d)) if d.len() == 1));
 }

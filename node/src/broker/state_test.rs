@@ -71,13 +71,22 @@ impl Node {
         self.broker.apply(crate::broker::LogPosition::from(&meta), bytes).unwrap()
     }
 
+    /// Appends `payload` as the next entry, as is, and applies it.
+    pub fn commit_bytes(&mut self, payload: Bytes) -> Result<Reply, crate::broker::BrokerError> {
+        let index = self.next_index;
+        let meta = RecordMeta { term: self.term, index, leader: 1, kind: 2 };
+        self.log.append(vec![(meta, payload.clone())], Box::new(|r| r.unwrap())).unwrap();
+        self.next_index += 1;
+        self.broker.apply(crate::broker::LogPosition::from(&meta), payload)
+    }
+
     /// A restart: the broker reopens from its last checkpoint in `dir` and replays the log after it.
     pub fn restart(self, dir: &Path) -> Node {
         let Node { log, broker, next_index, term } = self;
         drop(broker);
         let broker = open_broker(options(dir), log.reader());
-        let applied = broker.last_applied().map_or(0, |p| p.index);
-        for index in applied + 1..next_index {
+        let from = broker.last_applied().map_or(log.bounds().first_index, |p| p.index + 1);
+        for index in from..next_index {
             let record = log.reader().read(index).unwrap().unwrap();
             broker.apply(crate::broker::LogPosition::from(&record.meta), record.payload).unwrap();
         }
@@ -657,4 +666,71 @@ fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_resta
     let before = n.broker.state().failovers.clone();
     let n = n.restart(dir.path());
     assert_eq!(n.broker.state().failovers.iter().collect::<Vec<_>>(), before.iter().collect::<Vec<_>>());
+}
+
+/// An entry of a format or kind this release does not know (a newer release wrote it) stops
+/// the apply with a message naming the entry: it is neither answered nor skipped, and nothing
+/// applies after it, so this replica never drifts apart from those that read the entry.
+#[test]
+fn an_entry_of_a_newer_release_stops_the_apply() {
+    for (payload, says) in [
+        (&b"R\x07\x01"[..], "is of format 7; this release reads formats 1 to 2"),
+        (b"R\x02\x63", "is of kind 99 (format 2), which this release does not know"),
+        // An admin command of a variant added later (its protobuf field 99).
+        (b"R\x02\x02\x9a\x06\x01x", "is of a variant of admin commands this release does not know"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut n = node(dir.path());
+        n.commit(&create("T", 1));
+        let index = n.next_index;
+        let e = n.commit_bytes(Bytes::from_static(payload)).unwrap_err();
+        let expected = format!("log entry {index} {says}: upgrade this node before it applies the log");
+        assert_eq!(e.to_string(), expected);
+        assert!(matches!(e, crate::broker::BrokerError::Unreadable { index: i, .. } if i == index));
+        // What openraft gets from the state machine: a fatal error with the same words.
+        assert_eq!(std::io::Error::from(e).to_string(), expected);
+        assert_eq!(n.broker.last_applied().map(|p| p.index), Some(index - 1));
+        // Nor does a snapshot build replay past it.
+        let replay = n.broker.state_at(index, None, &no_membership).map(|_| ()).map_err(|e| e.to_string());
+        assert_eq!(replay, Err(expected));
+    }
+}
+
+/// A refused entry changes nothing, and is refused again the same way when retried.
+#[test]
+fn a_refused_entry_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    let newer = Bytes::from_static(b"R\x03\x02");
+    let index = n.next_index;
+    let first = n.commit_bytes(newer.clone()).unwrap_err().to_string();
+    assert_eq!(n.broker.last_applied(), None);
+    let again = n.broker.apply(lid(index), newer).unwrap_err().to_string();
+    assert_eq!(first, again);
+    assert!(first.starts_with(&format!("log entry {index} is of format 3")), "{first}");
+    assert!(n.broker.topics().is_empty());
+}
+
+/// A data directory of the previous release: its log holds entries of format 1 (a tag byte, then
+/// JSON or protobuf), which apply as they did, also when replayed after a restart.
+#[test]
+fn entries_of_the_previous_format_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    let mut create_t = vec![2u8];
+    serde_json::to_writer(&mut create_t, &AdminCommand::CreateTopic(TopicConfig::new("T", 1, TopicKind::Normal)))
+        .unwrap();
+    assert_eq!(n.commit_bytes(create_t.into()).unwrap(), Reply::Applied);
+    let Command::Send(batch) = send("T", 0, 1_000, &["a", "b"]) else { unreachable!() };
+    let mut send_t = vec![1u8];
+    batch.encode(&mut send_t).unwrap();
+    assert_eq!(offsets(&n.commit_bytes(send_t.into()).unwrap()), vec![(0, false), (1, false)]);
+    n.commit(&send("T", 0, 2_000, &["c"]));
+    let read = |n: &Node, offset| n.broker.read("T", 0, offset).unwrap().map(|e| e.message.message_id);
+    let all = |n: &Node| [read(n, 0), read(n, 1), read(n, 2)];
+    let expected = [Some("a".to_string()), Some("b".to_string()), Some("c".to_string())];
+    assert_eq!(all(&n), expected);
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.queue_status("T")[0].next, 3);
+    assert_eq!(all(&n), expected);
 }

@@ -328,8 +328,7 @@ impl Cluster {
     /// the first result.
     pub async fn send(&self, batch: SendBatch, hold: Duration) -> Result<Reply, ClusterError> {
         let deadline = tokio::time::Instant::now() + hold;
-        // The tag byte and the batch, as `Command::encode` would write them.
-        self.check_size(1 + prost::Message::encoded_len(&batch))?;
+        self.check_size(Command::send_len(&batch))?;
         let cut_off = || ClusterError::Unreachable {
             addr: "a majority of the members".into(),
             reason: "this node is cut off from them".into(),

@@ -1,0 +1,90 @@
+//! [`AdminCommand`] ↔ `rockraft.v1.log.AdminCommand`.
+
+use rockraft_proto::rockraft::log as pb;
+use rockraft_proto::rockraft::log::admin_command::Op;
+
+use super::{AdminCommand, DecodeError, Footprint, known};
+use crate::broker::failover::Failover;
+use crate::broker::settings::SettingsChange;
+use crate::broker::topic::{TopicConfig, TopicKind};
+
+pub(super) fn footprint(c: &AdminCommand) -> Footprint {
+    match c {
+        AdminCommand::CreateTopic(_) | AdminCommand::Configure(_) => Footprint::Records,
+        AdminCommand::DeleteTopic { .. } | AdminCommand::ReleaseHolds { .. } | AdminCommand::RecordFailover(_) => {
+            Footprint::Relieves
+        }
+    }
+}
+
+pub(super) fn to_proto(c: &AdminCommand) -> pb::AdminCommand {
+    let op = match c {
+        AdminCommand::CreateTopic(t) => Op::CreateTopic(topic_to_proto(t)),
+        AdminCommand::DeleteTopic { name } => Op::DeleteTopic(pb::DeleteTopic { name: name.clone() }),
+        AdminCommand::ReleaseHolds { below } => Op::ReleaseHolds(pb::ReleaseHolds { below: *below }),
+        AdminCommand::Configure(s) => Op::Configure(pb::SettingsChange {
+            dedupe_window_secs: s.dedupe_window_secs,
+            max_module_bytes: s.max_module_bytes,
+        }),
+        AdminCommand::RecordFailover(f) => Op::RecordFailover(pb::Failover {
+            term: f.term,
+            leader: f.leader,
+            previous: f.previous,
+            last_heard_ms: f.last_heard_ms,
+            election_started_ms: f.election_started_ms,
+            elected_ms: f.elected_ms,
+            first_commit_ms: f.first_commit_ms,
+            routes_converged_ms: f.routes_converged_ms,
+            not_following: f.not_following.clone(),
+        }),
+    };
+    pb::AdminCommand { op: Some(op) }
+}
+
+pub(super) fn from_proto(c: pb::AdminCommand) -> Result<AdminCommand, DecodeError> {
+    Ok(match c.op.ok_or(DecodeError::UnknownVariant("admin"))? {
+        Op::CreateTopic(t) => AdminCommand::CreateTopic(topic_from_proto(t)?),
+        Op::DeleteTopic(d) => AdminCommand::DeleteTopic { name: d.name },
+        Op::ReleaseHolds(r) => AdminCommand::ReleaseHolds { below: r.below },
+        Op::Configure(s) => AdminCommand::Configure(SettingsChange {
+            dedupe_window_secs: s.dedupe_window_secs,
+            max_module_bytes: s.max_module_bytes,
+        }),
+        Op::RecordFailover(f) => AdminCommand::RecordFailover(Failover {
+            term: f.term,
+            leader: f.leader,
+            previous: f.previous,
+            last_heard_ms: f.last_heard_ms,
+            election_started_ms: f.election_started_ms,
+            elected_ms: f.elected_ms,
+            first_commit_ms: f.first_commit_ms,
+            routes_converged_ms: f.routes_converged_ms,
+            not_following: f.not_following,
+        }),
+    })
+}
+
+fn topic_to_proto(t: &TopicConfig) -> pb::TopicConfig {
+    let kind = match t.kind {
+        TopicKind::Normal => pb::TopicKind::Normal,
+        TopicKind::Fifo => pb::TopicKind::Fifo,
+        TopicKind::Delay => pb::TopicKind::Delay,
+        TopicKind::Transaction => pb::TopicKind::Transaction,
+        TopicKind::Priority => pb::TopicKind::Priority,
+        TopicKind::Lite => pb::TopicKind::Lite,
+    };
+    pb::TopicConfig { name: t.name.clone(), queues: t.queues, kind: kind as i32, lite_ttl_minutes: t.lite_ttl_minutes }
+}
+
+fn topic_from_proto(t: pb::TopicConfig) -> Result<TopicConfig, DecodeError> {
+    let kind = known(t.kind, "topic kind", |v| match pb::TopicKind::try_from(v).ok()? {
+        pb::TopicKind::Unspecified => None,
+        pb::TopicKind::Normal => Some(TopicKind::Normal),
+        pb::TopicKind::Fifo => Some(TopicKind::Fifo),
+        pb::TopicKind::Delay => Some(TopicKind::Delay),
+        pb::TopicKind::Transaction => Some(TopicKind::Transaction),
+        pb::TopicKind::Priority => Some(TopicKind::Priority),
+        pb::TopicKind::Lite => Some(TopicKind::Lite),
+    })?;
+    Ok(TopicConfig { name: t.name, queues: t.queues, kind, lite_ttl_minutes: t.lite_ttl_minutes })
+}

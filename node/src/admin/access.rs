@@ -7,7 +7,12 @@ use crate::broker::Command;
 use crate::broker::access::{AccessCommand, Action, Decision, HandleKey, Resource, Rule, Secret};
 
 impl AdminServer {
-    pub(super) async fn create_user(&self, access_key: String, secret: Secret, admin: bool) -> Result<String, AdminError> {
+    pub(super) async fn create_user(
+        &self,
+        access_key: String,
+        secret: Secret,
+        admin: bool,
+    ) -> Result<String, AdminError> {
         self.write(Command::Access(AccessCommand::PutUser { access_key, secret, admin, create: true })).await
     }
 

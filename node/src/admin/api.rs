@@ -10,9 +10,9 @@ use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldCounts;
 use crate::broker::{GroupProgress, TopicConfig};
 use crate::cluster::disk::{DiskReading, DiskReport};
-use crate::store::free_space::{DiskLevel, Watermarks};
 use crate::plugin::PluginKind;
 use crate::raft::NodeId;
+use crate::store::free_space::{DiskLevel, Watermarks};
 
 pub use crate::broker::lite::LiteTopicInfo;
 

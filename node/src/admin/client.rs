@@ -69,7 +69,10 @@ fn answer_text(status: &tonic::Status) -> String {
 /// A request of the admin API, and the reply it is answered with.
 pub trait AdminCall: Send + 'static {
     type Reply;
-    fn call(self, client: &mut Client) -> impl Future<Output = Result<tonic::Response<Self::Reply>, tonic::Status>> + Send;
+    fn call(
+        self,
+        client: &mut Client,
+    ) -> impl Future<Output = Result<tonic::Response<Self::Reply>, tonic::Status>> + Send;
 }
 
 macro_rules! calls {
@@ -136,7 +139,8 @@ impl AdminClient {
         let channel = crate::auth::tls::channel(addr, options.tls_ca.as_deref())
             .map_err(|why| CallError::Setup { addr: addr.to_string(), why })?;
         let sign = SignRequests(options.credentials.as_ref().map(|c| (c.access_key.clone(), c.secret.clone())));
-        let client = AdminServiceClient::new(InterceptedService::new(channel, sign)).max_decoding_message_size(usize::MAX);
+        let client =
+            AdminServiceClient::new(InterceptedService::new(channel, sign)).max_decoding_message_size(usize::MAX);
         Ok(AdminClient { addr: addr.to_string(), client })
     }
 

@@ -312,7 +312,8 @@ impl NodeConfig {
             }
             let unusable = |e: String| ConfigError::Secret(format!("cluster_secret_file {}: {e}", file.display()));
             let secret = crate::auth::read_secret_file(file).map_err(|e| unusable(e.to_string()))?;
-            self.cluster_secret = Some(crate::auth::member::ClusterSecret::new(&secret).map_err(|e| unusable(e.to_string()))?);
+            self.cluster_secret =
+                Some(crate::auth::member::ClusterSecret::new(&secret).map_err(|e| unusable(e.to_string()))?);
         }
         self.auth.read_secret_files().map_err(ConfigError::Secret)
     }
@@ -414,7 +415,8 @@ impl NodeConfig {
         }
         self.auth.validate().map_err(invalid)?;
         if self.auth.enabled && !self.members_authenticated() {
-            return Err(invalid("[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \
+            return Err(invalid(
+                "[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \
                  members over mutual TLS): without one the raft port serves every member call, the operator API \
                  included, to anyone who reaches it",
             ));
@@ -449,11 +451,14 @@ impl NodeConfig {
                 }
             }
             None => check_dialable(self.advertised_client_addr()).map_err(|e| {
-                invalid(format!("client_addr: {e}; set advertised_client_addr to the address clients reach this node at"))
+                invalid(format!(
+                    "client_addr: {e}; set advertised_client_addr to the address clients reach this node at"
+                ))
             })?,
         }
         for m in &self.members {
-            check_dialable(&m.client_addr).map_err(|e| invalid(format!("[[members]] id {}: client_addr: {e}", m.id)))?;
+            check_dialable(&m.client_addr)
+                .map_err(|e| invalid(format!("[[members]] id {}: client_addr: {e}", m.id)))?;
         }
         Ok(())
     }
@@ -606,8 +611,11 @@ mod tests {
     /// requests members forward, so without a secret it would be an unchecked admin port.
     #[test]
     fn authentication_without_a_cluster_secret_is_refused() {
-        let err =
-            toml::from_str::<NodeConfig>("node_id = 1\n[auth]\nenabled = true\n").unwrap().validate().unwrap_err().to_string();
+        let err = toml::from_str::<NodeConfig>("node_id = 1\n[auth]\nenabled = true\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cluster_secret"), "{err}");
     }
 
@@ -632,7 +640,10 @@ mod tests {
         );
         assert_eq!(config.auth.admin_secret_key.as_ref().map(|s| s.expose()), Some("a-long-admin-secret"));
         std::fs::write(&cluster, "short\n").unwrap();
-        assert!(NodeConfig::load(&path).unwrap_err().to_string().contains("cluster_secret_file"), "a weak secret is refused");
+        assert!(
+            NodeConfig::load(&path).unwrap_err().to_string().contains("cluster_secret_file"),
+            "a weak secret is refused"
+        );
         std::fs::remove_file(&cluster).unwrap();
         assert!(NodeConfig::load(&path).unwrap_err().to_string().contains("cluster-secret"), "a missing file is named");
         let both = format!("cluster_secret = \"5f0c2a9e77d14b3c8a61\"\n{text}");

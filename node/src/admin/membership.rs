@@ -145,7 +145,9 @@ impl AdminServer {
                 )));
             }
             if let Some(why) = cluster.refusals().refusing(raft_addr) {
-                return Err(AdminError::Refused(format!("node {id} at {raft_addr} refuses this node ({why}); {stays}")));
+                return Err(AdminError::Refused(format!(
+                    "node {id} at {raft_addr} refuses this node ({why}); {stays}"
+                )));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(AdminError::Refused(format!(

@@ -35,10 +35,7 @@ impl AdminServer {
         if self.cluster.is_leader() {
             return Ok(None);
         }
-        let channel = self
-            .cluster
-            .leader_channel()
-            .map_err(|e| AdminError::Unavailable(format!("{e}; try again")))?;
+        let channel = self.cluster.leader_channel().map_err(|e| AdminError::Unavailable(format!("{e}; try again")))?;
         Ok(Some(AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX)))
     }
 }
@@ -48,14 +45,20 @@ fn applied(reply: Reply) -> Result<String, AdminError> {
     match reply {
         Reply::Applied => Ok("ok".into()),
         Reply::TopicNotFound(t) => Err(AdminError::NotFound(format!("topic {t} does not exist"))),
-        Reply::TopicExists(t) => Err(AdminError::Exists(format!("topic {t} already exists with another configuration"))),
+        Reply::TopicExists(t) => {
+            Err(AdminError::Exists(format!("topic {t} already exists with another configuration")))
+        }
         Reply::Rejected(why) => Err(AdminError::Refused(why)),
         Reply::Sent(_) => Ok("sent".into()),
         Reply::Consume(ConsumeOutcome::GroupExists(g)) => {
             Err(AdminError::Exists(format!("group {g} already exists with another configuration")))
         }
-        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(AdminError::NotFound(format!("group {g} does not exist"))),
-        Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => Err(AdminError::NotFound(format!("topic {t} does not exist"))),
+        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
+            Err(AdminError::NotFound(format!("group {g} does not exist")))
+        }
+        Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => {
+            Err(AdminError::NotFound(format!("topic {t} does not exist")))
+        }
         Reply::Consume(ConsumeOutcome::Invalid(why)) => Err(AdminError::Invalid(why)),
         Reply::Consume(_) => Ok("ok".into()),
         Reply::Timer(outcome) => Ok(format!("{outcome:?}")),

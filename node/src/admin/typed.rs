@@ -17,7 +17,7 @@ use crate::broker::held::HeldEntry;
 use crate::broker::lite::{DEFAULT_LITE_QUOTA, LiteBinding, LiteModel};
 use crate::broker::plugins::PluginKind;
 use crate::broker::settings::SettingsChange;
-use crate::broker::transaction::HalfState;
+use crate::broker::transaction::{HalfState, Resolver};
 use crate::broker::{TopicConfig, TopicKind};
 use crate::raft::NodeInfo;
 
@@ -103,6 +103,11 @@ impl AdminService for AdminServer {
                 timers: t.held.timers,
                 open_halves: t.held.open_halves,
                 lite_ttl_minutes: t.config.lite_ttl_minutes,
+                queue_ranges: t
+                    .queues
+                    .iter()
+                    .map(|&(queue, start, next)| pb::QueueRange { queue, start, next })
+                    .collect(),
             })
             .collect();
         let (topics, next_after) = page_after(rows, |t: &pb::Topic| &t.name, &r.after, page_limit(r.limit));
@@ -131,7 +136,9 @@ impl AdminService for AdminServer {
         let max_attempts = if r.max_attempts == 0 { DEFAULT_MAX_ATTEMPTS } else { r.max_attempts };
         let priority_factor = match r.priority_factor {
             None => FULL_PRIORITY,
-            Some(f) => u8::try_from(f).ok().filter(|f| *f <= 100).ok_or_else(|| invalid("priority factor must be 0 to 100"))?,
+            Some(f) => {
+                u8::try_from(f).ok().filter(|f| *f <= 100).ok_or_else(|| invalid("priority factor must be 0 to 100"))?
+            }
         };
         let lite = match r.lite_bind_topic.is_empty() {
             true => None,
@@ -329,8 +336,12 @@ impl AdminService for AdminServer {
         }
         let id = req.into_inner().message_id;
         match AdminServer::get_message(self, &id)? {
-            Some(Found::Stored(m)) => Ok(Response::new(pb::GetMessageReply { message: Some(message_line(m)), held: None })),
-            Some(Found::Held(h)) => Ok(Response::new(pb::GetMessageReply { message: None, held: Some(held_message(h)) })),
+            Some(Found::Stored(m)) => {
+                Ok(Response::new(pb::GetMessageReply { message: Some(message_line(m)), held: None }))
+            }
+            Some(Found::Held(h)) => {
+                Ok(Response::new(pb::GetMessageReply { message: None, held: Some(held_message(h)) }))
+            }
             None => Err(AdminError::NotFound(format!("message {id} not found")).into()),
         }
     }
@@ -433,11 +444,18 @@ fn message_line(m: MessageLine) -> pb::MessageLine {
 }
 
 fn held_message(h: HeldEntry) -> pb::HeldMessage {
-    let state = match h.state {
+    let (state, resolved) = match h.state {
+        None => ("", None),
+        Some(HalfState::Open) => ("OPEN", None),
+        Some(HalfState::Committed { by, at_ms }) => ("COMMITTED", Some((by, at_ms))),
+        Some(HalfState::RolledBack { by, at_ms }) => ("ROLLED_BACK", Some((by, at_ms))),
+    };
+    let resolved_by = match resolved.map(|(by, _)| by) {
         None => "",
-        Some(HalfState::Open) => "OPEN",
-        Some(HalfState::Committed { .. }) => "COMMITTED",
-        Some(HalfState::RolledBack { .. }) => "ROLLED_BACK",
+        Some(Resolver::Producer) => "PRODUCER",
+        Some(Resolver::ProducerCheck) => "PRODUCER_CHECK",
+        Some(Resolver::Checker) => "CHECKER",
+        Some(Resolver::Operator) => "OPERATOR",
     };
     pb::HeldMessage {
         topic: h.message.topic,
@@ -449,6 +467,8 @@ fn held_message(h: HeldEntry) -> pb::HeldMessage {
         state: state.to_string(),
         checks: h.checks,
         body_bytes: h.message.size,
+        resolved_by: resolved_by.to_string(),
+        resolved_ms: resolved.map_or(0, |(_, at)| at),
     }
 }
 

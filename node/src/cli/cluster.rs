@@ -59,7 +59,6 @@ pub(super) enum ClusterCmd {
     },
 }
 
-
 pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> {
     let message = match cmd {
         ClusterCmd::Status => return status(admin).await,
@@ -221,8 +220,13 @@ async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> 
                 for (id, addr) in members {
                     let mut own = Vec::new();
                     for (lo, hi) in checksum_slices(from, to, chunk) {
-                        let req =
-                            pb::GetQueueChecksumsRequest { topic: topic.clone(), queue: *queue, from: lo, to: hi, chunk };
+                        let req = pb::GetQueueChecksumsRequest {
+                            topic: topic.clone(),
+                            queue: *queue,
+                            from: lo,
+                            to: hi,
+                            chunk,
+                        };
                         own.extend(ask(admin, addr, req).await?.checksums);
                     }
                     all.push((*id, own));
@@ -438,7 +442,6 @@ async fn status(admin: &Admin) -> Result<(), CliError> {
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,4 +505,3 @@ mod tests {
         }
     }
 }
-

@@ -73,11 +73,11 @@ pub(super) enum MessageCmd {
     },
 }
 
-
 pub(super) async fn message(admin: &Admin, cmd: MessageCmd) -> Result<(), CliError> {
     match cmd {
         MessageCmd::List { topic, queue, from, limit, local } => {
-            let ask = |from: &u64, limit| pb::ListMessagesRequest { topic: topic.clone(), queue, from: *from, limit, local };
+            let ask =
+                |from: &u64, limit| pb::ListMessagesRequest { topic: topic.clone(), queue, from: *from, limit, local };
             let rows = |r: pb::ListMessagesReply| (r.messages, Some(r.next_from).filter(|n| *n != 0));
             admin
                 .page_through(from, limit, "--from", ask, rows, |m| {
@@ -115,7 +115,9 @@ pub(super) async fn timer(admin: &Admin, cmd: TimerCmd) -> Result<(), CliError> 
 
 pub(super) async fn transaction(admin: &Admin, cmd: TransactionCmd) -> Result<(), CliError> {
     let (message_id, commit) = match cmd {
-        TransactionCmd::List { topic, all, after, limit } => return list_held(admin, "HALF", topic, all, after, limit).await,
+        TransactionCmd::List { topic, all, after, limit } => {
+            return list_held(admin, "HALF", topic, all, after, limit).await;
+        }
         TransactionCmd::Commit { id } => (id, true),
         TransactionCmd::Rollback { id } => (id, false),
     };

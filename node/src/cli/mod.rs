@@ -288,16 +288,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
 
 async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), String> {
     match cmd {
-        BenchCmd::Produce {
-            topic,
-            messages,
-            size,
-            concurrency,
-            batch,
-            endpoints,
-            mark_every,
-            lite_topics,
-        } => {
+        BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints, mark_every, lite_topics } => {
             let endpoints = admin.client_endpoints(endpoints);
             bench::produce(bench::ProduceOptions {
                 endpoints,
@@ -401,4 +392,3 @@ pub fn main() -> i32 {
         }
     }
 }
-

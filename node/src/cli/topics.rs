@@ -166,7 +166,9 @@ fn print_group(g: pb::Group) {
     let kind = if g.fifo { "fifo" } else { "normal" };
     let (name, attempts, factor) = (&g.name, g.max_attempts, g.priority_factor);
     let lite = match g.lite_bind_topic.is_empty() {
-        false => format!("\tlite_bind_topic={}\tlite_model={}\tlite_quota={}", g.lite_bind_topic, g.lite_model, g.lite_quota),
+        false => {
+            format!("\tlite_bind_topic={}\tlite_model={}\tlite_quota={}", g.lite_bind_topic, g.lite_model, g.lite_quota)
+        }
         true => String::new(),
     };
     println!("{name}\t{kind}\tmax_attempts={attempts}\tpriority_factor={factor}{lite}");

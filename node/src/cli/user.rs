@@ -146,7 +146,11 @@ pub(super) async fn acl(admin: &Admin, cmd: AclCmd) -> Result<(), CliError> {
         AclCmd::List { user, after, limit } => {
             println!("{:<32} {:<32} {:<8} decision", "access key", "resource", "actions");
             let access_key = user.unwrap_or_default();
-            let ask = |after: &String, limit| pb::ListAclRequest { access_key: access_key.clone(), after: after.clone(), limit };
+            let ask = |after: &String, limit| pb::ListAclRequest {
+                access_key: access_key.clone(),
+                after: after.clone(),
+                limit,
+            };
             let rows = |r: pb::ListAclReply| (r.rules, Some(r.next_after).filter(|n| !n.is_empty()));
             let print = |l: pb::AclRule| {
                 let actions: Vec<String> = l.actions.iter().map(|a| a.to_lowercase()).collect();

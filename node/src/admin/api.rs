@@ -336,8 +336,8 @@ mod tests {
             }],
             clock: crate::cluster::skew::ClockReport { offsets_ms: [(1, -40)].into(), skewed: true },
             disk: Box::new(NodeDisk {
-                here: reading.clone(),
-                cluster: DiskReport { members: [(1, reading.clone())].into(), alarm: DiskLevel::Low },
+                here: reading,
+                cluster: DiskReport { members: [(1, reading)].into(), alarm: DiskLevel::Low },
             }),
             refused_by: [(3, "another cluster secret".to_string())].into(),
         };

@@ -80,8 +80,6 @@ pub(super) enum GroupCmd {
     },
 }
 
-/// The client endpoint load goes to without `--endpoints`: the quick start's first node.
-
 pub(super) async fn topic(admin: &Admin, cmd: TopicCmd) -> Result<(), CliError> {
     let done = match cmd {
         TopicCmd::Create { name, queues, kind, lite_ttl_minutes } => {

@@ -477,11 +477,20 @@ fn arbitrary_requests_on_every_plane_never_panic_and_refused_ones_change_nothing
         _ => Err("an answer outside the documented set".into()),
     });
     fuzz(&rt, &admin, &admin_rpcs(), Caller::User("root", "root-secret"), |_, a| match a {
-        // A typed method answers a request the node refuses with FAILED_PRECONDITION (and an
-        // unknown message id with NOT_FOUND).
+        // The documented answers: a refusal (INVALID_ARGUMENT, FAILED_PRECONDITION), NOT_FOUND,
+        // ALREADY_EXISTS, or a retry later (UNAVAILABLE, RESOURCE_EXHAUSTED).
         Answer::Grpc(c)
             if malformed(*c)
-                || matches!(c, tonic::Code::Ok | tonic::Code::FailedPrecondition | tonic::Code::NotFound) =>
+                || matches!(
+                    c,
+                    tonic::Code::Ok
+                        | tonic::Code::InvalidArgument
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::NotFound
+                        | tonic::Code::AlreadyExists
+                        | tonic::Code::Unavailable
+                        | tonic::Code::ResourceExhausted
+                ) =>
         {
             Ok(())
         }

@@ -164,9 +164,12 @@ pub(crate) enum CliError {
     /// The node stopped (or could not start) with this error.
     #[error("{0}")]
     Node(String),
+    /// `plugin eval`: the plugin did not load, or failed on the message.
+    #[error(transparent)]
+    Plugin(#[from] crate::plugin::PluginError),
     /// A load generator failed.
-    #[error("{0}")]
-    Bench(String),
+    #[error(transparent)]
+    Bench(#[from] bench::BenchError),
 }
 
 /// Where a listing starts and how many rows it prints (asked for [`MAX_PAGE`] at a time).
@@ -273,7 +276,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             config.warn_of_open_secrets(&path);
             crate::node::run(config).await.map_err(CliError::Node)
         }
-        Top::Bench(cmd) => bench(&admin, cmd).await.map_err(CliError::Bench),
+        Top::Bench(cmd) => Ok(bench(&admin, cmd).await?),
         Top::Cluster(cmd) => cluster::run(&admin, cmd).await,
         Top::Topic(cmd) => topics::topic(&admin, cmd).await,
         Top::Group(cmd) => topics::group(&admin, cmd).await,
@@ -286,7 +289,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), String> {
+async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), bench::BenchError> {
     match cmd {
         BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints, mark_every, lite_topics } => {
             let endpoints = admin.client_endpoints(endpoints);

@@ -14,7 +14,7 @@ use rockraft_proto::rockraft as pb;
 use super::{Admin, CliError, Listing};
 use crate::broker::{MessageFilter, StoredEntry};
 use crate::plugin::subscription::{FilterKind, Subscription};
-use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, PluginLimits, builtin};
+use crate::plugin::{LoadedModule, PluginHost, PluginKind, PluginLimits, builtin};
 
 #[derive(Subcommand)]
 pub enum PluginCmd {
@@ -135,9 +135,9 @@ struct EvalMessage {
 }
 
 /// `plugin eval`: the line to print, or the error.
-pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
-    let m: EvalMessage = serde_json::from_str(message).map_err(|e| format!("--message: {e}"))?;
-    let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default()).map_err(|e| e.to_string())?);
+pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, CliError> {
+    let m: EvalMessage = serde_json::from_str(message).map_err(|e| CliError::Usage(format!("--message: {e}")))?;
+    let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default())?);
     let message = StoredMessage {
         tag: m.tag,
         keys: m.keys,
@@ -146,7 +146,6 @@ pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
         ..Default::default()
     };
     let entry = StoredEntry::new(&m.topic, 0, 0, 0, message);
-    let show = |e: PluginError| e.to_string();
     // The built-in filters run exactly as a subscription does, host-side tag prefilter included.
     let kind = match plugin {
         builtin::TAG => Some(FilterKind::Tag),
@@ -154,28 +153,31 @@ pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
         _ => None,
     };
     if let Some(kind) = kind {
-        let sub = Subscription::compile(&host, kind, expr).map_err(show)?;
+        let sub = Subscription::compile(&host, kind, expr)?;
         let tag_ok = sub.may_match(crate::store::tag_hash(&entry.message.tag));
-        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&[entry.view().map_err(|e| e.to_string())?], 0)[0]);
+        let passed = tag_ok
+            && (!sub.reads_messages()
+                || sub.passes(&[entry.view().map_err(|e| CliError::Usage(e.to_string()))?], 0)[0]);
         return Ok(passed.to_string());
     }
     let module: std::sync::Arc<LoadedModule> = if let Some((bytes, kind)) = builtin::module(plugin) {
-        host.load(bytes, kind).map_err(show)?
+        host.load(bytes, kind)?
     } else {
-        let bytes = std::fs::read(plugin).map_err(|e| format!("{plugin}: {e} (not a built-in plugin either)"))?;
+        let bytes = std::fs::read(plugin)
+            .map_err(|e| CliError::Usage(format!("{plugin}: {e} (not a built-in plugin either)")))?;
         match host.load(&bytes, PluginKind::Filter) {
             Ok(m) => m,
-            Err(as_filter) => host.load(&bytes, PluginKind::TxChecker).map_err(|_| show(as_filter))?,
+            Err(as_filter) => host.load(&bytes, PluginKind::TxChecker).map_err(|_| as_filter)?,
         }
     };
-    module.check_expression(expr).map_err(show)?;
+    module.check_expression(expr)?;
     match module.kind {
         PluginKind::Filter => {
-            let answer = host.filter_one(&module, expr, &entry, 0).map_err(show)?;
+            let answer = host.filter_one(&module, expr, &entry, 0)?;
             Ok(answer.to_string())
         }
         PluginKind::TxChecker => {
-            let d = host.check(&module, expr, &entry, m.age_ms, m.checks, m.age_ms).map_err(show)?;
+            let d = host.check(&module, expr, &entry, m.age_ms, m.checks, m.age_ms)?;
             Ok(match d {
                 Decision::Commit => "commit",
                 Decision::Rollback => "rollback",

@@ -161,6 +161,9 @@ pub(crate) enum CliError {
     /// `cluster verify` found the replicas differ, or could not compare them.
     #[error("{0}")]
     Verify(String),
+    /// The node's configuration cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::admin::ConfigError),
     /// The node stopped (or could not start) with this error.
     #[error("{0}")]
     Node(String),
@@ -272,7 +275,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
     let admin = Admin { endpoint: cli.endpoint, options: CallOptions { credentials, tls_ca: cli.tls_ca } };
     match cli.command {
         Top::Node { config: path } => {
-            let config = NodeConfig::load(&path).map_err(|e| CliError::Node(e.to_string()))?;
+            let config = NodeConfig::load(&path)?;
             config.warn_of_open_secrets(&path);
             crate::node::run(config).await.map_err(CliError::Node)
         }

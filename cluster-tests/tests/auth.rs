@@ -1092,6 +1092,26 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
         c.list_acl(pb::ListAclRequest { access_key: "typed".into(), ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(acl.rules.len(), 1);
     assert_eq!((acl.rules[0].actions.clone(), acl.rules[0].decision.as_str()), (vec!["PUB".to_string()], "ALLOW"));
+    // The rules page too: every one once, a page of one at a time.
+    for resource in ["Group:g1", "Topic:Other"] {
+        let actions = vec!["SUB".into()];
+        c.grant(pb::GrantRequest { access_key: "typed".into(), resource: resource.into(), actions, deny: false })
+            .await
+            .expect("granted");
+    }
+    let (mut resources, mut after) = (Vec::new(), String::new());
+    loop {
+        let asked = pb::ListAclRequest { access_key: "typed".into(), after, limit: 1 };
+        let page = c.list_acl(asked).await.expect("listed").into_inner();
+        assert!(page.rules.len() <= 1);
+        resources.extend(page.rules.into_iter().map(|r| r.resource));
+        if page.next_after.is_empty() {
+            break;
+        }
+        after = page.next_after;
+    }
+    resources.sort();
+    assert_eq!(resources, ["Group:g1", "Topic:Other", "Topic:Paged*"]);
     let dup = c
         .create_topic(pb::CreateTopicRequest {
             name: "Paged0".into(),

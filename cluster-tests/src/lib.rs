@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rockraft::admin::api::{AdminRequest, AdminResponse, GroupInfo, MessageLine, NodeStatus, Role};
-use rockraft::admin::{CallOptions, Credentials, call_with};
-use rockraft::broker::group::{FULL_PRIORITY, GroupConfig};
-use rockraft::broker::{TopicConfig, TopicKind};
+use rockraft::admin::api::{NodeStatus, Role};
+use rockraft::admin::{AdminCall, CallError, CallOptions, Credentials, call};
+use rockraft::broker::TopicKind;
 use rockraft::plugin::PluginKind;
+use rockraft_proto::rockraft as pb;
 
 pub mod history;
 pub mod network;
@@ -346,7 +346,7 @@ impl Cluster {
         let first = cluster.nodes[0].admin_addr.clone();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            match cluster.request(&first, AdminRequest::Init).await {
+            match cluster.call(&first, pb::InitRequest {}).await {
                 Ok(_) => break,
                 Err(e) => {
                     // A node that could not start says why in its log: show it, not a timeout.
@@ -517,10 +517,8 @@ impl Cluster {
 
     /// This node's applied index and state digest, if it answers.
     pub async fn digest(&self, id: u64) -> Option<rockraft::admin::api::StateDigest> {
-        match self.call(&self.node(id).admin_addr, &AdminRequest::Digest).await {
-            Ok(AdminResponse::Digest(d)) => Some(d),
-            _ => None,
-        }
+        let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest {}).await.ok()?;
+        Some(rockraft::admin::api::StateDigest { applied: d.applied, digest: d.digest })
     }
 
     /// All client endpoints, comma-separated: the official Rust client's `access_url`.
@@ -544,17 +542,13 @@ impl Cluster {
 
     /// `req` to the admin endpoint at `addr`, signed with the cluster's admin credential if it
     /// has one.
-    pub async fn call(&self, addr: &str, req: &AdminRequest) -> Result<AdminResponse, String> {
-        let options = CallOptions { credentials: self.admin.clone(), tls_ca: self.tls_ca.clone() };
-        call_with(addr, req, &options).await
+    pub async fn call<R: AdminCall>(&self, addr: &str, req: R) -> Result<R::Reply, CallError> {
+        call(addr, &self.admin_options(), req).await
     }
 
-    /// [`Cluster::call`], with an error answer as `Err`.
-    async fn request(&self, addr: &str, req: AdminRequest) -> Result<AdminResponse, String> {
-        match self.call(addr, &req).await? {
-            AdminResponse::Error(e) => Err(e),
-            ok => Ok(ok),
-        }
+    /// How the harness reaches an admin listener: as the cluster's admin, over its TLS.
+    pub fn admin_options(&self) -> CallOptions {
+        CallOptions { credentials: self.admin.clone(), tls_ca: self.tls_ca.clone() }
     }
 
     /// The process id of node `id`, while it runs (for a client scenario that kills it itself at
@@ -564,10 +558,8 @@ impl Cluster {
     }
 
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        match self.call(&self.node(id).admin_addr, &AdminRequest::Status).await {
-            Ok(AdminResponse::Status(s)) => Some(s),
-            _ => None,
-        }
+        let status = self.call(&self.node(id).admin_addr, pb::GetStatusRequest {}).await.ok()?;
+        NodeStatus::try_from(status).ok()
     }
 
     /// Waits until a running node leads with a quorum of voters behind it, and returns it.
@@ -610,7 +602,7 @@ impl Cluster {
                 return;
             }
             assert!(Instant::now() < deadline, "node {id} did not become leader");
-            self.admin(AdminRequest::TransferLeader { to: id }).await;
+            self.admin(pb::TransferLeaderRequest { to: id }).await;
             for _ in 0..30 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if leads().await {
@@ -637,51 +629,55 @@ impl Cluster {
     }
 
     pub async fn create_topic(&self, name: &str, queues: u32, kind: TopicKind) {
-        self.admin(AdminRequest::CreateTopic(TopicConfig::new(name, queues, kind))).await;
+        let kind = kind.to_string().to_uppercase();
+        self.admin(pb::CreateTopicRequest { name: name.into(), queues, kind, lite_ttl_minutes: None }).await;
     }
 
     pub async fn create_group(&self, name: &str, fifo: bool, max_attempts: u32) {
-        let config = GroupConfig { name: name.into(), fifo, max_attempts, priority_factor: FULL_PRIORITY, lite: None };
-        let req = AdminRequest::CreateGroup(config);
+        let req = pb::CreateGroupRequest { name: name.into(), fifo, max_attempts, ..Default::default() };
         self.admin(req).await;
     }
 
     /// Sends an admin request to node 1, retrying until it is answered without an error.
-    pub async fn admin(&self, req: AdminRequest) -> AdminResponse {
+    pub async fn admin<R: AdminCall + Clone>(&self, req: R) -> R::Reply {
         let addr = self.nodes[0].admin_addr.clone();
         retry(Duration::from_secs(20), || {
             let req = req.clone();
             let addr = addr.clone();
-            async move { self.request(&addr, req).await }
+            async move { self.call(&addr, req).await.map_err(|e| e.to_string()) }
         })
         .await
     }
 
     /// Consumer groups and their progress, as node `id` knows them.
-    pub async fn groups(&self, id: u64) -> Vec<GroupInfo> {
-        match self.call(&self.node(id).admin_addr, &AdminRequest::ListGroups).await {
-            Ok(AdminResponse::Groups(g)) => g,
-            other => panic!("listing groups on node {id}: {other:?}"),
+    pub async fn groups(&self, id: u64) -> Vec<pb::Group> {
+        let mut out = Vec::new();
+        let mut after = String::new();
+        loop {
+            let req = pb::ListGroupsRequest { after, limit: 1000 };
+            let page = self.call(&self.node(id).admin_addr, req).await;
+            let page = page.unwrap_or_else(|e| panic!("listing groups on node {id}: {e}"));
+            out.extend(page.groups);
+            if page.next_after.is_empty() {
+                return out;
+            }
+            after = page.next_after;
         }
     }
 
     /// The messages of one queue as node `id` stores them.
-    pub async fn local_messages(&self, id: u64, topic: &str, queue: u32) -> Vec<MessageLine> {
-        const PAGE: u64 = 1000;
-        let mut out: Vec<MessageLine> = Vec::new();
+    pub async fn local_messages(&self, id: u64, topic: &str, queue: u32) -> Vec<pb::MessageLine> {
+        let mut out = Vec::new();
+        let mut from = 0;
         loop {
-            let from = out.last().map_or(0, |m| m.offset + 1);
-            let req = AdminRequest::ListMessages { topic: topic.into(), queue, from, limit: PAGE, local: true };
-            match self.call(&self.node(id).admin_addr, &req).await {
-                Ok(AdminResponse::Messages(m)) => {
-                    let full = m.len() as u64 == PAGE;
-                    out.extend(m);
-                    if !full {
-                        return out;
-                    }
-                }
-                other => panic!("listing messages on node {id}: {other:?}"),
+            let req = pb::ListMessagesRequest { topic: topic.into(), queue, from, limit: 1000, local: true };
+            let page = self.call(&self.node(id).admin_addr, req).await;
+            let page = page.unwrap_or_else(|e| panic!("listing messages on node {id}: {e}"));
+            out.extend(page.messages);
+            if page.next_from == 0 {
+                return out;
             }
+            from = page.next_from;
         }
     }
 

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use rockraft::admin::Credentials;
-use rockraft::admin::api::{AdminRequest, AdminResponse};
+use rockraft::admin::{CallOptions, Credentials};
 use rockraft::broker::TopicKind;
 use rockraft::broker::access::{Action, Decision, Secret};
 use rockraft_cluster_tests::{Cluster, Options, Signer, retry};
@@ -21,6 +20,7 @@ use rockraft_proto::rocketmq::{
     ReceiveMessageRequest, Resource, SendMessageRequest, Settings, SystemProperties, TelemetryCommand, settings,
     telemetry_command,
 };
+use rockraft_proto::rockraft as pb;
 
 type Client = rockraft_cluster_tests::SignedClient;
 
@@ -164,24 +164,20 @@ async fn admin_as(
     cluster: &Cluster,
     id: u64,
     who: Option<(&str, &str)>,
-    req: AdminRequest,
-) -> Result<AdminResponse, String> {
+    req: pb::ListTopicsRequest,
+) -> Result<pb::ListTopicsReply, rockraft::admin::CallError> {
     let credentials = who.map(|(k, s)| Credentials { access_key: k.into(), secret: Secret::new(s) });
-    rockraft::admin::call_as(&cluster.admin_addr(id), &req, credentials.as_ref()).await
-}
-
-fn done(r: AdminResponse) {
-    assert!(!matches!(r, AdminResponse::Error(_)), "{r:?}");
+    rockraft::admin::call(&cluster.admin_addr(id), &CallOptions { credentials, tls_ca: None }, req).await
 }
 
 async fn grant(cluster: &Cluster, key: &str, resource: &str, actions: &[Action], decision: Decision) {
-    let req =
-        AdminRequest::Grant { access_key: key.into(), resource: resource.into(), actions: actions.to_vec(), decision };
-    done(cluster.admin(req).await);
+    let actions = actions.iter().map(|a| format!("{a:?}").to_uppercase()).collect();
+    let deny = decision == Decision::Deny;
+    cluster.admin(pb::GrantRequest { access_key: key.into(), resource: resource.into(), actions, deny }).await;
 }
 
 async fn create_user(cluster: &Cluster, key: &str, secret: &str, admin: bool) {
-    done(cluster.admin(AdminRequest::CreateUser { access_key: key.into(), secret: Secret::new(secret), admin }).await);
+    cluster.admin(pb::CreateUserRequest { access_key: key.into(), secret_key: secret.into(), admin }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -198,7 +194,7 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
     grant(&cluster, "consumer", "Group:readers", &[Action::Sub], Decision::Allow).await;
 
     // The admin plane: admins only, checked before anything is decoded.
-    let status = AdminRequest::ListTopics;
+    let status = pb::ListTopicsRequest::default();
     for (who, expect) in [
         (None, "authentication is required"),
         (Some(("operator", "not-the-secret")), "wrong signature"),
@@ -207,25 +203,30 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
     ] {
         for id in 1..=3 {
             let e = admin_as(&cluster, id, who, status.clone()).await.expect_err("refused");
-            assert!(e.contains(expect), "{who:?} on node {id}: {e}");
+            assert!(e.to_string().contains(expect), "{who:?} on node {id}: {e}");
         }
     }
     // A refused operator request changes nothing: the topic is still there.
-    let delete = AdminRequest::DeleteTopic { name: "Orders".into() };
-    admin_as(&cluster, 1, Some(("consumer", "consumer-secret")), delete).await.expect_err("not an admin");
-    match admin_as(&cluster, 2, Some(("operator", "operator-secret")), AdminRequest::ListTopics).await {
-        Ok(AdminResponse::Topics(t)) => assert!(t.iter().any(|t| t.config.name == "Orders"), "{t:?}"),
+    let consumer = CallOptions {
+        credentials: Some(Credentials { access_key: "consumer".into(), secret: Secret::new("consumer-secret") }),
+        tls_ca: None,
+    };
+    let delete = pb::DeleteTopicRequest { name: "Orders".into() };
+    rockraft::admin::call(&cluster.admin_addr(1), &consumer, delete).await.expect_err("not an admin");
+    match admin_as(&cluster, 2, Some(("operator", "operator-secret")), pb::ListTopicsRequest::default()).await {
+        Ok(t) => assert!(t.topics.iter().any(|t| t.name == "Orders"), "{t:?}"),
         other => panic!("a replicated admin user lists topics: {other:?}"),
     }
     // Listings never show a secret.
-    let users = format!("{:?}", cluster.admin(AdminRequest::ListUsers).await);
+    let users = format!("{:?}", cluster.admin(pb::ListUsersRequest::default()).await);
     assert!(users.contains("producer") && !users.contains("producer-secret"), "{users}");
 
     // The planes are apart: no operator API on the client port, no RocketMQ API on the admin port.
     let on_client_port =
-        rockraft::admin::call_as(&cluster.client_addr(1), &AdminRequest::ListTopics, cluster.admin.as_ref())
+        rockraft::admin::call(&cluster.client_addr(1), &cluster.admin_options(), pb::ListTopicsRequest::default())
             .await
-            .expect_err("no admin API on the client port");
+            .expect_err("no admin API on the client port")
+            .to_string();
     assert!(on_client_port.contains("unimplemented") || on_client_port.contains("Unimplemented"), "{on_client_port}");
     let mut wrong_port = client(&cluster.admin_addr(1), None).await;
     let route = wrong_port.query_route(QueryRouteRequest { topic: resource("Orders"), endpoints: None }).await;
@@ -313,7 +314,7 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
         let r = p.send_message(send("denied")).await.unwrap().into_inner();
         assert_eq!(status_of(&r.status), forbidden, "node {id}");
     }
-    done(cluster.admin(AdminRequest::Revoke { access_key: "producer".into(), resource: "Topic:Orders".into() }).await);
+    cluster.admin(pb::RevokeRequest { access_key: "producer".into(), resource: "Topic:Orders".into() }).await;
     let r = retry(Duration::from_secs(10), || {
         let mut p = producer.clone();
         async move {
@@ -324,12 +325,9 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
     .await;
     assert_eq!(r.entries.len(), 1);
     // A new secret replaces the old one at once.
-    let rotate = AdminRequest::UpdateUser {
-        access_key: "producer".into(),
-        secret: Some(Secret::new("rotated-secret")),
-        admin: None,
-    };
-    done(cluster.admin(rotate).await);
+    let rotate =
+        pb::UpdateUserRequest { access_key: "producer".into(), secret_key: Some("rotated-secret".into()), admin: None };
+    cluster.admin(rotate).await;
     let rotated = client(&cluster.client_addr(1), Some(("producer", "rotated-secret"))).await;
     let r = retry(Duration::from_secs(10), || {
         let mut p = rotated.clone();
@@ -343,7 +341,7 @@ async fn every_plane_refuses_whoever_does_not_belong_and_refused_calls_change_no
     let mut old = client(&cluster.client_addr(1), Some(("producer", "producer-secret"))).await;
     let r = old.send_message(send("old-secret")).await.unwrap().into_inner();
     assert_eq!(status_of(&r.status), unauthorized, "{r:?}");
-    done(cluster.admin(AdminRequest::DeleteUser { access_key: "consumer".into() }).await);
+    cluster.admin(pb::DeleteUserRequest { access_key: "consumer".into() }).await;
     let gone = retry(Duration::from_secs(10), || {
         let mut c = consumer.clone();
         async move {
@@ -445,18 +443,18 @@ async fn a_producer_revoked_mid_stream_is_no_longer_asked(how: Revocation) {
         let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap();
         panic!("revoked_producer.py did not get both producers asked ({status:?}); its log is above");
     }
-    let req = match how {
+    match how {
         Revocation::PubRight => {
-            AdminRequest::Revoke { access_key: "revoked".into(), resource: "Topic:Payments".into() }
+            cluster.admin(pb::RevokeRequest { access_key: "revoked".into(), resource: "Topic:Payments".into() }).await;
         }
-        Revocation::User => AdminRequest::DeleteUser { access_key: "revoked".into() },
-        Revocation::Secret => AdminRequest::UpdateUser {
-            access_key: "revoked".into(),
-            secret: Some(Secret::new("revoked-secret-2")),
-            admin: None,
-        },
-    };
-    done(cluster.admin(req).await);
+        Revocation::User => {
+            cluster.admin(pb::DeleteUserRequest { access_key: "revoked".into() }).await;
+        }
+        Revocation::Secret => {
+            let secret_key = Some("revoked-secret-2".to_string());
+            cluster.admin(pb::UpdateUserRequest { access_key: "revoked".into(), secret_key, admin: None }).await;
+        }
+    }
     let mut stdin = child.stdin.take().expect("stdin");
     writeln!(stdin, "go").expect("the scenario reads its next step");
     let status = tokio::task::spawn_blocking(move || {
@@ -493,8 +491,7 @@ async fn a_demoted_admin_loses_admin_on_its_open_stream() {
         publishing_streams(&addr, &[("ops", "ops-secret-1"), ("payer", "payer-secret")], "Payments").await;
     let (_payer_tx, mut payer_replies) = streams.pop().unwrap();
     let (_ops_tx, mut ops_replies) = streams.pop().unwrap();
-    let req = AdminRequest::UpdateUser { access_key: "ops".into(), secret: None, admin: Some(false) };
-    done(cluster.admin(req).await);
+    cluster.admin(pb::UpdateUserRequest { access_key: "ops".into(), secret_key: None, admin: Some(false) }).await;
 
     // The half is asked about every second until settled (the payer here never answers): asked
     // in turn, the admin would be asked by the second round.
@@ -514,13 +511,16 @@ async fn a_demoted_admin_loses_admin_on_its_open_stream() {
 /// A cluster with a lite topic `Chats` whose group `chatters` both users, `alice` and `mallory`,
 /// may consume: only the client id tells their clients apart.
 async fn chat_cluster() -> Cluster {
-    use rockraft::broker::group::GroupConfig;
-    use rockraft::broker::lite::{LiteBinding, LiteModel};
     let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
     cluster.create_topic("Chats", 2, TopicKind::Lite).await;
-    let lite = Some(LiteBinding { topic: "Chats".into(), model: LiteModel::Shared, quota: 10 });
-    let config = GroupConfig { name: "chatters".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
-    done(cluster.admin(AdminRequest::CreateGroup(config)).await);
+    let config = pb::CreateGroupRequest {
+        name: "chatters".into(),
+        max_attempts: 16,
+        lite_bind_topic: "Chats".into(),
+        lite_quota: Some(10),
+        ..Default::default()
+    };
+    cluster.admin(config).await;
     for key in ["alice", "mallory"] {
         create_user(&cluster, key, &format!("{key}-secret"), false).await;
         grant(&cluster, key, "Topic:Chats", &[Action::Pub, Action::Sub], Decision::Allow).await;
@@ -846,7 +846,7 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
     }
     assert_eq!(ack_code(&mut c, "thieves", "Jobs", &id, &handle).await, invalid, "another group's handle");
     // One rotation: the handle still works; the refused attempts changed nothing.
-    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    cluster.admin(pb::RotateHandleKeyRequest {}).await;
     retry(Duration::from_secs(10), || {
         let (mut c, id, handle) = (c.clone(), id.clone(), handle.clone());
         async move {
@@ -859,8 +859,8 @@ async fn guessed_altered_or_borrowed_handles_are_refused_and_survive_one_key_rot
     .await;
     // Two rotations: a handle sealed before both no longer opens.
     let (id2, handle2) = receive_one(&mut c, "workers", "Jobs").await;
-    done(cluster.admin(AdminRequest::RotateHandleKey).await);
-    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    cluster.admin(pb::RotateHandleKeyRequest {}).await;
+    cluster.admin(pb::RotateHandleKeyRequest {}).await;
     cluster.wait_caught_up(2, Duration::from_secs(10)).await;
     assert_eq!(ack_code(&mut c, "workers", "Jobs", &id2, &handle2).await, invalid, "sealed two keys ago");
 
@@ -946,10 +946,10 @@ async fn no_handle_is_handed_out_or_accepted_before_the_first_handle_key() {
         assert_eq!(ack_code(c, "workers", "Jobs", "job-1", "r1.0.0.1").await, retriable, "an unsealed handle");
     }
     let halves =
-        cluster.admin(AdminRequest::ListHeld { timers: false, topic: None, all: true, after: None, limit: 100 }).await;
+        cluster.admin(pb::ListHeldRequest { kind: "HALF".into(), all: true, limit: 100, ..Default::default() }).await;
     assert!(!format!("{halves:?}").contains("pay-1"), "a refused send stored its half: {halves:?}");
 
-    done(cluster.admin(AdminRequest::RotateHandleKey).await);
+    cluster.admin(pb::RotateHandleKeyRequest {}).await;
     for id in 1..=3 {
         cluster.wait_caught_up(id, Duration::from_secs(10)).await;
     }
@@ -1053,7 +1053,7 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
     let mut names = Vec::new();
     let mut after = String::new();
     loop {
-        let page = c.list_topics(pb::ListRequest { after, limit: 2 }).await.expect("listed").into_inner();
+        let page = c.list_topics(pb::ListTopicsRequest { after, limit: 2 }).await.expect("listed").into_inner();
         assert!(page.topics.len() <= 2);
         names.extend(page.topics.iter().map(|t| (t.name.clone(), t.kind.clone())));
         if page.next_after.is_empty() {
@@ -1084,13 +1084,34 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
         deny: false,
     };
     assert_eq!(c.grant(wrong).await.expect_err("no such action").code(), tonic::Code::InvalidArgument);
-    let users = c.list_users(pb::ListRequest::default()).await.unwrap().into_inner();
+    let users = c.list_users(pb::ListUsersRequest::default()).await.unwrap().into_inner();
     let typed = users.users.iter().find(|u| u.access_key == "typed").expect("listed");
     assert_eq!((typed.admin, typed.rules), (false, 1));
     assert!(!format!("{users:?}").contains("typed-secret"));
-    let acl = c.list_acl(pb::ListAclRequest { access_key: "typed".into() }).await.unwrap().into_inner();
+    let acl =
+        c.list_acl(pb::ListAclRequest { access_key: "typed".into(), ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(acl.rules.len(), 1);
     assert_eq!((acl.rules[0].actions.clone(), acl.rules[0].decision.as_str()), (vec!["PUB".to_string()], "ALLOW"));
+    // The rules page too: every one once, a page of one at a time.
+    for resource in ["Group:g1", "Topic:Other"] {
+        let actions = vec!["SUB".into()];
+        c.grant(pb::GrantRequest { access_key: "typed".into(), resource: resource.into(), actions, deny: false })
+            .await
+            .expect("granted");
+    }
+    let (mut resources, mut after) = (Vec::new(), String::new());
+    loop {
+        let asked = pb::ListAclRequest { access_key: "typed".into(), after, limit: 1 };
+        let page = c.list_acl(asked).await.expect("listed").into_inner();
+        assert!(page.rules.len() <= 1);
+        resources.extend(page.rules.into_iter().map(|r| r.resource));
+        if page.next_after.is_empty() {
+            break;
+        }
+        after = page.next_after;
+    }
+    resources.sort();
+    assert_eq!(resources, ["Group:g1", "Topic:Other", "Topic:Paged*"]);
     let dup = c
         .create_topic(pb::CreateTopicRequest {
             name: "Paged0".into(),
@@ -1099,16 +1120,16 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
             lite_ttl_minutes: None,
         })
         .await;
-    assert_eq!(dup.expect_err("exists with another configuration").code(), tonic::Code::FailedPrecondition);
+    assert_eq!(dup.expect_err("exists with another configuration").code(), tonic::Code::AlreadyExists);
     let status = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
     assert_eq!(status.members.len(), 3);
     // Unsigned and non-admin callers are refused on every typed method too.
     let mut anonymous = AdminServiceClient::with_interceptor(channel.clone(), Signer(None));
-    let e = anonymous.list_topics(pb::ListRequest::default()).await.expect_err("unsigned");
+    let e = anonymous.list_topics(pb::ListTopicsRequest::default()).await.expect_err("unsigned");
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
     let mut user = AdminServiceClient::with_interceptor(channel, Signer(Some(("typed".into(), "typed-secret".into()))));
     let e = user.delete_topic(pb::DeleteTopicRequest { name: "Paged0".into() }).await.expect_err("not an admin");
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
-    let still = c.list_topics(pb::ListRequest::default()).await.unwrap().into_inner();
+    let still = c.list_topics(pb::ListTopicsRequest::default()).await.unwrap().into_inner();
     assert_eq!(still.topics.len(), 5, "the refused delete changed nothing");
 }

@@ -3,12 +3,12 @@
 //! does not lead and says so in `cluster status`; and a leader whose clock ran a day ahead leaves
 //! no mark on the time-outs of the leaders after it.
 
+use rockraft_proto::rockraft as pb;
 use std::time::{Duration, Instant};
 
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::clients::{consumer, producer};
 use rockraft_cluster_tests::{Cluster, Options};
@@ -103,7 +103,7 @@ async fn a_node_whose_clock_is_off_does_not_lead() {
     }
 
     // Leadership handed to it does not stay.
-    cluster.admin(AdminRequest::TransferLeader { to: ahead }).await;
+    cluster.admin(pb::TransferLeaderRequest { to: ahead }).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     assert_ne!(leader, ahead, "the node a day ahead leads");

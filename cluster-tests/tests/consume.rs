@@ -3,6 +3,7 @@
 //! message groups under concurrency, a replay from a point in time, and a leader killed between
 //! receive and ack.
 
+use rockraft_proto::rockraft as pb;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +12,6 @@ use rocketmq::conf::{ClientOption, ProducerOption, SimpleConsumerOption};
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::{Cluster, Options};
 
@@ -130,12 +130,12 @@ async fn official_consumer_receives_filters_acks_and_gets_what_it_did_not_ack_ag
     assert!(receive_n(&c, "Orders", &paid, 1, Duration::from_secs(4), Duration::from_secs(4)).await.is_empty());
 
     let groups = cluster.groups(leader).await;
-    let billing = groups.iter().find(|g| g.config.name == "billing").expect("group listed");
+    let billing = groups.iter().find(|g| g.name == "billing").expect("group listed");
     let orders = billing.progress.iter().find(|p| p.topic == "Orders").expect("progress on Orders");
     assert_eq!((orders.lag, orders.inflight), (0, 0), "everything acked or filtered out");
 
     // Replay from before the first send: everything that matches comes again, as new deliveries.
-    let reset = AdminRequest::ResetOffset { group: "billing".into(), topic: "Orders".into(), time_ms: 0 };
+    let reset = pb::ResetOffsetRequest { group: "billing".into(), topic: "Orders".into(), time_ms: 0 };
     cluster.admin(reset).await;
     let replay = receive_n(&c, "Orders", &paid, 10, Duration::from_secs(30), Duration::from_secs(30)).await;
     let replayed: BTreeSet<String> = replay.iter().map(|m| m.message_id().to_string()).collect();

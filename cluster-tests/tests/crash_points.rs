@@ -10,12 +10,12 @@
 //! seeded counts; `ROCKRAFT_CRASH_ROUNDS=N` runs N passes (and `ROCKRAFT_CRASH_SEED` picks the
 //! seed) for a longer hunt.
 
+use rockraft_proto::rockraft as pb;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::{Cluster, Options, Rng};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
@@ -224,12 +224,13 @@ async fn assert_converged(cluster: &mut Cluster, acked: &Acked, what: &str) {
 
 /// Where node `id`'s copy of queue `q` starts now (it moves up as that node purges its log).
 async fn queue_start(cluster: &Cluster, id: u64, q: u32) -> u64 {
-    match cluster.call(&cluster.admin_addr(id), &AdminRequest::ListTopics).await {
-        Ok(AdminResponse::Topics(topics)) => topics
+    match cluster.call(&cluster.admin_addr(id), pb::ListTopicsRequest { after: String::new(), limit: 1000 }).await {
+        Ok(listed) => listed
+            .topics
             .iter()
-            .find(|t| t.config.name == TOPIC)
-            .and_then(|t| t.queues.iter().find(|(queue, _, _)| *queue == q))
-            .map_or(u64::MAX, |(_, start, _)| *start),
+            .find(|t| t.name == TOPIC)
+            .and_then(|t| t.queue_ranges.iter().find(|r| r.queue == q))
+            .map_or(u64::MAX, |r| r.start),
         other => panic!("listing topics on node {id}: {other:?}"),
     }
 }

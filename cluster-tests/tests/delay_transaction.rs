@@ -18,9 +18,9 @@ use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::model::transaction::{Transaction, TransactionResolution};
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::{Cluster, Options, abi_v1_module};
+use rockraft_proto::rockraft as pb;
 
 /// Keys of the node's `[broker]` table that make unresolved halves checked after 1 s and then
 /// every 2 s, so the checker paths run within a test's time.
@@ -568,8 +568,6 @@ async fn fill(p: &Producer, n: usize) {
 /// resume (commit) it; a stuck half can be rolled back by id and then never arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id() {
-    use rockraft::admin::api::AdminResponse;
-    use rockraft::broker::transaction::{HalfState, Resolver};
     // Halves are checked after 1 s and rolled back by the checker at 3 s of age.
     let cluster = Cluster::start(3, options(&format!("{QUICK_CHECKS}transaction_max_age_secs = 3\n"))).await;
     cluster.create_topic("Scheduled", 2, TopicKind::Delay).await;
@@ -586,50 +584,41 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     let held = |timers: bool, all: bool| {
         let cluster = &cluster;
         async move {
-            match cluster.admin(AdminRequest::ListHeld { timers, topic: None, all, after: None, limit: 100 }).await {
-                AdminResponse::Held(h) => h,
-                other => panic!("ListHeld: {other:?}"),
-            }
+            let kind = if timers { "TIMER" } else { "HALF" };
+            cluster.admin(pb::ListHeldRequest { kind: kind.into(), all, limit: 100, ..Default::default() }).await.held
         }
     };
     let timers = held(true, false).await;
     assert_eq!(timers.len(), 1);
-    assert_eq!(timers[0].message.message_id, timer_id);
+    assert_eq!(timers[0].message_id, timer_id);
     assert_eq!(held(false, false).await.len(), 2, "both halves are open");
-    match cluster.admin(AdminRequest::ListTopics).await {
-        AdminResponse::Topics(topics) => {
-            let of = |name: &str| topics.iter().find(|t| t.config.name == name).unwrap().held;
-            assert_eq!(of("Scheduled").timers, 1);
-            assert_eq!(of("Orders").open_halves, 2);
-        }
-        other => panic!("ListTopics: {other:?}"),
-    }
-    match cluster.admin(AdminRequest::GetMessage { id: timer_id.clone(), local: false }).await {
-        AdminResponse::Held(h) => assert_eq!(h[0].kind, "timer"),
-        other => panic!("GetMessage of a pending timer: {other:?}"),
-    }
+    let topics = cluster.admin(pb::ListTopicsRequest::default()).await.topics;
+    let of = |name: &str| topics.iter().find(|t| t.name == name).unwrap();
+    assert_eq!(of("Scheduled").timers, 1);
+    assert_eq!(of("Orders").open_halves, 2);
+    let found = cluster.admin(pb::GetMessageRequest { message_id: timer_id.clone(), local: false }).await;
+    assert_eq!(found.held.map(|h| h.kind), Some("TIMER".into()), "GetMessage of a pending timer");
 
     // An operator rolls one back at once; the checker rolls the other back at 3 s of age.
-    let rollback = AdminRequest::ResolveTransaction { message_id: stuck.clone(), commit: false };
-    assert!(matches!(cluster.admin(rollback).await, AdminResponse::Done(_)));
+    cluster.admin(pb::ResolveTransactionRequest { message_id: stuck.clone(), commit: false }).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     let rolled_back_by_checker = loop {
         let all = held(false, true).await;
-        let state = all.iter().find(|h| h.message.message_id == aged).and_then(|h| h.state);
-        if let Some(HalfState::RolledBack { by: Resolver::Checker, .. }) = state {
+        let half = all.iter().find(|h| h.message_id == aged);
+        if half.is_some_and(|h| h.state == "ROLLED_BACK" && h.resolved_by == "CHECKER") {
             break all;
         }
         assert!(Instant::now() < deadline, "the checker never rolled back the aged half: {all:?}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert!(held(false, false).await.is_empty(), "no half is open any more");
-    let stuck_state = rolled_back_by_checker.iter().find(|h| h.message.message_id == stuck).unwrap().state;
-    assert!(matches!(stuck_state, Some(HalfState::RolledBack { by: Resolver::Operator, .. })));
+    let stuck_half = rolled_back_by_checker.iter().find(|h| h.message_id == stuck).unwrap();
+    assert_eq!((stuck_half.state.as_str(), stuck_half.resolved_by.as_str()), ("ROLLED_BACK", "OPERATOR"));
     let asked = checks_of(&checks, &aged).len();
 
     // Resumed by the operator: delivered once; the one rolled back by the operator never.
-    let resume = AdminRequest::ResolveTransaction { message_id: aged.clone(), commit: true };
-    assert!(matches!(cluster.admin(resume).await, AdminResponse::Done(_)), "an aged-out half can be resumed");
+    // An aged-out half can be resumed.
+    cluster.admin(pb::ResolveTransactionRequest { message_id: aged.clone(), commit: true }).await;
     let c = consumer(&url, "ops", "Orders").await;
     let got =
         collect(&c, "Orders", &["aged-out"], Duration::from_secs(3), Instant::now() + Duration::from_secs(20)).await;
@@ -697,24 +686,22 @@ const WAIT_ALL: &str = "(memory.fill (local.get 4) (i32.const 0) (local.get 3)) 
 /// the leader check it in a loop: the host rolls it back at 2 s of age, after a few checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_checker_that_always_waits_is_overruled_at_the_maximum_age() {
-    use rockraft::admin::api::{AdminResponse, BindTarget};
     use rockraft::broker::plugins::PluginKind;
-    use rockraft::broker::transaction::{HalfState, Resolver};
     let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\ntransaction_max_age_secs = 2\n";
     let cluster = Cluster::start(3, options(broker)).await;
     cluster.create_topic("Waits", 1, TopicKind::Transaction).await;
-    let register = AdminRequest::RegisterPlugin {
+    let register = pb::RegisterPluginRequest {
         name: "wait-forever".into(),
-        kind: PluginKind::TxChecker,
-        module: abi_v1_module(PluginKind::TxChecker, WAIT_ALL, 1, ""),
+        kind: "TX_CHECKER".into(),
+        module: abi_v1_module(PluginKind::TxChecker, WAIT_ALL, 1, "").into(),
     };
-    assert!(matches!(cluster.admin(register).await, AdminResponse::Done(_)));
-    let bind = AdminRequest::BindPlugin {
-        target: BindTarget::Topic("Waits".into()),
-        plugin: Some("wait-forever".into()),
+    cluster.admin(register).await;
+    let bind = pb::BindPluginRequest {
+        target: Some(pb::bind_plugin_request::Target::Topic("Waits".into())),
+        plugin: "wait-forever".into(),
         config: String::new(),
     };
-    assert!(matches!(cluster.admin(bind).await, AdminResponse::Done(_)));
+    cluster.admin(bind).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
     let last_index = |id| {
         let cluster = &cluster;
@@ -727,16 +714,13 @@ async fn a_checker_that_always_waits_is_overruled_at_the_maximum_age() {
     let id = send_half(&tp, "Waits", "never-decided").await.message_id().to_string();
     tokio::time::sleep(Duration::from_secs(10)).await;
 
-    let halves = match cluster
-        .admin(AdminRequest::ListHeld { timers: false, topic: None, all: true, after: None, limit: 10 })
+    let halves = cluster
+        .admin(pb::ListHeldRequest { kind: "HALF".into(), all: true, limit: 10, ..Default::default() })
         .await
-    {
-        AdminResponse::Held(h) => h,
-        other => panic!("ListHeld: {other:?}"),
-    };
-    let state = halves.iter().find(|h| h.message.message_id == id).and_then(|h| h.state);
+        .held;
+    let half = halves.iter().find(|h| h.message_id == id);
     assert!(
-        matches!(state, Some(HalfState::RolledBack { by: Resolver::Checker, .. })),
+        half.is_some_and(|h| h.state == "ROLLED_BACK" && h.resolved_by == "CHECKER"),
         "the half is rolled back by the host at its maximum age: {halves:?}"
     );
     // The send, a check or two, the rollback: a handful of entries, not a loop.

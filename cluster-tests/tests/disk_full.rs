@@ -1,6 +1,7 @@
 //! A full disk is a state the cluster serves through, not a crash: each node's data on a small
 //! filesystem of its own, filled to the free-space marks.
 
+use rockraft_proto::rockraft as pb;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,8 +10,7 @@ use std::time::{Duration, Instant};
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::MessageBuilder;
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::{AdminRequest, AdminResponse};
-use rockraft::broker::{TopicConfig, TopicKind};
+use rockraft::broker::TopicKind;
 use rockraft::store::free_space::{DiskLevel, free_space};
 use rockraft_cluster_tests::clients::{consumer, producer};
 use rockraft_cluster_tests::{Cluster, Options, http_get, small_disks_allowed};
@@ -143,13 +143,14 @@ async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_s
     let deeper = fill_to(&data_dirs[follower as usize - 1], "ballast-deeper", HARD - MIB);
     wait_alarm(&cluster, DiskLevel::Critical).await;
     let admin = cluster.admin_addr(leader);
-    let create = AdminRequest::CreateTopic(TopicConfig::new("Another", 1, TopicKind::Normal));
-    match cluster.call(&admin, &create).await {
-        Ok(AdminResponse::Error(why)) => assert!(why.contains("disk low on node"), "{why}"),
+    let create =
+        pb::CreateTopicRequest { name: "Another".into(), queues: 1, kind: "NORMAL".into(), lite_ttl_minutes: None };
+    match cluster.call(&admin, create).await {
+        Err(why) => assert!(why.to_string().contains("disk low on node"), "{why}"),
         other => panic!("a new topic below the hard mark: {other:?}"),
     }
-    let delete = AdminRequest::DeleteTopic { name: "Scratch".into() };
-    assert!(matches!(cluster.call(&admin, &delete).await, Ok(AdminResponse::Done(_))), "a deletion frees space");
+    let delete = pb::DeleteTopicRequest { name: "Scratch".into() };
+    assert!(cluster.call(&admin, delete).await.is_ok(), "a deletion frees space");
 
     // Space comes back: sends resume by themselves, no node restarted.
     std::fs::remove_file(&deeper).unwrap();

@@ -16,9 +16,7 @@ use bytes::{Buf, BufMut, Bytes};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use prost::Message as _;
-use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
-use rockraft::broker::access::Secret;
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rocketmq as mq;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -229,16 +227,18 @@ fn messaging_rpcs() -> Vec<Rpc> {
 }
 
 fn admin_rpcs() -> Vec<Rpc> {
-    let json = |r: &AdminRequest| {
-        rockraft_proto::rockraft::Json { json: serde_json::to_vec(r).unwrap().into() }.encode_to_vec()
-    };
     use rockraft_proto::rockraft as pb;
     let typed = |path: &'static str, valid: Vec<u8>| Rpc { path, shape: Shape::Unary, valid: valid.into() };
-    let mut rpcs: Vec<Rpc> =
-        [AdminRequest::ListTopics, AdminRequest::DeleteTopic { name: "Fuzz".into() }, AdminRequest::ListUsers]
-            .iter()
-            .map(|r| Rpc { path: "/rockraft.v1.AdminService/Call", shape: Shape::Unary, valid: json(r).into() })
-            .collect();
+    let mut rpcs: Vec<Rpc> = vec![
+        typed(
+            "/rockraft.v1.AdminService/ListTopics",
+            pb::ListTopicsRequest { after: String::new(), limit: 5 }.encode_to_vec(),
+        ),
+        typed(
+            "/rockraft.v1.AdminService/ListUsers",
+            pb::ListUsersRequest { after: String::new(), limit: 5 }.encode_to_vec(),
+        ),
+    ];
     rpcs.extend([
         typed("/rockraft.v1.AdminService/DeleteTopic", pb::DeleteTopicRequest { name: "Fuzz".into() }.encode_to_vec()),
         typed(
@@ -424,14 +424,10 @@ fn arbitrary_requests_on_every_plane_never_panic_and_refused_ones_change_nothing
         let cluster = Cluster::start(3, Options { auth: true, ..Default::default() }).await;
         cluster.create_topic("Fuzz", 2, TopicKind::Normal).await;
         cluster.create_group("fuzzers", false, 4).await;
-        let user = AdminRequest::CreateUser {
-            access_key: "nobody".into(),
-            secret: Secret::new("nobody-secret"),
-            admin: false,
-        };
+        use rockraft_proto::rockraft::CreateUserRequest;
+        let user = CreateUserRequest { access_key: "nobody".into(), secret_key: "nobody-secret".into(), admin: false };
         cluster.admin(user).await;
-        let admin =
-            AdminRequest::CreateUser { access_key: "root".into(), secret: Secret::new("root-secret"), admin: true };
+        let admin = CreateUserRequest { access_key: "root".into(), secret_key: "root-secret".into(), admin: true };
         cluster.admin(admin).await;
         cluster
     });
@@ -485,11 +481,20 @@ fn arbitrary_requests_on_every_plane_never_panic_and_refused_ones_change_nothing
         _ => Err("an answer outside the documented set".into()),
     });
     fuzz(&rt, &admin, &admin_rpcs(), Caller::User("root", "root-secret"), |_, a| match a {
-        // A typed method answers a request the node refuses with FAILED_PRECONDITION (and an
-        // unknown message id with NOT_FOUND).
+        // The documented answers: a refusal (INVALID_ARGUMENT, FAILED_PRECONDITION), NOT_FOUND,
+        // ALREADY_EXISTS, or a retry later (UNAVAILABLE, RESOURCE_EXHAUSTED).
         Answer::Grpc(c)
             if malformed(*c)
-                || matches!(c, tonic::Code::Ok | tonic::Code::FailedPrecondition | tonic::Code::NotFound) =>
+                || matches!(
+                    c,
+                    tonic::Code::Ok
+                        | tonic::Code::InvalidArgument
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::NotFound
+                        | tonic::Code::AlreadyExists
+                        | tonic::Code::Unavailable
+                        | tonic::Code::ResourceExhausted
+                ) =>
         {
             Ok(())
         }

@@ -147,19 +147,17 @@ async fn each_limit_on_what_a_client_holds_is_enforced_and_the_node_keeps_servin
 /// user is refused to another rather than using up its owner's slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_auth_long_polls_are_bounded_per_user_and_nobody_uses_up_another_user_s_client() {
-    use rockraft::admin::api::AdminRequest;
-    use rockraft::broker::access::{Action, Decision, Secret};
+    use rockraft_proto::rockraft as pb;
     let limits = "max_long_polls = 100\nmax_long_polls_per_client = 2\nmax_long_polls_per_user = 3\n".to_string();
     let cluster = Cluster::start(3, Options { auth: true, limits, ..Default::default() }).await;
     cluster.create_topic("Quiet", 1, TopicKind::Normal).await;
     cluster.create_group("pollers", false, 16).await;
     for user in ["flood", "victim"] {
-        let secret = Secret::new(format!("{user}-secret"));
-        cluster.admin(AdminRequest::CreateUser { access_key: user.into(), secret, admin: false }).await;
+        let secret_key = format!("{user}-secret");
+        cluster.admin(pb::CreateUserRequest { access_key: user.into(), secret_key, admin: false }).await;
         for resource in ["Topic:Quiet", "Group:pollers"] {
             let (access_key, resource) = (user.into(), resource.into());
-            let grant =
-                AdminRequest::Grant { access_key, resource, actions: vec![Action::Sub], decision: Decision::Allow };
+            let grant = pb::GrantRequest { access_key, resource, actions: vec!["SUB".into()], deny: false };
             cluster.admin(grant).await;
         }
     }

@@ -4,12 +4,11 @@
 //! priority messages received highest first, and a LitePushConsumer given only its subscribed lite
 //! topic, in order (`lite_priority.js`). Each scenario exits 0 only if every check held.
 
+use rockraft_proto::rockraft as pb;
 use std::time::Duration;
 
-use rockraft::admin::api::AdminRequest;
 use rockraft::broker::TopicKind;
-use rockraft::broker::group::GroupConfig;
-use rockraft::broker::lite::{LiteBinding, LiteModel};
+use rockraft::broker::lite::LiteModel;
 use rockraft_cluster_tests::{Cluster, Options, run_node};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -31,9 +30,15 @@ async fn node_client_receives_priorities_highest_first_and_a_lite_push_consumer_
     cluster.create_topic("NodeUrgent", 8, TopicKind::Priority).await;
     cluster.create_group("node-priority", false, 16).await;
     cluster.create_topic("NodeChats", 4, TopicKind::Lite).await;
-    let lite = Some(LiteBinding { topic: "NodeChats".into(), model: LiteModel::Shared, quota: 10 });
-    let group = GroupConfig { name: "node-lite".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
-    cluster.admin(AdminRequest::CreateGroup(group)).await;
+    let group = pb::CreateGroupRequest {
+        name: "node-lite".into(),
+        max_attempts: 16,
+        lite_bind_topic: "NodeChats".into(),
+        lite_model: LiteModel::Shared.to_string(),
+        lite_quota: Some(10),
+        ..Default::default()
+    };
+    cluster.admin(group).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let endpoint = cluster.client_addr((1..=3).find(|id| *id != leader).unwrap());
     let run =

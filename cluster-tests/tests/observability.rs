@@ -317,3 +317,48 @@ async fn cluster_verify_names_the_first_queue_record_that_differs() {
     assert!(!ok, "verify fails: {text}");
     assert!(text.contains("topic Ledger queue 0 offset 7"), "the first difference is named: {text}");
 }
+
+/// Runs the CLI against `admin`: (success, stdout, stderr).
+async fn cli(admin: &str, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["--endpoint".to_string(), admin.to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(rockraft_cluster_tests::node_binary()).args(&all).output().expect("rockraft runs")
+    })
+    .await
+    .expect("joined");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A listing asked for more rows than the node answers at once (1000) gets them all, a page at a
+/// time; one cut at `--limit` with more left says so and names where to go on, and going on from
+/// there lists the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cli_listings_page_past_the_node_s_page_and_say_where_a_cut_one_goes_on() {
+    let cluster = Cluster::start(1, Options::default()).await;
+    cluster.create_topic("Many", 1, TopicKind::Normal).await;
+    cluster.create_topic("Other", 1, TopicKind::Normal).await;
+    let admin = cluster.admin_addr(1);
+    let client = cluster.client_addr(1);
+    let produce = ["bench", "produce", "--endpoints", &client, "--topic", "Many", "--messages", "2600"];
+    let sent = cli(&admin, &[&produce[..], &["--batch", "100", "--size", "16", "--concurrency", "4"]].concat()).await;
+    assert!(sent.0, "bench produce: {}{}", sent.1, sent.2);
+
+    let (ok, out, err) = cli(&admin, &["message", "list", "--topic", "Many", "--queue", "0", "--limit", "2500"]).await;
+    assert!(ok, "{err}");
+    let offsets: Vec<u64> = out.lines().map(|l| l.split('\t').next().unwrap().parse().expect("an offset")).collect();
+    assert_eq!(offsets, (0..2500).collect::<Vec<u64>>(), "2500 rows, in order, none twice");
+    assert!(err.contains("more remain") && err.contains("--from 2500"), "{err}");
+    let (ok, out, err) = cli(&admin, &["message", "list", "--topic", "Many", "--queue", "0", "--from", "2500"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 100, "the rest");
+    assert!(!err.contains("more remain"), "{err}");
+
+    let (ok, out, err) = cli(&admin, &["topic", "list", "--limit", "1"]).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("Many\tnormal\tqueues=1\tmessages=2600\t") && out.lines().count() == 1, "{out}");
+    assert!(err.contains("more remain") && err.contains("--after Many"), "{err}");
+    let (ok, out, _) = cli(&admin, &["topic", "list", "--after", "Many"]).await;
+    assert!(ok && out.starts_with("Other\t") && out.lines().count() == 1, "{out}");
+}

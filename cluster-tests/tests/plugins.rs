@@ -20,11 +20,12 @@ use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::{MessageBuilder, MessageView};
 use rocketmq::model::transaction::{Transaction, TransactionResolution};
 use rocketmq::{Producer, SimpleConsumer};
-use rockraft::admin::api::{AdminRequest, AdminResponse, BindTarget, PluginInfo};
+use rockraft::admin::AdminCall;
 use rockraft::broker::TopicKind;
 use rockraft::plugin::PluginKind;
 use rockraft_cluster_tests::clients::{client_option, consumer, producer};
-use rockraft_cluster_tests::{Cluster, Options, abi_v1_module as module};
+use rockraft_cluster_tests::{Cluster, Options, abi_v1_module as module, retry};
+use rockraft_proto::rockraft as pb;
 
 /// Longer than any test: an ack lost to a failover never shows up as a second delivery.
 const INVISIBLE: Duration = Duration::from_secs(60);
@@ -101,37 +102,36 @@ async fn send_body(p: &Producer, topic: &str, tag: Option<&str>, body: &str) {
 // ---------------------------------------------------------------------------------------------
 // Admin
 
-async fn admin_call(cluster: &Cluster, id: u64, req: &AdminRequest) -> AdminResponse {
-    let addr = cluster.admin_addr(id);
+/// The reason the cluster gives for refusing `req` (a refusal, not a node that is not there).
+async fn refused<R: AdminCall + std::fmt::Debug + Clone>(cluster: &Cluster, req: R) -> String
+where
+    R::Reply: std::fmt::Debug,
+{
+    let addr = cluster.admin_addr(1);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        match cluster.call(&addr, req).await {
-            Ok(r) => return r,
-            Err(e) if Instant::now() > deadline => panic!("{req:?} to node {id}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        match cluster.call(&addr, req.clone()).await {
+            Ok(answer) => panic!("{req:?} must be refused, but was answered {answer:?}"),
+            Err(e) if e.code().is_some_and(|c| c != tonic::Code::Unavailable) => return e.reason(),
+            Err(e) => assert!(Instant::now() < deadline, "{req:?}: {e}"),
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-/// The reason the cluster gives for refusing `req`.
-async fn refused(cluster: &Cluster, req: AdminRequest) -> String {
-    match admin_call(cluster, 1, &req).await {
-        AdminResponse::Error(e) => e,
-        other => panic!("{req:?} must be refused, but was answered {other:?}"),
-    }
+async fn plugins(cluster: &Cluster, id: u64) -> Vec<pb::Plugin> {
+    let addr = cluster.admin_addr(id);
+    retry(Duration::from_secs(20), || async {
+        let listed = cluster.call(&addr, pb::ListPluginsRequest { after: String::new(), limit: 1000 }).await;
+        listed.map(|l| l.plugins).map_err(|e| e.to_string())
+    })
+    .await
 }
 
-async fn plugins(cluster: &Cluster, id: u64) -> Vec<PluginInfo> {
-    match admin_call(cluster, id, &AdminRequest::ListPlugins).await {
-        AdminResponse::Plugins(p) => p,
-        other => panic!("ListPlugins on node {id}: {other:?}"),
-    }
-}
-
-fn bind_group(group: &str, plugin: &str, config: &str) -> AdminRequest {
-    AdminRequest::BindPlugin {
-        target: BindTarget::Group(group.into()),
-        plugin: Some(plugin.into()),
+fn bind_group(group: &str, plugin: &str, config: &str) -> pb::BindPluginRequest {
+    pb::BindPluginRequest {
+        target: Some(pb::bind_plugin_request::Target::Group(group.into())),
+        plugin: plugin.into(),
         config: config.into(),
     }
 }
@@ -458,8 +458,9 @@ const TRAP: &str = "unreachable";
 /// A checker that answers WAIT (0) for every message.
 const WAIT_ALL: &str = "(memory.fill (local.get 4) (i32.const 0) (local.get 3)) (i32.const 0)";
 
-fn register(name: &str, kind: PluginKind, module: Vec<u8>) -> AdminRequest {
-    AdminRequest::RegisterPlugin { name: name.into(), kind, module }
+fn register(name: &str, kind: PluginKind, module: Vec<u8>) -> pb::RegisterPluginRequest {
+    let kind = kind.as_str().to_ascii_uppercase().replace('-', "_");
+    pb::RegisterPluginRequest { name: name.into(), kind, module: module.into() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -576,25 +577,25 @@ async fn hostile_plugins_cannot_hurt_the_node() {
         let e = refused(&cluster, bind_group("healthy", checker, "")).await;
         assert!(e.contains("not a filter"), "binding the checker {checker} to a group: {e}");
     }
-    let to_topic = AdminRequest::BindPlugin {
-        target: BindTarget::Topic("Payments".into()),
-        plugin: Some("trapper".into()),
+    let to_topic = pb::BindPluginRequest {
+        target: Some(pb::bind_plugin_request::Target::Topic("Payments".into())),
+        plugin: "trapper".into(),
         config: String::new(),
     };
     let e = refused(&cluster, to_topic).await;
     assert!(e.contains("not a tx-checker"), "binding a filter to a transaction topic: {e}");
 
     // A bound plugin stays until it is unbound.
-    let e = refused(&cluster, AdminRequest::RemovePlugin { name: "trapper".into() }).await;
+    let e = refused(&cluster, pb::RemovePluginRequest { name: "trapper".into() }).await;
     assert!(e.contains("trapper-group") && e.contains("unbind"), "removing a bound plugin: {e}");
     assert!(plugins(&cluster, 1).await.iter().any(|p| p.name == "trapper"));
-    let unbind = AdminRequest::BindPlugin {
-        target: BindTarget::Group("trapper-group".into()),
-        plugin: None,
+    let unbind = pb::BindPluginRequest {
+        target: Some(pb::bind_plugin_request::Target::Group("trapper-group".into())),
+        plugin: String::new(),
         config: String::new(),
     };
     cluster.admin(unbind).await;
-    cluster.admin(AdminRequest::RemovePlugin { name: "trapper".into() }).await;
+    cluster.admin(pb::RemovePluginRequest { name: "trapper".into() }).await;
     assert!(!plugins(&cluster, 1).await.iter().any(|p| p.name == "trapper"), "trapper was removed");
     // Unbound, the group gets what is sent now.
     let tc = consumer(&url, "trapper-group", TOPIC).await;
@@ -745,7 +746,6 @@ type Asked = Arc<Mutex<Vec<String>>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn example_checker_plugin_resolves_transactions() {
-    use rockraft::broker::transaction::{HalfState, Resolver};
     const TOPIC: &str = "Orders";
     // Bound with the README's ten minutes: nothing there is old enough to roll back.
     const SLOW_TOPIC: &str = "Backorders";
@@ -804,25 +804,27 @@ async fn example_checker_plugin_resolves_transactions() {
 
     // The others are rolled back by it once 3 s old, and never delivered.
     let list = |topic: &str| {
-        let req =
-            AdminRequest::ListHeld { timers: false, topic: Some(topic.into()), all: true, after: None, limit: 100 };
+        let req = pb::ListHeldRequest {
+            kind: "HALF".into(),
+            topic: topic.into(),
+            all: true,
+            after: String::new(),
+            limit: 100,
+        };
         let cluster = &cluster;
-        async move {
-            match cluster.admin(req).await {
-                AdminResponse::Held(h) => h,
-                other => panic!("ListHeld: {other:?}"),
-            }
-        }
+        async move { cluster.admin(req).await.held }
     };
-    let state_of = |halves: &[rockraft::broker::held::HeldEntry], key: &str| {
-        halves.iter().find(|h| h.message.message_id == ids[key]).and_then(|h| h.state)
+    // (state, resolved by)
+    let state_of = |halves: &[pb::HeldMessage], key: &str| {
+        halves.iter().find(|h| h.message_id == ids[key]).map(|h| (h.state.clone(), h.resolved_by.clone()))
     };
+    let rolled_back_by_checker = Some(("ROLLED_BACK".to_string(), "CHECKER".to_string()));
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
         let held = list(TOPIC).await;
         if ["pending-order", "bare-order"]
             .iter()
-            .all(|k| matches!(state_of(&held, k), Some(HalfState::RolledBack { .. })))
+            .all(|k| state_of(&held, k).is_some_and(|(state, _)| state == "ROLLED_BACK"))
         {
             break held;
         }
@@ -830,11 +832,11 @@ async fn example_checker_plugin_resolves_transactions() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     for (key, committed) in [("paid-order", true), ("pending-order", false), ("bare-order", false)] {
-        match state_of(&held, key) {
-            Some(HalfState::Committed { by: Resolver::Checker, .. }) if committed => {}
-            Some(HalfState::RolledBack { by: Resolver::Checker, .. }) if !committed => {}
-            other => panic!("{key}: resolved as {other:?}, expected by the checker plugin"),
-        }
+        let expected = match committed {
+            true => Some(("COMMITTED".to_string(), "CHECKER".to_string())),
+            false => rolled_back_by_checker.clone(),
+        };
+        assert_eq!(state_of(&held, key), expected, "{key}: resolved otherwise than by the checker plugin");
     }
     let got = collect_keys(&c, TOPIC, &all(), &BTreeSet::new(), Instant::now() + Duration::from_secs(10)).await;
     assert!(got.is_empty(), "a rolled-back half was delivered: {got:?}");
@@ -847,7 +849,7 @@ async fn example_checker_plugin_resolves_transactions() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let backorders = list(SLOW_TOPIC).await;
-    assert_eq!(state_of(&backorders, "pending-backorder"), Some(HalfState::Open), "{backorders:?}");
+    assert_eq!(state_of(&backorders, "pending-backorder"), Some(("OPEN".into(), String::new())), "{backorders:?}");
     let asked = asked.lock().unwrap().clone();
     assert!(!asked.iter().any(|k| k == "paid-order"), "the producer was asked about the paid half: {asked:?}");
 
@@ -899,14 +901,14 @@ async fn a_plugin_failing_every_call_is_quarantined_on_every_node_until_enabled(
     for id in 1..=3 {
         let listed = plugins(&cluster, id).await;
         let info = listed.iter().find(|p| p.name == "always-traps").expect("listed");
-        assert!(info.quarantined.is_some(), "node {id} does not show the quarantine: {info:?}");
+        assert!(!info.quarantined.is_empty(), "node {id} does not show the quarantine: {info:?}");
     }
 
     // Unbound, the group gets what the plugin was never run on: most of the messages.
     cluster
-        .admin(AdminRequest::BindPlugin {
-            target: BindTarget::Group("guarded".into()),
-            plugin: None,
+        .admin(pb::BindPluginRequest {
+            target: Some(pb::bind_plugin_request::Target::Group("guarded".into())),
+            plugin: String::new(),
             config: String::new(),
         })
         .await;
@@ -922,13 +924,10 @@ async fn a_plugin_failing_every_call_is_quarantined_on_every_node_until_enabled(
     }
     assert!(got.len() >= N - 6, "messages were passed over while the plugin was quarantined: got {got:?}");
 
-    assert!(matches!(
-        cluster.admin(AdminRequest::EnablePlugin { name: "always-traps".into() }).await,
-        AdminResponse::Done(_)
-    ));
+    cluster.admin(pb::EnablePluginRequest { name: "always-traps".into() }).await;
     for id in 1..=3 {
         let listed = plugins(&cluster, id).await;
         let info = listed.iter().find(|p| p.name == "always-traps").expect("listed");
-        assert!(info.quarantined.is_none(), "node {id} still shows the quarantine after enable: {info:?}");
+        assert!(info.quarantined.is_empty(), "node {id} still shows the quarantine after enable: {info:?}");
     }
 }

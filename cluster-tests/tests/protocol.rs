@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use rockraft::admin::api::{AdminRequest, AdminResponse};
 use rockraft::auth::member::SECRET_HEADER;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::{Cluster, Options};
@@ -17,7 +16,7 @@ use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::peer::read_index_result;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
-use rockraft_proto::rockraft::{Json, RaftTransferLeaderRequest, ReadIndexRequest, VoteRequest, WriteRequest};
+use rockraft_proto::rockraft::{RaftTransferLeaderRequest, ReadIndexRequest, VoteRequest, WriteRequest};
 use tonic::transport::Channel;
 
 async fn client(addr: &str) -> MessagingServiceClient<Channel> {
@@ -205,7 +204,6 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
         ..Default::default()
     };
     let command = rockraft::broker::Command::Send(batch).encode();
-    let delete = serde_json::to_vec(&AdminRequest::DeleteTopic { name: "Peers".into() }).expect("json");
     for id in 1..=3 {
         let mut c = PeerServiceClient::new(connect(cluster.client_addr(id)).await);
         let read = c.read_index(ReadIndexRequest {}).await.map(drop).expect_err("no read index on the client port");
@@ -236,7 +234,7 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
                     .await
                     .map(drop),
                 AdminServiceClient::with_interceptor(channel, with)
-                    .call(Json { json: delete.clone().into() })
+                    .delete_topic(rockraft_proto::rockraft::DeleteTopicRequest { name: "Peers".into() })
                     .await
                     .map(drop),
             ];
@@ -252,8 +250,8 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
         cluster.wait_caught_up(id, Duration::from_secs(10)).await;
         assert!(cluster.local_messages(id, "Peers", 0).await.is_empty(), "node {id} stored a forged message");
     }
-    let AdminResponse::Topics(topics) = cluster.admin(AdminRequest::ListTopics).await else { panic!("topics") };
-    assert!(topics.iter().any(|t| t.config.name == "Peers"), "the topic was deleted");
+    let listed = cluster.admin(rockraft_proto::rockraft::ListTopicsRequest { after: String::new(), limit: 1000 }).await;
+    assert!(listed.topics.iter().any(|t| t.name == "Peers"), "the topic was deleted");
     // A member's call, secret attached, is served: the leader answers its read index.
     let raft_addr = cluster.nodes.iter().find(|n| n.id == leader).expect("leader").raft_addr.clone();
     let secret = cluster.secret.clone();

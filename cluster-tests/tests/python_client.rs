@@ -8,12 +8,11 @@
 //! the routes.
 //! Each scenario is a script in `cluster-tests/python/`; it exits 0 only if every check held.
 
+use rockraft_proto::rockraft as pb;
 use std::time::Duration;
 
-use rockraft::admin::api::{AdminRequest, AdminResponse};
-use rockraft::broker::group::GroupConfig;
-use rockraft::broker::lite::{LiteBinding, LiteModel};
-use rockraft::broker::{TopicConfig, TopicKind};
+use rockraft::broker::TopicKind;
+use rockraft::broker::lite::LiteModel;
 use rockraft_cluster_tests::{Cluster, Options, run_python};
 
 /// A follower's endpoint: it serves every RPC, forwarding writes to the leader. (Given several
@@ -140,9 +139,15 @@ async fn python_priority_messages_arrive_highest_priority_first_with_their_prior
 
 /// A lite group of `parent`.
 async fn create_lite_group(cluster: &Cluster, name: &str, parent: &str, model: LiteModel, quota: u32) {
-    let lite = Some(LiteBinding { topic: parent.into(), model, quota });
-    let config = GroupConfig { name: name.into(), fifo: false, max_attempts: 16, priority_factor: 100, lite };
-    cluster.admin(AdminRequest::CreateGroup(config)).await;
+    let config = pb::CreateGroupRequest {
+        name: name.into(),
+        max_attempts: 16,
+        lite_bind_topic: parent.into(),
+        lite_model: model.to_string(),
+        lite_quota: Some(quota),
+        ..Default::default()
+    };
+    cluster.admin(config).await;
 }
 
 /// Lite topics with the unchanged Python client: subscriptions, order per lite topic, bad names,
@@ -152,9 +157,9 @@ async fn create_lite_group(cluster: &Cluster, name: &str, parent: &str, model: L
 async fn python_lite_consumers_get_their_lite_topics_in_order_across_a_leader_kill_and_idle_ones_expire() {
     let mut cluster = Cluster::start(3, Options::default()).await;
     cluster.create_topic("Chats", 4, TopicKind::Lite).await;
-    let mut ephemeral = TopicConfig::new("Ephemeral", 2, TopicKind::Lite);
-    ephemeral.lite_ttl_minutes = 1;
-    cluster.admin(AdminRequest::CreateTopic(ephemeral)).await;
+    let ephemeral =
+        pb::CreateTopicRequest { name: "Ephemeral".into(), queues: 2, kind: "LITE".into(), lite_ttl_minutes: Some(1) };
+    cluster.admin(ephemeral).await;
     cluster.create_topic("Plain", 2, TopicKind::Normal).await;
     create_lite_group(&cluster, "py-lite", "Chats", LiteModel::Shared, 3).await;
     create_lite_group(&cluster, "py-lite-excl", "Chats", LiteModel::Exclusive, 10).await;
@@ -197,24 +202,19 @@ async fn python_lite_consumers_get_their_lite_topics_in_order_across_a_leader_ki
     eprintln!("{}", steps.join("\n"));
     // tmp-1 was written at the start of the run: within the TTL plus two looks of the expiry job
     // it is gone, while the lite topics of the parent with the default TTL (a day) stay.
-    let listing = |parent: &str| AdminRequest::ListLiteTopics {
-        parent: parent.into(),
-        group: None,
-        from: String::new(),
-        limit: 100,
-    };
+    let listing = |parent: &str| pb::ListLiteTopicsRequest { parent: parent.into(), limit: 100, ..Default::default() };
     let admin = cluster.admin_addr(survivor);
     let deadline = started + Duration::from_secs(100);
     loop {
-        match cluster.call(&admin, &listing("Ephemeral")).await {
-            Ok(AdminResponse::LiteTopics(rows)) if rows.is_empty() => break,
+        match cluster.call(&admin, listing("Ephemeral")).await {
+            Ok(rows) if rows.topics.is_empty() => break,
             other => assert!(std::time::Instant::now() < deadline, "tmp-1 did not expire: {other:?}"),
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    match cluster.call(&admin, &listing("Chats")).await {
-        Ok(AdminResponse::LiteTopics(rows)) => {
-            let names: Vec<&str> = rows.iter().map(|r| r.lite.as_str()).collect();
+    match cluster.call(&admin, listing("Chats")).await {
+        Ok(rows) => {
+            let names: Vec<&str> = rows.topics.iter().map(|r| r.name.as_str()).collect();
             assert!(names.contains(&"chat-a") && names.contains(&"kill-1"), "lite topics of Chats: {names:?}");
         }
         other => panic!("listing Chats: {other:?}"),

@@ -398,8 +398,8 @@ async fn wait_healthy(node: &mut Started, what: &str) {
 /// and member calls without the secret are refused; the admin, signed, is served; an unsigned
 /// client request is UNAUTHORIZED.
 async fn serves_only_whom_it_should(node: &mut Started, what: &str) {
-    use rockraft::admin::api::{AdminRequest, AdminResponse};
-    use rockraft::admin::{CallOptions, Credentials, call, call_with};
+    use rockraft::admin::{CallOptions, Credentials, call};
+    use rockraft_proto::rockraft::GetStatusRequest;
     wait_healthy(node, what).await;
     let admin = |secret: &str| CallOptions {
         credentials: Some(Credentials {
@@ -408,16 +408,16 @@ async fn serves_only_whom_it_should(node: &mut Started, what: &str) {
         }),
         tls_ca: None,
     };
-    let unsigned = call(&node.addr(1), &AdminRequest::Status).await.expect_err("unsigned");
-    assert!(unsigned.contains("authentication is required"), "{what}: {unsigned}");
-    let wrong = call_with(&node.addr(1), &AdminRequest::Status, &admin("not-the-admin-secret")).await;
+    let unsigned = call(&node.addr(1), &CallOptions::default(), GetStatusRequest {}).await.expect_err("unsigned");
+    assert!(unsigned.to_string().contains("authentication is required"), "{what}: {unsigned}");
+    let wrong = call(&node.addr(1), &admin("not-the-admin-secret"), GetStatusRequest {}).await;
     assert!(wrong.is_err(), "{what}: a wrong admin secret is refused");
-    let served = call_with(&node.addr(1), &AdminRequest::Status, &admin(ADMIN_SECRET)).await;
-    assert!(matches!(served, Ok(AdminResponse::Status(_))), "{what}: the admin is served: {served:?}");
+    let served = call(&node.addr(1), &admin(ADMIN_SECRET), GetStatusRequest {}).await;
+    assert!(served.is_ok(), "{what}: the admin is served: {served:?}");
     // The raft port: not even the admin gets in without the cluster secret.
     for options in [CallOptions::default(), admin(ADMIN_SECRET)] {
-        let member = call_with(&node.addr(2), &AdminRequest::Status, &options).await.expect_err("not a member");
-        assert!(member.contains("not a member"), "{what}: {member}");
+        let member = call(&node.addr(2), &options, GetStatusRequest {}).await.expect_err("not a member");
+        assert!(member.to_string().contains("not a member"), "{what}: {member}");
     }
     // The client port: an unsigned send is UNAUTHORIZED.
     use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;

@@ -1,16 +1,18 @@
-//! The admin API's requests and answers (JSON over `AdminService.Call`): the operator's API only;
-//! what members ask of the leader is `cluster`'s `PeerService`.
+//! What the admin operations answer, in the node's own types (the status page reads them
+//! in-process), and their forms in `rockraft.v1.AdminService`'s messages where the CLI and the
+//! status page read them back: the operator's API only; what members ask of the leader is
+//! `cluster`'s `PeerService`.
 
-use serde::{Deserialize, Serialize};
+use rockraft_proto::rockraft as pb;
 
-use crate::broker::access::{Action, Decision, Secret};
-use crate::broker::failover::Failover;
+use crate::broker::access::{Action, Decision};
 use crate::broker::group::GroupConfig;
-use crate::broker::held::{HeldCounts, HeldEntry};
-use crate::broker::settings::{ClusterSettings, SettingsChange};
-use crate::broker::{GroupProgress, QueueSpan, TopicConfig};
+use crate::broker::held::HeldCounts;
+use crate::broker::{GroupProgress, TopicConfig};
+use crate::cluster::disk::{DiskReading, DiskReport};
 use crate::plugin::PluginKind;
 use crate::raft::NodeId;
+use crate::store::free_space::{DiskLevel, Watermarks};
 
 pub use crate::broker::lite::LiteTopicInfo;
 
@@ -19,170 +21,14 @@ pub use crate::broker::lite::LiteTopicInfo;
 pub const MAX_CHECKSUMMED_RECORDS: u64 = 4_000_000;
 pub const MAX_CHECKSUMS: u64 = 4_096;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum AdminRequest {
-    Status,
-    Init,
-    AddNode {
-        id: NodeId,
-        raft_addr: String,
-        client_addr: String,
-        #[serde(default)]
-        admin_addr: String,
-    },
-    RemoveNode {
-        id: NodeId,
-    },
-    TransferLeader {
-        to: NodeId,
-    },
-    CreateTopic(TopicConfig),
-    DeleteTopic {
-        name: String,
-    },
-    ListTopics,
-    /// The lite topics of `parent` from `from` on, at most `limit`, with `group`'s backlog.
-    ListLiteTopics {
-        parent: String,
-        group: Option<String>,
-        from: String,
-        limit: usize,
-    },
-    CreateGroup(GroupConfig),
-    DeleteGroup {
-        name: String,
-    },
-    ListGroups,
-    /// Moves the group's position on every queue of the topic to the first message stored at or
-    /// after `time_ms`; what was in flight is forgotten.
-    ResetOffset {
-        group: String,
-        topic: String,
-        time_ms: i64,
-    },
-    ListMessages {
-        topic: String,
-        queue: u32,
-        from: u64,
-        limit: u64,
-        local: bool,
-    },
-    GetMessage {
-        id: String,
-        local: bool,
-    },
-    /// This node's applied index and a digest of its replicated state: replicas at the same
-    /// index must agree (`rockraft cluster verify`).
-    Digest,
-    /// Each queue's ConsumeQueue span up to log index `upto` on this node (`cluster verify`).
-    QueueSpans {
-        upto: u64,
-    },
-    /// Checksums of the ConsumeQueue records of `from..to` of a queue and of their messages, one
-    /// per `chunk` offsets (`cluster verify` narrows a difference down to its first offset).
-    QueueChecksums {
-        topic: String,
-        queue: u32,
-        from: u64,
-        to: u64,
-        chunk: u64,
-    },
-    /// Changes cluster settings through the log (`rockraft cluster configure`).
-    Configure(SettingsChange),
-    /// The cluster settings as this node has applied them.
-    Settings,
-    /// The failover history as this node has applied it, newest first (`rockraft cluster
-    /// history`).
-    History,
-    /// Pending delayed messages (`timers`), or transactional halves: open ones, or all kept
-    /// (`all`: also committed and rolled back ones, e.g. rolled back for age).
-    ListHeld {
-        timers: bool,
-        topic: Option<String>,
-        all: bool,
-        /// The page after the entry with this handle (the last one of the previous page).
-        #[serde(default)]
-        after: Option<String>,
-        limit: usize,
-    },
-    /// Commits or rolls back a transactional half by message id, as an operator (a half the
-    /// checker rolled back can still be committed while its message is kept).
-    ResolveTransaction {
-        message_id: String,
-        commit: bool,
-    },
-    /// Checks the module on the leader (it compiles, speaks this ABI, is a `kind`), then
-    /// replicates it.
-    RegisterPlugin {
-        name: String,
-        kind: PluginKind,
-        #[serde(with = "crate::broker::plugins::base64_bytes")]
-        module: Vec<u8>,
-    },
-    RemovePlugin {
-        name: String,
-    },
-    /// Calls a quarantined plugin again.
-    EnablePlugin {
-        name: String,
-    },
-    ListPlugins,
-    /// Binds a group to a filter or a transaction topic to a checker (`plugin: None` unbinds);
-    /// the leader first opens the plugin with `config`, so a configuration it refuses is not bound.
-    BindPlugin {
-        target: BindTarget,
-        plugin: Option<String>,
-        #[serde(default)]
-        config: String,
-    },
-    /// Creates a user (`rockraft user create`).
-    CreateUser {
-        access_key: String,
-        secret: Secret,
-        admin: bool,
-    },
-    /// Changes a user's secret or admin flag (`None`: unchanged).
-    UpdateUser {
-        access_key: String,
-        secret: Option<Secret>,
-        admin: Option<bool>,
-    },
-    /// Removes a user and every rule of theirs.
-    DeleteUser {
-        access_key: String,
-    },
-    /// Users by access key and whether they are admins; never their secrets.
-    ListUsers,
-    /// Gives a user an allow or a deny of `actions` on a resource (`Topic:orders`,
-    /// `Topic:orders*`, `Group:g`), replacing their rule on it.
-    Grant {
-        access_key: String,
-        resource: String,
-        actions: Vec<Action>,
-        decision: Decision,
-    },
-    Revoke {
-        access_key: String,
-        resource: String,
-    },
-    /// Every rule, or one user's.
-    ListAcl {
-        access_key: Option<String>,
-    },
-    /// A new key for sealing handles, made on the leader; handles sealed under the one before
-    /// still open, older ones no longer do.
-    RotateHandleKey,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct UserInfo {
     pub access_key: String,
     pub admin: bool,
     pub rules: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct AclLine {
     pub access_key: String,
     pub resource: String,
@@ -190,8 +36,7 @@ pub struct AclLine {
     pub decision: Decision,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindTarget {
     Group(String),
     Topic(String),
@@ -199,7 +44,7 @@ pub enum BindTarget {
 
 /// A plugin as `plugin list` shows it: built in or registered, what uses it, and this node's
 /// counts of its calls.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct PluginInfo {
     pub name: String,
     pub kind: PluginKind,
@@ -214,59 +59,14 @@ pub struct PluginInfo {
     pub messages: u64,
     pub failures: u64,
     /// Fuel its batch calls burned on this node, and the time they took.
-    #[serde(default)]
     pub fuel: u64,
-    #[serde(default)]
     pub busy_ms: u64,
     /// Why the plugin is quarantined (not called), if it is.
-    #[serde(default)]
     pub quarantined: Option<String>,
 }
 
-impl AdminRequest {
-    /// Whether only the leader can answer it (a follower forwards).
-    pub fn needs_leader(&self) -> bool {
-        match self {
-            AdminRequest::AddNode { .. }
-            | AdminRequest::RemoveNode { .. }
-            | AdminRequest::TransferLeader { .. }
-            | AdminRequest::ResetOffset { .. }
-            | AdminRequest::ListHeld { .. }
-            | AdminRequest::ResolveTransaction { .. }
-            | AdminRequest::RegisterPlugin { .. }
-            | AdminRequest::BindPlugin { .. }
-            | AdminRequest::UpdateUser { .. }
-            | AdminRequest::RotateHandleKey
-            | AdminRequest::Settings => true,
-            AdminRequest::ListMessages { local, .. } | AdminRequest::GetMessage { local, .. } => !local,
-            _ => false,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AdminResponse {
-    Status(NodeStatus),
-    Done(String),
-    Topics(Vec<TopicInfo>),
-    LiteTopics(Vec<LiteTopicInfo>),
-    Groups(Vec<GroupInfo>),
-    Messages(Vec<MessageLine>),
-    Digest(StateDigest),
-    Held(Vec<HeldEntry>),
-    Plugins(Vec<PluginInfo>),
-    Settings(ClusterSettings),
-    History(Vec<Failover>),
-    QueueSpans(Vec<QueueSpan>),
-    Checksums(Vec<u32>),
-    Users(Vec<UserInfo>),
-    Acl(Vec<AclLine>),
-    Error(String),
-}
-
 /// What part a node plays in its group right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Leader,
     Follower,
@@ -295,7 +95,7 @@ impl std::fmt::Display for Role {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct NodeStatus {
     pub id: NodeId,
     pub role: Role,
@@ -307,57 +107,52 @@ pub struct NodeStatus {
     pub purged: Option<u64>,
     pub members: Vec<MemberInfo>,
     /// The other members' clocks as this node reads them, and whether its own is off.
-    #[serde(default)]
     pub clock: crate::cluster::skew::ClockReport,
     /// This node's free space now, and the voters' as it read them last, with the alarm.
-    #[serde(default)]
     pub disk: Box<NodeDisk>,
     /// The members that refuse this node's calls (another cluster secret, a certificate they do
     /// not take), and why.
-    #[serde(default)]
     pub refused_by: std::collections::BTreeMap<NodeId, String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct NodeDisk {
     pub here: crate::cluster::disk::DiskReading,
     pub cluster: crate::cluster::disk::DiskReport,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateDigest {
     pub applied: Option<u64>,
     pub digest: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct MemberInfo {
     pub id: NodeId,
     pub raft_addr: String,
     pub client_addr: String,
-    #[serde(default)]
     pub admin_addr: String,
     pub voter: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct TopicInfo {
     pub config: TopicConfig,
     /// `(queue, start, next)` per queue.
     pub queues: Vec<(u32, u64, u64)>,
     /// Messages stored but not delivered yet: pending timers, open halves.
-    #[serde(default)]
     pub held: HeldCounts,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct GroupInfo {
     pub config: GroupConfig,
     /// One line per topic the group has consumed.
     pub progress: Vec<GroupProgress>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct MessageLine {
     pub topic: String,
     pub queue: u32,
@@ -369,6 +164,136 @@ pub struct MessageLine {
     pub store_timestamp_ms: i64,
 }
 
+/// A word in an answer that this build does not know (a newer node's role or level).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {what} {word:?}")]
+pub struct UnknownWord {
+    pub what: &'static str,
+    pub word: String,
+}
+
+impl std::str::FromStr for Role {
+    type Err = UnknownWord;
+
+    fn from_str(s: &str) -> Result<Role, UnknownWord> {
+        [Role::Leader, Role::Follower, Role::Candidate, Role::Learner, Role::ShuttingDown]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| UnknownWord { what: "role", word: s.to_string() })
+    }
+}
+
+fn level_word(level: DiskLevel) -> String {
+    level.as_str().to_ascii_uppercase()
+}
+
+fn level(word: &str) -> Result<DiskLevel, UnknownWord> {
+    [DiskLevel::Ok, DiskLevel::Low, DiskLevel::Critical]
+        .into_iter()
+        .find(|l| l.as_str().eq_ignore_ascii_case(word))
+        .ok_or_else(|| UnknownWord { what: "disk level", word: word.to_string() })
+}
+
+impl From<DiskReading> for pb::DiskReading {
+    fn from(d: DiskReading) -> pb::DiskReading {
+        pb::DiskReading {
+            free_bytes: d.free_bytes,
+            total_bytes: d.total_bytes,
+            soft_mark_bytes: d.marks.soft,
+            hard_mark_bytes: d.marks.hard,
+            level: level_word(d.level),
+            filesystem: d.filesystem,
+            sharing: d.sharing,
+        }
+    }
+}
+
+impl TryFrom<pb::DiskReading> for DiskReading {
+    type Error = UnknownWord;
+
+    fn try_from(d: pb::DiskReading) -> Result<DiskReading, UnknownWord> {
+        Ok(DiskReading {
+            free_bytes: d.free_bytes,
+            total_bytes: d.total_bytes,
+            marks: Watermarks { soft: d.soft_mark_bytes, hard: d.hard_mark_bytes },
+            level: level(&d.level)?,
+            filesystem: d.filesystem,
+            sharing: d.sharing,
+        })
+    }
+}
+
+impl From<NodeStatus> for pb::NodeStatusReply {
+    fn from(s: NodeStatus) -> pb::NodeStatusReply {
+        let NodeDisk { here, cluster } = *s.disk;
+        pb::NodeStatusReply {
+            id: s.id,
+            role: s.role.as_str().to_string(),
+            term: s.term,
+            leader: s.leader,
+            last_log_index: s.last_log_index,
+            committed: s.committed,
+            applied: s.applied,
+            purged: s.purged,
+            members: s
+                .members
+                .into_iter()
+                .map(|m| pb::Member {
+                    id: m.id,
+                    raft_addr: m.raft_addr,
+                    client_addr: m.client_addr,
+                    admin_addr: m.admin_addr,
+                    voter: m.voter,
+                })
+                .collect(),
+            clock_offsets_ms: s.clock.offsets_ms.into_iter().collect(),
+            clock_skewed: s.clock.skewed,
+            disk: Some(here.into()),
+            member_disks: cluster.members.into_iter().map(|(id, d)| (id, d.into())).collect(),
+            disk_alarm: level_word(cluster.alarm),
+            refused_by: s.refused_by.into_iter().collect(),
+        }
+    }
+}
+
+impl TryFrom<pb::NodeStatusReply> for NodeStatus {
+    type Error = UnknownWord;
+
+    fn try_from(s: pb::NodeStatusReply) -> Result<NodeStatus, UnknownWord> {
+        let members = s.member_disks.into_iter().map(|(id, d)| Ok((id, d.try_into()?))).collect::<Result<_, _>>()?;
+        Ok(NodeStatus {
+            id: s.id,
+            role: s.role.parse()?,
+            term: s.term,
+            leader: s.leader,
+            last_log_index: s.last_log_index,
+            committed: s.committed,
+            applied: s.applied,
+            purged: s.purged,
+            members: s
+                .members
+                .into_iter()
+                .map(|m| MemberInfo {
+                    id: m.id,
+                    raft_addr: m.raft_addr,
+                    client_addr: m.client_addr,
+                    admin_addr: m.admin_addr,
+                    voter: m.voter,
+                })
+                .collect(),
+            clock: crate::cluster::skew::ClockReport {
+                offsets_ms: s.clock_offsets_ms.into_iter().collect(),
+                skewed: s.clock_skewed,
+            },
+            disk: Box::new(NodeDisk {
+                here: s.disk.map(DiskReading::try_from).transpose()?.unwrap_or_default(),
+                cluster: DiskReport { members, alarm: level(&s.disk_alarm)? },
+            }),
+            refused_by: s.refused_by.into_iter().collect(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,8 +303,45 @@ mod tests {
         assert_eq!(format!("{:<8}|", Role::Leader), "Leader  |");
         assert_eq!(Role::Follower.to_string(), "Follower");
         for role in [Role::Leader, Role::Follower, Role::Candidate, Role::Learner, Role::ShuttingDown] {
-            let json = serde_json::to_string(&role).unwrap();
-            assert_eq!(serde_json::from_str::<Role>(&json).unwrap(), role);
+            assert_eq!(role.as_str().parse::<Role>().unwrap(), role);
         }
+        assert!("Chief".parse::<Role>().is_err());
+    }
+
+    #[test]
+    fn a_status_crosses_the_wire_whole() {
+        let reading = DiskReading {
+            free_bytes: 6 << 20,
+            total_bytes: 1 << 30,
+            marks: Watermarks { soft: 8 << 20, hard: 4 << 20 },
+            level: DiskLevel::Low,
+            filesystem: 7,
+            sharing: 2,
+        };
+        let status = NodeStatus {
+            id: 2,
+            role: Role::Follower,
+            term: 3,
+            leader: Some(1),
+            last_log_index: Some(10),
+            committed: Some(9),
+            applied: Some(8),
+            purged: None,
+            members: vec![MemberInfo {
+                id: 1,
+                raft_addr: "a:1".into(),
+                client_addr: "a:2".into(),
+                admin_addr: "a:3".into(),
+                voter: true,
+            }],
+            clock: crate::cluster::skew::ClockReport { offsets_ms: [(1, -40)].into(), skewed: true },
+            disk: Box::new(NodeDisk {
+                here: reading,
+                cluster: DiskReport { members: [(1, reading)].into(), alarm: DiskLevel::Low },
+            }),
+            refused_by: [(3, "another cluster secret".to_string())].into(),
+        };
+        let back = NodeStatus::try_from(pb::NodeStatusReply::from(status.clone())).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{status:?}"));
     }
 }

@@ -15,6 +15,30 @@ use crate::store::{DEFAULT_SEGMENT_SIZE, Durability, LogConfig};
 /// each of those (`proxy/send.rs`) to far less than this.
 pub const MESSAGE_OVERHEAD_BYTES: u64 = 64 << 10;
 
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    /// A secret file that cannot be read or used.
+    #[error("{0}")]
+    Secret(String),
+    /// A value, or a combination of values, the node refuses.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn invalid(why: impl ToString) -> ConfigError {
+    ConfigError::Invalid(why.to_string())
+}
+
+/// Why clients could not dial an address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Undialable(String);
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
@@ -270,28 +294,28 @@ impl Default for RaftTimings {
 }
 
 impl NodeConfig {
-    pub fn load(path: &Path) -> Result<NodeConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut config: NodeConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let mut config: NodeConfig = toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: path.to_path_buf(), source: Box::new(source) })?;
         config.read_secret_files()?;
         config.validate()?;
         Ok(config)
     }
 
     /// Takes the secrets kept in files of their own into the config.
-    pub fn read_secret_files(&mut self) -> Result<(), String> {
+    pub fn read_secret_files(&mut self) -> Result<(), ConfigError> {
         if let Some(file) = &self.cluster_secret_file {
             if self.cluster_secret.is_some() {
-                return Err("cluster_secret and cluster_secret_file: give one of them".into());
+                return Err(invalid("cluster_secret and cluster_secret_file: give one of them"));
             }
-            let secret = crate::auth::read_secret_file(file)
-                .map_err(|e| format!("cluster_secret_file {}: {e}", file.display()))?;
-            self.cluster_secret = Some(
-                crate::auth::member::ClusterSecret::new(&secret)
-                    .map_err(|e| format!("cluster_secret_file {}: {e}", file.display()))?,
-            );
+            let unusable = |e: String| ConfigError::Secret(format!("cluster_secret_file {}: {e}", file.display()));
+            let secret = crate::auth::read_secret_file(file).map_err(|e| unusable(e.to_string()))?;
+            self.cluster_secret =
+                Some(crate::auth::member::ClusterSecret::new(&secret).map_err(|e| unusable(e.to_string()))?);
         }
-        self.auth.read_secret_files()
+        self.auth.read_secret_files().map_err(ConfigError::Secret)
     }
 
     /// Warns of each file or directory holding a secret of this node that others can read: the
@@ -340,9 +364,9 @@ impl NodeConfig {
         open
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let log = self.log_config();
-        log.validate().map_err(|e| e.to_string())?;
+        log.validate().map_err(invalid)?;
         // A record never spans two segments: a message the proxy accepts but the log cannot hold
         // would fail at append time, after the client was told nothing better than an error.
         let largest = self
@@ -351,7 +375,7 @@ impl NodeConfig {
             .saturating_add(self.broker.max_properties_bytes)
             .saturating_add(MESSAGE_OVERHEAD_BYTES);
         if largest > log.max_record_payload() {
-            return Err(format!(
+            return Err(invalid(format!(
                 "broker.max_body_bytes ({}) + broker.max_properties_bytes ({}) + {MESSAGE_OVERHEAD_BYTES} bytes of \
                  per-message overhead must fit one log record, at most {} bytes with storage.segment_size = {}: \
                  lower the limits or raise segment_size",
@@ -359,78 +383,82 @@ impl NodeConfig {
                 self.broker.max_properties_bytes,
                 log.max_record_payload(),
                 self.storage.segment_size
-            ));
+            )));
         }
         let marks = self.storage.watermarks();
         if marks.soft < marks.hard {
-            return Err(format!(
+            return Err(invalid(format!(
                 "storage.free_space_soft_mark_bytes ({}) is below storage.free_space_hard_mark_bytes ({}): the soft \
                  mark (no new messages) must trip first",
                 marks.soft, marks.hard
-            ));
+            )));
         }
         if let Some(secs) = self.broker.dedupe_window_secs {
-            return Err(format!(
+            return Err(invalid(format!(
                 "broker.dedupe_window_secs ({secs}) is a cluster setting now, the same on every node: remove it \
                  here and run `rockraft cluster configure --dedupe-window-secs {secs}` once"
-            ));
+            )));
         }
         if let Some(bytes) = self.plugins.max_module_bytes {
-            return Err(format!(
+            return Err(invalid(format!(
                 "plugins.max_module_bytes ({bytes}) is a cluster setting now, the same on every node: remove it \
                  here and run `rockraft cluster configure --max-module-bytes {bytes}` once"
-            ));
+            )));
         }
         if self.raft.election_timeout_min_ms <= self.raft.heartbeat_ms
             || self.raft.election_timeout_max_ms <= self.raft.election_timeout_min_ms
         {
-            return Err("raft timings need heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms".into());
+            return Err(invalid("raft timings need heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms"));
         }
         if !self.members.is_empty() && !self.members.iter().any(|m| m.id == self.node_id) {
-            return Err(format!("members does not list this node ({})", self.node_id));
+            return Err(invalid(format!("members does not list this node ({})", self.node_id)));
         }
-        self.auth.validate()?;
+        self.auth.validate().map_err(invalid)?;
         if self.auth.enabled && !self.members_authenticated() {
-            return Err("[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \
+            return Err(invalid(
+                "[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \
                  members over mutual TLS): without one the raft port serves every member call, the operator API \
-                 included, to anyone who reaches it"
-                .into());
+                 included, to anyone who reaches it",
+            ));
         }
         let open = self.insecure_listeners();
         if !open.is_empty() && !self.allow_insecure {
-            return Err(format!(
+            return Err(invalid(format!(
                 "{}; bind these listeners to loopback, set a cluster_secret and [auth] enabled = true, or set \
                  allow_insecure = true to serve like this anyway",
                 open.join("; ")
-            ));
+            )));
         }
         self.validate_client_addrs()
     }
 
     /// The addresses routes hand out must be ones a client can dial: `host:port`, and not a
     /// wildcard listen address.
-    fn validate_client_addrs(&self) -> Result<(), String> {
+    fn validate_client_addrs(&self) -> Result<(), ConfigError> {
         if let Some(a) = &self.advertised_client_addr {
-            check_dialable(a).map_err(|e| format!("advertised_client_addr: {e}"))?;
+            check_dialable(a).map_err(|e| invalid(format!("advertised_client_addr: {e}")))?;
         }
         match self.members.iter().find(|m| m.id == self.node_id) {
             // The group is initialised from the members table: this node's entry is what routes
             // will show for it.
             Some(me) => {
                 if let Some(a) = self.advertised_client_addr.as_ref().filter(|a| **a != me.client_addr) {
-                    return Err(format!(
+                    return Err(invalid(format!(
                         "advertised_client_addr is {a} but [[members]] gives this node's client_addr as {}; \
                          the members table should name the advertised address",
                         me.client_addr
-                    ));
+                    )));
                 }
             }
             None => check_dialable(self.advertised_client_addr()).map_err(|e| {
-                format!("client_addr: {e}; set advertised_client_addr to the address clients reach this node at")
+                invalid(format!(
+                    "client_addr: {e}; set advertised_client_addr to the address clients reach this node at"
+                ))
             })?,
         }
         for m in &self.members {
-            check_dialable(&m.client_addr).map_err(|e| format!("[[members]] id {}: client_addr: {e}", m.id))?;
+            check_dialable(&m.client_addr)
+                .map_err(|e| invalid(format!("[[members]] id {}: client_addr: {e}", m.id)))?;
         }
         Ok(())
     }
@@ -468,32 +496,32 @@ pub(crate) fn is_loopback(addr: &str) -> bool {
 
 /// Whether clients can dial `addr`: `host:port` (`[v6]:port` for an IPv6 address) with a host
 /// name or a specific IP address, not a wildcard (`0.0.0.0`, `[::]`) nor port 0.
-pub(crate) fn check_dialable(addr: &str) -> Result<(), String> {
-    let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr:?} is not host:port"))?;
+pub(crate) fn check_dialable(addr: &str) -> Result<(), Undialable> {
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| Undialable(format!("{addr:?} is not host:port")))?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => {}
-        _ => return Err(format!("{addr:?} has no valid port")),
+        _ => return Err(Undialable(format!("{addr:?} has no valid port"))),
     }
     let ip = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         Some(v6) => Some(
             v6.parse::<std::net::Ipv6Addr>()
                 .map(std::net::IpAddr::V6)
-                .map_err(|_| format!("{addr:?}: {host} is not an IPv6 address"))?,
+                .map_err(|_| Undialable(format!("{addr:?}: {host} is not an IPv6 address")))?,
         ),
         None => host.parse::<std::net::IpAddr>().ok(),
     };
     match ip {
         Some(std::net::IpAddr::V6(_)) if !host.starts_with('[') => {
-            Err(format!("{addr:?}: write an IPv6 address in brackets, [{host}]:{port}"))
+            Err(Undialable(format!("{addr:?}: write an IPv6 address in brackets, [{host}]:{port}")))
         }
         Some(ip) if ip.is_unspecified() => {
-            Err(format!("{addr:?} is a wildcard listen address, which clients cannot dial"))
+            Err(Undialable(format!("{addr:?} is a wildcard listen address, which clients cannot dial")))
         }
         Some(_) => Ok(()),
         None if host.is_empty()
             || !host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_') =>
         {
-            Err(format!("{addr:?}: {host:?} is neither an IP address nor a host name"))
+            Err(Undialable(format!("{addr:?}: {host:?} is neither an IP address nor a host name")))
         }
         None => Ok(()),
     }
@@ -510,7 +538,7 @@ mod tests {
         assert_eq!(c.storage.retention_hours, 72.0);
         c.validate().unwrap();
         let moved: NodeConfig = toml::from_str("node_id = 1\n[broker]\ndedupe_window_secs = 60").unwrap();
-        let why = moved.validate().unwrap_err();
+        let why = moved.validate().unwrap_err().to_string();
         assert!(why.contains("rockraft cluster configure --dedupe-window-secs 60"), "{why}");
         assert!(toml::from_str::<NodeConfig>("node_id = 1\nsegmnet_size = 5").is_err());
         let bad: NodeConfig = toml::from_str("node_id = 1\n[storage]\nsegment_size = 10").unwrap();
@@ -526,7 +554,7 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.storage.watermarks(), Watermarks { soft: 1000, hard: 10 });
         let upside_down = "node_id = 1\n[storage]\nfree_space_soft_mark_bytes = 10\n";
-        let err = toml::from_str::<NodeConfig>(upside_down).unwrap().validate().unwrap_err();
+        let err = toml::from_str::<NodeConfig>(upside_down).unwrap().validate().unwrap_err().to_string();
         assert!(err.contains("free_space_soft_mark_bytes"), "{err}");
     }
 
@@ -534,7 +562,7 @@ mod tests {
     /// a config printed in a log never shows the secret.
     #[test]
     fn a_weak_cluster_secret_is_refused_and_a_good_one_is_never_printed() {
-        let err = toml::from_str::<NodeConfig>("node_id = 1\ncluster_secret = \"guessable\"").unwrap_err();
+        let err = toml::from_str::<NodeConfig>("node_id = 1\ncluster_secret = \"guessable\"").unwrap_err().to_string();
         assert!(err.to_string().contains("cluster_secret"), "{err}");
         let c: NodeConfig = toml::from_str("node_id = 1\ncluster_secret = \"5f0c2a9e77d14b3c8a61\"").unwrap();
         assert!(c.cluster_secret.is_some());
@@ -552,11 +580,11 @@ mod tests {
             );
             toml::from_str::<NodeConfig>(&text).unwrap().validate()
         };
-        let open = at("").unwrap_err();
+        let open = at("").unwrap_err().to_string();
         assert!(open.contains("raft_addr 0.0.0.0:9081") && open.contains("admin_addr 10.0.0.1:7081"), "{open}");
         assert!(open.contains("allow_insecure"), "{open}");
         let secret = "cluster_secret = \"5f0c2a9e77d14b3c8a61\"\n";
-        let admin_open = at(secret).unwrap_err();
+        let admin_open = at(secret).unwrap_err().to_string();
         assert!(admin_open.contains("admin_addr") && !admin_open.contains("raft_addr"), "{admin_open}");
         at(&format!("{secret}[auth]\nenabled = true\n")).unwrap();
         // Mutual TLS between members proves membership as the secret does.
@@ -583,8 +611,11 @@ mod tests {
     /// requests members forward, so without a secret it would be an unchecked admin port.
     #[test]
     fn authentication_without_a_cluster_secret_is_refused() {
-        let err =
-            toml::from_str::<NodeConfig>("node_id = 1\n[auth]\nenabled = true\n").unwrap().validate().unwrap_err();
+        let err = toml::from_str::<NodeConfig>("node_id = 1\n[auth]\nenabled = true\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cluster_secret"), "{err}");
     }
 
@@ -609,12 +640,15 @@ mod tests {
         );
         assert_eq!(config.auth.admin_secret_key.as_ref().map(|s| s.expose()), Some("a-long-admin-secret"));
         std::fs::write(&cluster, "short\n").unwrap();
-        assert!(NodeConfig::load(&path).unwrap_err().contains("cluster_secret_file"), "a weak secret is refused");
+        assert!(
+            NodeConfig::load(&path).unwrap_err().to_string().contains("cluster_secret_file"),
+            "a weak secret is refused"
+        );
         std::fs::remove_file(&cluster).unwrap();
-        assert!(NodeConfig::load(&path).unwrap_err().contains("cluster-secret"), "a missing file is named");
+        assert!(NodeConfig::load(&path).unwrap_err().to_string().contains("cluster-secret"), "a missing file is named");
         let both = format!("cluster_secret = \"5f0c2a9e77d14b3c8a61\"\n{text}");
         std::fs::write(&path, both).unwrap();
-        assert!(NodeConfig::load(&path).unwrap_err().contains("one of them"));
+        assert!(NodeConfig::load(&path).unwrap_err().to_string().contains("one of them"));
     }
 
     #[test]
@@ -622,7 +656,7 @@ mod tests {
         // 1 MiB segments cannot hold the default 4 MiB body.
         let small = "node_id = 1\n[storage]\nsegment_size = 1048576\n";
         let c: NodeConfig = toml::from_str(small).unwrap();
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("max_body_bytes"), "{err}");
         let c: NodeConfig = toml::from_str(&format!("{small}[broker]\nmax_body_bytes = 524288\n")).unwrap();
         c.validate().unwrap();
@@ -645,7 +679,7 @@ mod tests {
         assert_eq!(c.node_info().client_addr, "broker-1.example.com:18081");
         // A wildcard listen address with nothing advertised would send clients nowhere.
         let bare: NodeConfig = toml::from_str("node_id = 1\nclient_addr = \"0.0.0.0:8081\"").unwrap();
-        assert!(bare.validate().unwrap_err().contains("advertised_client_addr"));
+        assert!(bare.validate().unwrap_err().to_string().contains("advertised_client_addr"));
     }
 
     #[test]
@@ -675,7 +709,7 @@ mod tests {
         };
         with("10.0.0.1:8081").unwrap();
         // The members table initialises the group: it must agree with what this node advertises.
-        assert!(with("10.0.0.9:8081").unwrap_err().contains("[[members]]"));
-        assert!(with("0.0.0.0:8081").unwrap_err().contains("wildcard"));
+        assert!(with("10.0.0.9:8081").unwrap_err().to_string().contains("[[members]]"));
+        assert!(with("0.0.0.0:8081").unwrap_err().to_string().contains("wildcard"));
     }
 }

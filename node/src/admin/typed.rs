@@ -1,32 +1,31 @@
-//! `rockraft.v1.AdminService` as served: `Call` (every request as JSON, what the CLI sends) and
-//! the typed methods, each a thin translation into the same [`AdminRequest`] and back, so both
-//! forms behave alike. An error answer becomes a gRPC error carrying its reason.
+//! `rockraft.v1.AdminService` as served: each method reads its request, calls its operation
+//! (`service.rs` and the family files) and writes its reply. A method only the leader answers
+//! is passed on to the leader's raft port by a member that does not lead. Errors become gRPC
+//! statuses in one place (`error::status`).
 
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
 
 use crate::admin::AdminServer;
-use crate::admin::api::{AdminRequest, AdminResponse, BindTarget, MessageLine};
+use crate::admin::api::{BindTarget, MessageLine};
+use crate::admin::error::AdminError;
+use crate::admin::messages::Found;
 use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, FULL_PRIORITY, GroupConfig};
 use crate::broker::held::HeldEntry;
 use crate::broker::lite::{DEFAULT_LITE_QUOTA, LiteBinding, LiteModel};
 use crate::broker::plugins::PluginKind;
 use crate::broker::settings::SettingsChange;
-use crate::broker::transaction::HalfState;
+use crate::broker::transaction::{HalfState, Resolver};
 use crate::broker::{TopicConfig, TopicKind};
+use crate::raft::NodeInfo;
 
 /// Rows a page holds when the request names no limit, and at most.
 const DEFAULT_PAGE: usize = 100;
 pub(crate) const MAX_PAGE: usize = 1000;
 
 type Reply<T> = Result<Response<T>, Status>;
-
-/// The rows after `after` (by name), at most `limit`; and the name to continue after, if more.
-fn page<T>(rows: Vec<T>, name: impl Fn(&T) -> &str, req: &pb::ListRequest) -> (Vec<T>, String) {
-    page_after(rows, name, &req.after, page_limit(req.limit))
-}
 
 /// The rows after `after` by name ("" from the first), at most `limit`, in name order; and the
 /// name to continue after ("" when none follow).
@@ -39,95 +38,97 @@ pub(crate) fn page_after<T>(rows: Vec<T>, name: impl Fn(&T) -> &str, after: &str
     (rows, next)
 }
 
+fn page_limit(asked: u32) -> usize {
+    match asked as usize {
+        0 => DEFAULT_PAGE,
+        n => n.min(MAX_PAGE),
+    }
+}
+
+fn done(result: Result<String, AdminError>) -> Reply<pb::AdminDone> {
+    Ok(Response::new(pb::AdminDone { message: result? }))
+}
+
 fn kind_name(kind: TopicKind) -> String {
     kind.to_string().to_uppercase()
 }
 
-impl AdminServer {
-    async fn answer(&self, req: AdminRequest) -> Result<AdminResponse, Status> {
-        match self.handle(req).await {
-            AdminResponse::Error(why) => Err(Status::failed_precondition(why)),
-            ok => Ok(ok),
-        }
-    }
-
-    async fn done(&self, req: AdminRequest) -> Reply<pb::AdminDone> {
-        match self.answer(req).await? {
-            AdminResponse::Done(message) => Ok(Response::new(pb::AdminDone { message })),
-            other => Err(Status::internal(format!("unexpected answer {other:?}"))),
-        }
-    }
+fn invalid(e: impl std::fmt::Display) -> Status {
+    crate::admin::error::status(AdminError::Invalid(e.to_string()))
 }
 
-fn unexpected(other: AdminResponse) -> Status {
-    Status::internal(format!("unexpected answer {other:?}"))
+/// Passes the request on to the leader and answers what it answers, when this node does not
+/// lead; goes on here when it does.
+macro_rules! on_leader {
+    ($self:ident, $req:ident, $method:ident) => {
+        if let Some(mut leader) = $self.leader()? {
+            return leader.$method($req.into_inner()).await;
+        }
+    };
 }
 
 #[tonic::async_trait]
 impl AdminService for AdminServer {
-    async fn call(&self, req: Request<pb::Json>) -> Reply<pb::Json> {
-        let request: AdminRequest =
-            serde_json::from_slice(&req.get_ref().json).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let response = self.handle(request).await;
-        let json = serde_json::to_vec(&response).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(pb::Json { json: json.into() }))
+    async fn get_status(&self, _: Request<pb::GetStatusRequest>) -> Reply<pb::NodeStatusReply> {
+        Ok(Response::new(self.status().into()))
     }
 
-    async fn get_status(&self, _: Request<pb::GetStatusRequest>) -> Reply<pb::NodeStatusReply> {
-        let AdminResponse::Status(s) = self.answer(AdminRequest::Status).await? else {
-            return Err(Status::internal("unexpected answer"));
-        };
-        Ok(Response::new(pb::NodeStatusReply {
-            id: s.id,
-            role: s.role.as_str().to_string(),
-            term: s.term,
-            leader: s.leader,
-            last_log_index: s.last_log_index,
-            committed: s.committed,
-            applied: s.applied,
-            members: s
-                .members
-                .into_iter()
-                .map(|m| pb::Member {
-                    id: m.id,
-                    raft_addr: m.raft_addr,
-                    client_addr: m.client_addr,
-                    admin_addr: m.admin_addr,
-                    voter: m.voter,
-                })
-                .collect(),
-        }))
+    async fn init(&self, _: Request<pb::InitRequest>) -> Reply<pb::AdminDone> {
+        done(AdminServer::init(self).await)
     }
 
     async fn create_topic(&self, req: Request<pb::CreateTopicRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
-        let kind: TopicKind = r.kind.to_lowercase().parse().map_err(Status::invalid_argument)?;
+        let kind: TopicKind = r.kind.to_lowercase().parse().map_err(invalid)?;
         let mut config = TopicConfig::new(r.name, r.queues, kind);
         if let Some(ttl) = r.lite_ttl_minutes {
             config.lite_ttl_minutes = ttl;
         }
-        self.done(AdminRequest::CreateTopic(config)).await
+        done(AdminServer::create_topic(self, config).await)
     }
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::DeleteTopic { name: req.into_inner().name }).await
+        done(AdminServer::delete_topic(self, req.into_inner().name).await)
     }
 
-    async fn list_topics(&self, req: Request<pb::ListRequest>) -> Reply<pb::ListTopicsReply> {
-        let AdminResponse::Topics(topics) = self.answer(AdminRequest::ListTopics).await? else {
-            return Err(Status::internal("unexpected answer"));
-        };
-        let rows = topics
+    async fn list_topics(&self, req: Request<pb::ListTopicsRequest>) -> Reply<pb::ListTopicsReply> {
+        let r = req.into_inner();
+        let rows = AdminServer::list_topics(self)
             .into_iter()
             .map(|t| pb::Topic {
                 messages: t.queues.iter().map(|(_, start, next)| next.saturating_sub(*start)).sum(),
                 name: t.config.name,
                 queues: t.config.queues,
                 kind: kind_name(t.config.kind),
+                timers: t.held.timers,
+                open_halves: t.held.open_halves,
+                lite_ttl_minutes: t.config.lite_ttl_minutes,
+                queue_ranges: t
+                    .queues
+                    .iter()
+                    .map(|&(queue, start, next)| pb::QueueRange { queue, start, next })
+                    .collect(),
             })
             .collect();
-        let (topics, next_after) = page(rows, |t: &pb::Topic| &t.name, req.get_ref());
+        let (topics, next_after) = page_after(rows, |t: &pb::Topic| &t.name, &r.after, page_limit(r.limit));
         Ok(Response::new(pb::ListTopicsReply { topics, next_after }))
+    }
+
+    async fn list_lite_topics(&self, req: Request<pb::ListLiteTopicsRequest>) -> Reply<pb::ListLiteTopicsReply> {
+        let r = req.into_inner();
+        let group = Some(r.group.as_str()).filter(|g| !g.is_empty());
+        let (rows, next) = self.lite_topics(&r.parent, group, &r.from, page_limit(r.limit))?;
+        let topics = rows
+            .into_iter()
+            .map(|t| pb::LiteTopic {
+                name: t.lite,
+                messages: t.messages,
+                last_write_ms: t.last_write_ms,
+                backlog: t.backlog,
+                inflight: t.inflight as u64,
+            })
+            .collect();
+        Ok(Response::new(pb::ListLiteTopicsReply { topics, next_from: next.unwrap_or_default() }))
     }
 
     async fn create_group(&self, req: Request<pb::CreateGroupRequest>) -> Reply<pb::AdminDone> {
@@ -135,7 +136,9 @@ impl AdminService for AdminServer {
         let max_attempts = if r.max_attempts == 0 { DEFAULT_MAX_ATTEMPTS } else { r.max_attempts };
         let priority_factor = match r.priority_factor {
             None => FULL_PRIORITY,
-            Some(f) => u8::try_from(f).map_err(|_| Status::invalid_argument("priority factor must be 0 to 100"))?,
+            Some(f) => {
+                u8::try_from(f).ok().filter(|f| *f <= 100).ok_or_else(|| invalid("priority factor must be 0 to 100"))?
+            }
         };
         let lite = match r.lite_bind_topic.is_empty() {
             true => None,
@@ -143,25 +146,22 @@ impl AdminService for AdminServer {
                 topic: r.lite_bind_topic,
                 model: match r.lite_model.as_str() {
                     "" => LiteModel::Shared,
-                    m => m.to_lowercase().parse().map_err(Status::invalid_argument)?,
+                    m => m.to_lowercase().parse().map_err(invalid)?,
                 },
                 quota: r.lite_quota.unwrap_or(DEFAULT_LITE_QUOTA),
             }),
         };
         let config = GroupConfig { name: r.name, fifo: r.fifo, max_attempts, priority_factor, lite };
-        self.done(AdminRequest::CreateGroup(config)).await
+        done(AdminServer::create_group(self, config).await)
     }
 
     async fn delete_group(&self, req: Request<pb::DeleteGroupRequest>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::DeleteGroup { name: req.into_inner().name }).await
+        done(AdminServer::delete_group(self, req.into_inner().name).await)
     }
 
-    async fn list_groups(&self, req: Request<pb::ListRequest>) -> Reply<pb::ListGroupsReply> {
-        let groups = match self.answer(AdminRequest::ListGroups).await? {
-            AdminResponse::Groups(g) => g,
-            other => return Err(unexpected(other)),
-        };
-        let rows = groups
+    async fn list_groups(&self, req: Request<pb::ListGroupsRequest>) -> Reply<pb::ListGroupsReply> {
+        let r = req.into_inner();
+        let rows = AdminServer::list_groups(self)
             .into_iter()
             .map(|g| pb::Group {
                 name: g.config.name,
@@ -178,36 +178,32 @@ impl AdminService for AdminServer {
                     .collect(),
             })
             .collect();
-        let (groups, next_after) = page(rows, |g: &pb::Group| &g.name, req.get_ref());
+        let (groups, next_after) = page_after(rows, |g: &pb::Group| &g.name, &r.after, page_limit(r.limit));
         Ok(Response::new(pb::ListGroupsReply { groups, next_after }))
     }
 
     async fn create_user(&self, req: Request<pb::CreateUserRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
-        let secret = Secret::new(r.secret_key);
-        self.done(AdminRequest::CreateUser { access_key: r.access_key, secret, admin: r.admin }).await
+        done(AdminServer::create_user(self, r.access_key, Secret::new(r.secret_key), r.admin).await)
     }
 
     async fn update_user(&self, req: Request<pb::UpdateUserRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, update_user);
         let r = req.into_inner();
-        let secret = r.secret_key.map(Secret::new);
-        self.done(AdminRequest::UpdateUser { access_key: r.access_key, secret, admin: r.admin }).await
+        done(AdminServer::update_user(self, r.access_key, r.secret_key.map(Secret::new), r.admin).await)
     }
 
     async fn delete_user(&self, req: Request<pb::DeleteUserRequest>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::DeleteUser { access_key: req.into_inner().access_key }).await
+        done(AdminServer::delete_user(self, req.into_inner().access_key).await)
     }
 
-    async fn list_users(&self, req: Request<pb::ListRequest>) -> Reply<pb::ListUsersReply> {
-        let users = match self.answer(AdminRequest::ListUsers).await? {
-            AdminResponse::Users(u) => u,
-            other => return Err(unexpected(other)),
-        };
-        let rows = users
+    async fn list_users(&self, req: Request<pb::ListUsersRequest>) -> Reply<pb::ListUsersReply> {
+        let r = req.into_inner();
+        let rows = AdminServer::list_users(self)
             .into_iter()
             .map(|u| pb::User { access_key: u.access_key, admin: u.admin, rules: u.rules as u32 })
             .collect();
-        let (users, next_after) = page(rows, |u: &pb::User| &u.access_key, req.get_ref());
+        let (users, next_after) = page_after(rows, |u: &pb::User| &u.access_key, &r.after, page_limit(r.limit));
         Ok(Response::new(pb::ListUsersReply { users, next_after }))
     }
 
@@ -219,24 +215,22 @@ impl AdminService for AdminServer {
             .map(|a| match a.to_ascii_uppercase().as_str() {
                 "PUB" => Ok(Action::Pub),
                 "SUB" => Ok(Action::Sub),
-                other => Err(Status::invalid_argument(format!("{other:?} is not an action: PUB or SUB"))),
+                other => Err(invalid(format!("{other:?} is not an action: PUB or SUB"))),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let decision = if r.deny { Decision::Deny } else { Decision::Allow };
-        self.done(AdminRequest::Grant { access_key: r.access_key, resource: r.resource, actions, decision }).await
+        done(AdminServer::grant(self, r.access_key, &r.resource, actions, decision).await)
     }
 
     async fn revoke(&self, req: Request<pb::RevokeRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
-        self.done(AdminRequest::Revoke { access_key: r.access_key, resource: r.resource }).await
+        done(AdminServer::revoke(self, r.access_key, &r.resource).await)
     }
 
     async fn list_acl(&self, req: Request<pb::ListAclRequest>) -> Reply<pb::ListAclReply> {
-        let key = Some(req.into_inner().access_key).filter(|k| !k.is_empty());
-        let lines = match self.answer(AdminRequest::ListAcl { access_key: key }).await? {
-            AdminResponse::Acl(l) => l,
-            other => return Err(unexpected(other)),
-        };
+        let r = req.into_inner();
+        let key = Some(r.access_key.as_str()).filter(|k| !k.is_empty());
+        let (lines, next) = AdminServer::list_acl(self, key, &r.after, page_limit(r.limit))?;
         let rules = lines
             .into_iter()
             .map(|l| pb::AclRule {
@@ -246,144 +240,130 @@ impl AdminService for AdminServer {
                 decision: format!("{:?}", l.decision).to_uppercase(),
             })
             .collect();
-        Ok(Response::new(pb::ListAclReply { rules }))
+        Ok(Response::new(pb::ListAclReply { rules, next_after: next.unwrap_or_default() }))
     }
 
-    async fn rotate_handle_key(&self, _: Request<pb::RotateHandleKeyRequest>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::RotateHandleKey).await
+    async fn rotate_handle_key(&self, req: Request<pb::RotateHandleKeyRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, rotate_handle_key);
+        done(AdminServer::rotate_handle_key(self).await)
     }
 
     async fn add_node(&self, req: Request<pb::AddNodeRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, add_node);
         let r = req.into_inner();
-        let (id, raft_addr, client_addr, admin_addr) = (r.id, r.raft_addr, r.client_addr, r.admin_addr);
-        self.done(AdminRequest::AddNode { id, raft_addr, client_addr, admin_addr }).await
+        let info = NodeInfo { raft_addr: r.raft_addr, client_addr: r.client_addr, admin_addr: r.admin_addr };
+        done(AdminServer::add_node(self, r.id, info).await)
     }
 
     async fn remove_node(&self, req: Request<pb::RemoveNodeRequest>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::RemoveNode { id: req.into_inner().id }).await
+        on_leader!(self, req, remove_node);
+        done(AdminServer::remove_node(self, req.into_inner().id).await)
     }
 
     async fn transfer_leader(&self, req: Request<pb::TransferLeaderRequest>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::TransferLeader { to: req.into_inner().to }).await
+        on_leader!(self, req, transfer_leader);
+        done(AdminServer::transfer_leader(self, req.into_inner().to).await)
     }
 
     async fn get_digest(&self, _: Request<pb::GetDigestRequest>) -> Reply<pb::DigestReply> {
-        match self.answer(AdminRequest::Digest).await? {
-            AdminResponse::Digest(d) => Ok(Response::new(pb::DigestReply { applied: d.applied, digest: d.digest })),
-            other => Err(unexpected(other)),
-        }
+        let d = self.digest()?;
+        Ok(Response::new(pb::DigestReply { applied: d.applied, digest: d.digest }))
     }
 
     async fn get_failover_history(&self, _: Request<pb::GetFailoverHistoryRequest>) -> Reply<pb::FailoverHistoryReply> {
-        match self.answer(AdminRequest::History).await? {
-            AdminResponse::History(h) => Ok(Response::new(pb::FailoverHistoryReply {
-                failovers: h
-                    .into_iter()
-                    .map(|f| pb::Failover {
-                        term: f.term,
-                        leader: f.leader,
-                        previous: f.previous,
-                        last_heard_ms: f.last_heard_ms,
-                        election_started_ms: f.election_started_ms,
-                        elected_ms: f.elected_ms,
-                        first_commit_ms: f.first_commit_ms,
-                        routes_converged_ms: f.routes_converged_ms,
-                        not_following: f.not_following,
-                    })
-                    .collect(),
-            })),
-            other => Err(unexpected(other)),
-        }
+        let failovers = self
+            .history()
+            .into_iter()
+            .map(|f| pb::Failover {
+                term: f.term,
+                leader: f.leader,
+                previous: f.previous,
+                last_heard_ms: f.last_heard_ms,
+                election_started_ms: f.election_started_ms,
+                elected_ms: f.elected_ms,
+                first_commit_ms: f.first_commit_ms,
+                routes_converged_ms: f.routes_converged_ms,
+                not_following: f.not_following,
+            })
+            .collect();
+        Ok(Response::new(pb::FailoverHistoryReply { failovers }))
     }
 
     async fn get_queue_spans(&self, req: Request<pb::GetQueueSpansRequest>) -> Reply<pb::QueueSpansReply> {
-        match self.answer(AdminRequest::QueueSpans { upto: req.into_inner().upto }).await? {
-            AdminResponse::QueueSpans(spans) => Ok(Response::new(pb::QueueSpansReply {
-                spans: spans
-                    .into_iter()
-                    .map(|s| pb::QueueSpan { topic: s.topic, queue: s.queue_id, start: s.start, end: s.end })
-                    .collect(),
-            })),
-            other => Err(unexpected(other)),
-        }
+        let spans = self
+            .queue_spans(req.into_inner().upto)
+            .await?
+            .into_iter()
+            .map(|s| pb::QueueSpan { topic: s.topic, queue: s.queue_id, start: s.start, end: s.end })
+            .collect();
+        Ok(Response::new(pb::QueueSpansReply { spans }))
     }
 
     async fn get_queue_checksums(&self, req: Request<pb::GetQueueChecksumsRequest>) -> Reply<pb::QueueChecksumsReply> {
         let r = req.into_inner();
-        let asked =
-            AdminRequest::QueueChecksums { topic: r.topic, queue: r.queue, from: r.from, to: r.to, chunk: r.chunk };
-        match self.answer(asked).await? {
-            AdminResponse::Checksums(checksums) => Ok(Response::new(pb::QueueChecksumsReply { checksums })),
-            other => Err(unexpected(other)),
-        }
+        let checksums = self.queue_checksums(r.topic, r.queue, r.from, r.to, r.chunk).await?;
+        Ok(Response::new(pb::QueueChecksumsReply { checksums }))
     }
 
-    async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::SettingsReply> {
-        match self.answer(AdminRequest::Settings).await? {
-            AdminResponse::Settings(s) => Ok(Response::new(pb::SettingsReply {
-                dedupe_window_secs: s.dedupe_window_secs,
-                max_module_bytes: s.max_module_bytes,
-            })),
-            other => Err(unexpected(other)),
-        }
+    async fn get_settings(&self, req: Request<pb::GetSettingsRequest>) -> Reply<pb::SettingsReply> {
+        on_leader!(self, req, get_settings);
+        let s = self.settings();
+        Ok(Response::new(pb::SettingsReply {
+            dedupe_window_secs: s.dedupe_window_secs,
+            max_module_bytes: s.max_module_bytes,
+        }))
     }
 
     async fn configure(&self, req: Request<pb::ConfigureRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
         let change = SettingsChange { dedupe_window_secs: r.dedupe_window_secs, max_module_bytes: r.max_module_bytes };
-        self.done(AdminRequest::Configure(change)).await
+        done(AdminServer::configure(self, change).await)
     }
 
     async fn list_messages(&self, req: Request<pb::ListMessagesRequest>) -> Reply<pb::ListMessagesReply> {
+        if !req.get_ref().local {
+            on_leader!(self, req, list_messages);
+        }
         let r = req.into_inner();
-        let limit = page_limit(r.limit) as u64;
-        let req = AdminRequest::ListMessages { topic: r.topic, queue: r.queue, from: r.from, limit, local: r.local };
-        let lines = match self.answer(req).await? {
-            AdminResponse::Messages(m) => m,
-            other => return Err(unexpected(other)),
-        };
-        let next_from = match lines.last() {
-            Some(last) if lines.len() as u64 == limit => last.offset + 1,
-            _ => 0,
-        };
-        Ok(Response::new(pb::ListMessagesReply { messages: lines.into_iter().map(message_line).collect(), next_from }))
+        let (lines, next) = AdminServer::list_messages(self, &r.topic, r.queue, r.from, page_limit(r.limit))?;
+        let messages = lines.into_iter().map(message_line).collect();
+        Ok(Response::new(pb::ListMessagesReply { messages, next_from: next.unwrap_or(0) }))
     }
 
     async fn get_message(&self, req: Request<pb::GetMessageRequest>) -> Reply<pb::GetMessageReply> {
-        let r = req.into_inner();
-        match self.answer(AdminRequest::GetMessage { id: r.message_id.clone(), local: r.local }).await? {
-            AdminResponse::Messages(m) if !m.is_empty() => {
-                Ok(Response::new(pb::GetMessageReply { message: m.into_iter().next().map(message_line), held: None }))
+        if !req.get_ref().local {
+            on_leader!(self, req, get_message);
+        }
+        let id = req.into_inner().message_id;
+        match AdminServer::get_message(self, &id)? {
+            Some(Found::Stored(m)) => {
+                Ok(Response::new(pb::GetMessageReply { message: Some(message_line(m)), held: None }))
             }
-            AdminResponse::Held(h) if !h.is_empty() => {
-                Ok(Response::new(pb::GetMessageReply { message: None, held: h.into_iter().next().map(held_message) }))
+            Some(Found::Held(h)) => {
+                Ok(Response::new(pb::GetMessageReply { message: None, held: Some(held_message(h)) }))
             }
-            AdminResponse::Messages(_) | AdminResponse::Held(_) => {
-                Err(Status::not_found(format!("no message with id {}", r.message_id)))
-            }
-            other => Err(unexpected(other)),
+            None => Err(AdminError::NotFound(format!("message {id} not found")).into()),
         }
     }
 
     async fn reset_offset(&self, req: Request<pb::ResetOffsetRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, reset_offset);
         let r = req.into_inner();
-        self.done(AdminRequest::ResetOffset { group: r.group, topic: r.topic, time_ms: r.time_ms }).await
+        done(AdminServer::reset_offset(self, r.group, r.topic, r.time_ms).await)
     }
 
     async fn list_held(&self, req: Request<pb::ListHeldRequest>) -> Reply<pb::ListHeldReply> {
+        on_leader!(self, req, list_held);
         let r = req.into_inner();
         let timers = match r.kind.to_ascii_uppercase().as_str() {
             "TIMER" => true,
             "HALF" => false,
-            other => return Err(Status::invalid_argument(format!("{other:?} is not a kind: TIMER or HALF"))),
+            other => return Err(invalid(format!("{other:?} is not a kind: TIMER or HALF"))),
         };
         let limit = page_limit(r.limit);
-        let topic = Some(r.topic).filter(|t| !t.is_empty());
-        let after = Some(r.after).filter(|a| !a.is_empty());
-        let held = match self.answer(AdminRequest::ListHeld { timers, topic, all: r.all, after, limit }).await? {
-            AdminResponse::Held(h) => h,
-            other => return Err(unexpected(other)),
-        };
+        let topic = Some(r.topic.as_str()).filter(|t| !t.is_empty());
+        let after = Some(r.after.as_str()).filter(|a| !a.is_empty());
+        let held = AdminServer::list_held(self, timers, topic, r.all, after, limit)?;
         let next_after = match held.last() {
             Some(last) if held.len() == limit => last.handle.clone(),
             _ => String::new(),
@@ -392,31 +372,29 @@ impl AdminService for AdminServer {
     }
 
     async fn resolve_transaction(&self, req: Request<pb::ResolveTransactionRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, resolve_transaction);
         let r = req.into_inner();
-        self.done(AdminRequest::ResolveTransaction { message_id: r.message_id, commit: r.commit }).await
+        done(AdminServer::resolve_transaction(self, r.message_id, r.commit).await)
     }
 
     async fn register_plugin(&self, req: Request<pb::RegisterPluginRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, register_plugin);
         let r = req.into_inner();
-        let kind: PluginKind =
-            r.kind.to_ascii_lowercase().replace('_', "-").parse().map_err(Status::invalid_argument)?;
-        self.done(AdminRequest::RegisterPlugin { name: r.name, kind, module: r.module.to_vec() }).await
+        let kind: PluginKind = r.kind.to_ascii_lowercase().replace('_', "-").parse().map_err(invalid)?;
+        done(AdminServer::register_plugin(self, r.name, kind, r.module.to_vec()).await)
     }
 
-    async fn remove_plugin(&self, req: Request<pb::PluginName>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::RemovePlugin { name: req.into_inner().name }).await
+    async fn remove_plugin(&self, req: Request<pb::RemovePluginRequest>) -> Reply<pb::AdminDone> {
+        done(AdminServer::remove_plugin(self, req.into_inner().name).await)
     }
 
-    async fn enable_plugin(&self, req: Request<pb::PluginName>) -> Reply<pb::AdminDone> {
-        self.done(AdminRequest::EnablePlugin { name: req.into_inner().name }).await
+    async fn enable_plugin(&self, req: Request<pb::EnablePluginRequest>) -> Reply<pb::AdminDone> {
+        done(AdminServer::enable_plugin(self, req.into_inner().name).await)
     }
 
-    async fn list_plugins(&self, req: Request<pb::ListRequest>) -> Reply<pb::ListPluginsReply> {
-        let plugins = match self.answer(AdminRequest::ListPlugins).await? {
-            AdminResponse::Plugins(p) => p,
-            other => return Err(unexpected(other)),
-        };
-        let rows = plugins
+    async fn list_plugins(&self, req: Request<pb::ListPluginsRequest>) -> Reply<pb::ListPluginsReply> {
+        let r = req.into_inner();
+        let rows = AdminServer::list_plugins(self)
             .into_iter()
             .map(|p| pb::Plugin {
                 name: p.name,
@@ -431,28 +409,24 @@ impl AdminService for AdminServer {
                 messages: p.messages,
                 failures: p.failures,
                 quarantined: p.quarantined.unwrap_or_default(),
+                fuel: p.fuel,
+                busy_ms: p.busy_ms,
             })
             .collect();
-        let (plugins, next_after) = page(rows, |p: &pb::Plugin| &p.name, req.get_ref());
+        let (plugins, next_after) = page_after(rows, |p: &pb::Plugin| &p.name, &r.after, page_limit(r.limit));
         Ok(Response::new(pb::ListPluginsReply { plugins, next_after }))
     }
 
     async fn bind_plugin(&self, req: Request<pb::BindPluginRequest>) -> Reply<pb::AdminDone> {
+        on_leader!(self, req, bind_plugin);
         let r = req.into_inner();
         let target = match r.target {
             Some(pb::bind_plugin_request::Target::Group(g)) => BindTarget::Group(g),
             Some(pb::bind_plugin_request::Target::Topic(t)) => BindTarget::Topic(t),
-            None => return Err(Status::invalid_argument("name a group or a topic to bind")),
+            None => return Err(invalid("name a group or a topic to bind")),
         };
         let plugin = Some(r.plugin).filter(|p| !p.is_empty());
-        self.done(AdminRequest::BindPlugin { target, plugin, config: r.config }).await
-    }
-}
-
-fn page_limit(asked: u32) -> usize {
-    match asked as usize {
-        0 => DEFAULT_PAGE,
-        n => n.min(MAX_PAGE),
+        done(AdminServer::bind_plugin(self, target, plugin, r.config).await)
     }
 }
 
@@ -470,11 +444,18 @@ fn message_line(m: MessageLine) -> pb::MessageLine {
 }
 
 fn held_message(h: HeldEntry) -> pb::HeldMessage {
-    let state = match h.state {
+    let (state, resolved) = match h.state {
+        None => ("", None),
+        Some(HalfState::Open) => ("OPEN", None),
+        Some(HalfState::Committed { by, at_ms }) => ("COMMITTED", Some((by, at_ms))),
+        Some(HalfState::RolledBack { by, at_ms }) => ("ROLLED_BACK", Some((by, at_ms))),
+    };
+    let resolved_by = match resolved.map(|(by, _)| by) {
         None => "",
-        Some(HalfState::Open) => "OPEN",
-        Some(HalfState::Committed { .. }) => "COMMITTED",
-        Some(HalfState::RolledBack { .. }) => "ROLLED_BACK",
+        Some(Resolver::Producer) => "PRODUCER",
+        Some(Resolver::ProducerCheck) => "PRODUCER_CHECK",
+        Some(Resolver::Checker) => "CHECKER",
+        Some(Resolver::Operator) => "OPERATOR",
     };
     pb::HeldMessage {
         topic: h.message.topic,
@@ -485,6 +466,9 @@ fn held_message(h: HeldEntry) -> pb::HeldMessage {
         handle: h.handle,
         state: state.to_string(),
         checks: h.checks,
+        body_bytes: h.message.size,
+        resolved_by: resolved_by.to_string(),
+        resolved_ms: resolved.map_or(0, |(_, at)| at),
     }
 }
 
@@ -498,7 +482,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut after = String::new();
         loop {
-            let (page_rows, next) = page(rows.clone(), |s: &String| s, &pb::ListRequest { after, limit: 10 });
+            let (page_rows, next) = page_after(rows.clone(), |s: &String| s, &after, 10);
             assert!(page_rows.len() <= 10);
             seen.extend(page_rows);
             if next.is_empty() {
@@ -509,7 +493,7 @@ mod tests {
         let mut expected = rows.clone();
         expected.sort();
         assert_eq!(seen, expected);
-        let (all, next) = page(rows, |s: &String| s, &pb::ListRequest { after: String::new(), limit: 0 });
+        let (all, next) = page_after(rows, |s: &String| s, "", page_limit(0));
         assert_eq!((all.len(), next.as_str()), (25, ""), "the default page holds 100");
     }
 }

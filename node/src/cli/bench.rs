@@ -40,16 +40,35 @@ pub fn lite_topic(i: u64, n: u64) -> String {
     format!("lite-{}", (i % n).wrapping_mul(2_654_435_761) % n)
 }
 
-pub async fn produce(o: ProduceOptions) -> Result<(), String> {
+/// Why a load run did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Before any load: an option, an endpoint, the progress display.
+    #[error("{0}")]
+    Setup(String),
+    /// A worker task died.
+    #[error("a load worker failed: {0}")]
+    Worker(#[from] tokio::task::JoinError),
+    /// The broker refused a step the run needs (a lite subscription).
+    #[error("{0}")]
+    Refused(String),
+    /// The run ended short of what was asked: messages failed, or were not delivered (in time).
+    #[error("{0}")]
+    Short(String),
+}
+
+pub(super) fn setup(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Setup(e.to_string())
+}
+
+pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
     let clients = connect(&o.endpoints).await?;
     let body = Bytes::from(vec![b'r'; o.size]);
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(|e| e.to_string())?));
+    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(setup)?));
     let bar = ProgressBar::new(o.messages);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} messages {per_sec} eta {eta}").map_err(|e| e.to_string())?,
-    );
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} messages {per_sec} eta {eta}").map_err(setup)?);
     let run = format!("{:x}", std::process::id());
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -103,7 +122,7 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| e.to_string())?;
+        t.await?;
     }
     let elapsed = start.elapsed();
     bar.finish_and_clear();
@@ -126,7 +145,7 @@ pub async fn produce(o: ProduceOptions) -> Result<(), String> {
         ms(h.value_at_quantile(0.999)),
         ms(h.max())
     );
-    if failed > 0 { Err(format!("{failed} messages failed")) } else { Ok(()) }
+    if failed > 0 { Err(BenchError::Short(format!("{failed} messages failed"))) } else { Ok(()) }
 }
 
 pub struct ConsumeOptions {
@@ -151,7 +170,7 @@ async fn subscribe_lite(
     client_id: &str,
     worker: usize,
     (n, per_client): (u64, u64),
-) -> Result<usize, String> {
+) -> Result<usize, BenchError> {
     let lites: Vec<String> =
         (worker as u64..n).step_by(o.concurrency).take(per_client as usize).map(|j| format!("lite-{j}")).collect();
     let count = lites.len();
@@ -166,25 +185,24 @@ async fn subscribe_lite(
     if let Ok(v) = client_id.parse() {
         req.metadata_mut().insert("x-mq-client-id", v);
     }
-    let status = client.sync_lite_subscription(req).await.map_err(|e| e.to_string())?.into_inner().status;
+    let refused = |why: String| BenchError::Refused(format!("subscribing to lite topics failed: {why}"));
+    let status = client.sync_lite_subscription(req).await.map_err(|e| refused(e.to_string()))?.into_inner().status;
     match status {
         Some(s) if s.code == Code::Ok as i32 => Ok(count),
-        other => Err(format!("subscribing to lite topics failed: {other:?}")),
+        other => Err(refused(format!("{other:?}"))),
     }
 }
 
 /// Receives and acks as fast as `--concurrency` long polls allow: each worker receives a batch,
 /// acks it in one AckMessage, and receives again.
-pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
+pub async fn consume(o: ConsumeOptions) -> Result<(), BenchError> {
     let clients = connect(&o.endpoints).await?;
     let acked = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(|e| e.to_string())?));
+    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(setup)?));
     let bar = ProgressBar::new(o.messages);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} acked {per_sec} eta {eta}").map_err(|e| e.to_string())?,
-    );
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} acked {per_sec} eta {eta}").map_err(setup)?);
     if let Some(lite) = o.lite {
         let begin = Instant::now();
         let mut subscribed = 0;
@@ -282,7 +300,7 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
         if let Err(e) = t
             && !e.is_cancelled()
         {
-            return Err(e.to_string());
+            return Err(e.into());
         }
     }
     bar.finish_and_clear();
@@ -309,7 +327,10 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), String> {
     if acked < o.messages {
         // An ack whose answer was lost (a leader change) may still have committed: `group list`
         // tells whether anything is left.
-        Err(format!("{acked} of {} messages acked with a confirmed answer; see `rockraft group list`", o.messages))
+        Err(BenchError::Short(format!(
+            "{acked} of {} messages acked with a confirmed answer; see `rockraft group list`",
+            o.messages
+        )))
     } else {
         Ok(())
     }
@@ -326,10 +347,10 @@ pub struct Endpoints {
 pub(super) type Client = MessagingServiceClient<InterceptedService<tonic::transport::Channel, SignRequests>>;
 
 /// One client per endpoint; workers take turns over them.
-pub(super) async fn connect(endpoints: &Endpoints) -> Result<Vec<Client>, String> {
+pub(super) async fn connect(endpoints: &Endpoints) -> Result<Vec<Client>, BenchError> {
     let mut clients = Vec::new();
     for e in &endpoints.addrs {
-        let channel = crate::auth::tls::channel(e, endpoints.tls_ca.as_deref())?;
+        let channel = crate::auth::tls::channel(e, endpoints.tls_ca.as_deref()).map_err(BenchError::Setup)?;
         let c = MessagingServiceClient::with_interceptor(channel, endpoints.sign.clone());
         clients.push(c.max_encoding_message_size(usize::MAX).max_decoding_message_size(usize::MAX));
     }

@@ -25,7 +25,7 @@ use rockraft_proto::rocketmq::{
 };
 use tokio::sync::watch;
 
-use super::bench::{Client, connect, resource};
+use super::bench::{BenchError, Client, connect, resource, setup};
 
 /// User properties every bench message carries.
 const RUN: &str = "bench-run";
@@ -95,9 +95,9 @@ pub struct DelayArgs {
     pub endpoints: Option<String>,
 }
 
-pub async fn run(a: DelayArgs, endpoints: super::bench::Endpoints) -> Result<(), String> {
+pub async fn run(a: DelayArgs, endpoints: super::bench::Endpoints) -> Result<(), BenchError> {
     if a.mode != DelayMode::Pending && a.group.is_none() {
-        return Err("--group is required with --mode spread and burst".into());
+        return Err(setup("--group is required with --mode spread and burst"));
     }
     let clients = connect(&endpoints).await?;
     let run = format!("{:x}-{:x}", std::process::id(), now_ms());
@@ -113,8 +113,8 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-fn style(bar: &ProgressBar, template: &str) -> Result<(), String> {
-    bar.set_style(ProgressStyle::with_template(template).map_err(|e| e.to_string())?);
+fn style(bar: &ProgressBar, template: &str) -> Result<(), BenchError> {
+    bar.set_style(ProgressStyle::with_template(template).map_err(setup)?);
     Ok(())
 }
 
@@ -192,12 +192,12 @@ async fn send_timers(
     timers: Arc<Timers>,
     job: SendJob,
     bar: ProgressBar,
-) -> Result<SendStats, String> {
+) -> Result<SendStats, BenchError> {
     let SendJob { label, total, concurrency, batch, due } = job;
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let after_due = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(|e| e.to_string())?));
+    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(setup)?));
     let first_error = Arc::new(Mutex::new(None::<String>));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -250,7 +250,7 @@ async fn send_timers(
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| e.to_string())?;
+        t.await?;
     }
     let elapsed = start.elapsed();
     bar.finish_and_clear();
@@ -394,8 +394,8 @@ async fn receive_loop(
 }
 
 /// `spread` and `burst`: set the timers while the receivers wait for them.
-async fn lateness(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> Result<(), String> {
-    let group = a.group.clone().ok_or("--group is required with --mode spread and burst")?;
+async fn lateness(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> Result<(), BenchError> {
+    let group = a.group.clone().ok_or_else(|| setup("--group is required with --mode spread and burst"))?;
     let burst = a.mode == DelayMode::Burst;
     let messages = a.messages.unwrap_or(if burst { 100_000 } else { 10_000 });
     let receivers = a.concurrency.unwrap_or(16).max(1);
@@ -425,7 +425,7 @@ async fn lateness(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> R
         foreign: AtomicU64::new(0),
         failed_acks: AtomicU64::new(0),
         last_ms: AtomicI64::new(0),
-        lateness: Mutex::new(Histogram::<u64>::new(3).map_err(|e| e.to_string())?),
+        lateness: Mutex::new(Histogram::<u64>::new(3).map_err(setup)?),
         bar: recv_bar.clone(),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -446,32 +446,33 @@ async fn lateness(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> R
     let mut sent: Option<SendStats> = None;
     let idle_ms = a.idle_secs as i64 * 1000;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let outcome: Result<(), String> = loop {
+    let outcome: Result<(), BenchError> = loop {
         tick.tick().await;
         if let Some(task) = sending.take_if(|t| t.is_finished()) {
-            let stats = match task.await.map_err(|e| e.to_string()).and_then(|r| r) {
+            let stats = match task.await.map_err(BenchError::from).and_then(|r| r) {
                 Ok(s) => s,
                 Err(e) => break Err(e),
             };
             if burst && stats.after_due > 0 {
-                break Err(format!(
+                break Err(BenchError::Short(format!(
                     "setting the timers took {:.1} s, longer than --lead-secs {}: {} were due before their send was \
                      answered; raise --lead-secs",
                     stats.elapsed.as_secs_f64(),
                     a.lead_secs,
                     stats.after_due
-                ));
+                )));
             }
             if stats.ok == 0 {
-                break Err(format!("every send failed: {}", stats.first_error.as_deref().unwrap_or("?")));
+                let first = stats.first_error.as_deref().unwrap_or("?");
+                break Err(BenchError::Short(format!("every send failed: {first}")));
             }
             sent = Some(stats);
         }
         if burst && sending.is_some() && now_ms() > last_due_ms {
-            break Err(format!(
+            break Err(BenchError::Short(format!(
                 "the timers were not all set within --lead-secs {} (T has passed); raise --lead-secs",
                 a.lead_secs
-            ));
+            )));
         }
         let unique = received.unique.load(Ordering::Relaxed);
         if sent.as_ref().is_some_and(|s| unique >= s.ok) {
@@ -491,14 +492,15 @@ async fn lateness(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> R
     };
     let _ = stop_tx.send(true);
     for w in workers {
-        w.await.map_err(|e| e.to_string())?;
+        w.await?;
     }
     recv_bar.finish_and_clear();
     if let Some(task) = sending {
         task.abort();
     }
     outcome?;
-    let sent = sent.ok_or("the sends had not finished --idle-secs after the last due time")?;
+    let sent =
+        sent.ok_or_else(|| BenchError::Short("the sends had not finished --idle-secs after the last due time".into()))?;
     let r = &received;
     let unique = r.unique.load(Ordering::Relaxed);
     let (early, duplicates) = (r.early.load(Ordering::Relaxed), r.duplicates.load(Ordering::Relaxed));
@@ -553,20 +555,20 @@ async fn lateness(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> R
         sent.ok
     );
     if early > 0 {
-        Err(format!("{early} messages were delivered before their due time"))
+        Err(BenchError::Short(format!("{early} messages were delivered before their due time")))
     } else if unique < sent.ok {
-        Err(format!(
+        Err(BenchError::Short(format!(
             "{} of {} timers were not delivered within --idle-secs after the last due time",
             sent.ok - unique,
             sent.ok
-        ))
+        )))
     } else {
         Ok(())
     }
 }
 
 /// `pending`: fill with far-ahead timers, then measure sends of more of them.
-async fn pending(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> Result<(), String> {
+async fn pending(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> Result<(), BenchError> {
     let messages = a.messages.unwrap_or(100_000);
     let concurrency = a.concurrency.unwrap_or(64).max(1);
     let far = now_ms() + a.pending_due_secs as i64 * 1000;
@@ -587,11 +589,11 @@ async fn pending(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> Re
             a.batch
         );
         if fill.failed > 0 {
-            return Err(format!(
+            return Err(BenchError::Short(format!(
                 "{} pending timers failed: {}",
                 fill.failed,
                 fill.first_error.as_deref().unwrap_or("?")
-            ));
+            )));
         }
     }
     let bar = ProgressBar::new(messages);
@@ -630,5 +632,5 @@ async fn pending(a: &DelayArgs, clients: Vec<Client>, timers: Arc<Timers>) -> Re
         ms(h.value_at_quantile(0.5)),
         ms(h.value_at_quantile(0.99))
     );
-    if s.failed > 0 { Err(format!("{} messages failed", s.failed)) } else { Ok(()) }
+    if s.failed > 0 { Err(BenchError::Short(format!("{} messages failed", s.failed))) } else { Ok(()) }
 }

@@ -9,10 +9,12 @@ use rockraft_plugin_sdk::Decision;
 use rockraft_proto::rockraft::StoredMessage;
 use serde::Deserialize;
 
-use crate::admin::api::{AdminRequest, AdminResponse, BindTarget};
+use rockraft_proto::rockraft as pb;
+
+use super::{Admin, CliError, Listing};
 use crate::broker::{MessageFilter, StoredEntry};
 use crate::plugin::subscription::{FilterKind, Subscription};
-use crate::plugin::{LoadedModule, PluginError, PluginHost, PluginKind, PluginLimits, builtin};
+use crate::plugin::{LoadedModule, PluginHost, PluginKind, PluginLimits, builtin};
 
 #[derive(Subcommand)]
 pub enum PluginCmd {
@@ -26,7 +28,7 @@ pub enum PluginCmd {
         file: PathBuf,
     },
     /// Built-in and registered plugins: kind, version, size, what uses them, this node's counts.
-    List,
+    List(Listing),
     /// Removes a registered plugin (unbind it first).
     Remove {
         #[arg(long)]
@@ -70,51 +72,53 @@ pub enum PluginCmd {
     },
 }
 
-fn target(group: Option<String>, topic: Option<String>) -> Result<BindTarget, String> {
+fn target(group: Option<String>, topic: Option<String>) -> Result<pb::bind_plugin_request::Target, CliError> {
+    use pb::bind_plugin_request::Target;
     match (group, topic) {
-        (Some(g), None) => Ok(BindTarget::Group(g)),
-        (None, Some(t)) => Ok(BindTarget::Topic(t)),
-        _ => Err("name either --group or --topic".into()),
+        (Some(g), None) => Ok(Target::Group(g)),
+        (None, Some(t)) => Ok(Target::Topic(t)),
+        _ => Err(CliError::Usage("name either --group or --topic".into())),
     }
 }
 
-/// The admin request a cluster command makes (`Eval` makes none).
-pub fn request(cmd: PluginCmd) -> Result<AdminRequest, String> {
-    Ok(match cmd {
+/// A cluster command (`Eval` runs here, in `main`).
+pub(super) async fn run(admin: &Admin, cmd: PluginCmd) -> Result<(), CliError> {
+    let done = match cmd {
         PluginCmd::Register { name, kind, file } => {
-            let module = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            AdminRequest::RegisterPlugin { name, kind, module }
+            let module = std::fs::read(&file).map_err(|e| CliError::Usage(format!("{}: {e}", file.display())))?;
+            let kind = kind.as_str().to_ascii_uppercase().replace('-', "_");
+            admin.send(pb::RegisterPluginRequest { name, kind, module: module.into() }).await?
         }
-        PluginCmd::List => AdminRequest::ListPlugins,
-        PluginCmd::Remove { name } => AdminRequest::RemovePlugin { name },
-        PluginCmd::Enable { name } => AdminRequest::EnablePlugin { name },
+        PluginCmd::List(listing) => {
+            let ask = |after: &String, limit| pb::ListPluginsRequest { after: after.clone(), limit };
+            let rows = |r: pb::ListPluginsReply| (r.plugins, Some(r.next_after).filter(|n| !n.is_empty()));
+            return admin.page_through(listing.after, listing.limit, "--after", ask, rows, print).await;
+        }
+        PluginCmd::Remove { name } => admin.send(pb::RemovePluginRequest { name }).await?,
+        PluginCmd::Enable { name } => admin.send(pb::EnablePluginRequest { name }).await?,
         PluginCmd::Bind { group, topic, plugin, config } => {
-            AdminRequest::BindPlugin { target: target(group, topic)?, plugin: Some(plugin), config }
+            admin.send(pb::BindPluginRequest { target: Some(target(group, topic)?), plugin, config }).await?
         }
         PluginCmd::Unbind { group, topic } => {
-            AdminRequest::BindPlugin { target: target(group, topic)?, plugin: None, config: String::new() }
+            let target = Some(target(group, topic)?);
+            admin.send(pb::BindPluginRequest { target, plugin: String::new(), config: String::new() }).await?
         }
-        PluginCmd::Eval { .. } => return Err("eval runs locally".into()),
-    })
+        PluginCmd::Eval { .. } => return Err(CliError::Usage("eval runs locally".into())),
+    };
+    println!("{}", done.message);
+    Ok(())
 }
 
-pub fn print(response: AdminResponse) {
-    match response {
-        AdminResponse::Plugins(plugins) => {
-            for p in plugins {
-                let origin = if p.builtin { "built-in" } else { "registered" };
-                let bound = if p.bound_to.is_empty() { "-".to_string() } else { p.bound_to.join(",") };
-                println!(
-                    "{}\t{}\t{origin}\tversion={}\tbytes={}\tsha256={:.12}\tbound_to={bound}\tcalls={}\tmessages={}\tfailures={}",
-                    p.name, p.kind, p.version, p.size, p.hash, p.calls, p.messages, p.failures
-                );
-                if let Some(why) = p.quarantined {
-                    println!("  QUARANTINED: {why}");
-                }
-            }
-        }
-        AdminResponse::Done(text) => println!("{text}"),
-        _ => {}
+fn print(p: pb::Plugin) {
+    let origin = if p.builtin { "built-in" } else { "registered" };
+    let bound = if p.bound_to.is_empty() { "-".to_string() } else { p.bound_to.join(",") };
+    let kind = p.kind.to_ascii_lowercase().replace('_', "-");
+    println!(
+        "{}\t{kind}\t{origin}\tversion={}\tbytes={}\tsha256={:.12}\tbound_to={bound}\tcalls={}\tmessages={}\tfailures={}",
+        p.name, p.version, p.size, p.hash, p.calls, p.messages, p.failures
+    );
+    if !p.quarantined.is_empty() {
+        println!("  QUARANTINED: {}", p.quarantined);
     }
 }
 
@@ -131,9 +135,9 @@ struct EvalMessage {
 }
 
 /// `plugin eval`: the line to print, or the error.
-pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
-    let m: EvalMessage = serde_json::from_str(message).map_err(|e| format!("--message: {e}"))?;
-    let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default()).map_err(|e| e.to_string())?);
+pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, CliError> {
+    let m: EvalMessage = serde_json::from_str(message).map_err(|e| CliError::Usage(format!("--message: {e}")))?;
+    let host = std::sync::Arc::new(PluginHost::new(PluginLimits::default())?);
     let message = StoredMessage {
         tag: m.tag,
         keys: m.keys,
@@ -142,7 +146,6 @@ pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
         ..Default::default()
     };
     let entry = StoredEntry::new(&m.topic, 0, 0, 0, message);
-    let show = |e: PluginError| e.to_string();
     // The built-in filters run exactly as a subscription does, host-side tag prefilter included.
     let kind = match plugin {
         builtin::TAG => Some(FilterKind::Tag),
@@ -150,28 +153,31 @@ pub fn eval(plugin: &str, expr: &str, message: &str) -> Result<String, String> {
         _ => None,
     };
     if let Some(kind) = kind {
-        let sub = Subscription::compile(&host, kind, expr).map_err(show)?;
+        let sub = Subscription::compile(&host, kind, expr)?;
         let tag_ok = sub.may_match(crate::store::tag_hash(&entry.message.tag));
-        let passed = tag_ok && (!sub.reads_messages() || sub.passes(&[entry.view().map_err(|e| e.to_string())?], 0)[0]);
+        let passed = tag_ok
+            && (!sub.reads_messages()
+                || sub.passes(&[entry.view().map_err(|e| CliError::Usage(e.to_string()))?], 0)[0]);
         return Ok(passed.to_string());
     }
     let module: std::sync::Arc<LoadedModule> = if let Some((bytes, kind)) = builtin::module(plugin) {
-        host.load(bytes, kind).map_err(show)?
+        host.load(bytes, kind)?
     } else {
-        let bytes = std::fs::read(plugin).map_err(|e| format!("{plugin}: {e} (not a built-in plugin either)"))?;
+        let bytes = std::fs::read(plugin)
+            .map_err(|e| CliError::Usage(format!("{plugin}: {e} (not a built-in plugin either)")))?;
         match host.load(&bytes, PluginKind::Filter) {
             Ok(m) => m,
-            Err(as_filter) => host.load(&bytes, PluginKind::TxChecker).map_err(|_| show(as_filter))?,
+            Err(as_filter) => host.load(&bytes, PluginKind::TxChecker).map_err(|_| as_filter)?,
         }
     };
-    module.check_expression(expr).map_err(show)?;
+    module.check_expression(expr)?;
     match module.kind {
         PluginKind::Filter => {
-            let answer = host.filter_one(&module, expr, &entry, 0).map_err(show)?;
+            let answer = host.filter_one(&module, expr, &entry, 0)?;
             Ok(answer.to_string())
         }
         PluginKind::TxChecker => {
-            let d = host.check(&module, expr, &entry, m.age_ms, m.checks, m.age_ms).map_err(show)?;
+            let d = host.check(&module, expr, &entry, m.age_ms, m.checks, m.age_ms)?;
             Ok(match d {
                 Decision::Commit => "commit",
                 Decision::Rollback => "rollback",

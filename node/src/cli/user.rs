@@ -3,8 +3,9 @@
 
 use clap::Subcommand;
 
-use crate::admin::api::{AdminRequest, AdminResponse};
-use crate::broker::access::{Action, Decision, Secret};
+use rockraft_proto::rockraft as pb;
+
+use super::{Admin, CliError, Listing};
 
 #[derive(Subcommand)]
 pub enum UserCmd {
@@ -38,7 +39,7 @@ pub enum UserCmd {
         user: String,
     },
     /// Users, whether they are admins, and how many rules each has; never secrets.
-    List,
+    List(Listing),
 }
 
 #[derive(Subcommand)]
@@ -68,6 +69,13 @@ pub enum AclCmd {
     List {
         /// Only this user's rules.
         user: Option<String>,
+        /// Start after this rule (`"<access key> <resource>"`, where a listing cut at `--limit`
+        /// says to go on).
+        #[arg(long, default_value = "")]
+        after: String,
+        /// At most this many rules (all when not given).
+        #[arg(long, default_value_t = usize::MAX)]
+        limit: usize,
     },
 }
 
@@ -78,79 +86,83 @@ pub enum ActionArg {
 }
 
 /// The secret to send, and whether to print it (only one the CLI made up).
-fn secret_or_random(given: Option<String>) -> Result<(String, bool), String> {
+fn secret_or_random(given: Option<String>) -> Result<(String, bool), CliError> {
     match given {
         Some(s) => Ok((s, false)),
-        None => Ok((crate::auth::random_key()?, true)),
+        None => Ok((crate::auth::random_key().map_err(CliError::Usage)?, true)),
     }
 }
 
-pub fn user_request(cmd: UserCmd) -> Result<AdminRequest, String> {
-    Ok(match cmd {
-        UserCmd::Create { user: access_key, secret, admin } => {
-            let (secret, made) = secret_or_random(secret)?;
+pub(super) async fn user(admin: &Admin, cmd: UserCmd) -> Result<(), CliError> {
+    let done = match cmd {
+        UserCmd::Create { user: access_key, secret, admin: is_admin } => {
+            let (secret_key, made) = secret_or_random(secret)?;
             if made {
-                println!("access key: {access_key}\nsecret key: {secret}");
+                println!("access key: {access_key}\nsecret key: {secret_key}");
             }
-            AdminRequest::CreateUser { access_key, secret: Secret::new(secret), admin }
+            admin.send(pb::CreateUserRequest { access_key, secret_key, admin: is_admin }).await?
         }
-        UserCmd::Update { user: access_key, secret, rotate, admin } => {
-            let secret = match (secret, rotate) {
+        UserCmd::Update { user: access_key, secret, rotate, admin: is_admin } => {
+            let secret_key = match (secret, rotate) {
                 (Some(s), _) => Some(s),
                 (None, true) => {
-                    let s = crate::auth::random_key()?;
+                    let s = crate::auth::random_key().map_err(CliError::Usage)?;
                     println!("access key: {access_key}\nsecret key: {s}");
                     Some(s)
                 }
                 (None, false) => None,
             };
-            if secret.is_none() && admin.is_none() {
-                return Err("nothing to change: give --user-secret, --rotate or --admin".into());
+            if secret_key.is_none() && is_admin.is_none() {
+                return Err(CliError::Usage("nothing to change: give --user-secret, --rotate or --admin".into()));
             }
-            AdminRequest::UpdateUser { access_key, secret: secret.map(Secret::new), admin }
+            admin.send(pb::UpdateUserRequest { access_key, secret_key, admin: is_admin }).await?
         }
-        UserCmd::Delete { user: access_key } => AdminRequest::DeleteUser { access_key },
-        UserCmd::List => AdminRequest::ListUsers,
-    })
+        UserCmd::Delete { user: access_key } => admin.send(pb::DeleteUserRequest { access_key }).await?,
+        UserCmd::List(listing) => {
+            println!("{:<32} {:<6} rules", "access key", "admin");
+            let ask = |after: &String, limit| pb::ListUsersRequest { after: after.clone(), limit };
+            let rows = |r: pb::ListUsersReply| (r.users, Some(r.next_after).filter(|n| !n.is_empty()));
+            let print = |u: pb::User| println!("{:<32} {:<6} {}", u.access_key, u.admin, u.rules);
+            return admin.page_through(listing.after, listing.limit, "--after", ask, rows, print).await;
+        }
+    };
+    println!("{}", done.message);
+    Ok(())
 }
 
-pub fn acl_request(cmd: AclCmd) -> Result<AdminRequest, String> {
-    Ok(match cmd {
-        AclCmd::Grant { user: access_key, resource, actions, deny } => AdminRequest::Grant {
-            access_key,
-            resource,
-            actions: actions
+pub(super) async fn acl(admin: &Admin, cmd: AclCmd) -> Result<(), CliError> {
+    let done = match cmd {
+        AclCmd::Grant { user: access_key, resource, actions, deny } => {
+            let actions = actions
                 .into_iter()
                 .map(|a| match a {
-                    ActionArg::Pub => Action::Pub,
-                    ActionArg::Sub => Action::Sub,
+                    ActionArg::Pub => "PUB".to_string(),
+                    ActionArg::Sub => "SUB".to_string(),
                 })
-                .collect(),
-            decision: if deny { Decision::Deny } else { Decision::Allow },
-        },
-        AclCmd::Revoke { user: access_key, resource } => AdminRequest::Revoke { access_key, resource },
-        AclCmd::List { user: access_key } => AdminRequest::ListAcl { access_key },
-    })
-}
-
-pub fn print(response: AdminResponse) {
-    match response {
-        AdminResponse::Done(text) => println!("{text}"),
-        AdminResponse::Users(users) => {
-            println!("{:<32} {:<6} rules", "access key", "admin");
-            for u in users {
-                println!("{:<32} {:<6} {}", u.access_key, u.admin, u.rules);
-            }
+                .collect();
+            admin.send(pb::GrantRequest { access_key, resource, actions, deny }).await?
         }
-        AdminResponse::Acl(lines) => {
+        AclCmd::Revoke { user: access_key, resource } => admin.send(pb::RevokeRequest { access_key, resource }).await?,
+        AclCmd::List { user, after, limit } => {
             println!("{:<32} {:<32} {:<8} decision", "access key", "resource", "actions");
-            for l in lines {
-                let actions: Vec<String> = l.actions.iter().map(|a| format!("{a:?}").to_lowercase()).collect();
-                println!("{:<32} {:<32} {:<8} {:?}", l.access_key, l.resource, actions.join(","), l.decision);
-            }
+            let access_key = user.unwrap_or_default();
+            let ask = |after: &String, limit| pb::ListAclRequest {
+                access_key: access_key.clone(),
+                after: after.clone(),
+                limit,
+            };
+            let rows = |r: pb::ListAclReply| (r.rules, Some(r.next_after).filter(|n| !n.is_empty()));
+            let print = |l: pb::AclRule| {
+                let actions: Vec<String> = l.actions.iter().map(|a| a.to_lowercase()).collect();
+                // `Allow` / `Deny`, as printed before the typed API.
+                let decision = if l.decision.eq_ignore_ascii_case("deny") { "Deny" } else { "Allow" };
+                println!("{:<32} {:<32} {:<8} {decision}", l.access_key, l.resource, actions.join(","));
+            };
+            return admin.page_through(after, limit, "--after", ask, rows, print).await;
         }
-        other => println!("{other:?}"),
-    }
+    };
+    println!("{}", done.message);
+    Ok(())
 }
 
 #[cfg(test)]

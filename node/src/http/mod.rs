@@ -25,7 +25,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
-use crate::admin::api::{AdminRequest, AdminResponse, NodeStatus};
+use crate::admin::api::NodeStatus;
 use crate::admin::{AdminServer, NodeConfig};
 use crate::cluster::Cluster;
 use crate::store::LogReader;
@@ -76,11 +76,6 @@ impl HttpState {
         HttpState { admin: AdminServer::new(cluster.clone(), config), cluster, log, data_dir, insecure, page }
     }
 
-    /// What the admin API answers to `req` on this node (read-only requests only).
-    async fn local<T>(&self, req: AdminRequest, pick: impl FnOnce(AdminResponse) -> Option<T>) -> Option<T> {
-        pick(self.admin.handle(req).await)
-    }
-
     /// Every member's status as it reports it (this node's own without a call), `None` for a
     /// member that did not answer in time.
     async fn members(&self, own: &NodeStatus) -> Vec<(u64, String, Option<NodeStatus>)> {
@@ -89,11 +84,11 @@ impl HttpState {
                 return (m.id, m.client_addr.clone(), Some(own.clone()));
             }
             let status = async {
+                use rockraft_proto::rockraft as pb;
                 let channel = self.cluster.member_channel(&m.raft_addr).ok()?;
-                match crate::admin::call_on(channel, &AdminRequest::Status).await {
-                    Ok(AdminResponse::Status(s)) => Some(s),
-                    _ => None,
-                }
+                let mut member = pb::admin_service_client::AdminServiceClient::new(channel);
+                let reply = member.get_status(pb::GetStatusRequest {}).await.ok()?;
+                NodeStatus::try_from(reply.into_inner()).ok()
             };
             (m.id, m.client_addr.clone(), tokio::time::timeout(MEMBER_WAIT, status).await.ok().flatten())
         });

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-use crate::admin::api::{AdminRequest, AdminResponse, GroupInfo, NodeStatus, PluginInfo, Role, TopicInfo};
+use crate::admin::api::{GroupInfo, NodeStatus, PluginInfo, Role, TopicInfo};
 use crate::broker::failover::Failover;
 use crate::cluster::leadership::LeaderChange;
 use crate::store::free_space::DiskLevel;
@@ -109,18 +109,6 @@ impl View {
         state.cluster.meters().status_page_gathered();
         let own = state.admin.status();
         let members = state.members(&own).await;
-        let topics = state.local(AdminRequest::ListTopics, |r| match r {
-            AdminResponse::Topics(t) => Some(t),
-            _ => None,
-        });
-        let groups = state.local(AdminRequest::ListGroups, |r| match r {
-            AdminResponse::Groups(g) => Some(g),
-            _ => None,
-        });
-        let failovers = state.local(AdminRequest::History, |r| match r {
-            AdminResponse::History(h) => Some(h),
-            _ => None,
-        });
         let refusing = state
             .cluster
             .members()
@@ -130,9 +118,9 @@ impl View {
         View {
             members,
             refusing,
-            failovers: failovers.await.unwrap_or_default(),
-            topics: topics.await.unwrap_or_default(),
-            groups: groups.await.unwrap_or_default(),
+            failovers: state.admin.history(),
+            topics: state.admin.list_topics(),
+            groups: state.admin.list_groups(),
             plugins: state.admin.list_plugins(),
             changes: state.cluster.leader_changes().recent(),
             now_ms: crate::cluster::now_ms(),
@@ -439,11 +427,20 @@ mod tests {
 
     fn empty_view() -> View {
         View {
-            own: serde_json::from_value(serde_json::json!({
-                "id": 1, "role": "Leader", "term": 1, "leader": 1, "last_log_index": null, "committed": null,
-                "applied": null, "purged": null, "members": []
-            }))
-            .unwrap_or_else(|e| panic!("a node status: {e}")),
+            own: NodeStatus {
+                id: 1,
+                role: Role::Leader,
+                term: 1,
+                leader: Some(1),
+                last_log_index: None,
+                committed: None,
+                applied: None,
+                purged: None,
+                members: vec![],
+                clock: Default::default(),
+                disk: Default::default(),
+                refused_by: Default::default(),
+            },
             members: vec![],
             topics: vec![],
             groups: vec![],

@@ -1,0 +1,222 @@
+//! The cluster and its membership: status, initialisation, adding and removing nodes, handing
+//! leadership over, settings, the failover history, and what `cluster verify` compares.
+
+use std::collections::BTreeMap;
+
+use crate::admin::AdminServer;
+use crate::admin::api::{MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, MemberInfo, NodeDisk, NodeStatus, Role, StateDigest};
+use crate::admin::error::AdminError;
+use crate::broker::failover::Failover;
+use crate::broker::settings::{ClusterSettings, SettingsChange};
+use crate::broker::{AdminCommand, Command, QueueSpan};
+use crate::raft::{NodeId, NodeInfo};
+
+/// How long `cluster init` waits for the first handle key (an election and one entry).
+const INIT_KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long `AddNode` waits for the new learner to take the log before it gives up.
+const LEARNER_CONTACT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn role(role: crate::raft::Role) -> Role {
+    match role {
+        crate::raft::Role::Leader => Role::Leader,
+        crate::raft::Role::Follower => Role::Follower,
+        crate::raft::Role::Candidate => Role::Candidate,
+        crate::raft::Role::Learner => Role::Learner,
+        crate::raft::Role::ShuttingDown => Role::ShuttingDown,
+    }
+}
+
+impl AdminServer {
+    pub fn status(&self) -> NodeStatus {
+        let m = self.cluster.status();
+        NodeStatus {
+            id: m.id,
+            role: role(m.role),
+            term: m.term,
+            leader: m.leader,
+            last_log_index: m.last_log_index,
+            committed: m.committed,
+            applied: m.applied,
+            purged: m.purged,
+            members: m
+                .members
+                .iter()
+                .map(|n| MemberInfo {
+                    id: n.id,
+                    raft_addr: n.info.raft_addr.clone(),
+                    client_addr: n.info.client_addr.clone(),
+                    admin_addr: n.info.admin_addr.clone(),
+                    voter: n.voter,
+                })
+                .collect(),
+            clock: self.cluster.clock_report(),
+            disk: Box::new(NodeDisk { here: self.cluster.disk_here(), cluster: self.cluster.disk_report() }),
+            refused_by: m
+                .members
+                .iter()
+                .filter_map(|n| Some((n.id, self.cluster.refusals().refusing(&n.info.raft_addr)?)))
+                .collect(),
+        }
+    }
+
+    pub(super) async fn init(&self) -> Result<String, AdminError> {
+        let config = &self.config;
+        let group = self.cluster.group();
+        if group.is_initialized().await.map_err(AdminError::fault)? {
+            return Ok("already initialized".into());
+        }
+        let members: BTreeMap<u64, NodeInfo> = if config.members.is_empty() {
+            BTreeMap::from([(config.node_id, config.node_info())])
+        } else {
+            config
+                .members
+                .iter()
+                .map(|m| {
+                    let info = NodeInfo {
+                        raft_addr: m.raft_addr.clone(),
+                        client_addr: m.client_addr.clone(),
+                        admin_addr: m.admin_addr.clone(),
+                    };
+                    (m.id, info)
+                })
+                .collect()
+        };
+        let n = members.len();
+        group.initialize(members).await.map_err(|e| AdminError::Refused(e.to_string()))?;
+        // The first leader proposes the first handle key; until it is in place no receive or
+        // send that is handed a handle is served, so init answers once it is (or says it is not).
+        Ok(match self.wait_for_handle_key().await {
+            true => format!("initialized a group of {n}"),
+            false => format!(
+                "initialized a group of {n}; its first handle key is not in place yet (sends and receives that need \
+                 one are refused until it is)"
+            ),
+        })
+    }
+
+    /// Whether this node has applied a handle key, waiting up to [`INIT_KEY_WAIT`] for one.
+    async fn wait_for_handle_key(&self) -> bool {
+        let deadline = tokio::time::Instant::now() + INIT_KEY_WAIT;
+        let mut pause = std::time::Duration::from_millis(10);
+        loop {
+            if self.cluster.broker().access(|t| !t.handle_keys.is_empty()) {
+                return true;
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        }
+    }
+
+    /// On the leader: `id` joins as a learner, takes the log, then becomes a voter.
+    pub(super) async fn add_node(&self, id: NodeId, info: NodeInfo) -> Result<String, AdminError> {
+        // Routes hand this address to clients: it must be one they can dial.
+        super::config::check_dialable(&info.client_addr)
+            .map_err(|e| AdminError::Invalid(format!("client_addr: {e}")))?;
+        let group = self.cluster.group();
+        let raft_addr = info.raft_addr.clone();
+        group.add_learner(id, info).await.map_err(|e| AdminError::Refused(e.to_string()))?;
+        self.learner_reached(id, &raft_addr).await?;
+        let mut voters = group.status().voters();
+        voters.insert(id);
+        group.change_voters(voters).await.map_err(|e| AdminError::Refused(e.to_string()))?;
+        Ok(format!("node {id} added"))
+    }
+
+    /// Waits until the learner `id` has taken part of the log, so it is known to be reachable
+    /// and to accept this node (with mutual TLS: its certificate names `raft_addr`). openraft's
+    /// own wait counts a learner that is within 5000 entries as caught up, even one that never
+    /// answered.
+    async fn learner_reached(&self, id: NodeId, raft_addr: &str) -> Result<(), AdminError> {
+        let cluster = &self.cluster;
+        let deadline = tokio::time::Instant::now() + LEARNER_CONTACT;
+        loop {
+            let matched = cluster.status().replication.get(&id).copied().flatten();
+            if matched.is_some() {
+                return Ok(());
+            }
+            let stays = "it stays a learner: fix it and run add-node again, or remove-node it";
+            if !cluster.is_leader() {
+                return Err(AdminError::Unavailable(format!(
+                    "leadership moved while node {id} was being added; {stays}"
+                )));
+            }
+            if let Some(why) = cluster.refusals().refusing(raft_addr) {
+                return Err(AdminError::Refused(format!(
+                    "node {id} at {raft_addr} refuses this node ({why}); {stays}"
+                )));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AdminError::Refused(format!(
+                    "node {id} at {raft_addr} has taken no entry within {LEARNER_CONTACT:?} (is it running, reachable, \
+                     and does its certificate name that address?); {stays}"
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    pub(super) async fn remove_node(&self, id: NodeId) -> Result<String, AdminError> {
+        let group = self.cluster.group();
+        let mut voters = group.status().voters();
+        if !voters.remove(&id) {
+            return Err(AdminError::NotFound(format!("node {id} is not a voter")));
+        }
+        group.change_voters(voters).await.map_err(|e| AdminError::Refused(e.to_string()))?;
+        Ok(format!("node {id} removed"))
+    }
+
+    pub(super) async fn transfer_leader(&self, to: NodeId) -> Result<String, AdminError> {
+        self.cluster.group().transfer_leader(to).await.map_err(|e| AdminError::Refused(e.to_string()))?;
+        Ok(format!("leadership handed to node {to}"))
+    }
+
+    /// This node's applied index and a digest of its replicated state.
+    pub(super) fn digest(&self) -> Result<StateDigest, AdminError> {
+        let (applied, digest) = self.cluster.broker().digest()?;
+        Ok(StateDigest { applied, digest })
+    }
+
+    /// Each queue's ConsumeQueue span up to log index `upto` on this node.
+    pub(super) async fn queue_spans(&self, upto: u64) -> Result<Vec<QueueSpan>, AdminError> {
+        let broker = self.cluster.broker().clone();
+        Ok(tokio::task::spawn_blocking(move || broker.queue_spans(upto)).await.map_err(AdminError::fault)??)
+    }
+
+    /// Checksums of the records of `from..to` of a queue and their messages, one per `chunk`.
+    pub(super) async fn queue_checksums(
+        &self,
+        topic: String,
+        queue: u32,
+        from: u64,
+        to: u64,
+        chunk: u64,
+    ) -> Result<Vec<u32>, AdminError> {
+        if to.saturating_sub(from) > MAX_CHECKSUMMED_RECORDS
+            || to.saturating_sub(from).div_ceil(chunk.max(1)) > MAX_CHECKSUMS
+        {
+            return Err(AdminError::Invalid(format!(
+                "at most {MAX_CHECKSUMMED_RECORDS} records and {MAX_CHECKSUMS} checksums a request"
+            )));
+        }
+        let broker = self.cluster.broker().clone();
+        let sums = tokio::task::spawn_blocking(move || broker.queue_checksums(&topic, queue, from, to, chunk));
+        Ok(sums.await.map_err(AdminError::fault)??)
+    }
+
+    pub(super) fn settings(&self) -> ClusterSettings {
+        self.cluster.broker().settings()
+    }
+
+    pub(super) async fn configure(&self, change: SettingsChange) -> Result<String, AdminError> {
+        self.write(Command::Admin(AdminCommand::Configure(change))).await
+    }
+
+    /// The failover history as this node has applied it, newest first.
+    pub fn history(&self) -> Vec<Failover> {
+        self.cluster.broker().failovers()
+    }
+}

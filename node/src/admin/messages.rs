@@ -1,0 +1,92 @@
+//! Messages by queue offset and by id; delayed messages and transactional halves.
+
+use crate::admin::AdminServer;
+use crate::admin::api::MessageLine;
+use crate::admin::error::AdminError;
+use crate::broker::held::HeldEntry;
+use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
+use crate::broker::{Command, StoredEntry};
+
+/// A message found by id: stored in a queue, or held (a pending timer or a half).
+pub(super) enum Found {
+    Stored(MessageLine),
+    Held(HeldEntry),
+}
+
+fn line(e: StoredEntry) -> MessageLine {
+    MessageLine {
+        topic: e.topic,
+        queue: e.queue_id,
+        offset: e.offset,
+        message_id: e.message.message_id,
+        tag: e.message.tag,
+        keys: e.message.keys,
+        body_len: e.message.body.len(),
+        store_timestamp_ms: e.store_timestamp_ms,
+    }
+}
+
+impl AdminServer {
+    /// At most `limit` messages of a queue from offset `from` (purged offsets are skipped, not
+    /// walked), as this node stores them; and the offset to go on from, if the queue holds more.
+    pub(super) fn list_messages(
+        &self,
+        topic: &str,
+        queue: u32,
+        from: u64,
+        limit: usize,
+    ) -> Result<(Vec<MessageLine>, Option<u64>), AdminError> {
+        let broker = self.cluster.broker();
+        let (start, end) = broker.queue_status(topic).get(queue as usize).map_or((0, 0), |q| (q.start, q.next));
+        let mut out = Vec::new();
+        let mut offset = from.max(start);
+        while offset < end && out.len() < limit {
+            if let Some(e) = broker.read(topic, queue, offset)? {
+                out.push(line(e));
+            }
+            offset += 1;
+        }
+        Ok((out, (offset < end).then_some(offset)))
+    }
+
+    pub(super) fn get_message(&self, id: &str) -> Result<Option<Found>, AdminError> {
+        let broker = self.cluster.broker();
+        if let Some(found) = broker.find(id)? {
+            return Ok(Some(Found::Stored(line(found))));
+        }
+        // Not delivered (yet): a pending timer or a half.
+        Ok(broker.find_held(id)?.map(Found::Held))
+    }
+
+    /// Pending timers (`timers`) or halves (open ones unless `all`), after the one whose handle
+    /// is `after`, at most `limit`.
+    pub(super) fn list_held(
+        &self,
+        timers: bool,
+        topic: Option<&str>,
+        all: bool,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<HeldEntry>, AdminError> {
+        Ok(self.cluster.broker().held(timers, topic, all, after, limit)?)
+    }
+
+    /// Commits or rolls back a transactional half by message id, as an operator (a half the
+    /// checker rolled back can still be committed while its message is kept).
+    pub(super) async fn resolve_transaction(&self, message_id: String, commit: bool) -> Result<String, AdminError> {
+        let half = self.cluster.broker().find_held(&message_id)?.filter(|h| h.kind == "half");
+        let half =
+            half.ok_or_else(|| AdminError::NotFound(format!("no transactional half with message id {message_id}")))?;
+        let position = parse_transaction_id(&half.handle)
+            .ok_or_else(|| AdminError::Fault(format!("bad transaction id {}", half.handle)))?;
+        let command = TransactionCommand::Resolve {
+            now_ms: 0,
+            topic: half.message.topic,
+            position,
+            message_id,
+            commit,
+            by: Resolver::Operator,
+        };
+        self.write(Command::Transaction(command)).await
+    }
+}

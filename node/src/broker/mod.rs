@@ -71,7 +71,7 @@ pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
 pub use read::{GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
-pub use reply::{Held, Reply, SendOutcome};
+pub use reply::{Held, Refusal, Reply, Request, SendOutcome};
 pub use state::{LogPosition, MembershipRecord, QueueRange, State};
 pub use topic::{TopicConfig, TopicKind};
 

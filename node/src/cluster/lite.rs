@@ -2,8 +2,8 @@
 //! (`pop.rs`), in its (group, parent) lane so two plans never pick the same lite topic's
 //! messages, but from the receiving client's subscriptions rather than from queues.
 
+use crate::broker::Command;
 use crate::broker::lite::{LiteCommand, LiteOutcome, LiteRequest};
-use crate::broker::{Command, Reply};
 use crate::cluster::Cluster;
 use crate::cluster::clock::now_ms;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
@@ -73,13 +73,12 @@ impl Cluster {
         if !plan.delivers() {
             return Ok(Popped { next_due_in_ms, passed_over, ..Default::default() });
         }
-        match self.write(&Command::Lite(LiteCommand::Pop(plan.pop))).await? {
-            Reply::Lite(LiteOutcome::Delivered(lite)) => {
-                Ok(Popped { lite, next_due_in_ms, passed_over, ..Default::default() })
-            }
-            Reply::Lite(LiteOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
-            Reply::Lite(LiteOutcome::NotOwner(why)) => Err(PopError::Forbidden(why)),
-            other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
+        let outcome = self.request(LiteCommand::Pop(plan.pop)).await?;
+        match outcome.map_err(|refusal| PopError::Internal(refusal.to_string()))? {
+            LiteOutcome::Delivered(lite) => Ok(Popped { lite, next_due_in_ms, passed_over, ..Default::default() }),
+            LiteOutcome::GroupNotFound(g) => Err(PopError::GroupNotFound(g)),
+            LiteOutcome::NotOwner(why) => Err(PopError::Forbidden(why)),
+            other => Err(PopError::Internal(format!("a lite pop answered {other:?}"))),
         }
     }
 }

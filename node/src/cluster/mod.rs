@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::broker::{Broker, Command, Reply};
+use crate::broker::{Broker, Command, Refusal, Reply, Request, SendOutcome};
 use crate::raft::contact::LeaderContact;
 use crate::raft::{Group, GroupError, GroupStatus, NodeId, NodeInfo};
 use crate::sessions::ProducerSessions;
@@ -320,13 +320,27 @@ impl Cluster {
         self.peers().write(&addr, command).await
     }
 
+    /// Proposes a command of a family whose reply type is known, and returns its outcome (or
+    /// why apply refused it) once it is committed and applied.
+    pub async fn request<R: Request>(&self, request: R) -> Result<Result<R::Outcome, Refusal>, ClusterError> {
+        Ok(R::outcome(self.write(&request.command()).await?))
+    }
+
     /// Stores `batch` and returns its reply once it is committed and applied. Concurrent sends
     /// to one queue go together: the leader proposes them as one entry, a follower forwards them
     /// to the leader as one request. Through an election or a leader that cannot be reached, the
     /// send is held and tried again, on whichever node leads next, for up to `hold`: a retry is
     /// safe, as the leader drops a message id it stored within the dedupe window and answers with
     /// the first result.
-    pub async fn send(&self, batch: SendBatch, hold: Duration) -> Result<Reply, ClusterError> {
+    pub async fn send(
+        &self,
+        batch: SendBatch,
+        hold: Duration,
+    ) -> Result<Result<Vec<SendOutcome>, Refusal>, ClusterError> {
+        Ok(SendBatch::outcome(self.send_held(batch, hold).await?))
+    }
+
+    async fn send_held(&self, batch: SendBatch, hold: Duration) -> Result<Reply, ClusterError> {
         let deadline = tokio::time::Instant::now() + hold;
         self.check_size(Command::send_len(&batch))?;
         let cut_off = || ClusterError::Unreachable {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::broker::lite::{LiteActor, LiteDelivery};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
-use crate::broker::{Command, PopRequest, Reply};
+use crate::broker::{Command, PopRequest};
 use crate::cluster::clock::now_ms;
 use crate::cluster::router::Route;
 use crate::cluster::{Cluster, ClusterError};
@@ -145,10 +145,7 @@ impl Cluster {
             return Ok(ConsumeOutcome::StaleReceipt);
         }
         let dead = broker.dead_letter_of(receipt, now_ms()).map_err(|e| PopError::Internal(e.to_string()))?;
-        match self.write(&Command::DeadLetter(dead)).await? {
-            Reply::Consume(outcome) => Ok(outcome),
-            other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
-        }
+        self.request(dead).await?.map_err(|refusal| PopError::Internal(refusal.to_string()))
     }
 
     /// The order's filter, compiled (its plugins cache what they compile), with the filter the
@@ -282,13 +279,14 @@ impl Cluster {
         let passed_over =
             plan.pop.takes.iter().any(|t| t.to > t.from) && plan.pop.takes.iter().all(|t| t.hold.is_empty());
         plan.pop.receives = receives;
-        match self.write(&Command::Consume(ConsumeCommand::Pop(plan.pop))).await? {
-            Reply::Consume(ConsumeOutcome::Delivered(deliveries)) => {
+        let outcome = self.request(ConsumeCommand::Pop(plan.pop)).await?;
+        match outcome.map_err(|refusal| PopError::Internal(refusal.to_string()))? {
+            ConsumeOutcome::Delivered(deliveries) => {
                 Ok(Popped { deliveries, next_due_in_ms, passed_over, lite: Vec::new() })
             }
-            Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => Err(PopError::GroupNotFound(g)),
-            Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => Err(PopError::TopicNotFound(t)),
-            other => Err(PopError::Internal(format!("unexpected reply {other:?}"))),
+            ConsumeOutcome::GroupNotFound(g) => Err(PopError::GroupNotFound(g)),
+            ConsumeOutcome::TopicNotFound(t) => Err(PopError::TopicNotFound(t)),
+            other => Err(PopError::Internal(format!("a pop answered {other:?}"))),
         }
     }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
-use crate::broker::{Command, Reply};
 use crate::cluster::{Cluster, now_ms};
 use crate::proxy::renew::Renewals;
 
@@ -27,8 +26,8 @@ pub async fn renewals(cluster: Cluster, renewals: Arc<Renewals>) {
                 // The leader stamps its own time when it proposes the renewals.
                 now_ms: now_ms(),
             };
-            match cluster.write(&Command::Consume(command)).await {
-                Ok(Reply::Consume(ConsumeOutcome::Each(outcomes))) => {
+            match cluster.request(command).await {
+                Ok(Ok(ConsumeOutcome::Each(outcomes))) => {
                     for ((receipt, _), outcome) in chunk.iter().zip(outcomes) {
                         // Settled elsewhere, or redelivered already: nothing left to renew.
                         if !matches!(outcome, ConsumeOutcome::Renewed(_)) {
@@ -36,7 +35,7 @@ pub async fn renewals(cluster: Cluster, renewals: Arc<Renewals>) {
                         }
                     }
                 }
-                Ok(other) => tracing::warn!(reply = ?other, "unexpected reply to renewals"),
+                Ok(other) => tracing::warn!(outcome = ?other, "renewals answered as something else"),
                 // No leader right now: try again next tick.
                 Err(e) => tracing::debug!(error = %e, "renewing deliveries failed"),
             }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use crate::broker::Broker;
 use crate::broker::timer::{MAX_FIRES_PER_ENTRY, TimerCommand, TimerOutcome};
-use crate::broker::{Command, Reply};
 use crate::cluster::{Cluster, now_ms};
 use crate::metrics::Meters;
 
@@ -35,15 +34,15 @@ pub async fn fire_timers(cluster: Cluster, broker: Broker, meters: Meters) {
         }
         let fires = due.chunks(MAX_FIRES_PER_ENTRY).map(|keys| {
             // The leader stamps its own (never earlier) time when it proposes.
-            let command = Command::Timer(TimerCommand::Fire { now_ms: now, timers: keys.to_vec() });
+            let command = TimerCommand::Fire { now_ms: now, timers: keys.to_vec() };
             let cluster = cluster.clone();
-            async move { cluster.write(&command).await }
+            async move { cluster.request(command).await }
         });
         for result in futures_util::future::join_all(fires).await {
             match result {
-                Ok(Reply::Timer(TimerOutcome::Fired(n))) => meters.timers_fired(n as u64),
-                Ok(Reply::Timer(_)) => {}
-                Ok(other) => tracing::warn!(reply = ?other, "unexpected reply to a timer fire"),
+                Ok(Ok(TimerOutcome::Fired(n))) => meters.timers_fired(n as u64),
+                Ok(Ok(_)) => {}
+                Ok(Err(refusal)) => tracing::warn!(%refusal, "a timer fire was refused"),
                 Err(e) => {
                     tracing::debug!(error = %e, "firing timers failed; retrying");
                     tokio::time::sleep(POLL).await;

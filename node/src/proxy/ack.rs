@@ -10,13 +10,13 @@ use rockraft_proto::rocketmq::{
     ChangeInvisibleDurationResponse, Code, ForwardMessageToDeadLetterQueueRequest, Resource, Status,
 };
 
+use crate::broker::Refusal;
 use crate::broker::lite::LiteReceipt;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
-use crate::broker::{Command, Reply};
 use crate::cluster::now_ms;
 use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
 use crate::proxy::send::topic_name;
-use crate::proxy::status::{Rejection, ok, pop_failed, status, write_failed};
+use crate::proxy::status::{Rejection, ok, pop_failed, refused, status, write_failed};
 use crate::proxy::{Proxy, receipt};
 
 /// The most receipts one ack entry carries (a receipt is about 100 bytes of the entry).
@@ -27,17 +27,16 @@ fn stale() -> Status {
 }
 
 /// What an entry's reply means to the client.
-fn outcome_status(reply: Reply) -> Status {
-    match reply {
-        Reply::Consume(ConsumeOutcome::Done | ConsumeOutcome::Renewed(_)) => ok(),
-        Reply::Consume(ConsumeOutcome::StaleReceipt) => stale(),
-        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
+fn outcome_status(outcome: Result<ConsumeOutcome, Refusal>) -> Status {
+    match outcome {
+        Ok(ConsumeOutcome::Done | ConsumeOutcome::Renewed(_)) => ok(),
+        Ok(ConsumeOutcome::StaleReceipt) => stale(),
+        Ok(ConsumeOutcome::GroupNotFound(g)) => {
             status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist"))
         }
-        Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => {
-            status(Code::TopicNotFound, format!("topic {t} does not exist"))
-        }
-        other => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
+        Ok(ConsumeOutcome::TopicNotFound(t)) => status(Code::TopicNotFound, format!("topic {t} does not exist")),
+        Ok(other) => status(Code::InternalServerError, format!("an ack answered {other:?}")),
+        Err(refusal) => refused(&refusal),
     }
 }
 
@@ -110,11 +109,11 @@ impl Proxy {
                 [one] => ConsumeCommand::Ack((*one).clone()),
                 many => ConsumeCommand::Acks { receipts: many.iter().map(|r| (*r).clone()).collect() },
             };
-            let answers = match self.cluster.write(&Command::Consume(command)).await {
-                Ok(Reply::Consume(ConsumeOutcome::Each(outcomes))) if outcomes.len() == chunk.len() => {
-                    outcomes.into_iter().map(|o| outcome_status(Reply::Consume(o))).collect()
+            let answers = match self.cluster.request(command).await {
+                Ok(Ok(ConsumeOutcome::Each(outcomes))) if outcomes.len() == chunk.len() => {
+                    outcomes.into_iter().map(|o| outcome_status(Ok(o))).collect()
                 }
-                Ok(reply) => vec![outcome_status(reply); chunk.len()],
+                Ok(outcome) => vec![outcome_status(outcome); chunk.len()],
                 Err(e) => vec![write_failed(&e, 0); chunk.len()],
             };
             for (r, status) in chunk.iter().zip(&answers) {
@@ -175,17 +174,17 @@ impl Proxy {
             now_ms: now_ms(),
             invisible_ms: invisible.as_millis() as i64,
         };
-        let reply = self.cluster.write(&Command::Consume(command)).await;
+        let reply = self.cluster.request(command).await;
         if reply.is_ok() {
             // The client now decides this delivery's invisible time.
             self.renewals.settled(&receipt);
         }
         match reply {
-            Ok(Reply::Consume(ConsumeOutcome::Renewed(d))) => {
+            Ok(Ok(ConsumeOutcome::Renewed(d))) => {
                 let receipt_handle = receipt::encode(&keys, &d, &group, &topic);
                 ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle }
             }
-            Ok(reply) => refuse(outcome_status(reply)),
+            Ok(outcome) => refuse(outcome_status(outcome)),
             Err(e) => refuse(write_failed(&e, 0)),
         }
     }
@@ -214,7 +213,7 @@ impl Proxy {
         match self.cluster.dead_letter(&receipt).await {
             Ok(outcome) => {
                 self.renewals.settled(&receipt);
-                outcome_status(Reply::Consume(outcome))
+                outcome_status(Ok(outcome))
             }
             Err(e) => pop_failed(&e),
         }

@@ -9,16 +9,17 @@ use rockraft_proto::rocketmq::{
 
 use crate::auth::Caller;
 use crate::auth::handles::HandleKeys;
+use crate::broker::Refusal;
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::{
     LiteActor, LiteCommand, LiteDelivery, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name,
 };
 use crate::broker::pop::Delivery;
-use crate::broker::{Command, Reply, TopicConfig, TopicKind};
+use crate::broker::{TopicConfig, TopicKind};
 use crate::cluster::now_ms;
 use crate::proxy::receive::{ReceiveParams, message, nothing};
 use crate::proxy::send::topic_name;
-use crate::proxy::status::{Rejection, ok, status, write_failed};
+use crate::proxy::status::{Rejection, ok, refused, status, write_failed};
 use crate::proxy::{Proxy, receipt, timestamp};
 
 /// The Python client 5.1.2 sends `subscribe_lite(t)` as a PARTIAL_ADD whose set holds the
@@ -68,21 +69,22 @@ pub fn actor(caller: &Caller) -> LiteActor {
 }
 
 /// What a lite command's outcome means to the client.
-pub fn outcome_status(reply: Reply) -> Status {
-    match reply {
-        Reply::Lite(LiteOutcome::Done | LiteOutcome::Synced { .. } | LiteOutcome::Renewed(_)) => ok(),
-        Reply::Lite(LiteOutcome::StaleReceipt) => {
+pub fn outcome_status(outcome: Result<LiteOutcome, Refusal>) -> Status {
+    match outcome {
+        Ok(LiteOutcome::Done | LiteOutcome::Synced { .. } | LiteOutcome::Renewed(_)) => ok(),
+        Ok(LiteOutcome::StaleReceipt) => {
             status(Code::InvalidReceiptHandle, "the receipt handle is not current: acked, redelivered or renewed since")
         }
-        Reply::Lite(LiteOutcome::GroupNotFound(g)) => {
+        Ok(LiteOutcome::GroupNotFound(g)) => {
             status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist"))
         }
-        Reply::Lite(LiteOutcome::TopicNotFound(t)) => status(Code::TopicNotFound, format!("topic {t} does not exist")),
-        Reply::Lite(LiteOutcome::IllegalGroup(why)) => status(Code::IllegalConsumerGroup, why),
-        Reply::Lite(LiteOutcome::IllegalLiteTopic(why)) => status(Code::IllegalLiteTopic, why),
-        Reply::Lite(LiteOutcome::QuotaExceeded(why)) => status(Code::LiteSubscriptionQuotaExceeded, why),
-        Reply::Lite(LiteOutcome::NotOwner(why)) => status(Code::Forbidden, why),
-        other => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
+        Ok(LiteOutcome::TopicNotFound(t)) => status(Code::TopicNotFound, format!("topic {t} does not exist")),
+        Ok(LiteOutcome::IllegalGroup(why)) => status(Code::IllegalConsumerGroup, why),
+        Ok(LiteOutcome::IllegalLiteTopic(why)) => status(Code::IllegalLiteTopic, why),
+        Ok(LiteOutcome::QuotaExceeded(why)) => status(Code::LiteSubscriptionQuotaExceeded, why),
+        Ok(LiteOutcome::NotOwner(why)) => status(Code::Forbidden, why),
+        Ok(other) => status(Code::InternalServerError, format!("a lite command answered {other:?}")),
+        Err(refusal) => refused(&refusal),
     }
 }
 
@@ -96,8 +98,8 @@ impl Proxy {
         by: LiteActor,
     ) -> Status {
         match self.check_sync(req, ns, client, by).await {
-            Ok(command) => match self.cluster.write(&Command::Lite(command)).await {
-                Ok(reply) => outcome_status(reply),
+            Ok(command) => match self.cluster.request(command).await {
+                Ok(outcome) => outcome_status(outcome),
                 Err(e) => write_failed(&e, 0),
             },
             Err(Rejection(s)) => s,
@@ -217,11 +219,11 @@ impl Proxy {
     /// Acks lite deliveries, all in one entry: one status per receipt, in order.
     pub(super) async fn ack_lite(&self, receipts: Vec<LiteReceipt>) -> Vec<Status> {
         let n = receipts.len();
-        match self.cluster.write(&Command::Lite(LiteCommand::Ack { receipts })).await {
-            Ok(Reply::Lite(LiteOutcome::Each(each))) if each.len() == n => {
-                each.into_iter().map(|o| outcome_status(Reply::Lite(o))).collect()
+        match self.cluster.request(LiteCommand::Ack { receipts }).await {
+            Ok(Ok(LiteOutcome::Each(each))) if each.len() == n => {
+                each.into_iter().map(|o| outcome_status(Ok(o))).collect()
             }
-            Ok(reply) => vec![outcome_status(reply); n],
+            Ok(outcome) => vec![outcome_status(outcome); n],
             Err(e) => vec![write_failed(&e, 0); n],
         }
     }
@@ -236,9 +238,9 @@ impl Proxy {
     ) -> Result<String, Status> {
         let group = receipt.group.clone();
         let command = LiteCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms };
-        match self.cluster.write(&Command::Lite(command)).await {
-            Ok(Reply::Lite(LiteOutcome::Renewed(d))) => Ok(receipt::encode_lite(keys, &d, &group, topic)),
-            Ok(reply) => Err(outcome_status(reply)),
+        match self.cluster.request(command).await {
+            Ok(Ok(LiteOutcome::Renewed(d))) => Ok(receipt::encode_lite(keys, &d, &group, topic)),
+            Ok(outcome) => Err(outcome_status(outcome)),
             Err(e) => Err(write_failed(&e, 0)),
         }
     }
@@ -253,12 +255,10 @@ impl Proxy {
             Ok(letter) => letter,
             Err(e) => return status(Code::InternalServerError, e.to_string()),
         };
-        match self.cluster.write(&Command::DeadLetter(letter)).await {
-            Ok(Reply::Consume(crate::broker::pop::ConsumeOutcome::StaleReceipt)) => {
-                outcome_status(Reply::Lite(LiteOutcome::StaleReceipt))
-            }
-            Ok(Reply::Consume(_)) => ok(),
-            Ok(reply) => outcome_status(reply),
+        match self.cluster.request(letter).await {
+            Ok(Ok(crate::broker::pop::ConsumeOutcome::StaleReceipt)) => outcome_status(Ok(LiteOutcome::StaleReceipt)),
+            Ok(Ok(_)) => ok(),
+            Ok(Err(refusal)) => refused(&refusal),
             Err(e) => write_failed(&e, 0),
         }
     }

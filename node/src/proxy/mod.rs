@@ -33,11 +33,11 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::handles::HandleKeys;
 use crate::auth::{Caller, Denied};
 use crate::broker::Broker;
+use crate::broker::Held;
 use crate::broker::access::{Action, ResourceKind};
 use crate::broker::lite::{LiteCommand, LiteOutcome};
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
-use crate::broker::{Command, Held, Reply};
 use crate::cluster::Cluster;
 use crate::metrics::Meters;
 use crate::plugin::PluginHost;
@@ -200,11 +200,12 @@ impl Proxy {
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
         for (positions, result) in results {
             let outcome = match result {
-                Ok(Reply::Sent(outcomes)) if outcomes.len() == positions.len() => Ok(outcomes),
-                Ok(Reply::TopicNotFound(t)) => {
-                    Err(status::status(Code::TopicNotFound, format!("topic {t} does not exist")))
-                }
-                Ok(other) => Err(status::status(Code::InternalServerError, format!("unexpected reply {other:?}"))),
+                Ok(Ok(outcomes)) if outcomes.len() == positions.len() => Ok(outcomes),
+                Ok(Ok(outcomes)) => Err(status::status(
+                    Code::InternalServerError,
+                    format!("{} outcomes for a send of {} messages", outcomes.len(), positions.len()),
+                )),
+                Ok(Err(refusal)) => Err(status::refused(&refusal)),
                 Err(e) => Err(write_failed(&e, positions.len())),
             };
             match outcome {
@@ -571,9 +572,9 @@ impl MessagingService for Proxy {
         let group = resource_name(&req.get_ref().group, &namespace(&req));
         if !client.is_empty() && self.broker.group(&group).is_some_and(|g| g.lite.is_some()) {
             let by = lite::actor(&Caller::of(&req));
-            let command = Command::Lite(LiteCommand::Unsubscribe { group, client: client.clone(), by });
-            match self.cluster.write(&command).await {
-                Ok(Reply::Lite(LiteOutcome::NotOwner(why))) => {
+            let command = LiteCommand::Unsubscribe { group, client: client.clone(), by };
+            match self.cluster.request(command).await {
+                Ok(Ok(LiteOutcome::NotOwner(why))) => {
                     let s = status::status(Code::Forbidden, why);
                     return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
                 }

@@ -3,6 +3,7 @@
 
 use rockraft_proto::rocketmq::{Code, Status};
 
+use crate::broker::Refusal;
 use crate::cluster::ClusterError;
 use crate::cluster::pop::PopError;
 
@@ -30,6 +31,16 @@ pub fn write_failed(e: &ClusterError, messages: usize) -> Status {
         ClusterError::Raft(_) | ClusterError::Internal(_) => Code::InternalServerError,
     };
     status(code, e.to_string())
+}
+
+/// A command apply refused (the same on every replica); it changed nothing.
+pub fn refused(r: &Refusal) -> Status {
+    let code = match r {
+        Refusal::TopicNotFound(_) => Code::TopicNotFound,
+        Refusal::TopicExists(_) | Refusal::Rejected(_) => Code::BadRequest,
+        Refusal::OtherFamily(_) => Code::InternalServerError,
+    };
+    status(code, r.to_string())
 }
 
 /// This node has no handle key yet (the cluster was initialised a moment ago): clients treat

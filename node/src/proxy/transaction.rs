@@ -8,10 +8,9 @@ use rockraft_proto::rocketmq::{
 
 use crate::broker::timer::{TimerCommand, TimerOutcome, parse_recall_handle};
 use crate::broker::transaction::{HalfState, Resolver, TransactionCommand, TransactionOutcome, parse_transaction_id};
-use crate::broker::{Command, Reply};
 use crate::proxy::Proxy;
 use crate::proxy::send::topic_name;
-use crate::proxy::status::{ok, status, write_failed};
+use crate::proxy::status::{ok, refused, status, write_failed};
 
 fn resolved_as(state: HalfState) -> &'static str {
     match state {
@@ -57,16 +56,16 @@ impl Proxy {
         };
         let command =
             TransactionCommand::Resolve { now_ms: 0, topic, position, message_id: req.message_id.clone(), commit, by };
-        match self.cluster.write(&Command::Transaction(command)).await {
-            Ok(Reply::Transaction(TransactionOutcome::Done)) => ok(),
-            Ok(Reply::Transaction(TransactionOutcome::Unknown)) => status(
+        match self.cluster.request(command).await {
+            Ok(Ok(TransactionOutcome::Done)) => ok(),
+            Ok(Ok(TransactionOutcome::Unknown)) => status(
                 Code::InvalidTransactionId,
                 format!("no transaction {} for message {}", req.transaction_id, req.message_id),
             ),
-            Ok(Reply::Transaction(TransactionOutcome::Conflict(state))) => {
+            Ok(Ok(TransactionOutcome::Conflict(state))) => {
                 status(Code::PreconditionFailed, format!("the transaction was already {}", resolved_as(state)))
             }
-            Ok(other) => status(Code::InternalServerError, format!("unexpected reply {other:?}")),
+            Ok(Err(refusal)) => refused(&refusal),
             Err(e) => write_failed(&e, 1),
         }
     }
@@ -85,18 +84,16 @@ impl Proxy {
             return answer(status(Code::BadRequest, "not a recall handle"), String::new());
         };
         let command = TimerCommand::Recall { now_ms: 0, topic, timer };
-        match self.cluster.write(&Command::Timer(command)).await {
-            Ok(Reply::Timer(TimerOutcome::Recalled { message_id })) => answer(ok(), message_id),
-            Ok(Reply::Timer(TimerOutcome::AlreadyDue)) => {
+        match self.cluster.request(command).await {
+            Ok(Ok(TimerOutcome::Recalled { message_id })) => answer(ok(), message_id),
+            Ok(Ok(TimerOutcome::AlreadyDue)) => {
                 answer(status(Code::MessageNotFound, "the message is due and being delivered"), String::new())
             }
-            Ok(Reply::Timer(_)) => answer(
+            Ok(Ok(_)) => answer(
                 status(Code::MessageNotFound, "no pending delayed message: delivered, recalled, or never sent"),
                 String::new(),
             ),
-            Ok(other) => {
-                answer(status(Code::InternalServerError, format!("unexpected reply {other:?}")), String::new())
-            }
+            Ok(Err(refusal)) => answer(refused(&refusal), String::new()),
             Err(e) => answer(write_failed(&e, 1), String::new()),
         }
     }

@@ -1,7 +1,8 @@
 //! RockRaft: a RocketMQ-5-style message broker whose CommitLog is a Raft log.
 //!
 //! - `store`: segment files, log index, ConsumeQueue, recovery.
-//! - `raft`: the openraft type configuration, log storage over `store`, network over tonic.
+//! - `raft`: openraft and nothing else names it: the `Group` handle (propose, read index, who
+//!   leads, membership, status), log storage over `store`, network over tonic.
 //! - `broker`: the state machine (topics, queue offsets, ConsumeQueue records).
 //! - `cluster`: how a node reaches the leader: forwarded writes, read index, pop planning, the
 //!   leader's clock, typed errors, and the internal `PeerService` (raft port only).

@@ -1,8 +1,9 @@
 //! How a node reaches the leader: the one place that proposes writes (here, or forwarded to the
 //! leader), asks for the read index, plans pops, and says why it could not ([`ClusterError`]).
 //!
-//! - [`Cluster`]: a cheap-clone handle over Raft, the broker, the peer channels, the pop locks and
-//!   the leader's clock; the proxy and the admin API use it alike.
+//! - [`Cluster`]: a cheap-clone handle over the group (`raft::Group`), the peer channels, the pop
+//!   locks and the leader's clock; `request` proposes a command and hands back its family's
+//!   outcome (`broker::Request`); `router`: every request that needs the leader goes there once.
 //! - `clock`: the leader's clock stamped into commands; `pop`: pop planning on the leader;
 //!   `members`: which members are live (the leader's view), for the routes clients get;
 //! - `skew`: finding a member whose clock is off, which then does not lead;

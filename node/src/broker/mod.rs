@@ -67,6 +67,7 @@ pub mod transaction;
 
 pub(crate) use command::SendBatchQueues;
 pub use command::{AdminCommand, Command, DecodeError, Footprint};
+pub(crate) use command::{actor_from_proto, actor_to_proto};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};

@@ -108,7 +108,8 @@ impl Peers {
 
     /// A dead letter built and proposed by the leader.
     pub async fn dead_letter(&self, addr: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
-        let reply = within(addr, self.client(addr)?.dead_letter(pb::Receipt::from(receipt.clone()))).await;
+        let reply =
+            within(addr, self.client(addr)?.dead_letter(rockraft_proto::rockraft::log::Receipt::from(receipt))).await;
         answer(addr, reply)
     }
 }

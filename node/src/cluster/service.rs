@@ -2,9 +2,9 @@
 //! a member asks on behalf of a client. A node that is no longer the leader says `NoLeader`
 //! instead of passing the call on, so a call takes at most one hop; the member retries.
 
-use rockraft_proto::rockraft::peer as pb;
 use rockraft_proto::rockraft::peer_service_server::PeerService;
 use rockraft_proto::rockraft::{ClockRequest, DiskSpaceRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{log, peer as pb};
 use tonic::{Request, Response, Status};
 
 use crate::broker::pop::Receipt;
@@ -42,8 +42,8 @@ impl PeerService for PeerServer {
         reply(self.cluster.as_leader(async |c| c.pop_here(&order).await).await)
     }
 
-    async fn dead_letter(&self, req: Request<pb::Receipt>) -> Result<Response<pb::DeadLetterResult>, Status> {
-        let receipt: Receipt = request(req)?;
+    async fn dead_letter(&self, req: Request<log::Receipt>) -> Result<Response<pb::DeadLetterResult>, Status> {
+        let receipt = Receipt::from(req.into_inner());
         reply(self.cluster.as_leader(async |c| c.dead_letter_here(&receipt).await).await)
     }
 

@@ -8,13 +8,14 @@
 
 use std::convert::Infallible;
 
-use rockraft_proto::rockraft::peer as pb;
+use rockraft_proto::rockraft::{log, peer as pb};
 
-use crate::broker::lite::{LiteActor, LiteDelivery, LiteOutcome, LiteReceipt};
-use crate::broker::pop::{ConsumeOutcome, Delivery, Receipt};
+use crate::broker::lite::{LiteDelivery, LiteOutcome};
+use crate::broker::pop::{ConsumeOutcome, Delivery};
 use crate::broker::timer::TimerOutcome;
 use crate::broker::transaction::{HalfState, Resolver, TransactionOutcome};
 use crate::broker::{Held, Reply, SendOutcome};
+use crate::broker::{actor_from_proto, actor_to_proto};
 use crate::cluster::disk::DiskReading;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::cluster::{AskProducer, ClusterError};
@@ -203,19 +204,6 @@ impl TryFrom<pb::Delivery> for Delivery {
     }
 }
 
-impl From<Receipt> for pb::Receipt {
-    fn from(r: Receipt) -> pb::Receipt {
-        pb::Receipt { group: r.group, topic: r.topic, queue_id: r.queue_id, offset: r.offset, generation: r.generation }
-    }
-}
-
-impl TryFrom<pb::Receipt> for Receipt {
-    type Error = DecodeError;
-    fn try_from(r: pb::Receipt) -> Result<Receipt, DecodeError> {
-        Ok(Receipt { group: r.group, topic: r.topic, queue_id: r.queue_id, offset: r.offset, generation: r.generation })
-    }
-}
-
 // Timers and transactions.
 
 impl From<TimerOutcome> for pb::TimerOutcome {
@@ -331,7 +319,7 @@ impl From<LiteOutcome> for pb::LiteOutcome {
             LiteOutcome::IllegalLiteTopic(t) => O::IllegalLiteTopic(t),
             LiteOutcome::QuotaExceeded(why) => O::QuotaExceeded(why),
             LiteOutcome::Delivered(d) => O::Delivered(pb::LiteDeliveries { deliveries: all(d) }),
-            LiteOutcome::Renewed(r) => O::Renewed(r.into()),
+            LiteOutcome::Renewed(r) => O::Renewed(log::LiteReceipt::from(&r)),
             LiteOutcome::StaleReceipt => O::StaleReceipt(EMPTY),
             LiteOutcome::Each(e) => O::Each(pb::LiteOutcomes { outcomes: all(e) }),
             LiteOutcome::NotOwner(who) => O::NotOwner(who),
@@ -355,7 +343,7 @@ impl TryFrom<pb::LiteOutcome> for LiteOutcome {
             O::IllegalLiteTopic(t) => LiteOutcome::IllegalLiteTopic(t),
             O::QuotaExceeded(why) => LiteOutcome::QuotaExceeded(why),
             O::Delivered(d) => LiteOutcome::Delivered(each(d.deliveries)?),
-            O::Renewed(r) => LiteOutcome::Renewed(r.try_into()?),
+            O::Renewed(r) => LiteOutcome::Renewed(r.into()),
             O::StaleReceipt(_) => LiteOutcome::StaleReceipt,
             O::Each(e) => LiteOutcome::Each(each(e.outcomes)?),
             O::NotOwner(who) => LiteOutcome::NotOwner(who),
@@ -390,43 +378,6 @@ impl TryFrom<pb::LiteDelivery> for LiteDelivery {
     }
 }
 
-impl From<LiteReceipt> for pb::LiteReceipt {
-    fn from(r: LiteReceipt) -> pb::LiteReceipt {
-        pb::LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation }
-    }
-}
-
-impl TryFrom<pb::LiteReceipt> for LiteReceipt {
-    type Error = DecodeError;
-    fn try_from(r: pb::LiteReceipt) -> Result<LiteReceipt, DecodeError> {
-        Ok(LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation })
-    }
-}
-
-impl From<LiteActor> for pb::LiteActor {
-    fn from(a: LiteActor) -> pb::LiteActor {
-        use pb::lite_actor::Actor as A;
-        let actor = match a {
-            LiteActor::Open => A::Open(EMPTY),
-            LiteActor::User(key) => A::User(key),
-            LiteActor::Admin(key) => A::Admin(key),
-        };
-        pb::LiteActor { actor: Some(actor) }
-    }
-}
-
-impl TryFrom<pb::LiteActor> for LiteActor {
-    type Error = DecodeError;
-    fn try_from(a: pb::LiteActor) -> Result<LiteActor, DecodeError> {
-        use pb::lite_actor::Actor as A;
-        Ok(match set(a.actor, "lite actor")? {
-            A::Open(_) => LiteActor::Open,
-            A::User(key) => LiteActor::User(key),
-            A::Admin(key) => LiteActor::Admin(key),
-        })
-    }
-}
-
 // Pops.
 
 impl From<PopOrder> for pb::PopOrder {
@@ -444,7 +395,7 @@ impl From<PopOrder> for pb::PopOrder {
             invisible_ms: o.invisible_ms,
             attempt_id: o.attempt_id,
             lite_client: o.lite_client,
-            lite_by: Some(o.lite_by.into()),
+            lite_by: actor_to_proto(&o.lite_by),
         }
     }
 }
@@ -469,7 +420,7 @@ impl TryFrom<pb::PopOrder> for PopOrder {
             invisible_ms: o.invisible_ms,
             attempt_id: o.attempt_id,
             lite_client: o.lite_client,
-            lite_by: set(o.lite_by, "pop order's lite actor")?.try_into()?,
+            lite_by: actor_from_proto(o.lite_by),
         })
     }
 }

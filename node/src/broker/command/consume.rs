@@ -196,15 +196,28 @@ fn pop_from_proto(p: pb::Pop) -> Pop {
 }
 
 fn receipt_to_proto(r: &Receipt) -> pb::Receipt {
-    pb::Receipt {
-        group: r.group.clone(),
-        topic: r.topic.clone(),
-        queue_id: r.queue_id,
-        offset: r.offset,
-        generation: r.generation,
-    }
+    pb::Receipt::from(r)
 }
 
 fn receipt_from_proto(r: pb::Receipt) -> Receipt {
-    Receipt { group: r.group, topic: r.topic, queue_id: r.queue_id, offset: r.offset, generation: r.generation }
+    Receipt::from(r)
+}
+
+/// A receipt's one protobuf form, in log entries and in the peer calls alike.
+impl From<&Receipt> for pb::Receipt {
+    fn from(r: &Receipt) -> pb::Receipt {
+        pb::Receipt {
+            group: r.group.clone(),
+            topic: r.topic.clone(),
+            queue_id: r.queue_id,
+            offset: r.offset,
+            generation: r.generation,
+        }
+    }
+}
+
+impl From<pb::Receipt> for Receipt {
+    fn from(r: pb::Receipt) -> Receipt {
+        Receipt { group: r.group, topic: r.topic, queue_id: r.queue_id, offset: r.offset, generation: r.generation }
+    }
 }

@@ -18,7 +18,8 @@ pub(super) fn footprint(c: &LiteCommand) -> Footprint {
     }
 }
 
-fn actor_to_proto(by: &LiteActor) -> Option<pb::LiteActor> {
+/// Who acts, in its one protobuf form (`None`: the cluster itself, or authentication off).
+pub(crate) fn actor_to_proto(by: &LiteActor) -> Option<pb::LiteActor> {
     let actor = match by {
         LiteActor::Open => return None,
         LiteActor::User(key) => Actor::User(key.clone()),
@@ -27,7 +28,7 @@ fn actor_to_proto(by: &LiteActor) -> Option<pb::LiteActor> {
     Some(pb::LiteActor { actor: Some(actor) })
 }
 
-fn actor_from_proto(by: Option<pb::LiteActor>) -> LiteActor {
+pub(crate) fn actor_from_proto(by: Option<pb::LiteActor>) -> LiteActor {
     match by.and_then(|a| a.actor) {
         None => LiteActor::Open,
         Some(Actor::User(key)) => LiteActor::User(key),
@@ -36,12 +37,24 @@ fn actor_from_proto(by: Option<pb::LiteActor>) -> LiteActor {
 }
 
 fn receipt_to_proto(r: &LiteReceipt) -> pb::LiteReceipt {
-    pb::LiteReceipt { group: r.group.clone(), id: r.id, offset: r.offset, generation: r.generation }
+    pb::LiteReceipt::from(r)
 }
 
 fn receipt_from_proto(r: Option<pb::LiteReceipt>) -> Result<LiteReceipt, DecodeError> {
-    let r = required(r, "receipt")?;
-    Ok(LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation })
+    Ok(LiteReceipt::from(required(r, "receipt")?))
+}
+
+/// A lite receipt's one protobuf form, in log entries and in the peer calls alike.
+impl From<&LiteReceipt> for pb::LiteReceipt {
+    fn from(r: &LiteReceipt) -> pb::LiteReceipt {
+        pb::LiteReceipt { group: r.group.clone(), id: r.id, offset: r.offset, generation: r.generation }
+    }
+}
+
+impl From<pb::LiteReceipt> for LiteReceipt {
+    fn from(r: pb::LiteReceipt) -> LiteReceipt {
+        LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation }
+    }
 }
 
 pub(super) fn to_proto(c: &LiteCommand) -> pb::LiteCommand {

@@ -19,6 +19,7 @@ mod consume;
 pub mod envelope;
 mod legacy;
 mod lite;
+pub(crate) use lite::{actor_from_proto, actor_to_proto};
 mod plugin;
 mod timer;
 mod transaction;

@@ -271,21 +271,7 @@ impl AdminService for AdminServer {
     }
 
     async fn get_failover_history(&self, _: Request<pb::GetFailoverHistoryRequest>) -> Reply<pb::FailoverHistoryReply> {
-        let failovers = self
-            .history()
-            .into_iter()
-            .map(|f| pb::Failover {
-                term: f.term,
-                leader: f.leader,
-                previous: f.previous,
-                last_heard_ms: f.last_heard_ms,
-                election_started_ms: f.election_started_ms,
-                elected_ms: f.elected_ms,
-                first_commit_ms: f.first_commit_ms,
-                routes_converged_ms: f.routes_converged_ms,
-                not_following: f.not_following,
-            })
-            .collect();
+        let failovers = self.history().iter().map(rockraft_proto::rockraft::log::Failover::from).collect();
         Ok(Response::new(pb::FailoverHistoryReply { failovers }))
     }
 

@@ -65,7 +65,7 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
         ClusterCmd::Verify => return verify(admin).await,
         ClusterCmd::History => {
             let history = admin.send(pb::GetFailoverHistoryRequest {}).await?;
-            let history: Vec<Failover> = history.failovers.into_iter().map(failover).collect();
+            let history: Vec<Failover> = history.failovers.into_iter().map(Failover::from).collect();
             print!("{}", history_table(&history));
             return Ok(());
         }
@@ -87,20 +87,6 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
     };
     println!("{}", message.message);
     Ok(())
-}
-
-fn failover(f: pb::Failover) -> Failover {
-    Failover {
-        term: f.term,
-        leader: f.leader,
-        previous: f.previous,
-        last_heard_ms: f.last_heard_ms,
-        election_started_ms: f.election_started_ms,
-        elected_ms: f.elected_ms,
-        first_commit_ms: f.first_commit_ms,
-        routes_converged_ms: f.routes_converged_ms,
-        not_following: f.not_following,
-    }
 }
 
 /// Asks every member for its state digest until they report the same applied index (writes may

@@ -26,17 +26,7 @@ pub(super) fn to_proto(c: &AdminCommand) -> pb::AdminCommand {
             dedupe_window_secs: s.dedupe_window_secs,
             max_module_bytes: s.max_module_bytes,
         }),
-        AdminCommand::RecordFailover(f) => Op::RecordFailover(pb::Failover {
-            term: f.term,
-            leader: f.leader,
-            previous: f.previous,
-            last_heard_ms: f.last_heard_ms,
-            election_started_ms: f.election_started_ms,
-            elected_ms: f.elected_ms,
-            first_commit_ms: f.first_commit_ms,
-            routes_converged_ms: f.routes_converged_ms,
-            not_following: f.not_following.clone(),
-        }),
+        AdminCommand::RecordFailover(f) => Op::RecordFailover(pb::Failover::from(f)),
     };
     pb::AdminCommand { op: Some(op) }
 }
@@ -50,7 +40,30 @@ pub(super) fn from_proto(c: pb::AdminCommand) -> Result<AdminCommand, DecodeErro
             dedupe_window_secs: s.dedupe_window_secs,
             max_module_bytes: s.max_module_bytes,
         }),
-        Op::RecordFailover(f) => AdminCommand::RecordFailover(Failover {
+        Op::RecordFailover(f) => AdminCommand::RecordFailover(Failover::from(f)),
+    })
+}
+
+/// A failover record's one protobuf form, in log entries and in the admin API's history alike.
+impl From<&Failover> for pb::Failover {
+    fn from(f: &Failover) -> pb::Failover {
+        pb::Failover {
+            term: f.term,
+            leader: f.leader,
+            previous: f.previous,
+            last_heard_ms: f.last_heard_ms,
+            election_started_ms: f.election_started_ms,
+            elected_ms: f.elected_ms,
+            first_commit_ms: f.first_commit_ms,
+            routes_converged_ms: f.routes_converged_ms,
+            not_following: f.not_following.clone(),
+        }
+    }
+}
+
+impl From<pb::Failover> for Failover {
+    fn from(f: pb::Failover) -> Failover {
+        Failover {
             term: f.term,
             leader: f.leader,
             previous: f.previous,
@@ -60,8 +73,8 @@ pub(super) fn from_proto(c: pb::AdminCommand) -> Result<AdminCommand, DecodeErro
             first_commit_ms: f.first_commit_ms,
             routes_converged_ms: f.routes_converged_ms,
             not_following: f.not_following,
-        }),
-    })
+        }
+    }
 }
 
 fn topic_to_proto(t: &TopicConfig) -> pb::TopicConfig {

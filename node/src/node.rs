@@ -158,6 +158,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     jobs.spawn_leader("timers", leadership.clone(), move || {
         crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone())
     });
+    let placing = cluster.clone();
+    jobs.spawn_leader("placement", leadership.clone(), move || crate::jobs::placement(placing.clone()));
     let (lite, lites) = (cluster.clone(), broker.clone());
     jobs.spawn_leader("lite topics", leadership.clone(), move || crate::jobs::lite_upkeep(lite.clone(), lites.clone()));
     let broker_config = &config.broker;

@@ -63,7 +63,7 @@ impl AdminServer {
                 // Read under the broker's lock; compiled (if it is not yet) after it is released.
                 let source = {
                     let state = self.cluster.broker().state();
-                    ModuleSource::find(&state.plugins, &plugin, kind)
+                    ModuleSource::find(&state.meta.plugins, &plugin, kind)
                 };
                 let source = source.map_err(|e| AdminError::NotFound(e.to_string()))?;
                 let host = self.cluster.plugins();
@@ -93,7 +93,7 @@ impl AdminServer {
         }
         let host = self.cluster.plugins();
         let state = self.cluster.broker().state();
-        let tables = &state.plugins;
+        let tables = &state.meta.plugins;
         let bound_to = |name: &str| -> Vec<String> {
             let groups =
                 tables.group_filters.iter().filter(|(_, b)| b.plugin == name).map(|(g, _)| format!("group {g}"));

@@ -13,14 +13,18 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 use crate::broker::command::{AdminCommand, Command, DecodeError, SendBatchClock, SendBatchQueues};
 use crate::broker::dedupe::{DedupeKey, Seen};
 use crate::broker::failover::{self, Failover};
+use crate::broker::group::GroupConfig;
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
 use crate::broker::held::HeldMessage;
 use crate::broker::lite::{LiteCommand, LiteOutcome, LiteReceipt};
+use crate::broker::metadata::Metadata;
+use crate::broker::partition::Partition;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::reply::Held;
+use crate::broker::settings::SettingsChange;
 use crate::broker::state::{LogPosition, MembershipRecord, QueueRange, State};
-use crate::broker::topic::TopicKind;
+use crate::broker::topic::{TopicConfig, TopicKind};
 use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
 use crate::store::{CqRecord, tag_hash};
 
@@ -98,8 +102,8 @@ impl State {
     /// this release does not know: a newer release wrote it, and skipping it would leave this
     /// replica apart from those that apply it.
     pub(crate) fn apply(&mut self, at: LogPosition, payload: Bytes, fx: &mut Effects) -> Result<Reply, DecodeError> {
-        let reply = match Command::decode(payload) {
-            Ok(command) => self.apply_command(at, command, fx),
+        let reply = match Command::decode_entry(payload) {
+            Ok((command, steps)) => self.apply_command(at, command, steps, fx),
             Err(e) if e.is_unknown() => return Err(e),
             // A known kind whose body does not decode: no release writes one (the leader decodes
             // a forwarded command before it proposes it), and every replica runs the same decoder
@@ -122,7 +126,168 @@ impl State {
         }
     }
 
-    fn apply_command(&mut self, at: LogPosition, command: Command, fx: &mut Effects) -> Reply {
+    /// A metadata command changes the metadata; a data command the partition. An entry of an
+    /// earlier release ([`Steps::Combined`]) changed both at once: the partition takes its
+    /// placement in the same step, as it did then.
+    fn apply_command(&mut self, at: LogPosition, command: Command, steps: Steps, fx: &mut Effects) -> Reply {
+        let combined = steps == Steps::Combined;
+        if let (true, Command::DeadLetter(d)) = (combined, &command) {
+            // Releases before the dead-letter topic came with its group created it here.
+            if dead_letter_copy(d).is_some() && !self.meta.topics.contains_key(&dead_letter_topic(&d.group)) {
+                let dlq = dead_letter_topic_config(&d.group);
+                self.meta.topics.insert(dlq.name.clone(), dlq);
+                self.data.apply_placement(&self.meta.placement_for(&self.data), fx);
+            }
+        }
+        if !command.is_metadata() {
+            return self.data.apply(at, command, fx);
+        }
+        let reply = self.meta.apply(at, command);
+        if combined {
+            self.data.apply_placement(&self.meta.placement_for(&self.data), fx);
+        }
+        reply
+    }
+}
+
+/// How an entry's command changes the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steps {
+    /// A metadata change, then (in entries of their own) its placement in the partitions.
+    Separate,
+    /// An entry of an earlier release: metadata and the partition changed at once.
+    Combined,
+}
+
+impl Metadata {
+    /// Applies a metadata command at `at`: it reads only the metadata. A data command is
+    /// refused (the caller routes by [`Command::is_metadata`]).
+    pub(crate) fn apply(&mut self, at: LogPosition, command: Command) -> Reply {
+        match command {
+            Command::Admin(AdminCommand::CreateTopic(t)) => self.create_topic(at.index, t),
+            Command::Admin(AdminCommand::DeleteTopic { name }) => self.delete_topic(name),
+            Command::Admin(AdminCommand::Configure(change)) => self.configure(&change),
+            Command::Admin(AdminCommand::RecordFailover(f)) => self.record_failover(at, f),
+            Command::Consume(ConsumeCommand::CreateGroup(g)) => self.create_group(at.index, g),
+            Command::Consume(ConsumeCommand::DeleteGroup { name }) => self.delete_group(name),
+            Command::Plugin(p) => self.apply_plugin(p),
+            Command::Access(a) => self.access.apply(a),
+            Command::Send(_)
+            | Command::Consume(_)
+            | Command::DeadLetter(_)
+            | Command::Timer(_)
+            | Command::Transaction(_)
+            | Command::Lite(_)
+            | Command::Place(_)
+            | Command::Admin(AdminCommand::ReleaseHolds { .. }) => {
+                Reply::Rejected("a data command applied to the metadata".into())
+            }
+        }
+    }
+
+    fn create_topic(&mut self, index: u64, t: TopicConfig) -> Reply {
+        if let Err(e) = t.validate() {
+            return Reply::Rejected(e.to_string());
+        }
+        match self.topics.get(&t.name) {
+            Some(existing) if *existing == t => Reply::Applied,
+            Some(_) => Reply::TopicExists(t.name),
+            None => {
+                self.topic_epochs.insert(t.name.clone(), index);
+                self.topics.insert(t.name.clone(), t);
+                Reply::Applied
+            }
+        }
+    }
+
+    /// The topic's data goes from each partition by placement (`DropTopic`).
+    fn delete_topic(&mut self, name: String) -> Reply {
+        self.topic_epochs.remove(&name);
+        self.plugins.topic_deleted(&name);
+        match self.topics.remove(&name) {
+            Some(_) => Reply::Applied,
+            None => Reply::TopicNotFound(name),
+        }
+    }
+
+    fn configure(&mut self, change: &SettingsChange) -> Reply {
+        match self.settings.changed(change) {
+            Ok(settings) => {
+                self.settings = settings;
+                Reply::Applied
+            }
+            Err(e) => Reply::Rejected(e.to_string()),
+        }
+    }
+
+    /// Keeps a new leader's failover record: only from the leader of the entry's own term, and
+    /// only the newest [`failover::KEPT`].
+    fn record_failover(&mut self, at: LogPosition, f: Failover) -> Reply {
+        if f.term != at.term || f.leader != at.leader {
+            return Reply::Rejected(format!("a failover record of term {} in an entry of term {}", f.term, at.term));
+        }
+        if let Err(e) = f.validate() {
+            return Reply::Rejected(e.to_string());
+        }
+        self.failovers.insert(f.term, f);
+        while self.failovers.len() > failover::KEPT {
+            let Some(oldest) = self.failovers.keys().next().copied() else { break };
+            self.failovers.remove(&oldest);
+        }
+        Reply::Applied
+    }
+
+    /// A group comes with its dead-letter topic, so that can be subscribed to at once.
+    fn create_group(&mut self, index: u64, g: GroupConfig) -> Reply {
+        if let Err(e) = g.validate() {
+            return Reply::Consume(ConsumeOutcome::Invalid(e.to_string()));
+        }
+        match self.groups.get(&g.name) {
+            Some(existing) if *existing == g => return Reply::Consume(ConsumeOutcome::Done),
+            Some(_) => return Reply::Consume(ConsumeOutcome::GroupExists(g.name)),
+            None => {}
+        }
+        let dlq = dead_letter_topic_config(&g.name);
+        if !self.topic_epochs.contains_key(&dlq.name) {
+            self.topic_epochs.insert(dlq.name.clone(), index);
+        }
+        if !self.topics.contains_key(&dlq.name) {
+            self.topics.insert(dlq.name.clone(), dlq);
+        }
+        self.group_epochs.insert(g.name.clone(), index);
+        self.groups.insert(g.name.clone(), g);
+        Reply::Consume(ConsumeOutcome::Done)
+    }
+
+    /// The group's progress goes from each partition by placement (`DropGroup`).
+    fn delete_group(&mut self, name: String) -> Reply {
+        if self.groups.remove(&name).is_none() {
+            return Reply::Consume(ConsumeOutcome::GroupNotFound(name));
+        }
+        self.group_epochs.remove(&name);
+        self.plugins.group_filters.remove(&name);
+        Reply::Consume(ConsumeOutcome::Done)
+    }
+
+    fn apply_plugin(&mut self, p: PluginCommand) -> Reply {
+        if let PluginCommand::Register { module, .. } = &p
+            && module.len() as u64 > self.settings.max_module_bytes
+        {
+            return Reply::Rejected(format!(
+                "a module of {} bytes is over the cluster's max_module_bytes ({})",
+                module.len(),
+                self.settings.max_module_bytes
+            ));
+        }
+        let groups = &self.groups;
+        self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))
+    }
+}
+
+impl Partition {
+    /// Applies a data command at `at`: it reads only the partition. A metadata command is
+    /// refused (the caller routes by [`Command::is_metadata`]).
+    pub(crate) fn apply(&mut self, at: LogPosition, command: Command, fx: &mut Effects) -> Reply {
         let index = at.index;
         match command {
             Command::Send(batch) => {
@@ -139,78 +304,20 @@ impl State {
                 Reply::Applied
             }
             Command::DeadLetter(d) => self.apply_dead_letter(at, d, fx),
-            Command::Admin(AdminCommand::Configure(change)) => match self.settings.changed(&change) {
-                Ok(settings) => {
-                    self.settings = settings;
-                    Reply::Applied
-                }
-                Err(e) => Reply::Rejected(e),
-            },
-            Command::Plugin(PluginCommand::Register { module, .. })
-                if module.len() as u64 > self.settings.max_module_bytes =>
-            {
-                Reply::Rejected(format!(
-                    "a module of {} bytes is over the cluster's max_module_bytes ({})",
-                    module.len(),
-                    self.settings.max_module_bytes
-                ))
-            }
-            Command::Access(a) => self.access.apply(a),
             Command::Lite(l) => self.apply_lite(index, l, fx),
-            Command::Plugin(p) => {
-                let groups = &self.consumption.groups;
-                self.plugins.apply(p, &self.topics, |g| groups.contains_key(g))
-            }
-            Command::Admin(AdminCommand::RecordFailover(f)) => self.record_failover(at, f),
-            Command::Admin(AdminCommand::CreateTopic(t)) => {
-                if let Err(e) = t.validate() {
-                    return Reply::Rejected(e.to_string());
-                }
-                match self.topics.get(&t.name) {
-                    Some(existing) if *existing == t => Reply::Applied,
-                    Some(_) => Reply::TopicExists(t.name),
-                    None => {
-                        self.consumption.topic_created(&t.name, index);
-                        self.topics.insert(t.name.clone(), t);
-                        Reply::Applied
-                    }
-                }
-            }
-            Command::Admin(AdminCommand::DeleteTopic { name }) => {
-                self.consumption.topic_deleted(&name);
-                self.plugins.topic_deleted(&name);
-                if self.topics.remove(&name).is_none() {
-                    return Reply::TopicNotFound(name);
-                }
-                self.queues.remove_where(|(t, _)| *t == name);
-                if let Err(e) = self.lite.parent_deleted(&name) {
-                    fx.fail(e);
-                }
-                // Its delayed messages and halves go with it: none may reach a topic created
-                // later under the same name.
-                self.drop_held_of_topic(&name, fx);
-                fx.removed_topics.push(name.clone());
-                fx.wakes.push(name);
+            Command::Place(p) => {
+                self.apply_placement(&p.changes, fx);
                 Reply::Applied
             }
+            Command::Admin(
+                AdminCommand::CreateTopic(_)
+                | AdminCommand::DeleteTopic { .. }
+                | AdminCommand::Configure(_)
+                | AdminCommand::RecordFailover(_),
+            )
+            | Command::Plugin(_)
+            | Command::Access(_) => Reply::Rejected("a metadata command applied to a data partition".into()),
         }
-    }
-
-    /// Keeps a new leader's failover record: only from the leader of the entry's own term, and
-    /// only the newest [`failover::KEPT`].
-    fn record_failover(&mut self, at: LogPosition, f: Failover) -> Reply {
-        if f.term != at.term || f.leader != at.leader {
-            return Reply::Rejected(format!("a failover record of term {} in an entry of term {}", f.term, at.term));
-        }
-        if let Err(e) = f.validate() {
-            return Reply::Rejected(e);
-        }
-        self.failovers.insert(f.term, f);
-        while self.failovers.len() > failover::KEPT {
-            let Some(oldest) = self.failovers.keys().next().copied() else { break };
-            self.failovers.remove(&oldest);
-        }
-        Reply::Applied
     }
 
     fn apply_send(&mut self, at: LogPosition, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {
@@ -364,16 +471,6 @@ impl State {
     fn apply_consume(&mut self, index: u64, command: ConsumeCommand, fx: &mut Effects) -> Reply {
         let wakes = command.wakes(&self.consumption).map(str::to_string);
         let outcome = self.consumption.apply(index, &command);
-        if let (ConsumeCommand::CreateGroup(g), ConsumeOutcome::Done) = (&command, &outcome) {
-            // The dead-letter topic exists from the start, so it can be subscribed to at once.
-            let dlq = dead_letter_topic_config(&g.name);
-            if !self.topics.contains_key(&dlq.name) {
-                self.topics.insert(dlq.name.clone(), dlq);
-            }
-        }
-        if let (ConsumeCommand::DeleteGroup { name }, ConsumeOutcome::Done) = (&command, &outcome) {
-            self.plugins.group_filters.remove(name);
-        }
         fx.wakes.extend(wakes);
         Reply::Consume(outcome)
     }
@@ -405,6 +502,11 @@ impl State {
         let index = at.index;
         let receipt = dead_letter_receipt(&d);
         let with_copy = dead_letter_copy(&d).is_some();
+        let dlq = dead_letter_topic(&d.group);
+        // The delivery ends only if its copy can be stored: the topic comes with the group.
+        if with_copy && !self.topics.contains_key(&dlq) {
+            return Reply::TopicNotFound(dlq);
+        }
         if let Some(id) = d.lite_id {
             let lite = LiteReceipt { group: d.group.clone(), id, offset: d.offset, generation: d.generation };
             let groups = &self.consumption.groups;
@@ -422,16 +524,12 @@ impl State {
                 fx.wakes.push(d.topic.clone());
             }
         }
-        let dlq = dead_letter_topic_config(&d.group);
         let Some(batch) = dead_letter_copy(&d).cloned() else {
             // The message was gone (retention): the delivery ends all the same.
             return Reply::Consume(ConsumeOutcome::Done);
         };
-        if !self.topics.contains_key(&dlq.name) {
-            self.topics.insert(dlq.name.clone(), dlq);
-        }
         let reply = self.apply_send(at, batch, false, fx);
-        fx.wakes.push(dead_letter_topic(&d.group));
+        fx.wakes.push(dlq);
         match reply {
             Reply::Sent(_) => Reply::Consume(ConsumeOutcome::Done),
             other => other,
@@ -451,7 +549,7 @@ impl State {
     /// times — every row of a time goes, or none — so the rows expired depend only on the table,
     /// never on the order this node happens to keep them in (rebuilt sorted after a restart).
     fn expire_dedupe(&mut self, now_ms: i64, adding: usize) {
-        let Some(before_ms) = now_ms.checked_sub(self.settings.dedupe_window_ms()) else { return };
+        let Some(before_ms) = now_ms.checked_sub(self.settings().dedupe_window_ms()) else { return };
         let limit = MAX_EXPIRED_PER_ENTRY.max(2 * adding);
         let mut expired = 0;
         let mut last_ms = None;

@@ -36,9 +36,9 @@ impl Broker {
             let mut batch = sled::Batch::default();
             let taken: Vec<_> =
                 state.tables().into_iter().map(|(prefix, table)| table.write_changes(prefix, &mut batch)).collect();
-            let changed = state.dedupe.take_changed();
-            let pending = journal.prepare(changed, &state.dedupe);
-            let wheel = state.timers.prepare();
+            let changed = state.data.dedupe.take_changed();
+            let pending = journal.prepare(changed, &state.data.dedupe);
+            let wheel = state.data.timers.prepare();
             batch.insert(KEY_APPLIED, json(&state.applied()));
             (batch, taken, pending, wheel, state.last_applied)
         };
@@ -50,7 +50,7 @@ impl Broker {
                     for ((_, table), taken) in state.tables().into_iter().zip(taken) {
                         table.settle(taken);
                     }
-                    state.timers.committed(wheel)
+                    state.data.timers.committed(wheel)
                 };
                 if let Err(e) = remove_files(&self.inner.options.dir, &emptied) {
                     // The checkpoint stands; the next start removes files its mark does not name.
@@ -64,7 +64,7 @@ impl Broker {
                 for ((_, table), taken) in state.tables().into_iter().zip(taken) {
                     table.give_back(taken);
                 }
-                state.dedupe.mark_changed(pending.keys);
+                state.data.dedupe.mark_changed(pending.keys);
                 journal.abandoned();
                 Err(e)
             }

@@ -187,7 +187,7 @@ where
 
 impl<K, V> Persisted for DiskTable<K, V>
 where
-    K: DiskKey,
+    K: DiskKey + Serialize,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     fn load(&mut self, _: &[u8], _: &[u8]) -> Result<(), RowError> {
@@ -228,6 +228,10 @@ where
         for (k, v) in self.all().expect("a detached table reads only memory") {
             batch.insert(Self::sled_key(prefix, &k), serde_json::to_vec(&v).expect("rows serialize"));
         }
+    }
+
+    fn digest(&self, out: &mut dyn std::io::Write) -> Result<(), serde_json::Error> {
+        serde_json::to_writer(out, self)
     }
 
     fn attach(&mut self, tree: &sled::Tree, prefix: &'static str) {

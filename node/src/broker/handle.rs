@@ -109,10 +109,10 @@ impl Broker {
         }
         let (journal_mark, wheel_mark) = load_rows(&tree, &mut state)?;
         let (journal, dedupe) = DedupeJournal::open(&options.dir, journal_mark)?;
-        state.dedupe = dedupe;
-        state.timers = TimerWheel::open(&options.dir, wheel_mark)?;
+        state.data.dedupe = dedupe;
+        state.data.timers = TimerWheel::open(&options.dir, wheel_mark)?;
         // Loaded rows are what the last checkpoint wrote: nothing to write again.
-        state.dedupe.take_changed();
+        state.data.dedupe.take_changed();
         state.prepare_local();
         for (prefix, table) in state.tables() {
             table.attach(&tree, prefix);
@@ -255,8 +255,8 @@ impl Broker {
         let mut state = State::default();
         let (journal_mark, wheel_mark) = load_rows(&self.inner.tree, &mut state)?;
         let dir = &self.inner.options.dir;
-        state.dedupe = DedupeJournal::read(dir, journal_mark)?.0;
-        state.timers = TimerWheel::read_only(dir, wheel_mark)?;
+        state.data.dedupe = DedupeJournal::read(dir, journal_mark)?.0;
+        state.data.timers = TimerWheel::read_only(dir, wheel_mark)?;
         for (prefix, table) in state.tables() {
             table.attach(&self.inner.tree, prefix);
         }

@@ -14,7 +14,7 @@ use prost::Message;
 use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::apply::{Effects, QueueWrite};
-use crate::broker::state::State;
+use crate::broker::partition::Partition;
 use crate::broker::timer::{TimerKey, parse_recall_handle};
 use crate::broker::transaction::{Half, parse_transaction_id};
 use crate::broker::{Broker, BrokerError, split_position};
@@ -57,7 +57,7 @@ pub struct HeldCounts {
     pub open_halves: u64,
 }
 
-impl State {
+impl Partition {
     /// A message of entry `index` is now held.
     pub(crate) fn hold(&mut self, index: u64, fx: &mut Effects) {
         match self.holds.get(&index) {
@@ -177,7 +177,7 @@ impl State {
     }
 }
 
-impl State {
+impl Partition {
     fn release_holds_below(&mut self, below: u64) -> Result<(), sled::Error> {
         // In chunks: these tables may be far larger than memory should hold at once.
         let mut from = 0;
@@ -242,16 +242,16 @@ fn disk(e: sled::Error) -> BrokerError {
 impl Broker {
     /// Up to `limit` timers due by `now_ms`, earliest first.
     pub fn due_timers(&self, now_ms: i64, limit: usize) -> Result<Vec<TimerKey>, BrokerError> {
-        Ok(self.state().due_timers(now_ms, limit))
+        Ok(self.state().data.due_timers(now_ms, limit))
     }
 
     /// Up to `limit` open halves due for a check by `now_ms`.
     pub fn due_checks(&self, now_ms: i64, limit: usize) -> Result<Vec<(u64, Half)>, BrokerError> {
-        self.state().due_checks(now_ms, limit).map_err(disk)
+        self.state().data.due_checks(now_ms, limit).map_err(disk)
     }
 
     pub fn half(&self, position: u64) -> Result<Option<Half>, BrokerError> {
-        self.state().halves.get(&position).map_err(disk)
+        self.state().data.halves.get(&position).map_err(disk)
     }
 
     /// The lowest log index retention must keep for held messages (`max_age_ms`: this node's
@@ -260,7 +260,7 @@ impl Broker {
         let mut from = 0;
         loop {
             // A chunk per hold of the lock: apply never waits for the whole table.
-            let rows = self.state().holds.range_from(&from, HELD_CHUNK).map_err(disk)?;
+            let rows = self.state().data.holds.range_from(&from, HELD_CHUNK).map_err(disk)?;
             let Some((last, _)) = rows.last() else { return Ok(None) };
             from = last + 1;
             if let Some((index, _)) = rows.iter().find(|(_, h)| h.blocks(now_ms, max_age_ms)) {
@@ -271,7 +271,7 @@ impl Broker {
 
     /// Held messages per topic.
     pub fn held_counts(&self) -> Vec<(String, HeldCounts)> {
-        self.state().held_counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.state().data.held_counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// The stored message at `position` (a held message's), straight from the log.
@@ -309,7 +309,7 @@ impl Broker {
                 None => (i64::MIN, 0),
             };
             while out.len() < limit {
-                let rows = self.state().timers.range_from(&from, HELD_CHUNK).map_err(disk)?;
+                let rows = self.state().data.timers.range_from(&from, HELD_CHUNK).map_err(disk)?;
                 let Some((last, _)) = rows.last() else { break };
                 from = (last.0, last.1 + 1);
                 let shown = rows.into_iter().filter(|(_, t)| wanted(&t.message));
@@ -321,7 +321,7 @@ impl Broker {
                 None => 0,
             };
             while out.len() < limit {
-                let rows = self.state().halves.range_from(&from, HELD_CHUNK).map_err(disk)?;
+                let rows = self.state().data.halves.range_from(&from, HELD_CHUNK).map_err(disk)?;
                 let Some((last, _)) = rows.last() else { break };
                 from = last + 1;
                 let shown = rows.into_iter().filter(|(_, h)| wanted(&h.message) && (all || h.is_open()));

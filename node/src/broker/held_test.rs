@@ -176,7 +176,7 @@ fn held_entries_are_kept_from_retention_until_delivered_plus_the_retention_time(
     assert_eq!(n.broker.first_held_index(due_ms + max_age - 1, max_age).unwrap(), Some(index), "kept after delivery");
     assert_eq!(n.broker.first_held_index(due_ms + max_age, max_age).unwrap(), None);
     n.commit(&Command::Admin(AdminCommand::ReleaseHolds { below: index + 1 }));
-    assert!(n.broker.state().holds.all().unwrap().is_empty());
+    assert!(n.broker.state().data.holds.all().unwrap().is_empty());
 }
 
 #[test]

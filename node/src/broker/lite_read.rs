@@ -21,7 +21,7 @@ impl Broker {
     pub fn plan_lite_pop(&self, r: &LiteRequest) -> Result<LitePlan, BrokerError> {
         let first_index = self.inner.log.bounds().first_index;
         let gone = |position: u64| split_position(position).0 < first_index;
-        self.state().lite.plan_pop(r, &gone).map_err(disk)
+        self.state().data.lite.plan_pop(r, &gone).map_err(disk)
     }
 
     /// The message at `offset` of lite topic `lite` (id `id`) of `parent`, if this node holds it.
@@ -35,10 +35,10 @@ impl Broker {
         let position = {
             let state = self.state();
             // Gone, or expired and created again since: not the lite topic the delivery was of.
-            let Some(row) = state.lite.topic(parent, lite).map_err(disk)?.filter(|r| r.id == id) else {
+            let Some(row) = state.data.lite.topic(parent, lite).map_err(disk)?.filter(|r| r.id == id) else {
                 return Ok(None);
             };
-            state.lite.record(&row, offset).map_err(disk)?
+            state.data.lite.record(&row, offset).map_err(disk)?
         };
         let Some(position) = position else { return Ok(None) };
         let (index, ordinal) = split_position(position);
@@ -64,7 +64,7 @@ impl Broker {
         from: &str,
         limit: usize,
     ) -> Result<Vec<LiteTopicInfo>, BrokerError> {
-        let rows = self.state().lite.listing(parent, group, from, limit).map_err(disk)?;
+        let rows = self.state().data.lite.listing(parent, group, from, limit).map_err(disk)?;
         Ok(rows
             .into_iter()
             .map(|(lite, row, backlog, inflight)| LiteTopicInfo {
@@ -79,31 +79,31 @@ impl Broker {
 
     /// The id of lite topic `lite` of `parent`, if it exists.
     pub fn lite_id(&self, parent: &str, lite: &str) -> Option<u64> {
-        self.state().lite.topic(parent, lite).ok().flatten().map(|t| t.id)
+        self.state().data.lite.topic(parent, lite).ok().flatten().map(|t| t.id)
     }
 
     /// Why `by` may not act as `client` of `group` (its subscriptions are another user's), if so.
     pub fn lite_not_owner(&self, group: &str, client: &str, by: &LiteActor) -> Option<String> {
-        self.state().lite.not_owner(group, client, by)
+        self.state().data.lite.not_owner(group, client, by)
     }
 
     /// The user that owns the lite subscriptions of `client` of `group`, if anyone does.
     pub fn lite_owner(&self, group: &str, client: &str) -> Option<String> {
         let key = (group.to_string(), client.to_string());
-        self.state().lite.subscriptions.get(&key).and_then(|s| s.owner.clone())
+        self.state().data.lite.subscriptions.get(&key).and_then(|s| s.owner.clone())
     }
 
     /// The lite topics `client` of `group` subscribes to.
     pub fn lite_subscription(&self, group: &str, client: &str) -> Vec<String> {
         let state = self.state();
         let key = (group.to_string(), client.to_string());
-        state.lite.subscriptions.get(&key).map(|s| s.lites.iter().cloned().collect()).unwrap_or_default()
+        state.data.lite.subscriptions.get(&key).map(|s| s.lites.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// (group, client) of every lite subscription not synced since `before_ms`.
     pub fn silent_lite_clients(&self, before_ms: i64) -> Vec<(String, String)> {
         let state = self.state();
-        state.lite.subscriptions.iter().filter(|(_, s)| s.synced_ms < before_ms).map(|(k, _)| k.clone()).collect()
+        state.data.lite.subscriptions.iter().filter(|(_, s)| s.synced_ms < before_ms).map(|(k, _)| k.clone()).collect()
     }
 
     /// Lite topics of `parent` last written before `before_ms`, from `after` on: (name, id), at
@@ -116,7 +116,7 @@ impl Broker {
         limit: usize,
     ) -> Result<(Vec<NamedLite>, Option<String>), BrokerError> {
         let from = LiteName { parent: parent.to_string(), lite: after.to_string() };
-        let rows = self.state().lite.topics.range_while(&from, limit, |k| k.parent == parent).map_err(disk)?;
+        let rows = self.state().data.lite.topics.range_while(&from, limit, |k| k.parent == parent).map_err(disk)?;
         let next = (rows.len() == limit).then(|| rows.last().map(|(k, _)| format!("{}\u{1}", k.lite))).flatten();
         let expired = rows
             .into_iter()

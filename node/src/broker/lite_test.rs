@@ -272,12 +272,12 @@ fn idle_lite_topics_expire_with_their_progress_and_subscriptions_and_start_afres
     want.extend(olds.iter().map(String::as_str));
     assert_eq!(bodies(&got), want);
     let old_id = n.broker.lite_id(PARENT, "old").unwrap();
-    assert!(n.broker.state().lite.records.get(&(old_id, 0)).unwrap().is_some(), "a full chunk of records");
+    assert!(n.broker.state().data.lite.records.get(&(old_id, 0)).unwrap().is_some(), "a full chunk of records");
     let expired = n.broker.expired_lite_topics(PARENT, "", 40_000, 100).unwrap().0;
     assert_eq!(expired.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(), vec!["old"]);
     // "busy" was named too, but was written after the cut-off: it stays.
     let mut named = expired.clone();
-    named.push(("busy".into(), n.broker.state().lite.topic(PARENT, "busy").unwrap().unwrap().id));
+    named.push(("busy".into(), n.broker.state().data.lite.topic(PARENT, "busy").unwrap().unwrap().id));
     n.commit(&Command::Lite(LiteCommand::Expire { parent: PARENT.into(), before_ms: 40_000, lites: named }));
     let left: Vec<String> = n.broker.lite_topics(PARENT, None, "", 10).unwrap().into_iter().map(|r| r.lite).collect();
     assert_eq!(left, vec!["busy"]);
@@ -287,7 +287,7 @@ fn idle_lite_topics_expire_with_their_progress_and_subscriptions_and_start_afres
     sync(&mut n, "c1", SyncAction::Add, &["old"]);
     // (busy's batch is still in flight until 61 000.)
     assert_eq!(bodies(&receive(&mut n, "c1", 10, 60_500)), vec!["o-new"]);
-    assert!(n.broker.state().lite.records.get(&(old_id, 0)).unwrap().is_none(), "old records are gone");
+    assert!(n.broker.state().data.lite.records.get(&(old_id, 0)).unwrap().is_none(), "old records are gone");
 }
 
 #[test]

@@ -41,11 +41,11 @@ impl Broker {
                 Place::Queued { .. } => None,
                 Place::Timer { due_ms } => {
                     let key = timer_key(due_ms, position);
-                    let timer = self.state().timers.get(&key).map_err(disk)?;
+                    let timer = self.state().data.timers.get(&key).map_err(disk)?;
                     timer.map(|t| HeldEntry::timer(key, t))
                 }
                 Place::Half => {
-                    let half = self.state().halves.get(&position).map_err(disk)?;
+                    let half = self.state().data.halves.get(&position).map_err(disk)?;
                     half.map(|h| HeldEntry::half(position, h))
                 }
             };
@@ -73,13 +73,13 @@ impl Broker {
             keyed.push((DedupeKey::of_message(&batch.topic, &m.message_id, &m.sender), m.message_id));
         }
         let state = self.state();
-        let queues = state.topics.get(&batch.topic)?.queues;
+        let queues = state.meta.topics.get(&batch.topic)?.queues;
         if !batch.queues_match() || batch.queues().iter().any(|&q| q >= queues) {
             return None;
         }
         let mut outcomes = Vec::with_capacity(keyed.len());
         for (key, id) in keyed {
-            let seen = state.dedupe.get(&key)?;
+            let seen = state.data.dedupe.get(&key)?;
             if seen.queue_id & HELD_FLAG != 0 {
                 return None;
             }
@@ -112,7 +112,7 @@ impl Broker {
         let mut count = 0u64;
         if queued {
             let queues: Vec<((String, u32), u64, u64)> =
-                self.state().queues.iter().map(|(k, r)| (k.clone(), r.start, r.next)).collect();
+                self.state().data.queues.iter().map(|(k, r)| (k.clone(), r.start, r.next)).collect();
             for ((topic, queue_id), start, next) in queues {
                 let mut batch: Vec<(String, u64, Place)> = Vec::new();
                 for offset in start..next {
@@ -131,7 +131,7 @@ impl Broker {
         }
         let mut from = (i64::MIN, 0);
         loop {
-            let rows = self.state().timers.range_from(&from, INDEX_CHUNK).map_err(disk)?;
+            let rows = self.state().data.timers.range_from(&from, INDEX_CHUNK).map_err(disk)?;
             let Some((last, _)) = rows.last() else { break };
             from = (last.0, last.1 + 1);
             count += rows.len() as u64;
@@ -142,7 +142,7 @@ impl Broker {
         }
         let mut from = 0;
         loop {
-            let rows = self.state().halves.range_from(&from, INDEX_CHUNK).map_err(disk)?;
+            let rows = self.state().data.halves.range_from(&from, INDEX_CHUNK).map_err(disk)?;
             let Some((last, _)) = rows.last() else { break };
             from = last + 1;
             count += rows.len() as u64;

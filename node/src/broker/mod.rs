@@ -41,6 +41,10 @@ mod lite_read;
 mod lite_test;
 mod lookup;
 pub mod message_view;
+pub mod metadata;
+pub mod partition;
+#[cfg(test)]
+mod partition_test;
 pub mod plugins;
 #[cfg(test)]
 mod plugins_test;
@@ -73,7 +77,7 @@ pub use handle::{Broker, BrokerOptions};
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
 pub use read::{GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
 pub use reply::{Held, Refusal, Reply, Request, SendOutcome};
-pub use state::{LogPosition, MembershipRecord, QueueRange, State};
+pub use state::{LogPosition, MembershipRecord, Metadata, Partition, QueueRange, State};
 pub use topic::{TopicConfig, TopicKind};
 
 /// How many messages one entry may carry: the low 16 bits of a ConsumeQueue position.

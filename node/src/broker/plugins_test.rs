@@ -69,7 +69,7 @@ fn registrations_are_checked_alike_on_every_replica() {
     }
     assert!(rejected(register(&mut n, "one-more", PluginKind::Filter, b"m")).contains("the most"));
     let state = n.broker.state();
-    let r = state.plugins.modules.get("json").unwrap();
+    let r = state.meta.plugins.modules.get("json").unwrap();
     assert_eq!((&r.module[..], r.registered_ms, r.kind), (&b"module-1"[..], 7, PluginKind::Filter));
     assert_eq!(r.hash, module_hash(b"module-1"));
 }
@@ -100,8 +100,8 @@ fn bindings_name_plugins_of_the_right_kind_and_follow_their_group_or_topic() {
     assert_eq!(n.commit(&removing("orders")), Reply::Applied);
     assert!(rejected(n.commit(&removing("orders"))).contains("no plugin named"));
     let state = n.broker.state();
-    assert!(state.plugins.group_filters.is_empty() && state.plugins.topic_checkers.is_empty());
-    assert!(state.plugins.modules.is_empty());
+    assert!(state.meta.plugins.group_filters.is_empty() && state.meta.plugins.topic_checkers.is_empty());
+    assert!(state.meta.plugins.modules.is_empty());
 }
 
 #[test]
@@ -117,8 +117,8 @@ fn registrations_and_bindings_survive_a_checkpoint_and_restart() {
     let n = n.restart(dir.path());
     assert_eq!(n.broker.live_digest().unwrap(), digest);
     let state = n.broker.state();
-    assert_eq!(state.plugins.modules.get("json").unwrap().module[..], [0, 1, 2, 255, 254]);
-    assert_eq!(state.plugins.group_filters.get("g").unwrap().plugin, "json");
+    assert_eq!(state.meta.plugins.modules.get("json").unwrap().module[..], [0, 1, 2, 255, 254]);
+    assert_eq!(state.meta.plugins.group_filters.get("g").unwrap().plugin, "json");
 }
 
 #[test]
@@ -133,17 +133,17 @@ fn a_quarantine_holds_on_every_replica_and_through_a_restart_until_enabled() {
     };
     // A proposal about other bytes (the plugin was replaced since) changes nothing.
     assert_eq!(n.commit(&quarantine(&module_hash(b"module-0"))), Reply::Applied);
-    assert!(n.broker.state().plugins.modules.get("json").unwrap().quarantine.is_none());
+    assert!(n.broker.state().meta.plugins.modules.get("json").unwrap().quarantine.is_none());
     assert_eq!(n.commit(&quarantine(&module_hash(b"module-1"))), Reply::Applied);
     n.broker.checkpoint().unwrap();
     let mut n = n.restart(dir.path());
-    let q = n.broker.state().plugins.modules.get("json").unwrap().quarantine.clone();
+    let q = n.broker.state().meta.plugins.modules.get("json").unwrap().quarantine.clone();
     assert_eq!(q.map(|q| (q.failures, q.window_secs)), Some((100, 60)));
     let enable = |name: &str| Command::Plugin(PluginCommand::Enable { name: name.into() });
     assert!(rejected(n.commit(&enable("nope"))).contains("no plugin named nope"));
     assert!(rejected(n.commit(&enable("sql92"))).contains("built-in"));
     assert_eq!(n.commit(&enable("json")), Reply::Applied);
-    assert!(n.broker.state().plugins.modules.get("json").unwrap().quarantine.is_none());
+    assert!(n.broker.state().meta.plugins.modules.get("json").unwrap().quarantine.is_none());
 }
 
 #[test]

@@ -234,6 +234,9 @@ pub struct Consumption {
     /// Every existing topic, with the index of the entry that created it: pops and resets name
     /// the one they were planned for.
     pub topics: Table<String, u64>,
+    /// Each group's epoch (the index of the metadata entry that created it), as placed.
+    #[serde(default)]
+    pub group_epochs: Table<String, u64>,
 }
 
 impl Consumption {
@@ -262,25 +265,10 @@ impl Consumption {
     /// Applies `command`, committed at `index`.
     pub fn apply(&mut self, index: u64, command: &ConsumeCommand) -> ConsumeOutcome {
         match command {
-            ConsumeCommand::CreateGroup(g) if g.validate().is_err() => {
-                ConsumeOutcome::Invalid(g.validate().err().map(|e| e.to_string()).unwrap_or_default())
-            }
-            ConsumeCommand::CreateGroup(g) => match self.groups.get(&g.name) {
-                Some(existing) if existing == g => ConsumeOutcome::Done,
-                Some(_) => ConsumeOutcome::GroupExists(g.name.clone()),
-                None => {
-                    self.groups.insert(g.name.clone(), g.clone());
-                    // Its dead-letter topic comes with it (see `Broker::apply_consume`).
-                    self.topic_created(&dead_letter_topic(&g.name), index);
-                    ConsumeOutcome::Done
-                }
-            },
-            ConsumeCommand::DeleteGroup { name } => {
-                if self.groups.remove(name).is_none() {
-                    return ConsumeOutcome::GroupNotFound(name.clone());
-                }
-                self.queues.remove_where(|(g, _, _)| g == name);
-                ConsumeOutcome::Done
+            // Metadata commands: `State::apply` hands them to the metadata, whose placement
+            // reaches this table as `Partition::apply_placement`.
+            ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. } => {
+                ConsumeOutcome::Invalid("a group change is a metadata command".into())
             }
             ConsumeCommand::Pop(pop) => {
                 if !self.groups.contains_key(&pop.group) {
@@ -510,7 +498,7 @@ mod tests {
     fn consumption() -> Consumption {
         let mut c = Consumption::default();
         let g = GroupConfig { name: "g".into(), fifo: true, max_attempts: 3, priority_factor: 100, lite: None };
-        c.apply(1, &ConsumeCommand::CreateGroup(g));
+        c.groups.insert(g.name.clone(), g);
         c.topic_created("t", 1);
         c
     }

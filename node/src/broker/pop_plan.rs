@@ -134,9 +134,10 @@ impl Broker {
     pub fn plan_pop(&self, r: &PopRequest) -> Result<PopPlan, BrokerError> {
         let topic = r.topic.name.as_str();
         let (topic_epoch, queues): (u64, Vec<(u32, QueueRange, PopQueue)>) = {
-            let meta = self.state();
+            let state = self.state();
+            let data = &state.data;
             // 0 matches no topic: the pop is refused if the topic is gone.
-            let epoch = meta.consumption.topics.get(topic).copied().unwrap_or(0);
+            let epoch = data.consumption.topics.get(topic).copied().unwrap_or(0);
             let n = r.topic.queues;
             let order: Box<dyn Iterator<Item = u32>> = if r.by_priority {
                 Box::new((0..n).rev())
@@ -145,9 +146,9 @@ impl Broker {
             };
             let queues = order
                 .map(|q| {
-                    let range = meta.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
+                    let range = data.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
                     let key = (r.group.name.clone(), topic.to_string(), q);
-                    let pop = meta.consumption.queues.get(&key).cloned().unwrap_or(PopQueue {
+                    let pop = data.consumption.queues.get(&key).cloned().unwrap_or(PopQueue {
                         // A group starts at the oldest message still kept.
                         position: range.start,
                         ..Default::default()
@@ -362,7 +363,7 @@ impl Broker {
     /// carrying a copy of the message (none only if retention already took it).
     pub fn dead_letter_of(&self, receipt: &Receipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
         let entry = self.read(&receipt.topic, receipt.queue_id, receipt.offset)?;
-        let start = self.state().queues.get(&(receipt.topic.clone(), receipt.queue_id)).map_or(0, |r| r.start);
+        let start = self.state().data.queues.get(&(receipt.topic.clone(), receipt.queue_id)).map_or(0, |r| r.start);
         if entry.is_none() && receipt.offset >= start {
             // Not applied here yet: never dead-letter a message without its copy.
             return Err(BrokerError::BadRequest(format!("message at offset {} is not known here yet", receipt.offset)));

@@ -53,7 +53,7 @@ fn receipt(g: &str, t: &str, d: &Delivery) -> Receipt {
 }
 
 fn consumption(n: &Node) -> Consumption {
-    n.broker.state().consumption.clone()
+    n.broker.state().data.consumption.clone()
 }
 
 fn setup(dir: &Path, max_attempts: u32) -> (Node, GroupConfig) {
@@ -222,10 +222,10 @@ fn a_snapshot_at_an_older_index_has_the_consumption_state_of_that_index() {
     assert_ne!(consumption(&n), later.1);
 
     let snap_early = n.broker.state_at(early.0, None, &no_membership).unwrap();
-    assert_eq!(snap_early.consumption, early.1);
+    assert_eq!(snap_early.data.consumption, early.1);
     // The next snapshot builds on the previous one.
     let snap_later = n.broker.state_at(later.0, Some(snap_early), &no_membership).unwrap();
-    assert_eq!(snap_later.consumption, later.1);
+    assert_eq!(snap_later.data.consumption, later.1);
 }
 
 #[test]
@@ -258,7 +258,7 @@ fn a_pop_planned_before_its_topic_was_deleted_and_recreated_does_not_apply_to_th
     // A snapshot taken now replays the deletion and re-creation the same way.
     let at = n.next_index - 1;
     let snap = n.broker.state_at(at, None, &no_membership).unwrap();
-    assert_eq!(snap.consumption, consumption(&n));
+    assert_eq!(snap.data.consumption, consumption(&n));
 }
 
 #[test]

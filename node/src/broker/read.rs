@@ -96,6 +96,12 @@ pub struct StoredView<'a> {
 }
 
 impl Broker {
+    /// What this node's partition lacks of the metadata: the placement a leader proposes.
+    pub fn placement(&self) -> Vec<crate::broker::partition::PlacementChange> {
+        let state = self.state();
+        state.meta.placement_for(&state.data)
+    }
+
     pub fn last_applied(&self) -> Option<LogPosition> {
         self.state().last_applied
     }
@@ -107,7 +113,7 @@ impl Broker {
 
     /// The cluster settings in force at the applied index.
     pub fn settings(&self) -> crate::broker::settings::ClusterSettings {
-        self.state().settings
+        self.state().meta.settings
     }
 
     /// The latest store time applied in `topic`'s `queue_id`: a leader stores nothing there
@@ -139,29 +145,29 @@ impl Broker {
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {
-        self.state().topics.get(&name.to_string()).cloned()
+        self.state().meta.topics.get(&name.to_string()).cloned()
     }
 
     /// Reads the users and access rules as this node has applied them (a short read lock: the
     /// caller only looks up a user or a rule).
     pub fn access<R>(&self, read: impl FnOnce(&crate::broker::access::AccessTables) -> R) -> R {
-        read(&self.state().access)
+        read(&self.state().meta.access)
     }
 
     pub fn topics(&self) -> Vec<TopicConfig> {
-        self.state().topics.values().cloned().collect()
+        self.state().meta.topics.values().cloned().collect()
     }
 
     fn range(&self, topic: &str, queue_id: u32) -> QueueRange {
-        self.state().queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default()
+        self.state().data.queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default()
     }
 
     pub fn queue_status(&self, topic: &str) -> Vec<QueueStatus> {
         let state = self.state();
-        let Some(t) = state.topics.get(&topic.to_string()) else { return Vec::new() };
+        let Some(t) = state.meta.topics.get(&topic.to_string()) else { return Vec::new() };
         (0..t.queues)
             .map(|q| {
-                let r = state.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
+                let r = state.data.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
                 QueueStatus { topic: topic.to_string(), queue_id: q, start: r.start, next: r.next }
             })
             .collect()
@@ -228,7 +234,7 @@ impl Broker {
     /// applied past `upto` agree on `end`; `start` is each node's own retention.
     pub fn queue_spans(&self, upto: u64) -> Result<Vec<QueueSpan>, BrokerError> {
         let queues: Vec<((String, u32), QueueRange)> =
-            self.state().queues.iter().map(|(k, r)| (k.clone(), *r)).collect();
+            self.state().data.queues.iter().map(|(k, r)| (k.clone(), *r)).collect();
         let mut spans = Vec::with_capacity(queues.len());
         for ((topic, queue_id), range) in queues {
             // Records are in log order: the first one past `upto`, by bisection.
@@ -275,7 +281,7 @@ impl Broker {
 
     /// The failover history, newest first.
     pub fn failovers(&self) -> Vec<crate::broker::failover::Failover> {
-        let mut history: Vec<_> = self.state().failovers.values().cloned().collect();
+        let mut history: Vec<_> = self.state().meta.failovers.values().cloned().collect();
         history.reverse();
         history
     }
@@ -292,7 +298,7 @@ impl Broker {
     /// Whether `r` names a delivery that is in flight now.
     pub fn is_current(&self, r: &Receipt) -> bool {
         let state = self.state();
-        let q = state.consumption.queues.get(&r.key());
+        let q = state.data.consumption.queues.get(&r.key());
         q.and_then(|q| q.inflight.get(&r.offset)).is_some_and(|f| f.named_by(r.generation))
     }
 
@@ -305,28 +311,28 @@ impl Broker {
         attempt_id: &str,
         now_ms: i64,
     ) -> Vec<crate::broker::pop::Delivery> {
-        self.state().consumption.deliveries_of_attempt(group, topic, attempt_id, now_ms)
+        self.state().data.consumption.deliveries_of_attempt(group, topic, attempt_id, now_ms)
     }
 
     /// Which incarnation of a topic exists: the index of the entry that created it.
     pub fn topic_epoch(&self, name: &str) -> Option<u64> {
-        self.state().consumption.topics.get(&name.to_string()).copied()
+        self.state().data.consumption.topics.get(&name.to_string()).copied()
     }
 
     pub fn group(&self, name: &str) -> Option<GroupConfig> {
-        self.state().consumption.groups.get(&name.to_string()).cloned()
+        self.state().meta.groups.get(&name.to_string()).cloned()
     }
 
     pub fn groups(&self) -> Vec<GroupConfig> {
-        self.state().consumption.groups.values().cloned().collect()
+        self.state().meta.groups.values().cloned().collect()
     }
 
     /// Each group's progress on each topic it has consumed.
     pub fn group_progress(&self) -> Vec<GroupProgress> {
         let state = self.state();
         let mut out: Vec<GroupProgress> = Vec::new();
-        for ((group, topic, q), pop) in state.consumption.queues.iter() {
-            let range = state.queues.get(&(topic.clone(), *q)).copied().unwrap_or_default();
+        for ((group, topic, q), pop) in state.data.consumption.queues.iter() {
+            let range = state.data.queues.get(&(topic.clone(), *q)).copied().unwrap_or_default();
             let waiting = range.next.saturating_sub(pop.position.max(range.start));
             let inflight = pop.inflight.len() as u64;
             let held = pop.held.len() as u64;

@@ -59,7 +59,7 @@ impl Broker {
             }
         }
         // Below the snapshot the log is purged: no queue keeps an older message.
-        for range in state.queues.values_mut() {
+        for range in state.data.queues.values_mut() {
             range.start = range.next;
         }
         Ok(state)
@@ -69,18 +69,18 @@ impl Broker {
     /// gone: the queue starts there. Local bookkeeping; safe to repeat (and repeated on start).
     pub fn forget_before(&self, snapshot: &State) -> Result<(), BrokerError> {
         let mut state = self.state_mut();
-        for ((topic, q), at) in snapshot.queues.iter() {
+        for ((topic, q), at) in snapshot.data.queues.iter() {
             // A topic deleted and created again since the snapshot is another topic: its queues
             // start afresh.
-            if snapshot.consumption.topics.get(topic) != state.consumption.topics.get(topic) {
+            if snapshot.data.consumption.topics.get(topic) != state.data.consumption.topics.get(topic) {
                 continue;
             }
             let key = (topic.clone(), *q);
-            let Some(start) = state.queues.get(&key).map(|r| r.start) else { continue };
+            let Some(start) = state.data.queues.get(&key).map(|r| r.start) else { continue };
             if start < at.next {
                 self.inner.queues.get(topic, *q)?.purge_below(at.next)?;
                 crate::crash_point!("snapshot::forget::after_purge");
-                if let Some(range) = state.queues.get_mut(&key) {
+                if let Some(range) = state.data.queues.get_mut(&key) {
                     range.start = at.next;
                 }
             }
@@ -103,25 +103,25 @@ impl Broker {
         new.prepare_local();
         // ConsumeQueue files first: a crash here leaves the old state, whose replay or the next
         // install rewrites them. A topic recreated since (another epoch) loses its old files.
-        for name in state.topics.keys() {
-            let same = new.consumption.topics.get(name) == state.consumption.topics.get(name);
-            if !new.topics.contains_key(name) || !same {
+        for name in state.data.topics.keys() {
+            let same = new.data.consumption.topics.get(name) == state.data.consumption.topics.get(name);
+            if !new.data.topics.contains_key(name) || !same {
                 self.inner.queues.remove_topic(name)?;
             }
         }
-        for ((topic, q), range) in new.queues.iter_mut() {
+        for ((topic, q), range) in new.data.queues.iter_mut() {
             range.start = range.next;
             self.inner.queues.get(topic, *q)?.purge_below(range.next)?;
         }
         crate::crash_point!("snapshot::install::after_queues");
         // Then every row at once: one batch replaces the tree, naming a journal generation that
         // holds exactly the snapshot's dedupe window.
-        let pending = journal.prepare_rewrite(&new.dedupe);
+        let pending = journal.prepare_rewrite(&new.data.dedupe);
         let mark = journal.write(&pending)?;
         crate::crash_point!("snapshot::install::after_journal");
         // The snapshot's timers as new files, past every generation of the files they replace.
         let dir = &self.inner.options.dir;
-        let mut wheel = new.timers.prepare_install(dir, state.timers.next_generation());
+        let mut wheel = new.data.timers.prepare_install(dir, state.data.timers.next_generation());
         wheel.write()?;
         let mut batch = sled::Batch::default();
         for key in self.inner.tree.iter().keys() {
@@ -133,7 +133,7 @@ impl Broker {
         for (prefix, table) in new.tables() {
             table.write_all(prefix, &mut batch);
         }
-        new.dedupe.take_changed();
+        new.data.dedupe.take_changed();
         batch.insert(KEY_APPLIED, json(&new.applied()));
         batch.insert(KEY_JOURNAL, json(&mark));
         batch.insert(KEY_TIMERS, json(&wheel.mark));
@@ -144,7 +144,7 @@ impl Broker {
         crate::crash_point!("snapshot::install::after_batch");
         journal.committed(mark, &pending)?;
         let keep: Vec<(i64, u64)> = wheel.mark.files.iter().map(|&(b, g, _)| (b, g)).collect();
-        new.timers.committed(wheel);
+        new.data.timers.committed(wheel);
         if let Err(e) = remove_files_except(dir, &keep) {
             // The install stands (its batch committed); the next start removes files its mark
             // does not name.

@@ -243,7 +243,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
         Op::Settle { group, change } => {
             let first = {
                 let state = n.broker.state();
-                state.consumption.queues.iter().filter(|((g, _, _), _)| g == GROUPS[*group]).find_map(
+                state.data.consumption.queues.iter().filter(|((g, _, _), _)| g == GROUPS[*group]).find_map(
                     |((g, t, q), p)| {
                         p.inflight.iter().next().map(|(o, f)| Receipt {
                             group: g.clone(),
@@ -301,7 +301,7 @@ fn assert_same(a: &Broker, b: &Broker) {
     let (sa, sb): (State, State) = (a.state().clone(), b.state().clone());
     assert_eq!(sa, sb);
     assert_eq!(sa.digest().unwrap(), sb.digest().unwrap());
-    for ((topic, q), range) in sa.queues.iter() {
+    for ((topic, q), range) in sa.data.queues.iter() {
         for offset in range.start..range.next {
             assert_eq!(
                 a.queue_record(topic, *q, offset).unwrap(),

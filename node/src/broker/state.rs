@@ -11,23 +11,17 @@
 //! see `dedupe.rs` and `dedupe_journal.rs`, and pending timers in their own files, see
 //! `timer_wheel.rs`).
 
-use std::collections::VecDeque;
+use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::access::AccessTables;
-use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
+use crate::broker::dedupe::DedupeClock;
+#[cfg(doc)]
 use crate::broker::disk_table::DiskTable;
-use crate::broker::failover::Failover;
-use crate::broker::held::{HeldCounts, Hold};
-use crate::broker::lite::LiteTables;
-use crate::broker::plugins::PluginTables;
-use crate::broker::pop::Consumption;
+pub use crate::broker::metadata::Metadata;
+pub use crate::broker::partition::Partition;
 use crate::broker::settings::ClusterSettings;
-use crate::broker::table::{Persisted, Table};
-use crate::broker::timer_wheel::TimerWheel;
-use crate::broker::topic::TopicConfig;
-use crate::broker::transaction::Half;
+use crate::broker::table::Persisted;
 use crate::store::RecordMeta;
 
 /// Where an entry sits in the replicated log: the broker's own name for a Raft log id.
@@ -67,60 +61,68 @@ pub struct QueueRange {
     pub last_store_ms: i64,
 }
 
-/// Everything the log has built, as of `last_applied`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Everything the log has built, as of `last_applied`: the cluster's metadata and one data
+/// partition. Today one Raft group carries both; each half applies its own entries and reads
+/// only itself (see `apply.rs`), so a metadata group and data groups can each carry one.
+///
+/// A snapshot serializes it as `{last_applied, membership, meta, data}`; snapshots of earlier
+/// releases, one flat state, are still read (see the `Deserialize` impl).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct State {
     pub last_applied: Option<LogPosition>,
     pub membership: Option<MembershipRecord>,
-    /// What the dedupe window is measured by.
-    #[serde(default)]
-    pub dedupe_clock: DedupeClock,
-    /// Settings apply reads, changed through the log.
-    #[serde(default)]
-    pub settings: ClusterSettings,
-    pub topics: Table<String, TopicConfig>,
-    pub queues: Table<(String, u32), QueueRange>,
-    /// Message ids stored within the dedupe window, per topic, keyed by a hash of the pair.
-    pub dedupe: Table<DedupeKey, Seen>,
-    pub consumption: Consumption,
-    /// Pending delayed messages, by (due second, position), in files of their own.
-    pub timers: TimerWheel,
-    /// Transactional halves by position: open, or resolved and kept until their entry is purged.
-    pub halves: DiskTable<u64, Half>,
-    /// When each open half is checked next: (time, position).
-    pub checks: DiskTable<(i64, u64), ()>,
-    /// Log entries retention must keep, by index.
-    pub holds: DiskTable<u64, Hold>,
-    /// Held messages per topic.
-    pub held_counts: Table<String, HeldCounts>,
-    /// Registered plugin modules and what groups and topics are bound to.
-    #[serde(default)]
-    pub plugins: PluginTables,
-    /// Users and their access rules.
-    #[serde(default)]
-    pub access: AccessTables,
-    /// The newest leadership changes with their phases, by term.
-    #[serde(default)]
-    pub failovers: Table<u64, Failover>,
-    /// Lite topics, their records, groups' progress on them and clients' subscriptions.
-    #[serde(default)]
-    pub lite: LiteTables,
-    #[serde(skip)]
-    pub(crate) local: Local,
+    pub meta: Metadata,
+    pub data: Partition,
 }
 
-/// What apply needs besides the tables: derived from them or set by the node, so never compared
-/// or serialized.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Local {
-    /// [`State::dedupe`] in the order entries expire: (dedupe clock when stored, key), 24 bytes
-    /// each.
-    pub dedupe_order: VecDeque<(i64, DedupeKey)>,
+/// Reads a snapshot field by field as it streams in (a snapshot may be large, and buffering it
+/// would also lose the number keys of its maps): this release's nested form, or the flat form of
+/// earlier releases, whose fields each go to the half that keeps them now.
+impl<'de> Deserialize<'de> for State {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<State, D::Error> {
+        d.deserialize_map(StateVisitor)
+    }
 }
 
-impl PartialEq for Local {
-    fn eq(&self, _: &Self) -> bool {
-        true
+struct StateVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StateVisitor {
+    type Value = State;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a broker state")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<State, A::Error> {
+        let mut s = State::default();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "last_applied" => s.last_applied = map.next_value()?,
+                "membership" => s.membership = map.next_value()?,
+                "meta" => s.meta = map.next_value()?,
+                "data" => s.data = map.next_value()?,
+                // The flat state of earlier releases.
+                "settings" => s.meta.settings = map.next_value()?,
+                "topics" => s.meta.topics = map.next_value()?,
+                "plugins" => s.meta.plugins = map.next_value()?,
+                "access" => s.meta.access = map.next_value()?,
+                "failovers" => s.meta.failovers = map.next_value()?,
+                "dedupe_clock" => s.data.dedupe_clock = map.next_value()?,
+                "queues" => s.data.queues = map.next_value()?,
+                "dedupe" => s.data.dedupe = map.next_value()?,
+                "consumption" => s.data.consumption = map.next_value()?,
+                "timers" => s.data.timers = map.next_value()?,
+                "halves" => s.data.halves = map.next_value()?,
+                "checks" => s.data.checks = map.next_value()?,
+                "holds" => s.data.holds = map.next_value()?,
+                "held_counts" => s.data.held_counts = map.next_value()?,
+                "lite" => s.data.lite = map.next_value()?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(s)
     }
 }
 
@@ -133,78 +135,96 @@ pub(crate) struct Applied {
     pub dedupe_clock: DedupeClock,
     #[serde(default)]
     pub settings: ClusterSettings,
+    /// The partition's copy of the settings, and whether the partition keeps its own copy of
+    /// the metadata at all (absent in state an earlier release wrote: see [`State::upgrade`]).
+    #[serde(default)]
+    pub placed_settings: Option<ClusterSettings>,
 }
 
 impl State {
-    /// Every sled-backed table with its key prefix. Load, checkpoint and install walk this list.
-    /// Tables kept on disk ([`DiskTable`]) have prefixes from `~` on, after every other key, so
-    /// loading the others reads none of their rows.
-    pub(crate) fn tables(&mut self) -> [(&'static str, &mut dyn Persisted); 20] {
-        [
-            ("topic/", &mut self.topics),
-            ("queue/", &mut self.queues),
-            ("group/", &mut self.consumption.groups),
-            ("pop/", &mut self.consumption.queues),
-            ("epoch/", &mut self.consumption.topics),
-            ("held/", &mut self.held_counts),
-            ("plugin/", &mut self.plugins.modules),
-            ("group_filter/", &mut self.plugins.group_filters),
-            ("topic_checker/", &mut self.plugins.topic_checkers),
-            ("user/", &mut self.access.users),
-            ("acl/", &mut self.access.rules),
-            ("handle_key/", &mut self.access.handle_keys),
-            ("failover/", &mut self.failovers),
-            ("lite_sub/", &mut self.lite.subscriptions),
-            ("~half/", &mut self.halves),
-            ("~check/", &mut self.checks),
-            ("~hold/", &mut self.holds),
-            ("~lite/", &mut self.lite.topics),
-            ("~lite_record/", &mut self.lite.records),
-            ("~lite_progress/", &mut self.lite.progress),
-        ]
+    /// Every sled-backed table with its key prefix: the metadata's, then the partition's. Load,
+    /// checkpoint, install and the digest walk this list. Tables kept on disk ([`DiskTable`])
+    /// have prefixes from `~` on, after every other key, so loading the others reads none of
+    /// their rows.
+    pub(crate) fn tables(&mut self) -> Vec<(&'static str, &mut dyn Persisted)> {
+        let mut all = self.meta.tables();
+        all.extend(self.data.tables());
+        all
     }
 
     pub(crate) fn applied(&self) -> Applied {
         Applied {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
-            dedupe_clock: self.dedupe_clock,
-            settings: self.settings,
+            dedupe_clock: self.data.dedupe_clock,
+            settings: self.meta.settings,
+            placed_settings: self.data.settings,
         }
     }
 
     pub(crate) fn set_applied(&mut self, a: Applied) {
         self.last_applied = a.last_applied;
         self.membership = a.membership;
-        self.dedupe_clock = a.dedupe_clock;
-        self.settings = a.settings;
+        self.data.dedupe_clock = a.dedupe_clock;
+        self.meta.settings = a.settings;
+        self.data.settings = a.placed_settings;
     }
 
     /// Sets up what apply needs besides the tables (after a load, for a replay, for an install):
     /// what is derived from the tables.
     pub(crate) fn prepare_local(&mut self) {
-        let mut order: Vec<(i64, DedupeKey)> = self.dedupe.iter().map(|(k, s)| (s.seen_ms, *k)).collect();
-        order.sort_unstable();
-        self.local.dedupe_order = order.into();
+        if self.upgrade() && self.last_applied.is_some() {
+            tracing::info!(
+                "state written by an earlier release: the data partition now keeps its own copy of the topics, groups and settings (done once)"
+            );
+        }
+        self.data.prepare_local();
     }
 
-    /// A digest of the replicated state: equal on replicas that applied the same entries. Queue
-    /// starts are left out (each node purges its own log). `Err` if a row kept on disk could not
-    /// be read (the digest reads every pending timer's record).
+    /// State written by a release that kept metadata and data in one: the partition gets its
+    /// copy of the metadata, and the metadata the group and topic creations the partition
+    /// recorded. Every entry of those releases changed both at once, so the copy is what the
+    /// partition would hold at this index whichever index a replica upgrades at. True if it did
+    /// anything (once per data directory or snapshot).
+    pub(crate) fn upgrade(&mut self) -> bool {
+        if self.data.settings.is_some() {
+            return false;
+        }
+        self.data.settings = Some(self.meta.settings);
+        for (name, config) in self.meta.topics.iter() {
+            self.data.topics.insert(name.clone(), config.clone());
+        }
+        for (name, epoch) in self.data.consumption.topics.iter() {
+            self.meta.topic_epochs.insert(name.clone(), *epoch);
+        }
+        for (name, config) in self.data.consumption.groups.iter() {
+            self.meta.groups.insert(name.clone(), config.clone());
+        }
+        true
+    }
+
+    /// A digest of the replicated state: equal on replicas that applied the same entries. It
+    /// covers every table of [`State::tables`] (each as it declares, see
+    /// [`Persisted::digest`]), the checkpoint's scalars and the two kept in files of their own:
+    /// the dedupe window and pending timers. `Err` if a row kept on disk could not be read.
     pub fn digest(&self) -> Result<u64, serde_json::Error> {
-        let replicated_queues: Vec<(&(String, u32), u64, i64)> =
-            self.queues.iter().map(|(k, r)| (k, r.next, r.last_store_ms)).collect();
         let mut hash = DigestWriter(0, 0x5253_5441);
+        let applied = self.applied();
         serde_json::to_writer(
             &mut hash,
             &(
-                (&self.last_applied, &self.membership, &self.dedupe_clock, &self.settings),
-                (&self.topics, &replicated_queues),
-                (&self.dedupe, &self.consumption, &self.timers, &self.halves, &self.checks),
-                (&self.holds, &self.held_counts, &self.plugins, &self.access, &self.failovers),
-                &self.lite,
+                &applied.last_applied,
+                &applied.membership,
+                &applied.dedupe_clock,
+                &applied.settings,
+                &applied.placed_settings,
             ),
         )?;
+        for (prefix, table) in self.meta.tables_ref().into_iter().chain(self.data.tables_ref()) {
+            hash.write_all(prefix.as_bytes()).map_err(serde_json::Error::io)?;
+            table.digest(&mut hash)?;
+        }
+        serde_json::to_writer(&mut hash, &(&self.data.dedupe, &self.data.timers))?;
         Ok((u64::from(hash.1) << 32) | u64::from(hash.0))
     }
 }

@@ -61,8 +61,22 @@ pub(crate) fn node(dir: &Path) -> Node {
 }
 
 impl Node {
-    /// Appends `command` to the log as the next entry and applies it, as a committed entry would be.
+    /// Appends `command` to the log as the next entry and applies it, as a committed entry would
+    /// be; a metadata change is followed by its placement, as the leader proposes it.
     pub fn commit(&mut self, command: &Command) -> Reply {
+        let reply = self.commit_only(command);
+        if command.needs_placement() {
+            let changes = self.broker.placement();
+            if !changes.is_empty() {
+                self.commit_only(&Command::Place(crate::broker::partition::Placement { changes }));
+            }
+        }
+        reply
+    }
+
+    /// [`Node::commit`] without the placement that follows a metadata change (a leader that
+    /// failed between the two).
+    pub fn commit_only(&mut self, command: &Command) -> Reply {
         let bytes = command.encode();
         let index = self.next_index;
         let meta = RecordMeta { term: self.term, index, leader: 1, kind: 2 };
@@ -333,14 +347,15 @@ fn restart_recovers_the_last_checkpoint_and_replay_reaches_the_same_state() {
         // No checkpoint: the last two entries are applied again after the restart.
     }
     let mut n = node(dir.path());
-    assert_eq!(n.broker.last_applied().map(|l| l.index), Some(1));
+    // The topic's creation, its placement and the first send.
+    assert_eq!(n.broker.last_applied().map(|l| l.index), Some(2));
     assert_eq!(n.broker.queue_status("T")[0].next, 1);
     let reader = n.log.reader();
-    for index in 2..4 {
+    for index in 3..5 {
         let payload = reader.read(index).unwrap().unwrap().payload;
         n.broker.apply(lid(index), payload).unwrap();
     }
-    n.next_index = 4;
+    n.next_index = 5;
     assert_eq!(n.broker.queue_status("T"), full);
     assert_eq!(n.broker.read("T", 0, 2).unwrap().unwrap().message.message_id, "c");
 }
@@ -415,7 +430,7 @@ fn a_window_ending_for_many_ids_at_once_expires_in_bounded_steps_alike_on_every_
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         n.commit(&send("T", 0, T + g as i64, &ids));
     }
-    let rows = |n: &Node| n.broker.state().dedupe.len();
+    let rows = |n: &Node| n.broker.state().data.dedupe.len();
     let all = groups * 256;
     assert_eq!(rows(&n), all);
     n.commit(&send("T", 0, T + DAY, &["late-1"]));
@@ -483,11 +498,11 @@ fn a_retry_sharing_an_entry_with_its_first_attempt_is_a_duplicate_also_after_a_r
     let batched = send("T", 0, 1_000, &["a", "b", "a"]);
     assert_eq!(offsets(&n.commit(&batched)), vec![(0, false), (1, false), (0, true)]);
     // (Not a clone of the whole state: its tables on disk would keep sled's lock.)
-    let (digest, dedupe) = (n.broker.live_digest().unwrap(), n.broker.state().dedupe.clone());
+    let (digest, dedupe) = (n.broker.live_digest().unwrap(), n.broker.state().data.dedupe.clone());
     // The entry is applied again after a restart (it came after the checkpoint): the same state,
     // not a duplicate of itself.
     let n = n.restart(dir.path());
-    assert_eq!((n.broker.live_digest().unwrap(), &n.broker.state().dedupe), (digest, &dedupe));
+    assert_eq!((n.broker.live_digest().unwrap(), &n.broker.state().data.dedupe), (digest, &dedupe));
     assert_eq!(n.broker.queue_status("T")[0].next, 2);
 }
 
@@ -654,18 +669,18 @@ fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_resta
     // A record claiming another term than its entry's (a stale or forged one) changes nothing.
     let stale = n.commit(&Command::Admin(AdminCommand::RecordFailover(record(7))));
     assert!(matches!(stale, Reply::Rejected(_)), "{stale:?}");
-    assert!(n.broker.state().failovers.is_empty());
+    assert!(n.broker.state().meta.failovers.is_empty());
     for term in 1..=(KEPT as u64 + 5) {
         n.term = term;
         assert_eq!(n.commit(&Command::Admin(AdminCommand::RecordFailover(record(term)))), Reply::Applied);
     }
-    let terms: Vec<u64> = n.broker.state().failovers.keys().copied().collect();
+    let terms: Vec<u64> = n.broker.state().meta.failovers.keys().copied().collect();
     assert_eq!(terms.len(), KEPT);
     assert_eq!((terms[0], terms[KEPT - 1]), (6, KEPT as u64 + 5), "the oldest go first");
     n.broker.checkpoint().unwrap();
-    let before = n.broker.state().failovers.clone();
+    let before = n.broker.state().meta.failovers.clone();
     let n = n.restart(dir.path());
-    assert_eq!(n.broker.state().failovers.iter().collect::<Vec<_>>(), before.iter().collect::<Vec<_>>());
+    assert_eq!(n.broker.state().meta.failovers.iter().collect::<Vec<_>>(), before.iter().collect::<Vec<_>>());
 }
 
 /// An entry of a format or kind this release does not know (a newer release wrote it) stops
@@ -674,7 +689,7 @@ fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_resta
 #[test]
 fn an_entry_of_a_newer_release_stops_the_apply() {
     for (payload, says) in [
-        (&b"R\x07\x01"[..], "is of format 7; this release reads formats 1 to 2"),
+        (&b"R\x07\x01"[..], "is of format 7; this release reads formats 1 to 3"),
         (b"R\x02\x63", "is of kind 99 (format 2), which this release does not know"),
         // An admin command of a variant added later (its protobuf field 99).
         (b"R\x02\x02\x9a\x06\x01x", "is of a variant of admin commands this release does not know"),
@@ -701,13 +716,13 @@ fn an_entry_of_a_newer_release_stops_the_apply() {
 fn a_refused_entry_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut n = node(dir.path());
-    let newer = Bytes::from_static(b"R\x03\x02");
+    let newer = Bytes::from_static(b"R\x04\x02");
     let index = n.next_index;
     let first = n.commit_bytes(newer.clone()).unwrap_err().to_string();
     assert_eq!(n.broker.last_applied(), None);
     let again = n.broker.apply(lid(index), newer).unwrap_err().to_string();
     assert_eq!(first, again);
-    assert!(first.starts_with(&format!("log entry {index} is of format 3")), "{first}");
+    assert!(first.starts_with(&format!("log entry {index} is of format 4")), "{first}");
     assert!(n.broker.topics().is_empty());
 }
 

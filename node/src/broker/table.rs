@@ -164,7 +164,26 @@ pub(crate) trait Persisted: Send + Sync {
     fn settle(&mut self, _taken: Taken) {}
     /// Reads its rows from `tree` from now on (tables whose rows stay on disk).
     fn attach(&mut self, _tree: &sled::Tree, _prefix: &'static str) {}
+    /// Writes what replicas must agree on into the state's digest: every row, unless a table
+    /// keeps node-local bookkeeping in its rows (see `QueueRanges`).
+    fn digest(&self, out: &mut dyn std::io::Write) -> Result<(), serde_json::Error>;
 }
+
+/// Declares a state's persisted tables once, as `prefix => field` (or `field.field`): from
+/// that one list come `tables()`, which load, checkpoint and install walk, and `tables_ref()`,
+/// which the digest walks.
+macro_rules! persisted_tables {
+    ($($prefix:literal => $($field:ident).+),* $(,)?) => {
+        pub(crate) fn tables(&mut self) -> Vec<(&'static str, &mut dyn $crate::broker::table::Persisted)> {
+            vec![$(($prefix, &mut self.$($field).+ as &mut dyn $crate::broker::table::Persisted)),*]
+        }
+
+        pub(crate) fn tables_ref(&self) -> Vec<(&'static str, &dyn $crate::broker::table::Persisted)> {
+            vec![$(($prefix, &self.$($field).+ as &dyn $crate::broker::table::Persisted)),*]
+        }
+    };
+}
+pub(crate) use persisted_tables;
 
 /// The sled key of a row: the table's prefix, then the key as JSON (collision-free for any key).
 pub(crate) fn row_key<K: Serialize>(prefix: &str, key: &K) -> Vec<u8> {
@@ -212,6 +231,10 @@ where
         for (k, v) in &self.rows {
             batch.insert(row_key(prefix, k), row_value(v));
         }
+    }
+
+    fn digest(&self, out: &mut dyn std::io::Write) -> Result<(), serde_json::Error> {
+        serde_json::to_writer(out, self)
     }
 }
 

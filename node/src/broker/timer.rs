@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::apply::{Effects, HeldPlace};
 use crate::broker::held::HeldMessage;
-use crate::broker::state::State;
+use crate::broker::partition::Partition;
 use crate::store::Place;
 
 /// A timer: (due second, position of the message in the log).
@@ -60,7 +60,7 @@ pub enum TimerOutcome {
     AlreadyDue,
 }
 
-impl State {
+impl Partition {
     pub(crate) fn add_timer(&mut self, due_ms: i64, position: u64, message: HeldMessage, fx: &mut Effects) {
         self.hold(crate::broker::split_position(position).0, fx);
         self.count_held(&message.topic, |c| c.timers += 1);

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::apply::{Effects, HeldPlace};
 use crate::broker::held::HeldMessage;
+use crate::broker::partition::Partition;
 use crate::broker::split_position;
-use crate::broker::state::State;
 use crate::store::Place;
 
 /// Who resolved a half.
@@ -84,7 +84,7 @@ pub enum TransactionOutcome {
     Conflict(HalfState),
 }
 
-impl State {
+impl Partition {
     pub(crate) fn add_half(&mut self, position: u64, m: HeldMessage, first_check_ms: i64, fx: &mut Effects) {
         self.hold(split_position(position).0, fx);
         self.count_held(&m.topic, |c| c.open_halves += 1);

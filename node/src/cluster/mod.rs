@@ -19,6 +19,7 @@ pub mod leadership;
 pub mod lite;
 mod members;
 mod peer;
+mod placement;
 pub mod pop;
 mod producers;
 mod retries;
@@ -307,7 +308,10 @@ impl Cluster {
                 c.encode()
             };
             match self.propose(stamped).await? {
-                Proposed::Applied(reply) => return Ok(reply),
+                Proposed::Applied(reply) => {
+                    self.place_after(command).await;
+                    return Ok(reply);
+                }
                 Proposed::NotLeader(who) => leader = who,
             }
         }
@@ -497,11 +501,15 @@ impl Cluster {
             return self.join(Lanes::Forwarded, batch).await;
         }
         // Bytes that are no command would only be skipped at apply: they never reach the log.
-        if let Err(e) = Command::decode(command.clone()) {
-            return Err(ClusterError::Internal(format!("a forwarded write is not a command: {e}")));
-        }
+        let decoded = match Command::decode(command.clone()) {
+            Ok(c) => c,
+            Err(e) => return Err(ClusterError::Internal(format!("a forwarded write is not a command: {e}"))),
+        };
         match self.propose(|now| Command::restamp(command, |c| self.stamp(c, now))).await? {
-            Proposed::Applied(reply) => Ok(reply),
+            Proposed::Applied(reply) => {
+                self.place_after(&decoded).await;
+                Ok(reply)
+            }
             Proposed::NotLeader(_) => Err(ClusterError::NoLeader),
         }
     }

@@ -8,7 +8,8 @@
 //! - `plugin_warmup`: compiles registered plugins in the background and quarantines failing ones;
 //! - leader only: `timers` fires due delayed messages; `transaction_checks` checks unresolved
 //!   transactional halves; `lite_topics` expires idle lite topics and forgets the subscriptions
-//!   of clients that went away;
+//!   of clients that went away; `placement` finishes metadata changes the data partition has
+//!   not taken yet;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
 //! - `disk_space`: reads the voters' free space; below a mark the leader refuses what would
 //!   fill a disk further;
@@ -25,6 +26,7 @@ mod handle_key;
 mod health;
 mod leaders;
 mod lite_topics;
+mod placement;
 mod plugin_warmup;
 mod renewals;
 mod retention;
@@ -45,6 +47,7 @@ pub use handle_key::first_handle_key;
 pub use health::watch_health;
 pub use leaders::watch_leaders;
 pub use lite_topics::lite_upkeep;
+pub use placement::placement;
 pub use plugin_warmup::plugin_warmup;
 pub use renewals::renewals;
 pub use retention::{RetentionOptions, retention};

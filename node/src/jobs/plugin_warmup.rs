@@ -25,7 +25,7 @@ pub async fn plugin_warmup(cluster: Cluster, broker: Broker, host: Arc<PluginHos
         tick.tick().await;
         let (uncompiled, quarantines) = {
             let state = broker.state();
-            (host.uncompiled(&state.plugins), host.quarantines(&state.plugins, now_ms()))
+            (host.uncompiled(&state.meta.plugins), host.quarantines(&state.meta.plugins, now_ms()))
         };
         for source in uncompiled {
             let host = Arc::clone(&host);

@@ -30,11 +30,11 @@ impl TransactionChecker for PluginChecker {
         // What to run is read under the broker's lock; it is compiled (if it is not yet) after.
         let (name, config, source) = {
             let state = self.broker.state();
-            let (name, config) = match state.plugins.topic_checkers.get(&half.topic) {
+            let (name, config) = match state.meta.plugins.topic_checkers.get(&half.topic) {
                 Some(b) => (b.plugin.clone(), b.config.clone()),
                 None => (builtin::DEFAULT_TX_CHECKER.to_string(), self.default_config.clone()),
             };
-            let source = ModuleSource::find(&state.plugins, &name, PluginKind::TxChecker);
+            let source = ModuleSource::find(&state.meta.plugins, &name, PluginKind::TxChecker);
             (name, config, source)
         };
         let module = blocking(|| source.and_then(|s| self.host.compiled(&s)));

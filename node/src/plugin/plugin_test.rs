@@ -356,13 +356,13 @@ mod with_broker {
         let dir = tempfile::tempdir().unwrap();
         let n = bound_group(dir.path(), &module(MATCH_ALL, GOOD_ALLOC), &[]);
         let host = Arc::new(host());
-        let uncompiled = host.uncompiled(&n.broker.state().plugins);
+        let uncompiled = host.uncompiled(&n.broker.state().meta.plugins);
         let names: Vec<&str> = uncompiled.iter().map(|s| s.name.as_str()).collect();
         assert!(names.contains(&"bound") && names.contains(&"sql92"), "{names:?}");
         for source in &uncompiled {
             host.compiled(source).unwrap();
         }
-        assert!(host.uncompiled(&n.broker.state().plugins).is_empty());
+        assert!(host.uncompiled(&n.broker.state().meta.plugins).is_empty());
         // The first subscription finds it compiled.
         host.on_compile(|| panic!("compiled at first use"));
         Subscription::all().with_group_filter(&host, &n.broker, "g").unwrap();
@@ -396,7 +396,7 @@ mod with_broker {
         assert!(!first.delivers());
         assert_eq!(first.pop.takes[0].to, first.pop.takes[0].from + 4, "only the messages it failed on are passed");
         assert!(first.filter_unavailable.is_some());
-        let proposed = host.quarantines(&n.broker.state().plugins, 99);
+        let proposed = host.quarantines(&n.broker.state().meta.plugins, 99);
         assert_eq!(proposed.len(), 1, "{proposed:?}");
         for command in proposed {
             assert_eq!(n.commit(&Command::Plugin(command)), Reply::Applied);
@@ -407,7 +407,7 @@ mod with_broker {
             refused.to_string(),
             "plugin bound is quarantined: 5 failures in 60 s; re-enable with `rockraft plugin enable bound`"
         );
-        assert!(host.quarantines(&n.broker.state().plugins, 100).is_empty(), "quarantined once");
+        assert!(host.quarantines(&n.broker.state().meta.plugins, 100).is_empty(), "quarantined once");
         let m = host.load(&trap, PluginKind::Filter).unwrap();
         let calls = m.counters.calls.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(n.commit(&Command::Plugin(PluginCommand::Enable { name: "bound".into() })), Reply::Applied);

@@ -85,7 +85,7 @@ impl Subscription {
     ) -> Result<Self, PluginError> {
         let bound = {
             let state = broker.state();
-            let plugins = &state.plugins;
+            let plugins = &state.meta.plugins;
             plugins.group_filters.get(group).map(|binding| {
                 ModuleSource::find(plugins, &binding.plugin, PluginKind::Filter).map(|s| (s, binding.config.clone()))
             })

@@ -77,7 +77,7 @@ impl From<pb::Failover> for Failover {
     }
 }
 
-fn topic_to_proto(t: &TopicConfig) -> pb::TopicConfig {
+pub(super) fn topic_to_proto(t: &TopicConfig) -> pb::TopicConfig {
     let kind = match t.kind {
         TopicKind::Normal => pb::TopicKind::Normal,
         TopicKind::Fifo => pb::TopicKind::Fifo,
@@ -89,7 +89,7 @@ fn topic_to_proto(t: &TopicConfig) -> pb::TopicConfig {
     pb::TopicConfig { name: t.name.clone(), queues: t.queues, kind: kind as i32, lite_ttl_minutes: t.lite_ttl_minutes }
 }
 
-fn topic_from_proto(t: pb::TopicConfig) -> Result<TopicConfig, DecodeError> {
+pub(super) fn topic_from_proto(t: pb::TopicConfig) -> Result<TopicConfig, DecodeError> {
     let kind = known(t.kind, "topic kind", |v| match pb::TopicKind::try_from(v).ok()? {
         pb::TopicKind::Unspecified => None,
         pb::TopicKind::Normal => Some(TopicKind::Normal),

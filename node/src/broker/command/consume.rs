@@ -94,7 +94,7 @@ pub(super) fn from_proto(c: pb::ConsumeCommand) -> Result<ConsumeCommand, Decode
     })
 }
 
-fn group_to_proto(g: &GroupConfig) -> pb::GroupConfig {
+pub(super) fn group_to_proto(g: &GroupConfig) -> pb::GroupConfig {
     pb::GroupConfig {
         name: g.name.clone(),
         fifo: g.fifo,
@@ -111,7 +111,7 @@ fn group_to_proto(g: &GroupConfig) -> pb::GroupConfig {
     }
 }
 
-fn group_from_proto(g: pb::GroupConfig) -> Result<GroupConfig, DecodeError> {
+pub(super) fn group_from_proto(g: pb::GroupConfig) -> Result<GroupConfig, DecodeError> {
     let priority_factor = u8::try_from(g.priority_factor)
         .map_err(|_| DecodeError::OutOfRange { field: "priority factor", value: u64::from(g.priority_factor) })?;
     let lite = match g.lite {

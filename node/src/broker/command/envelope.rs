@@ -1,8 +1,9 @@
 //! The header of an entry payload: which format wrote it and which kind of command it is.
 //!
-//! Format 2 (this release writes it): `0x52` ('R'), the format version, the kind, then the
-//! command's protobuf body. Format 1 (earlier releases): the kind as a tag byte (1 to 9), then
-//! the body (JSON for most kinds). The marker is never a tag of format 1, so the first byte
+//! Format 3 (this release writes it) and format 2: `0x52` ('R'), the format version, the kind,
+//! then the command's protobuf body. Format 1 (earlier releases): the kind as a tag byte (1 to
+//! 9), then the body (JSON for most kinds). Formats 1 and 2 are read with their meaning then: a
+//! metadata command changed the data partition in the same step (see `Steps`). The marker is never a tag of format 1, so the first byte
 //! tells the two apart; a later format keeps the marker and raises the version byte, which this
 //! release then refuses instead of misreading.
 
@@ -10,8 +11,11 @@ use super::DecodeError;
 
 /// The first byte of every payload of format 2 on.
 pub(crate) const MARKER: u8 = b'R';
-/// The format this release writes.
-pub const FORMAT: u8 = 2;
+/// The format this release writes: metadata commands change only the metadata, and placement
+/// entries (kind 10) carry the change to the partition.
+pub const FORMAT: u8 = 3;
+/// The first format with the marker byte; read, never written.
+pub const FIRST_MARKED_FORMAT: u8 = 2;
 /// The format of earlier releases: a tag byte, then the body. Read, never written.
 pub const LEGACY_FORMAT: u8 = 1;
 /// Marker, format, kind.
@@ -29,6 +33,7 @@ pub enum Kind {
     Plugin = 7,
     Access = 8,
     Lite = 9,
+    Placement = 10,
 }
 
 impl Kind {
@@ -43,6 +48,7 @@ impl Kind {
             7 => Kind::Plugin,
             8 => Kind::Access,
             9 => Kind::Lite,
+            10 => Kind::Placement,
             _ => return None,
         })
     }
@@ -57,7 +63,7 @@ impl Kind {
             | Kind::Transaction
             | Kind::Plugin
             | Kind::Lite => true,
-            Kind::Admin | Kind::Access => false,
+            Kind::Admin | Kind::Access | Kind::Placement => false,
         }
     }
 }
@@ -78,7 +84,7 @@ pub(crate) fn read(payload: &[u8]) -> Result<Header, DecodeError> {
             if *format > FORMAT {
                 return Err(DecodeError::UnknownFormat(*format));
             }
-            if *format < FORMAT {
+            if *format < FIRST_MARKED_FORMAT {
                 // No release writes the marker before a format it did not introduce.
                 return Err(DecodeError::NotACommand(MARKER));
             }
@@ -87,7 +93,7 @@ pub(crate) fn read(payload: &[u8]) -> Result<Header, DecodeError> {
             Ok(Header { format: *format, kind, body_at: HEADER_LEN })
         }
         [MARKER] => Err(DecodeError::Truncated),
-        [tag, ..] => match Kind::of(*tag) {
+        [tag, ..] => match Kind::of(*tag).filter(|k| *k != Kind::Placement) {
             Some(kind) => Ok(Header { format: LEGACY_FORMAT, kind, body_at: 1 }),
             None => Err(DecodeError::NotACommand(*tag)),
         },
@@ -122,6 +128,8 @@ mod tests {
         assert_eq!(read(&[MARKER, FORMAT]), Err(DecodeError::Truncated));
         assert_eq!(read(&[MARKER]), Err(DecodeError::Truncated));
         assert_eq!(read(&[MARKER, 1, 1]), Err(DecodeError::NotACommand(MARKER)));
+        assert_eq!(read(&[Kind::Placement as u8, 0]), Err(DecodeError::NotACommand(10)));
+        assert_eq!(read(&[MARKER, FIRST_MARKED_FORMAT, 2]).map(|h| h.format), Ok(FIRST_MARKED_FORMAT));
         assert_eq!(read(&[0]), Err(DecodeError::NotACommand(0)));
         assert_eq!(read(b"{}"), Err(DecodeError::NotACommand(b'{')));
         assert_eq!(read(&[]), Err(DecodeError::Empty));

@@ -20,6 +20,7 @@ pub mod envelope;
 mod legacy;
 mod lite;
 pub(crate) use lite::{actor_from_proto, actor_to_proto};
+mod placement;
 mod plugin;
 mod timer;
 mod transaction;
@@ -29,7 +30,9 @@ use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::access::AccessCommand;
+use crate::broker::apply::Steps;
 use crate::broker::lite::LiteCommand;
+use crate::broker::partition::Placement;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::timer::TimerCommand;
@@ -123,6 +126,8 @@ pub enum Command {
     Plugin(PluginCommand),
     Access(AccessCommand),
     Lite(LiteCommand),
+    /// A data partition's copy of metadata brought up to date (see `Metadata::placement_for`).
+    Place(Placement),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -156,12 +161,39 @@ impl Command {
             Command::Plugin(p) => framed(Kind::Plugin, &plugin::to_proto(p)),
             Command::Access(a) => framed(Kind::Access, &access::to_proto(a)),
             Command::Lite(l) => framed(Kind::Lite, &lite::to_proto(l)),
+            Command::Place(p) => framed(Kind::Placement, &placement::to_proto(p)),
         }
     }
 
     /// The length of [`Command::encode`] of a send of `batch`, without encoding it.
     pub fn send_len(batch: &SendBatch) -> usize {
         envelope::HEADER_LEN + batch.encoded_len()
+    }
+
+    /// Whether this is applied to the metadata (the rest to a data partition).
+    pub fn is_metadata(&self) -> bool {
+        match self {
+            Command::Admin(a) => !matches!(a, AdminCommand::ReleaseHolds { .. }),
+            Command::Consume(c) => matches!(c, ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. }),
+            Command::Plugin(_) | Command::Access(_) => true,
+            Command::Send(_)
+            | Command::DeadLetter(_)
+            | Command::Timer(_)
+            | Command::Transaction(_)
+            | Command::Lite(_)
+            | Command::Place(_) => false,
+        }
+    }
+
+    /// Whether this changes metadata that data partitions keep a copy of: a placement entry
+    /// follows it (see `Metadata::placement_for`).
+    pub fn needs_placement(&self) -> bool {
+        matches!(
+            self,
+            Command::Admin(
+                AdminCommand::CreateTopic(_) | AdminCommand::DeleteTopic { .. } | AdminCommand::Configure(_)
+            ) | Command::Consume(ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. })
+        )
     }
 
     /// The messages an entry stores, which ConsumeQueue records point at.
@@ -175,7 +207,8 @@ impl Command {
             | Command::Transaction(_)
             | Command::Plugin(_)
             | Command::Access(_)
-            | Command::Lite(_) => None,
+            | Command::Lite(_)
+            | Command::Place(_) => None,
         }
     }
 
@@ -200,7 +233,7 @@ impl Command {
             Command::Timer(t) => t.set_time(now_ms),
             Command::Transaction(t) => t.set_time(now_ms),
             Command::Plugin(PluginCommand::Register { now_ms: at, .. }) => *at = now_ms,
-            Command::Admin(_) | Command::Plugin(_) | Command::Access(_) => {}
+            Command::Admin(_) | Command::Plugin(_) | Command::Access(_) | Command::Place(_) => {}
         }
     }
 
@@ -256,6 +289,7 @@ impl Command {
         match header.kind {
             Kind::Send => Footprint::Stores,
             Kind::DeadLetter | Kind::Timer | Kind::Transaction => Footprint::Records,
+            Kind::Placement => Footprint::Relieves,
             Kind::Admin | Kind::Consume | Kind::Plugin | Kind::Access | Kind::Lite => {
                 Command::decode(payload.clone()).map_or(Footprint::Records, |c| c.footprint())
             }
@@ -276,13 +310,25 @@ impl Command {
             Command::Plugin(p) => plugin::footprint(p),
             Command::Access(a) => access::footprint(a),
             Command::Lite(l) => lite::footprint(l),
+            // Small, and a deleted topic's data goes only through it.
+            Command::Place(_) => Footprint::Relieves,
         }
     }
 
     /// Decodes an entry payload of this release's format or an earlier one. `Bytes` fields of
     /// the result share `bytes`' buffer.
     pub fn decode(bytes: Bytes) -> Result<Command, DecodeError> {
+        Ok(Command::decode_entry(bytes)?.0)
+    }
+
+    /// [`Command::decode`], with how the entry's format says it changes the state.
+    pub(crate) fn decode_entry(bytes: Bytes) -> Result<(Command, Steps), DecodeError> {
         let header = envelope::read(&bytes)?;
+        let steps = if header.format < FORMAT { Steps::Combined } else { Steps::Separate };
+        Ok((Command::decode_body(header, bytes)?, steps))
+    }
+
+    fn decode_body(header: envelope::Header, bytes: Bytes) -> Result<Command, DecodeError> {
         let body = bytes.slice(header.body_at..);
         if header.format == envelope::LEGACY_FORMAT {
             return legacy::decode(header.kind, body);
@@ -297,6 +343,7 @@ impl Command {
             Kind::Plugin => Command::Plugin(plugin::from_proto(Message::decode(body)?)?),
             Kind::Access => Command::Access(access::from_proto(Message::decode(body)?)?),
             Kind::Lite => Command::Lite(lite::from_proto(Message::decode(body)?)?),
+            Kind::Placement => Command::Place(placement::from_proto(Message::decode(body)?)?),
         })
     }
 }

@@ -1,0 +1,197 @@
+//! Metadata apart from data: one metadata state and data partitions that each keep their own
+//! copy of what they need, brought up to date by placement entries; a metadata change whose
+//! placement did not follow (a crash between the two steps) is finished later, once.
+
+use bytes::Bytes;
+
+use crate::broker::apply::Effects;
+use crate::broker::group::GroupConfig;
+use crate::broker::metadata::Metadata;
+use crate::broker::partition::{Partition, Placement, PlacementChange};
+use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
+use crate::broker::state_test::{create, lid, node, send};
+use crate::broker::{AdminCommand, Command, LogPosition, Reply, State};
+
+fn group(name: &str) -> GroupConfig {
+    GroupConfig { name: name.into(), fifo: false, max_attempts: 3, priority_factor: 0, lite: None }
+}
+
+/// A data partition carried by a group of its own: its own log positions.
+struct DataGroup {
+    partition: Partition,
+    next: u64,
+}
+
+impl DataGroup {
+    fn new() -> DataGroup {
+        let mut partition = Partition::default();
+        partition.prepare_local();
+        DataGroup { partition, next: 1 }
+    }
+
+    fn apply(&mut self, command: Command) -> (Reply, Effects) {
+        let mut fx = Effects::default();
+        let at = LogPosition { term: 1, leader: 1, index: self.next };
+        self.next += 1;
+        (self.partition.apply(at, command, &mut fx), fx)
+    }
+
+    /// What the partition's leader does after a metadata change: place what it lacks.
+    fn place(&mut self, meta: &Metadata) -> Option<Effects> {
+        let changes = meta.placement_for(&self.partition);
+        if changes.is_empty() {
+            return None;
+        }
+        Some(self.apply(Command::Place(Placement { changes })).1)
+    }
+
+    fn next_offset(&self, topic: &str, queue: u32) -> u64 {
+        self.partition.queues.get(&(topic.to_string(), queue)).map_or(0, |r| r.next)
+    }
+}
+
+fn sent_offsets(reply: &Reply) -> Vec<u64> {
+    match reply {
+        Reply::Sent(outcomes) => outcomes.iter().map(|o| o.offset).collect(),
+        other => panic!("not sent: {other:?}"),
+    }
+}
+
+#[test]
+fn two_data_partitions_follow_one_metadata_through_creation_deletion_and_a_crash_between_steps() {
+    let mut meta = Metadata::default();
+    let (mut a, mut b) = (DataGroup::new(), DataGroup::new());
+    assert_eq!(meta.apply(lid(1), create("T", 2)), Reply::Applied);
+    assert_eq!(meta.apply(lid(2), Command::Consume(ConsumeCommand::CreateGroup(group("G")))), {
+        Reply::Consume(ConsumeOutcome::Done)
+    });
+    // Before its placement, a partition knows nothing of the topic.
+    assert_eq!(a.apply(send("T", 0, 1, &["early"])).0, Reply::TopicNotFound("T".into()));
+    for p in [&mut a, &mut b] {
+        assert!(p.place(&meta).is_some());
+        assert!(p.place(&meta).is_none(), "placed once, nothing is left to place");
+        assert_eq!(p.partition.settings, Some(meta.settings));
+        assert!(p.partition.consumption.groups.contains_key("G"));
+        assert!(p.partition.topics.contains_key("%DLQ%G"), "the dead-letter topic comes with the group");
+    }
+    // Each partition numbers its own queues.
+    assert_eq!(sent_offsets(&a.apply(send("T", 0, 2, &["a1", "a2"])).0), vec![0, 1]);
+    assert_eq!(sent_offsets(&b.apply(send("T", 0, 2, &["b1"])).0), vec![0]);
+
+    // The topic is deleted; partition `a` takes the change, then the leader fails before `b`.
+    assert_eq!(meta.apply(lid(3), Command::Admin(AdminCommand::DeleteTopic { name: "T".into() })), Reply::Applied);
+    let fx = a.place(&meta).expect("a drop to place");
+    assert_eq!(fx.removed_topics, vec!["T".to_string()]);
+    assert_eq!(a.next_offset("T", 0), 0);
+    assert_eq!(b.next_offset("T", 0), 1, "b has not taken the deletion yet");
+    // The next leader finds what is missing from the state alone, and places it once.
+    assert_eq!(meta.placement_for(&b.partition), vec![PlacementChange::DropTopic("T".into())]);
+    let fx = b.place(&meta).expect("a drop to place");
+    assert_eq!(fx.removed_topics, vec!["T".to_string()]);
+    assert!(b.place(&meta).is_none());
+    // Applying the same placement again changes nothing.
+    let before = b.partition.clone();
+    let (_, fx) = b.apply(Command::Place(Placement { changes: vec![PlacementChange::DropTopic("T".into())] }));
+    assert!(fx.removed_topics.is_empty());
+    assert_eq!(b.partition, before);
+    assert_eq!(b.apply(send("T", 0, 3, &["late"])).0, Reply::TopicNotFound("T".into()));
+}
+
+/// A topic deleted and created again while a partition missed both steps is another topic there
+/// too: its old messages and progress go, and the new one starts at offset 0.
+#[test]
+fn a_topic_recreated_while_a_partition_missed_the_deletion_starts_afresh_there() {
+    let mut meta = Metadata::default();
+    let mut p = DataGroup::new();
+    meta.apply(lid(1), create("T", 1));
+    p.place(&meta);
+    assert_eq!(sent_offsets(&p.apply(send("T", 0, 1, &["old"])).0), vec![0]);
+    meta.apply(lid(2), Command::Admin(AdminCommand::DeleteTopic { name: "T".into() }));
+    meta.apply(lid(3), create("T", 1));
+    let changes = meta.placement_for(&p.partition);
+    assert!(matches!(changes[..], [PlacementChange::PlaceTopic { epoch: Some(3), .. }]), "{changes:?}");
+    let fx = p.place(&meta).unwrap();
+    assert_eq!(fx.removed_topics, vec!["T".to_string()]);
+    assert_eq!(sent_offsets(&p.apply(send("T", 0, 2, &["new"])).0), vec![0]);
+}
+
+/// Through the broker: a metadata entry whose placement did not follow leaves the partition
+/// behind until the placement applies, and a replica replaying the log reaches the same state.
+#[test]
+fn a_placement_that_did_not_follow_is_proposed_from_the_state_and_replays_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit_only(&create("T", 1));
+    assert_eq!(n.commit(&send("T", 0, 1, &["m"])), Reply::TopicNotFound("T".into()));
+    assert!(!n.broker.placement().is_empty());
+    let changes = n.broker.placement();
+    n.commit(&Command::Place(Placement { changes }));
+    assert!(n.broker.placement().is_empty());
+    assert!(matches!(n.commit(&send("T", 0, 2, &["m"])), Reply::Sent(_)));
+    let live = n.broker.state().digest().unwrap();
+    let replayed = n.broker.state_at(n.next_index - 1, None, &crate::broker::state_test::no_membership).unwrap();
+    assert_eq!(replayed.digest().unwrap(), live);
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.state().digest().unwrap(), live);
+}
+
+/// Entries of the previous release (format 2) changed metadata and data in one step: they still
+/// do, so a log written then replays to what it was.
+#[test]
+fn a_metadata_entry_of_the_previous_format_places_in_the_same_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    let mut payload = create("T", 1).encode().to_vec();
+    payload[1] = crate::broker::command::envelope::FIRST_MARKED_FORMAT;
+    assert_eq!(n.commit_bytes(Bytes::from(payload)).unwrap(), Reply::Applied);
+    assert!(n.broker.placement().is_empty());
+    assert!(matches!(n.commit(&send("T", 0, 1, &["m"])), Reply::Sent(_)));
+}
+
+/// State an earlier release wrote has no partition copy: the first load makes it, from the
+/// tables that release kept, so nothing needs placing.
+#[test]
+fn state_of_an_earlier_release_gets_its_partition_copy_once() {
+    let mut old = State::default();
+    old.meta.topics.insert("T".into(), crate::broker::TopicConfig::new("T", 2, crate::broker::TopicKind::Normal));
+    old.data.consumption.topics.insert("T".into(), 7);
+    old.data.consumption.groups.insert("G".into(), group("G"));
+    let mut in_flight = crate::broker::pop::PopQueue { position: 300, ..Default::default() };
+    in_flight.inflight.insert(
+        272,
+        crate::broker::pop::Inflight {
+            attempt: 1,
+            generation: 8,
+            invisible_until_ms: 5,
+            message_group: String::new(),
+            renewed_from: None,
+            receive_attempt: None,
+        },
+    );
+    old.data.consumption.queues.insert(("G".into(), "T".into(), 0), in_flight);
+    old.last_applied = Some(lid(9));
+    // The flat form an earlier release's snapshot has: every table side by side.
+    let serde_json::Value::Object(mut nested) = serde_json::to_value(&old).unwrap() else { panic!() };
+    let mut flat = serde_json::Map::new();
+    for half in ["meta", "data"] {
+        let Some(serde_json::Value::Object(fields)) = nested.remove(half) else { panic!() };
+        flat.extend(fields.into_iter().filter(|(k, _)| {
+            !["topic_epochs", "groups", "group_epochs", "settings", "topics"].contains(&k.as_str()) || half == "meta"
+        }));
+    }
+    flat.extend(nested);
+    for new_only in ["topic_epochs", "groups", "group_epochs"] {
+        flat.remove(new_only);
+    }
+    let mut read: State = serde_json::from_value(serde_json::Value::Object(flat)).unwrap();
+    assert_eq!(read.data.settings, None);
+    assert_eq!(read.data.consumption.queues, old.data.consumption.queues, "maps with number keys read back");
+    assert_eq!(serde_json::from_slice::<State>(&serde_json::to_vec(&old).unwrap()).unwrap(), old);
+    read.prepare_local();
+    assert!(read.meta.placement_for(&read.data).is_empty());
+    assert_eq!(read.meta.topic_epochs.get("T"), Some(&7));
+    assert!(read.meta.groups.contains_key("G"));
+    let once = read.clone();
+    read.prepare_local();
+    assert_eq!(read, once);
+}

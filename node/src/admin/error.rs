@@ -32,6 +32,10 @@ pub enum AdminError {
 }
 
 impl AdminError {
+    pub(crate) fn invalid(e: impl std::fmt::Display) -> AdminError {
+        AdminError::Invalid(e.to_string())
+    }
+
     pub(crate) fn fault(e: impl std::fmt::Display) -> AdminError {
         AdminError::Fault(e.to_string())
     }

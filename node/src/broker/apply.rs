@@ -144,7 +144,7 @@ impl State {
                     self.settings = settings;
                     Reply::Applied
                 }
-                Err(e) => Reply::Rejected(e),
+                Err(e) => Reply::Rejected(e.to_string()),
             },
             Command::Plugin(PluginCommand::Register { module, .. })
                 if module.len() as u64 > self.settings.max_module_bytes =>
@@ -203,7 +203,7 @@ impl State {
             return Reply::Rejected(format!("a failover record of term {} in an entry of term {}", f.term, at.term));
         }
         if let Err(e) = f.validate() {
-            return Reply::Rejected(e);
+            return Reply::Rejected(e.to_string());
         }
         self.failovers.insert(f.term, f);
         while self.failovers.len() > failover::KEPT {

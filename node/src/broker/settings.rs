@@ -38,23 +38,33 @@ pub struct SettingsChange {
     pub max_module_bytes: Option<u64>,
 }
 
+/// A setting out of its range; holds the value asked for. Its text goes into the replicated reply:
+/// it must not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("dedupe_window_secs must be 1-{MAX_DEDUPE_WINDOW_SECS}, not {0}")]
+    DedupeWindow(u64),
+    #[error("max_module_bytes must be 1-{MAX_MODULE_BYTES}, not {0}")]
+    MaxModuleBytes(u64),
+}
+
 impl ClusterSettings {
     pub fn dedupe_window_ms(&self) -> i64 {
         self.dedupe_window_secs.saturating_mul(1000) as i64
     }
 
     /// The settings with `change` made, or why it is refused.
-    pub fn changed(&self, change: &SettingsChange) -> Result<ClusterSettings, String> {
+    pub fn changed(&self, change: &SettingsChange) -> Result<ClusterSettings, SettingsError> {
         let mut next = *self;
         if let Some(secs) = change.dedupe_window_secs {
             if !(1..=MAX_DEDUPE_WINDOW_SECS).contains(&secs) {
-                return Err(format!("dedupe_window_secs must be 1-{MAX_DEDUPE_WINDOW_SECS}, not {secs}"));
+                return Err(SettingsError::DedupeWindow(secs));
             }
             next.dedupe_window_secs = secs;
         }
         if let Some(bytes) = change.max_module_bytes {
             if !(1..=MAX_MODULE_BYTES as u64).contains(&bytes) {
-                return Err(format!("max_module_bytes must be 1-{MAX_MODULE_BYTES}, not {bytes}"));
+                return Err(SettingsError::MaxModuleBytes(bytes));
             }
             next.max_module_bytes = bytes;
         }

@@ -210,9 +210,10 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     Ok(Node { cluster, parts, config: Arc::new(config), jobs, leadership, renewals, log })
 }
 
-/// The largest admin request: a plugin registration, its module in base64 (4/3 of its size),
-/// plus room for the rest of the request.
-const MAX_ADMIN_REQUEST_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES * 4 / 3 + (1 << 20);
+/// The largest admin request: a plugin registration, whose module travels as raw protobuf bytes
+/// (no base64 any more), plus 64 KiB for the rest of it (name, kind and framing take a few dozen
+/// bytes) so that a module at the largest size any cluster accepts still arrives whole.
+const MAX_ADMIN_REQUEST_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES + (64 << 10);
 
 /// Operator requests one connection may have in flight: the CLI sends one at a time.
 const MAX_ADMIN_STREAMS_PER_CONNECTION: u32 = 64;
@@ -255,7 +256,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let cluster = &node.cluster;
-    let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
+    let admin = |server: fn(Cluster, Arc<NodeConfig>) -> AdminServer| {
+        AdminServiceServer::new(server(cluster.clone(), Arc::clone(&config)))
+            .max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES)
+    };
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
     // decoded.
     let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
@@ -272,7 +276,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let raft_server = raft_builder
         .add_service(InterceptedService::new(raft_service, members_only.clone()))
         .add_service(InterceptedService::new(peer_service, members_only.clone()))
-        .add_service(InterceptedService::new(admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES), members_only))
+        .add_service(InterceptedService::new(admin(AdminServer::for_members), members_only))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
     let authenticator = Authenticator::new(config.auth.clone(), node.parts.broker.clone());
     if !config.auth.enabled {
@@ -303,10 +307,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         ConnectionCap::new("client", per_address).limit(bind(client_addr).map_err(bound("client_addr", client_addr))?);
     let admin_server = secured()?
         .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
-        .add_service(InterceptedService::new(
-            admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES),
-            AdminsOnly(Arc::clone(&authenticator)),
-        ))
+        .add_service(InterceptedService::new(admin(AdminServer::new), AdminsOnly(Arc::clone(&authenticator))))
         .serve_with_incoming_shutdown(admin_incoming, stopped(stop_rx.clone()));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),

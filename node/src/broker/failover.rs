@@ -137,8 +137,17 @@ mod tests {
     #[test]
     fn records_out_of_order_are_refused() {
         assert!(record().validate().is_ok());
-        assert!(Failover { first_commit_ms: 10_000, ..record() }.validate().is_err());
-        assert!(Failover { last_heard_ms: Some(20_000), ..record() }.validate().is_err());
-        assert!(Failover { not_following: (0..100).collect(), ..record() }.validate().is_err());
+        assert_eq!(
+            Failover { first_commit_ms: 10_000, ..record() }.validate(),
+            Err(InvalidFailover::OutOfOrder { term: 4 })
+        );
+        assert_eq!(
+            Failover { last_heard_ms: Some(20_000), ..record() }.validate(),
+            Err(InvalidFailover::OutOfOrder { term: 4 })
+        );
+        let crowded = Failover { not_following: (0..100).collect(), ..record() }.validate().unwrap_err();
+        assert_eq!(crowded, InvalidFailover::TooManyMembers { term: 4 });
+        // The text is what the refusal's replicated reply holds: replicas compare their digests.
+        assert_eq!(crowded.to_string(), "failover record of term 4 names too many members");
     }
 }

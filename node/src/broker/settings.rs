@@ -86,6 +86,10 @@ mod tests {
         ] {
             assert!(s.changed(&bad).is_err(), "{bad:?}");
         }
+        let refused = s.changed(&SettingsChange { dedupe_window_secs: Some(0), ..Default::default() });
+        assert_eq!(refused, Err(SettingsError::DedupeWindow(0)));
+        // The text is what the refusal's replicated reply holds: replicas compare their digests.
+        assert_eq!(refused.unwrap_err().to_string(), "dedupe_window_secs must be 1-3600, not 0");
         let both = SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20) };
         assert_eq!(s.changed(&both), Ok(ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20 }));
     }

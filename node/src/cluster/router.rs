@@ -4,6 +4,7 @@
 //! request crosses the network at most once.
 
 use crate::cluster::{Cluster, ClusterError, peer::Peers};
+use crate::raft::PeerChannel;
 
 /// Where a request for the group's leader goes.
 pub(crate) enum Route {
@@ -32,6 +33,21 @@ impl Cluster {
         match self.route()? {
             Route::Here => here(self).await,
             Route::Leader(addr) => there(self.peers(), &addr).await,
+        }
+    }
+
+    /// [`Self::on_leader`] for a request passed on over a service of its own on the leader's raft
+    /// port (the admin service) rather than the peer service: `here` with `request` on this node
+    /// if it leads, `there` with a channel to the leader's raft port and `request` otherwise.
+    pub(crate) async fn on_leader_channel<R, T, E: From<ClusterError>>(
+        &self,
+        request: R,
+        here: impl AsyncFnOnce(&Cluster, R) -> Result<T, E>,
+        there: impl AsyncFnOnce(PeerChannel, R) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self.route()? {
+            Route::Here => here(self, request).await,
+            Route::Leader(addr) => there(self.peers().channel(&addr)?, request).await,
         }
     }
 

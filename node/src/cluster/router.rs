@@ -1,7 +1,8 @@
 //! Where a request that needs the group's leader is served: on this node when it leads, else
-//! passed once to the leader over the peer service. Every such request goes through here, and
-//! the serving side refuses what it cannot serve as leader instead of passing it on again, so a
-//! request crosses the network at most once.
+//! passed once to the leader over the peer service (or, for an operator's request, the leader's
+//! admin service). Every such request goes through here, and the serving side refuses what it
+//! cannot serve as leader instead of passing it on again, so a request crosses the network at
+//! most once.
 
 use crate::cluster::{Cluster, ClusterError, peer::Peers};
 use crate::raft::PeerChannel;

@@ -16,7 +16,9 @@ use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
 use rockraft_proto::rockraft::peer::read_index_result;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
-use rockraft_proto::rockraft::{RaftTransferLeaderRequest, ReadIndexRequest, VoteRequest, WriteRequest};
+use rockraft_proto::rockraft::{
+    GetSettingsRequest, RaftTransferLeaderRequest, ReadIndexRequest, VoteRequest, WriteRequest,
+};
 use tonic::transport::Channel;
 
 async fn client(addr: &str) -> MessagingServiceClient<Channel> {
@@ -259,8 +261,18 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
         r.metadata_mut().insert(SECRET_HEADER, secret.parse().expect("header"));
         Ok(r)
     };
-    let mut c = PeerServiceClient::with_interceptor(connect(raft_addr).await, member);
+    let mut c = PeerServiceClient::with_interceptor(connect(raft_addr).await, member.clone());
     let reply = c.read_index(ReadIndexRequest {}).await.expect("served to a member");
     let index = reply.into_inner().result;
     assert!(matches!(index, Some(read_index_result::Result::Ok(i)) if i > 0), "the leader's read index: {index:?}");
+    // An operator's request only the leader answers crosses the network once: a follower's admin
+    // listener passes it on to the leader; a follower's raft port, where members pass such
+    // requests on, refuses it (the operator asks again) rather than passing it on a second time.
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    let settings = cluster.call(&cluster.admin_addr(follower), GetSettingsRequest {}).await;
+    assert!(settings.is_ok(), "passed on to the leader and answered: {settings:?}");
+    let follower_raft = cluster.nodes.iter().find(|n| n.id == follower).expect("follower").raft_addr.clone();
+    let mut admin = AdminServiceClient::with_interceptor(connect(follower_raft).await, member);
+    let again = admin.get_settings(GetSettingsRequest {}).await.expect_err("not passed on a second time");
+    assert_eq!(again.code(), tonic::Code::Unavailable, "{again:?}");
 }

@@ -33,6 +33,37 @@ use crate::raft::{Dialer, Group, GroupOptions, LogStore, Network, RaftServer, St
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
 
+/// Why a node did not start, or stopped on its own; each names the setting, file or part at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("{}: {source}", path.display())]
+    DataDir { path: std::path::PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Log(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Broker(#[from] crate::broker::BrokerError),
+    #[error("{0}")]
+    Snapshot(#[source] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] crate::auth::tls::TlsError),
+    /// The TLS settings a listener was given were refused (`what`: the setting).
+    #[error("{what}: {source}")]
+    Listener { what: &'static str, source: tonic::transport::Error },
+    #[error("starting raft: {0}")]
+    Raft(#[source] crate::raft::GroupError),
+    #[error(transparent)]
+    Plugins(#[from] crate::plugin::PluginError),
+    /// An address setting that is not an address.
+    #[error("{setting}: {source}")]
+    Address { setting: &'static str, source: std::net::AddrParseError },
+    /// A listener's port could not be bound (in use, or not this host's address).
+    #[error("{setting} {addr}: {source}")]
+    Bind { setting: &'static str, addr: std::net::SocketAddr, source: std::io::Error },
+    /// A part of the node asked it to stop (`Jobs::fail_stop`).
+    #[error("stopped: {0}")]
+    Stopped(String),
+}
+
 /// How long a stopping node lets in-flight calls finish.
 const SERVER_DRAIN: Duration = Duration::from_secs(2);
 
@@ -79,11 +110,12 @@ fn group_options(config: &NodeConfig) -> GroupOptions {
 }
 
 /// Opens the node's storage, starts Raft and the per-node jobs; does not serve yet.
-pub async fn open(config: NodeConfig) -> Result<Node, String> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
+pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|source| NodeError::DataDir { path: config.data_dir.clone(), source })?;
     #[cfg(feature = "failpoints")]
     crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
-    let log_store = LogStore::open(config.log_config()).map_err(|e| e.to_string())?;
+    let log_store = LogStore::open(config.log_config())?;
     let broker = Broker::open(
         BrokerOptions {
             dir: config.data_dir.join("broker"),
@@ -92,12 +124,11 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
             checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
         },
         log_store.commit_log(),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let log = log_store.commit_log();
     let meters = crate::metrics::Meters::new();
     let state_machine = StateMachine::open(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"))
-        .map_err(|e| e.to_string())?
+        .map_err(NodeError::Snapshot)?
         .with_meters(meters.clone());
     // One dialer for Raft and every other call to a member, so they share each member's
     // refusal gate.
@@ -112,10 +143,9 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
             "no cluster_secret configured: the raft port accepts calls from anyone who can reach it"
         );
     }
-    let group = Group::start(&group_options(&config), network, log_store, state_machine)
-        .await
-        .map_err(|e| format!("starting raft: {e}"))?;
-    let plugins = Arc::new(PluginHost::new(config.plugins).map_err(|e| e.to_string())?);
+    let group =
+        Group::start(&group_options(&config), network, log_store, state_machine).await.map_err(NodeError::Raft)?;
+    let plugins = Arc::new(PluginHost::new(config.plugins)?);
     let sessions = Arc::new(crate::sessions::ProducerSessions::default());
     let options = ClusterOptions {
         node_id: config.node_id,
@@ -182,9 +212,10 @@ pub async fn open(config: NodeConfig) -> Result<Node, String> {
     Ok(Node { cluster, parts, config: Arc::new(config), jobs, leadership, renewals, log })
 }
 
-/// The largest admin request: a plugin registration, its module in base64 (4/3 of its size),
-/// plus room for the rest of the request.
-const MAX_ADMIN_REQUEST_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES * 4 / 3 + (1 << 20);
+/// The largest admin request: a plugin registration, whose module travels as raw protobuf bytes
+/// (no base64 any more), plus 64 KiB for the rest of it (name, kind and framing take a few dozen
+/// bytes) so that a module at the largest size any cluster accepts still arrives whole.
+const MAX_ADMIN_REQUEST_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES + (64 << 10);
 
 /// Operator requests one connection may have in flight: the CLI sends one at a time.
 const MAX_ADMIN_STREAMS_PER_CONNECTION: u32 = 64;
@@ -205,26 +236,32 @@ fn request_span(req: &tonic::codegen::http::Request<()>) -> tracing::Span {
 
 /// Serves the three listeners until SIGTERM or Ctrl-C, then shuts down gracefully; or until a part of
 /// the node reports a fatal condition (`Jobs::fail_stop`), then stops at once with that error.
-pub async fn run(config: NodeConfig) -> Result<(), String> {
+pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Read before anything is opened, so a bad certificate stops the node at once.
     let tls = config.tls.server()?;
     let member_tls = config.tls.member()?;
     let node = open(config).await?;
     let config = Arc::clone(&node.config);
-    let raft_addr = config.raft_addr.parse().map_err(|e| format!("raft_addr: {e}"))?;
-    let client_addr = config.client_addr.parse().map_err(|e| format!("client_addr: {e}"))?;
-    let admin_addr = config.admin_addr.parse().map_err(|e| format!("admin_addr: {e}"))?;
-    let http_addr: std::net::SocketAddr = config.http_addr.parse().map_err(|e| format!("http_addr: {e}"))?;
+    let address = |setting: &'static str, addr: &str| {
+        addr.parse::<std::net::SocketAddr>().map_err(|source| NodeError::Address { setting, source })
+    };
+    let raft_addr = address("raft_addr", &config.raft_addr)?;
+    let client_addr = address("client_addr", &config.client_addr)?;
+    let admin_addr = address("admin_addr", &config.admin_addr)?;
+    let http_addr = address("http_addr", &config.http_addr)?;
+    let bound = |setting: &'static str, addr| move |source| NodeError::Bind { setting, addr, source };
     // Bound before anything is served, so a port in use stops the node with its name.
-    let http_listener =
-        tokio::net::TcpListener::bind(http_addr).await.map_err(|e| format!("http_addr {http_addr}: {e}"))?;
+    let http_listener = tokio::net::TcpListener::bind(http_addr).await.map_err(bound("http_addr", http_addr))?;
     let max = usize::MAX;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let cluster = &node.cluster;
-    let admin = || AdminServiceServer::new(AdminServer::new(cluster.clone(), Arc::clone(&config)));
+    let admin = |server: fn(Cluster, Arc<NodeConfig>) -> AdminServer| {
+        AdminServiceServer::new(server(cluster.clone(), Arc::clone(&config)))
+            .max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES)
+    };
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
     // decoded.
     let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
@@ -233,13 +270,15 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
             .max_decoding_message_size(max);
     let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
     let mut raft_builder = match &member_tls {
-        Some(t) => server_builder().tls_config(t.server()).map_err(|e| format!("[tls] peer_ca_file: {e}"))?,
+        Some(t) => server_builder()
+            .tls_config(t.server())
+            .map_err(|source| NodeError::Listener { what: "[tls] peer_ca_file", source })?,
         None => server_builder(),
     };
     let raft_server = raft_builder
         .add_service(InterceptedService::new(raft_service, members_only.clone()))
         .add_service(InterceptedService::new(peer_service, members_only.clone()))
-        .add_service(InterceptedService::new(admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES), members_only))
+        .add_service(InterceptedService::new(admin(AdminServer::for_members), members_only))
         .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
     let authenticator = Authenticator::new(config.auth.clone(), node.parts.broker.clone());
     if !config.auth.enabled {
@@ -252,7 +291,10 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     // Client and operator requests each run in a `request` span (debug): with
     // `RUST_LOG=rockraft=debug` every request logs one line when it ends, with its method and time.
     let secured = || match &tls {
-        Some(t) => server_builder().trace_fn(request_span).tls_config(t.clone()).map_err(|e| format!("[tls]: {e}")),
+        Some(t) => server_builder()
+            .trace_fn(request_span)
+            .tls_config(t.clone())
+            .map_err(|source| NodeError::Listener { what: "[tls]", source }),
         None => Ok(server_builder().trace_fn(request_span)),
     };
     for open in config.insecure_listeners() {
@@ -261,16 +303,13 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     }
     // Bound before anything is served, so a port in use stops the node with its name.
     let per_address = config.limits.max_connections_per_address;
-    let admin_incoming = ConnectionCap::new("admin", per_address)
-        .limit(bind(admin_addr).map_err(|e| format!("admin_addr {admin_addr}: {e}"))?);
-    let client_incoming = ConnectionCap::new("client", per_address)
-        .limit(bind(client_addr).map_err(|e| format!("client_addr {client_addr}: {e}"))?);
+    let admin_incoming =
+        ConnectionCap::new("admin", per_address).limit(bind(admin_addr).map_err(bound("admin_addr", admin_addr))?);
+    let client_incoming =
+        ConnectionCap::new("client", per_address).limit(bind(client_addr).map_err(bound("client_addr", client_addr))?);
     let admin_server = secured()?
         .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
-        .add_service(InterceptedService::new(
-            admin().max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES),
-            AdminsOnly(Arc::clone(&authenticator)),
-        ))
+        .add_service(InterceptedService::new(admin(AdminServer::new), AdminsOnly(Arc::clone(&authenticator))))
         .serve_with_incoming_shutdown(admin_incoming, stopped(stop_rx.clone()));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),
@@ -339,9 +378,9 @@ pub async fn run(config: NodeConfig) -> Result<(), String> {
     cluster.group().shutdown().await;
     if let Some(reason) = fatal {
         // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
-        return Err(format!("stopped: {reason}"));
+        return Err(NodeError::Stopped(reason));
     }
-    node.parts.broker.checkpoint().map_err(|e| e.to_string())?;
+    node.parts.broker.checkpoint()?;
     Ok(())
 }
 

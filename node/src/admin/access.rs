@@ -57,13 +57,13 @@ impl AdminServer {
         actions: Vec<Action>,
         decision: Decision,
     ) -> Result<String, AdminError> {
-        let resource = resource.parse::<Resource>().map_err(AdminError::Invalid)?;
+        let resource = resource.parse::<Resource>().map_err(AdminError::invalid)?;
         let rule = Rule { actions, decision };
         self.write(Command::Access(AccessCommand::Grant { access_key, resource, rule })).await
     }
 
     pub(super) async fn revoke(&self, access_key: String, resource: &str) -> Result<String, AdminError> {
-        let resource = resource.parse::<Resource>().map_err(AdminError::Invalid)?;
+        let resource = resource.parse::<Resource>().map_err(AdminError::invalid)?;
         self.write(Command::Access(AccessCommand::Revoke { access_key, resource })).await
     }
 
@@ -83,7 +83,7 @@ impl AdminServer {
                 let (key, resource) = cursor
                     .rsplit_once(' ')
                     .ok_or_else(|| AdminError::Invalid(format!("{cursor:?} is not `<access key> <resource>`")))?;
-                let resource = resource.parse::<Resource>().map_err(AdminError::Invalid)?;
+                let resource = resource.parse::<Resource>().map_err(AdminError::invalid)?;
                 Some((key.to_string(), resource))
             }
         };
@@ -110,7 +110,7 @@ impl AdminServer {
 
     /// A new key for sealing handles, made here (the leader).
     pub(super) async fn rotate_handle_key(&self) -> Result<String, AdminError> {
-        let key = HandleKey::new(crate::auth::random_key().map_err(AdminError::Fault)?);
+        let key = HandleKey::new(crate::auth::random_key().map_err(AdminError::fault)?);
         self.write(Command::Access(AccessCommand::RotateHandleKey { key })).await
     }
 }

@@ -35,7 +35,7 @@ type Client = AdminServiceClient<SignedChannel>;
 pub enum CallError {
     /// The address or the CA file is unusable: nothing was sent.
     #[error("{addr}: {why}")]
-    Setup { addr: String, why: String },
+    Setup { addr: String, why: crate::auth::tls::TlsError },
     /// The node answered with an error (or the call failed on the way: `Unavailable`).
     #[error("{addr}: {}", answer_text(.status))]
     Answered { addr: String, status: tonic::Status },
@@ -53,7 +53,7 @@ impl CallError {
     /// Why, without the address.
     pub fn reason(&self) -> String {
         match self {
-            CallError::Setup { why, .. } => why.clone(),
+            CallError::Setup { why, .. } => why.to_string(),
             CallError::Answered { status, .. } => answer_text(status),
         }
     }

@@ -22,9 +22,13 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{}: {source}", path.display())]
     Parse { path: PathBuf, source: Box<toml::de::Error> },
-    /// A secret file that cannot be read or used.
-    #[error("{0}")]
-    Secret(String),
+    #[error("cluster_secret_file {}: {source}", path.display())]
+    ClusterSecretFile { path: PathBuf, source: std::io::Error },
+    #[error("cluster_secret_file {}: {source}", path.display())]
+    ClusterSecret { path: PathBuf, source: crate::auth::member::ClusterSecretError },
+    /// The `[auth]` admin credential, or the file that holds its secret.
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthConfigError),
     /// A value, or a combination of values, the node refuses.
     #[error("{0}")]
     Invalid(String),
@@ -310,12 +314,14 @@ impl NodeConfig {
             if self.cluster_secret.is_some() {
                 return Err(invalid("cluster_secret and cluster_secret_file: give one of them"));
             }
-            let unusable = |e: String| ConfigError::Secret(format!("cluster_secret_file {}: {e}", file.display()));
-            let secret = crate::auth::read_secret_file(file).map_err(|e| unusable(e.to_string()))?;
-            self.cluster_secret =
-                Some(crate::auth::member::ClusterSecret::new(&secret).map_err(|e| unusable(e.to_string()))?);
+            let path = file.clone();
+            let secret = crate::auth::read_secret_file(file)
+                .map_err(|source| ConfigError::ClusterSecretFile { path: path.clone(), source })?;
+            let secret = crate::auth::member::ClusterSecret::new(&secret)
+                .map_err(|source| ConfigError::ClusterSecret { path, source })?;
+            self.cluster_secret = Some(secret);
         }
-        self.auth.read_secret_files().map_err(ConfigError::Secret)
+        Ok(self.auth.read_secret_files()?)
     }
 
     /// Warns of each file or directory holding a secret of this node that others can read: the
@@ -413,7 +419,7 @@ impl NodeConfig {
         if !self.members.is_empty() && !self.members.iter().any(|m| m.id == self.node_id) {
             return Err(invalid(format!("members does not list this node ({})", self.node_id)));
         }
-        self.auth.validate().map_err(invalid)?;
+        self.auth.validate()?;
         if self.auth.enabled && !self.members_authenticated() {
             return Err(invalid(
                 "[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \

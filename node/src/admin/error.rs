@@ -29,9 +29,17 @@ pub enum AdminError {
     Cluster(#[from] ClusterError),
     #[error(transparent)]
     Broker(#[from] BrokerError),
+    /// A status already decided: the leader's answer to a request passed on to it, or this
+    /// node's own, passed back as it is.
+    #[error("{}", .0.message())]
+    Answered(tonic::Status),
 }
 
 impl AdminError {
+    pub(crate) fn invalid(e: impl std::fmt::Display) -> AdminError {
+        AdminError::Invalid(e.to_string())
+    }
+
     pub(crate) fn fault(e: impl std::fmt::Display) -> AdminError {
         AdminError::Fault(e.to_string())
     }
@@ -45,8 +53,16 @@ impl From<AdminError> for tonic::Status {
 
 /// The gRPC status an admin error is answered with; its message is the error's text.
 pub fn status(e: AdminError) -> tonic::Status {
+    match e {
+        AdminError::Answered(answer) => answer,
+        e => tonic::Status::new(code(&e), e.to_string()),
+    }
+}
+
+fn code(e: &AdminError) -> tonic::Code {
     use tonic::Code;
-    let code = match &e {
+    match e {
+        AdminError::Answered(answer) => answer.code(),
         AdminError::Invalid(_) => Code::InvalidArgument,
         AdminError::Refused(_) => Code::FailedPrecondition,
         AdminError::NotFound(_) => Code::NotFound,
@@ -63,8 +79,7 @@ pub fn status(e: AdminError) -> tonic::Status {
             BrokerError::IllegalTopic(_) | BrokerError::IllegalGroup(_) | BrokerError::BadRequest(_),
         ) => Code::InvalidArgument,
         AdminError::Broker(_) => Code::Internal,
-    };
-    tonic::Status::new(code, e.to_string())
+    }
 }
 
 #[cfg(test)]
@@ -82,5 +97,12 @@ mod tests {
         let s = status(disk.into());
         assert_eq!(s.code(), tonic::Code::ResourceExhausted);
         assert!(s.message().contains("disk low on node 2"), "{}", s.message());
+    }
+
+    #[test]
+    fn the_leader_s_answer_to_a_request_passed_on_reaches_the_operator_as_it_was() {
+        let answer = tonic::Status::already_exists("topic t already exists with another configuration");
+        let s = status(AdminError::Answered(answer.clone()));
+        assert_eq!((s.code(), s.message()), (answer.code(), answer.message()));
     }
 }

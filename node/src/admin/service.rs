@@ -1,10 +1,11 @@
 //! The admin operations a node serves, by family (`membership.rs`, `topics.rs`, `access.rs`,
 //! `plugins.rs`, `messages.rs`), each a function the typed service (`typed.rs`) and the status
-//! page call; and what they share: writing through the log and the leader's client.
+//! page call; and what they share: writing through the log, and serving on the leader.
 
 use std::sync::Arc;
 
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
+use tonic::{Request, Response, Status};
 
 use crate::admin::NodeConfig;
 use crate::admin::error::AdminError;
@@ -13,15 +14,36 @@ use crate::broker::transaction::TransactionOutcome;
 use crate::broker::{Command, Reply};
 use crate::cluster::Cluster;
 
+/// The leader's admin service, on its raft port, as a member calls it.
+pub(super) type LeaderClient = AdminServiceClient<crate::raft::PeerChannel>;
+
+/// Whom an admin service serves, which decides what it does with a request only the leader
+/// answers when this node does not lead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plane {
+    /// Operators, on the admin listener: passed on to the leader.
+    Operators,
+    /// Members passing an operator's request on, on the raft port: refused, never passed on
+    /// again, so a request crosses the network at most once.
+    Members,
+}
+
 #[derive(Clone)]
 pub struct AdminServer {
     pub(super) cluster: Cluster,
     pub(super) config: Arc<NodeConfig>,
+    plane: Plane,
 }
 
 impl AdminServer {
+    /// The admin service operators call (the admin listener, the status page).
     pub fn new(cluster: Cluster, config: Arc<NodeConfig>) -> AdminServer {
-        AdminServer { cluster, config }
+        AdminServer { cluster, config, plane: Plane::Operators }
+    }
+
+    /// The admin service on the raft port, where members pass operators' requests on.
+    pub fn for_members(cluster: Cluster, config: Arc<NodeConfig>) -> AdminServer {
+        AdminServer { cluster, config, plane: Plane::Members }
     }
 
     /// Writes `command` through the log; what the broker answered, in words, or why not.
@@ -29,14 +51,31 @@ impl AdminServer {
         applied(self.cluster.write(&command).await?)
     }
 
-    /// The admin service on the leader's raft port when this node does not lead (a request that
-    /// only the leader can answer is passed on there), `None` when it leads.
-    pub(super) fn leader(&self) -> Result<Option<AdminServiceClient<crate::raft::PeerChannel>>, AdminError> {
-        if self.cluster.is_leader() {
-            return Ok(None);
-        }
-        let channel = self.cluster.leader_channel().map_err(|e| AdminError::Unavailable(format!("{e}; try again")))?;
-        Ok(Some(AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX)))
+    /// Serves a request only the leader answers, through the cluster's router: `here` when this
+    /// node leads. Otherwise an operator's request is passed on once, by `there`, to the leader's
+    /// admin service, and its answer passed back as it is; the request goes alone, since its
+    /// caller was checked here and the leader's raft port admits this node as a member. A request
+    /// a member passed on is refused (`NoLeader`: the operator tries again) rather than passed
+    /// on again.
+    pub(super) async fn on_leader<R, T>(
+        &self,
+        request: Request<R>,
+        there: impl AsyncFnOnce(LeaderClient, R) -> Result<Response<T>, Status>,
+        here: impl AsyncFnOnce(R) -> Result<Response<T>, Status>,
+    ) -> Result<Response<T>, Status> {
+        let request = request.into_inner();
+        let answered = match self.plane {
+            Plane::Members => self.cluster.as_leader(async |_| here(request).await.map_err(AdminError::Answered)).await,
+            Plane::Operators => {
+                let here = async |_: &Cluster, r| here(r).await.map_err(AdminError::Answered);
+                let there = async |channel, r| {
+                    let leader = AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+                    there(leader, r).await.map_err(AdminError::Answered)
+                };
+                self.cluster.on_leader_channel(request, here, there).await
+            }
+        };
+        Ok(answered?)
     }
 }
 

@@ -1,6 +1,6 @@
 //! `rockraft.v1.AdminService` as served: each method reads its request, calls its operation
 //! (`service.rs` and the family files) and writes its reply. A method only the leader answers
-//! is passed on to the leader's raft port by a member that does not lead. Errors become gRPC
+//! is passed on to the leader's raft port by a member that does not lead (`AdminServer::on_leader`). Errors become gRPC
 //! statuses in one place (`error::status`).
 
 use rockraft_proto::rockraft as pb;
@@ -55,16 +55,6 @@ fn kind_name(kind: TopicKind) -> String {
 
 fn invalid(e: impl std::fmt::Display) -> Status {
     crate::admin::error::status(AdminError::Invalid(e.to_string()))
-}
-
-/// Passes the request on to the leader and answers what it answers, when this node does not
-/// lead; goes on here when it does.
-macro_rules! on_leader {
-    ($self:ident, $req:ident, $method:ident) => {
-        if let Some(mut leader) = $self.leader()? {
-            return leader.$method($req.into_inner()).await;
-        }
-    };
 }
 
 #[tonic::async_trait]
@@ -188,9 +178,10 @@ impl AdminService for AdminServer {
     }
 
     async fn update_user(&self, req: Request<pb::UpdateUserRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, update_user);
-        let r = req.into_inner();
-        done(AdminServer::update_user(self, r.access_key, r.secret_key.map(Secret::new), r.admin).await)
+        let here = async |r: pb::UpdateUserRequest| {
+            done(AdminServer::update_user(self, r.access_key, r.secret_key.map(Secret::new), r.admin).await)
+        };
+        self.on_leader(req, async |mut l, r| l.update_user(r).await, here).await
     }
 
     async fn delete_user(&self, req: Request<pb::DeleteUserRequest>) -> Reply<pb::AdminDone> {
@@ -244,25 +235,26 @@ impl AdminService for AdminServer {
     }
 
     async fn rotate_handle_key(&self, req: Request<pb::RotateHandleKeyRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, rotate_handle_key);
-        done(AdminServer::rotate_handle_key(self).await)
+        let here = async |_| done(AdminServer::rotate_handle_key(self).await);
+        self.on_leader(req, async |mut l, r| l.rotate_handle_key(r).await, here).await
     }
 
     async fn add_node(&self, req: Request<pb::AddNodeRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, add_node);
-        let r = req.into_inner();
-        let info = NodeInfo { raft_addr: r.raft_addr, client_addr: r.client_addr, admin_addr: r.admin_addr };
-        done(AdminServer::add_node(self, r.id, info).await)
+        let here = async |r: pb::AddNodeRequest| {
+            let info = NodeInfo { raft_addr: r.raft_addr, client_addr: r.client_addr, admin_addr: r.admin_addr };
+            done(AdminServer::add_node(self, r.id, info).await)
+        };
+        self.on_leader(req, async |mut l, r| l.add_node(r).await, here).await
     }
 
     async fn remove_node(&self, req: Request<pb::RemoveNodeRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, remove_node);
-        done(AdminServer::remove_node(self, req.into_inner().id).await)
+        let here = async |r: pb::RemoveNodeRequest| done(AdminServer::remove_node(self, r.id).await);
+        self.on_leader(req, async |mut l, r| l.remove_node(r).await, here).await
     }
 
     async fn transfer_leader(&self, req: Request<pb::TransferLeaderRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, transfer_leader);
-        done(AdminServer::transfer_leader(self, req.into_inner().to).await)
+        let here = async |r: pb::TransferLeaderRequest| done(AdminServer::transfer_leader(self, r.to).await);
+        self.on_leader(req, async |mut l, r| l.transfer_leader(r).await, here).await
     }
 
     async fn get_digest(&self, _: Request<pb::GetDigestRequest>) -> Reply<pb::DigestReply> {
@@ -292,12 +284,14 @@ impl AdminService for AdminServer {
     }
 
     async fn get_settings(&self, req: Request<pb::GetSettingsRequest>) -> Reply<pb::SettingsReply> {
-        on_leader!(self, req, get_settings);
-        let s = self.settings();
-        Ok(Response::new(pb::SettingsReply {
-            dedupe_window_secs: s.dedupe_window_secs,
-            max_module_bytes: s.max_module_bytes,
-        }))
+        let here = async |_| {
+            let s = self.settings();
+            Ok(Response::new(pb::SettingsReply {
+                dedupe_window_secs: s.dedupe_window_secs,
+                max_module_bytes: s.max_module_bytes,
+            }))
+        };
+        self.on_leader(req, async |mut l, r| l.get_settings(r).await, here).await
     }
 
     async fn configure(&self, req: Request<pb::ConfigureRequest>) -> Reply<pb::AdminDone> {
@@ -307,67 +301,75 @@ impl AdminService for AdminServer {
     }
 
     async fn list_messages(&self, req: Request<pb::ListMessagesRequest>) -> Reply<pb::ListMessagesReply> {
-        if !req.get_ref().local {
-            on_leader!(self, req, list_messages);
+        let here = async |r: pb::ListMessagesRequest| {
+            let (lines, next) = AdminServer::list_messages(self, &r.topic, r.queue, r.from, page_limit(r.limit))?;
+            let messages = lines.into_iter().map(message_line).collect();
+            Ok(Response::new(pb::ListMessagesReply { messages, next_from: next.unwrap_or(0) }))
+        };
+        match req.get_ref().local {
+            true => here(req.into_inner()).await,
+            false => self.on_leader(req, async |mut l, r| l.list_messages(r).await, here).await,
         }
-        let r = req.into_inner();
-        let (lines, next) = AdminServer::list_messages(self, &r.topic, r.queue, r.from, page_limit(r.limit))?;
-        let messages = lines.into_iter().map(message_line).collect();
-        Ok(Response::new(pb::ListMessagesReply { messages, next_from: next.unwrap_or(0) }))
     }
 
     async fn get_message(&self, req: Request<pb::GetMessageRequest>) -> Reply<pb::GetMessageReply> {
-        if !req.get_ref().local {
-            on_leader!(self, req, get_message);
-        }
-        let id = req.into_inner().message_id;
-        match AdminServer::get_message(self, &id)? {
-            Some(Found::Stored(m)) => {
-                Ok(Response::new(pb::GetMessageReply { message: Some(message_line(m)), held: None }))
+        let here = async |r: pb::GetMessageRequest| {
+            let id = r.message_id;
+            match AdminServer::get_message(self, &id)? {
+                Some(Found::Stored(m)) => {
+                    Ok(Response::new(pb::GetMessageReply { message: Some(message_line(m)), held: None }))
+                }
+                Some(Found::Held(h)) => {
+                    Ok(Response::new(pb::GetMessageReply { message: None, held: Some(held_message(h)) }))
+                }
+                None => Err(AdminError::NotFound(format!("message {id} not found")).into()),
             }
-            Some(Found::Held(h)) => {
-                Ok(Response::new(pb::GetMessageReply { message: None, held: Some(held_message(h)) }))
-            }
-            None => Err(AdminError::NotFound(format!("message {id} not found")).into()),
+        };
+        match req.get_ref().local {
+            true => here(req.into_inner()).await,
+            false => self.on_leader(req, async |mut l, r| l.get_message(r).await, here).await,
         }
     }
 
     async fn reset_offset(&self, req: Request<pb::ResetOffsetRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, reset_offset);
-        let r = req.into_inner();
-        done(AdminServer::reset_offset(self, r.group, r.topic, r.time_ms).await)
+        let here =
+            async |r: pb::ResetOffsetRequest| done(AdminServer::reset_offset(self, r.group, r.topic, r.time_ms).await);
+        self.on_leader(req, async |mut l, r| l.reset_offset(r).await, here).await
     }
 
     async fn list_held(&self, req: Request<pb::ListHeldRequest>) -> Reply<pb::ListHeldReply> {
-        on_leader!(self, req, list_held);
-        let r = req.into_inner();
-        let timers = match r.kind.to_ascii_uppercase().as_str() {
-            "TIMER" => true,
-            "HALF" => false,
-            other => return Err(invalid(format!("{other:?} is not a kind: TIMER or HALF"))),
+        let here = async |r: pb::ListHeldRequest| {
+            let timers = match r.kind.to_ascii_uppercase().as_str() {
+                "TIMER" => true,
+                "HALF" => false,
+                other => return Err(invalid(format!("{other:?} is not a kind: TIMER or HALF"))),
+            };
+            let limit = page_limit(r.limit);
+            let topic = Some(r.topic.as_str()).filter(|t| !t.is_empty());
+            let after = Some(r.after.as_str()).filter(|a| !a.is_empty());
+            let held = AdminServer::list_held(self, timers, topic, r.all, after, limit)?;
+            let next_after = match held.last() {
+                Some(last) if held.len() == limit => last.handle.clone(),
+                _ => String::new(),
+            };
+            Ok(Response::new(pb::ListHeldReply { held: held.into_iter().map(held_message).collect(), next_after }))
         };
-        let limit = page_limit(r.limit);
-        let topic = Some(r.topic.as_str()).filter(|t| !t.is_empty());
-        let after = Some(r.after.as_str()).filter(|a| !a.is_empty());
-        let held = AdminServer::list_held(self, timers, topic, r.all, after, limit)?;
-        let next_after = match held.last() {
-            Some(last) if held.len() == limit => last.handle.clone(),
-            _ => String::new(),
-        };
-        Ok(Response::new(pb::ListHeldReply { held: held.into_iter().map(held_message).collect(), next_after }))
+        self.on_leader(req, async |mut l, r| l.list_held(r).await, here).await
     }
 
     async fn resolve_transaction(&self, req: Request<pb::ResolveTransactionRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, resolve_transaction);
-        let r = req.into_inner();
-        done(AdminServer::resolve_transaction(self, r.message_id, r.commit).await)
+        let here = async |r: pb::ResolveTransactionRequest| {
+            done(AdminServer::resolve_transaction(self, r.message_id, r.commit).await)
+        };
+        self.on_leader(req, async |mut l, r| l.resolve_transaction(r).await, here).await
     }
 
     async fn register_plugin(&self, req: Request<pb::RegisterPluginRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, register_plugin);
-        let r = req.into_inner();
-        let kind: PluginKind = r.kind.to_ascii_lowercase().replace('_', "-").parse().map_err(invalid)?;
-        done(AdminServer::register_plugin(self, r.name, kind, r.module.to_vec()).await)
+        let here = async |r: pb::RegisterPluginRequest| {
+            let kind: PluginKind = r.kind.to_ascii_lowercase().replace('_', "-").parse().map_err(invalid)?;
+            done(AdminServer::register_plugin(self, r.name, kind, r.module.to_vec()).await)
+        };
+        self.on_leader(req, async |mut l, r| l.register_plugin(r).await, here).await
     }
 
     async fn remove_plugin(&self, req: Request<pb::RemovePluginRequest>) -> Reply<pb::AdminDone> {
@@ -404,15 +406,16 @@ impl AdminService for AdminServer {
     }
 
     async fn bind_plugin(&self, req: Request<pb::BindPluginRequest>) -> Reply<pb::AdminDone> {
-        on_leader!(self, req, bind_plugin);
-        let r = req.into_inner();
-        let target = match r.target {
-            Some(pb::bind_plugin_request::Target::Group(g)) => BindTarget::Group(g),
-            Some(pb::bind_plugin_request::Target::Topic(t)) => BindTarget::Topic(t),
-            None => return Err(invalid("name a group or a topic to bind")),
+        let here = async |r: pb::BindPluginRequest| {
+            let target = match r.target {
+                Some(pb::bind_plugin_request::Target::Group(g)) => BindTarget::Group(g),
+                Some(pb::bind_plugin_request::Target::Topic(t)) => BindTarget::Topic(t),
+                None => return Err(invalid("name a group or a topic to bind")),
+            };
+            let plugin = Some(r.plugin).filter(|p| !p.is_empty());
+            done(AdminServer::bind_plugin(self, target, plugin, r.config).await)
         };
-        let plugin = Some(r.plugin).filter(|p| !p.is_empty());
-        done(AdminServer::bind_plugin(self, target, plugin, r.config).await)
+        self.on_leader(req, async |mut l, r| l.bind_plugin(r).await, here).await
     }
 }
 

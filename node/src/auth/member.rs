@@ -28,18 +28,28 @@ pub const SECRET_HEADER: &str = "x-rockraft-cluster-secret";
 /// Shortest secret a node accepts.
 pub const MIN_SECRET_LEN: usize = 16;
 
+/// Why a cluster secret is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterSecretError {
+    #[error("cluster_secret must be at least {MIN_SECRET_LEN} characters")]
+    TooShort,
+    /// It travels in a header.
+    #[error("cluster_secret must be printable ASCII without spaces")]
+    NotPrintable,
+}
+
 /// The secret shared by a cluster's members. Never printed: its `Debug` is redacted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClusterSecret(Arc<str>);
 
 impl ClusterSecret {
     /// A secret of at least [`MIN_SECRET_LEN`] printable ASCII characters (it travels in a header).
-    pub fn new(secret: &str) -> Result<ClusterSecret, String> {
+    pub fn new(secret: &str) -> Result<ClusterSecret, ClusterSecretError> {
         if secret.len() < MIN_SECRET_LEN {
-            return Err(format!("cluster_secret must be at least {MIN_SECRET_LEN} characters"));
+            return Err(ClusterSecretError::TooShort);
         }
         if !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("cluster_secret must be printable ASCII without spaces".into());
+            return Err(ClusterSecretError::NotPrintable);
         }
         Ok(ClusterSecret(secret.into()))
     }
@@ -184,9 +194,9 @@ mod tests {
 
     #[test]
     fn short_or_unprintable_secrets_are_refused_and_a_secret_is_never_printed() {
-        assert!(ClusterSecret::new("short").is_err());
-        assert!(ClusterSecret::new("0123456789 abcdef").is_err());
-        assert!(ClusterSecret::new("0123456789abcdé0").is_err());
+        assert_eq!(ClusterSecret::new("short"), Err(ClusterSecretError::TooShort));
+        assert_eq!(ClusterSecret::new("0123456789 abcdef"), Err(ClusterSecretError::NotPrintable));
+        assert_eq!(ClusterSecret::new("0123456789abcdé0"), Err(ClusterSecretError::NotPrintable));
         let s = ClusterSecret::new("0123456789abcdef").unwrap();
         assert!(!format!("{s:?}").contains("0123"));
     }

@@ -32,17 +32,35 @@ use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
 use crate::broker::Broker;
-use crate::broker::access::{Action, ResourceKind, Secret, check_access_key, check_secret};
+use crate::broker::access::{Action, CredentialError, ResourceKind, Secret, check_access_key, check_secret};
 use signature::Refusal;
 
+/// The OS's random source could not be read: no key can be made.
+#[derive(Debug, thiserror::Error)]
+#[error("reading /dev/urandom: {0}")]
+pub struct NoRandomness(#[from] std::io::Error);
+
 /// 32 bytes from the OS's random source, hex: a new handle key.
-pub fn random_key() -> Result<String, String> {
+pub fn random_key() -> Result<String, NoRandomness> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes))?;
     Ok(hex::encode(bytes))
+}
+
+/// Why the `[auth]` section's admin credential cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthConfigError {
+    #[error("[auth] admin_secret_key and admin_secret_key_file: give one of them")]
+    TwoSecrets,
+    #[error("[auth] admin_secret_key_file {0}")]
+    SecretFile(#[source] std::io::Error),
+    #[error("[auth] admin_access_key: {0}")]
+    AccessKey(#[source] CredentialError),
+    #[error("[auth] admin_secret_key: {0}")]
+    SecretKey(#[source] CredentialError),
+    #[error("[auth] admin_access_key and admin_secret_key go together")]
+    HalfCredential,
 }
 
 /// Reads a secret kept in a file of its own (a mounted secret, a systemd credential): the file's
@@ -82,25 +100,25 @@ impl Default for AuthConfig {
 
 impl AuthConfig {
     /// Takes `admin_secret_key_file` into `admin_secret_key`.
-    pub fn read_secret_files(&mut self) -> Result<(), String> {
+    pub fn read_secret_files(&mut self) -> Result<(), AuthConfigError> {
         if let Some(file) = &self.admin_secret_key_file {
             if self.admin_secret_key.is_some() {
-                return Err("[auth] admin_secret_key and admin_secret_key_file: give one of them".into());
+                return Err(AuthConfigError::TwoSecrets);
             }
-            let secret = read_secret_file(file).map_err(|e| format!("[auth] admin_secret_key_file {e}"))?;
+            let secret = read_secret_file(file).map_err(AuthConfigError::SecretFile)?;
             self.admin_secret_key = Some(Secret::new(secret));
         }
         Ok(())
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), AuthConfigError> {
         match (&self.admin_access_key, &self.admin_secret_key) {
             (Some(key), Some(secret)) => {
-                check_access_key(key).map_err(|e| format!("[auth] admin_access_key: {e}"))?;
-                check_secret(secret.expose()).map_err(|e| format!("[auth] admin_secret_key: {e}"))
+                check_access_key(key).map_err(AuthConfigError::AccessKey)?;
+                check_secret(secret.expose()).map_err(AuthConfigError::SecretKey)
             }
             (None, None) => Ok(()),
-            _ => Err("[auth] admin_access_key and admin_secret_key go together".into()),
+            _ => Err(AuthConfigError::HalfCredential),
         }
     }
 }

@@ -63,56 +63,77 @@ pub fn host_of(addr: &str) -> &str {
     addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']'])
 }
 
-fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("[tls] {what} {}: {e}", path.display()))
+/// Why TLS settings, or a channel to a TLS listener, cannot be used; each names the file or key
+/// at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("[tls] {what} {}: {source}", path.display())]
+    Read { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("[tls] cert_file and key_file must be PEM")]
+    NotPem,
+    #[error("[tls] cert_file and key_file go together")]
+    HalfIdentity,
+    #[error("[tls] peer_ca_file needs cert_file and key_file: the certificate this node presents to the other members")]
+    PeerCaWithoutIdentity,
+    #[error("[tls] peer_ca_file must be a PEM certificate")]
+    PeerCaNotPem,
+    /// An address no endpoint can be made of (nothing was dialled).
+    #[error("bad address {addr:?}: {source}")]
+    BadAddress { addr: String, source: tonic::transport::Error },
+    /// The TLS settings a channel to `addr` needs were refused.
+    #[error("{addr}: {source}")]
+    Endpoint { addr: String, source: tonic::transport::Error },
+}
+
+fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read { what, path: path.to_path_buf(), source })
 }
 
 impl TlsConfig {
     /// The listeners' TLS settings, or `None` when TLS is off; an error names the file at fault.
-    pub fn server(&self) -> Result<Option<ServerTlsConfig>, String> {
+    pub fn server(&self) -> Result<Option<ServerTlsConfig>, TlsError> {
         Ok(self.identity()?.map(|identity| ServerTlsConfig::new().identity(identity)))
     }
 
     /// Mutual TLS between members, or `None` without `peer_ca_file`; an error names the file or
     /// key at fault.
-    pub fn member(&self) -> Result<Option<MemberTls>, String> {
+    pub fn member(&self) -> Result<Option<MemberTls>, TlsError> {
         let Some(ca_file) = &self.peer_ca_file else { return Ok(None) };
-        let identity = self.identity()?.ok_or(
-            "[tls] peer_ca_file needs cert_file and key_file: the certificate this node presents to the other members",
-        )?;
+        let identity = self.identity()?.ok_or(TlsError::PeerCaWithoutIdentity)?;
         let ca = read(ca_file, "peer_ca_file")?;
         if !ca.starts_with(b"-----BEGIN CERTIFICATE") {
-            return Err("[tls] peer_ca_file must be a PEM certificate".into());
+            return Err(TlsError::PeerCaNotPem);
         }
         Ok(Some(MemberTls { identity, ca: Certificate::from_pem(ca) }))
     }
 
-    fn identity(&self) -> Result<Option<Identity>, String> {
+    fn identity(&self) -> Result<Option<Identity>, TlsError> {
         match (&self.cert_file, &self.key_file) {
             (None, None) => Ok(None),
             (Some(cert), Some(key)) => {
                 let (cert, key) = (read(cert, "cert_file")?, read(key, "key_file")?);
                 if !cert.starts_with(b"-----BEGIN") || !key.starts_with(b"-----BEGIN") {
-                    return Err("[tls] cert_file and key_file must be PEM".into());
+                    return Err(TlsError::NotPem);
                 }
                 Ok(Some(Identity::from_pem(cert, key)))
             }
-            _ => Err("[tls] cert_file and key_file go together".into()),
+            _ => Err(TlsError::HalfIdentity),
         }
     }
 }
 
 /// A lazily connecting channel to `addr`: over TLS, verified against the CA certificate (PEM) at
 /// `ca_file`, when one is given.
-pub fn channel(addr: &str, ca_file: Option<&Path>) -> Result<Channel, String> {
+pub fn channel(addr: &str, ca_file: Option<&Path>) -> Result<Channel, TlsError> {
     let endpoint = match ca_file {
-        None => Endpoint::from_shared(format!("http://{addr}")).map_err(|e| format!("bad address {addr:?}: {e}"))?,
+        None => Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|source| TlsError::BadAddress { addr: addr.to_string(), source })?,
         Some(ca_file) => {
             let ca = read(ca_file, "CA file")?;
             let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name(host_of(addr));
             Endpoint::from_shared(format!("https://{addr}"))
                 .and_then(|e| e.tls_config(tls))
-                .map_err(|e| format!("{addr}: {e}"))?
+                .map_err(|source| TlsError::Endpoint { addr: addr.to_string(), source })?
         }
     };
     Ok(endpoint.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true).connect_lazy())
@@ -150,12 +171,16 @@ mod tests {
         // A CA without the node's certificate and key: refused, saying what is missing.
         for (cert, key) in [(false, false), (true, false), (false, true)] {
             let err = config(d, cert, key, Some(PEM_CERT)).member().unwrap_err();
-            assert!(err.contains("cert_file") && err.contains("key_file"), "{err}");
+            assert!(matches!(err, TlsError::PeerCaWithoutIdentity | TlsError::HalfIdentity), "{err}");
+            let text = err.to_string();
+            assert!(text.contains("cert_file") && text.contains("key_file"), "{text}");
         }
         let err = config(d, true, true, Some("not a certificate")).member().unwrap_err();
-        assert!(err.contains("peer_ca_file"), "{err}");
+        assert!(matches!(err, TlsError::PeerCaNotPem), "{err}");
         let missing = TlsConfig { peer_ca_file: Some(d.join("absent.pem")), ..config(d, true, true, None) };
-        assert!(missing.member().unwrap_err().contains("absent.pem"));
+        let err = missing.member().unwrap_err();
+        assert!(matches!(&err, TlsError::Read { what: "peer_ca_file", .. }), "{err}");
+        assert!(err.to_string().contains("absent.pem"), "{err}");
         assert!(config(d, true, true, Some(PEM_CERT)).member().unwrap().is_some());
         // Unknown keys are refused rather than ignored.
         assert!(toml::from_str::<TlsConfig>("peer_ca = \"ca.pem\"").is_err());

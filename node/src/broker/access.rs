@@ -75,23 +75,34 @@ impl Resource {
     }
 }
 
+/// Why a written resource is not one; each case holds what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidResource {
+    #[error("{0:?}: write Topic:<name> or Group:<name>")]
+    NoKind(String),
+    #[error("{0:?} is not a resource kind: Topic or Group")]
+    UnknownKind(String),
+    #[error("{0:?}: a name, or a prefix ending in one `*`")]
+    BadName(String),
+}
+
 impl std::str::FromStr for Resource {
-    type Err = String;
+    type Err = InvalidResource;
 
     /// `Topic:<name>`, `Topic:<prefix>*`, `Group:<name>`, `Group:<prefix>*` (kind in any case).
-    fn from_str(s: &str) -> Result<Resource, String> {
-        let (kind, name) = s.split_once(':').ok_or_else(|| format!("{s:?}: write Topic:<name> or Group:<name>"))?;
+    fn from_str(s: &str) -> Result<Resource, InvalidResource> {
+        let (kind, name) = s.split_once(':').ok_or_else(|| InvalidResource::NoKind(s.to_string()))?;
         let kind = match kind.to_ascii_lowercase().as_str() {
             "topic" => ResourceKind::Topic,
             "group" => ResourceKind::Group,
-            other => return Err(format!("{other:?} is not a resource kind: Topic or Group")),
+            other => return Err(InvalidResource::UnknownKind(other.to_string())),
         };
         let (name, prefix) = match name.strip_suffix('*') {
             Some(p) => (p, true),
             None => (name, false),
         };
         if name.contains('*') || (!prefix && name.is_empty()) || name.len() > 255 {
-            return Err(format!("{s:?}: a name, or a prefix ending in one `*`"));
+            return Err(InvalidResource::BadName(s.to_string()));
         }
         Ok(Resource { kind, name: name.to_string(), prefix })
     }
@@ -212,19 +223,28 @@ impl fmt::Debug for AccessCommand {
     }
 }
 
-/// Why an access key or secret is refused: it must fit the signed header
-/// (`Credential=<access key>, …`), so no spaces, commas or `=`.
-pub fn check_access_key(key: &str) -> Result<(), String> {
+/// Why an access key or secret is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    #[error("an access key is 1-{MAX_KEY_LEN} printable ASCII characters without `,`, `=` or `/`")]
+    AccessKey,
+    #[error("a secret is {MIN_SECRET_LEN}-{MAX_KEY_LEN} printable ASCII characters")]
+    Secret,
+}
+
+/// An access key must fit the signed header (`Credential=<access key>, …`), so no spaces, commas
+/// or `=`.
+pub fn check_access_key(key: &str) -> Result<(), CredentialError> {
     let fits = |c: char| c.is_ascii_graphic() && !matches!(c, ',' | '=' | '/');
     if key.is_empty() || key.len() > MAX_KEY_LEN || !key.chars().all(fits) {
-        return Err(format!("an access key is 1-{MAX_KEY_LEN} printable ASCII characters without `,`, `=` or `/`"));
+        return Err(CredentialError::AccessKey);
     }
     Ok(())
 }
 
-pub fn check_secret(secret: &str) -> Result<(), String> {
+pub fn check_secret(secret: &str) -> Result<(), CredentialError> {
     if !(MIN_SECRET_LEN..=MAX_KEY_LEN).contains(&secret.len()) || !secret.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(format!("a secret is {MIN_SECRET_LEN}-{MAX_KEY_LEN} printable ASCII characters"));
+        return Err(CredentialError::Secret);
     }
     Ok(())
 }
@@ -261,7 +281,7 @@ impl AccessTables {
         match command {
             AccessCommand::PutUser { access_key, secret, admin, create } => {
                 if let Err(e) = check_access_key(&access_key).and_then(|()| check_secret(secret.expose())) {
-                    return Reply::Rejected(e);
+                    return Reply::Rejected(e.to_string());
                 }
                 match (self.users.contains_key(&access_key), create) {
                     (true, true) => return Reply::Rejected(format!("user {access_key} exists")),

@@ -56,6 +56,16 @@ fn span(from: i64, to: i64) -> u64 {
     to.saturating_sub(from).max(0) as u64
 }
 
+/// Why a failover record is not one a leader could have made. Its text goes into the replicated
+/// reply: it must not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidFailover {
+    #[error("failover record of term {term} has its times out of order")]
+    OutOfOrder { term: u64 },
+    #[error("failover record of term {term} names too many members")]
+    TooManyMembers { term: u64 },
+}
+
 impl Failover {
     pub fn phases(&self) -> Phases {
         let start = self.last_heard_ms.unwrap_or(self.election_started_ms);
@@ -70,15 +80,15 @@ impl Failover {
 
     /// Whether a record is one a leader could have made: its times in order, a short list of
     /// members. Apply refuses others, so a corrupt entry cannot fill the history with noise.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidFailover> {
         let ordered = self.last_heard_ms.is_none_or(|heard| heard <= self.elected_ms)
             && self.election_started_ms <= self.elected_ms
             && self.elected_ms <= self.first_commit_ms;
         if !ordered {
-            return Err(format!("failover record of term {} has its times out of order", self.term));
+            return Err(InvalidFailover::OutOfOrder { term: self.term });
         }
         if self.not_following.len() > MAX_NAMED {
-            return Err(format!("failover record of term {} names too many members", self.term));
+            return Err(InvalidFailover::TooManyMembers { term: self.term });
         }
         Ok(())
     }
@@ -127,8 +137,17 @@ mod tests {
     #[test]
     fn records_out_of_order_are_refused() {
         assert!(record().validate().is_ok());
-        assert!(Failover { first_commit_ms: 10_000, ..record() }.validate().is_err());
-        assert!(Failover { last_heard_ms: Some(20_000), ..record() }.validate().is_err());
-        assert!(Failover { not_following: (0..100).collect(), ..record() }.validate().is_err());
+        assert_eq!(
+            Failover { first_commit_ms: 10_000, ..record() }.validate(),
+            Err(InvalidFailover::OutOfOrder { term: 4 })
+        );
+        assert_eq!(
+            Failover { last_heard_ms: Some(20_000), ..record() }.validate(),
+            Err(InvalidFailover::OutOfOrder { term: 4 })
+        );
+        let crowded = Failover { not_following: (0..100).collect(), ..record() }.validate().unwrap_err();
+        assert_eq!(crowded, InvalidFailover::TooManyMembers { term: 4 });
+        // The text is what the refusal's replicated reply holds: replicas compare their digests.
+        assert_eq!(crowded.to_string(), "failover record of term 4 names too many members");
     }
 }

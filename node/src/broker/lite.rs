@@ -48,13 +48,23 @@ pub const MAX_EXPIRED_RECORDS_PER_ENTRY: u64 = 20_000;
 /// Queue positions per record row. The registry row keeps the chunk being filled.
 pub const RECORD_CHUNK: u64 = 8;
 
+/// Why a lite topic name breaks RocketMQ's rule; holds the name. Its text goes into replicated
+/// replies: it must not change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidLiteName {
+    #[error("a lite topic name has 1 to {MAX_LITE_TOPIC_BYTES} bytes, {0:?} has {len}", len = .0.len())]
+    Length(String),
+    #[error("illegal lite topic name {0:?}: only letters, digits, '_' and '-'")]
+    Characters(String),
+}
+
 /// RocketMQ's rule for lite topic names: `^[a-zA-Z0-9_-]+$`, at most 64 bytes.
-pub fn validate_lite_name(name: &str) -> Result<(), String> {
+pub fn validate_lite_name(name: &str) -> Result<(), InvalidLiteName> {
     if name.is_empty() || name.len() > MAX_LITE_TOPIC_BYTES {
-        return Err(format!("a lite topic name has 1 to {MAX_LITE_TOPIC_BYTES} bytes, {name:?} has {}", name.len()));
+        return Err(InvalidLiteName::Length(name.to_string()));
     }
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-        return Err(format!("illegal lite topic name {name:?}: only letters, digits, '_' and '-'"));
+        return Err(InvalidLiteName::Characters(name.to_string()));
     }
     Ok(())
 }
@@ -70,13 +80,18 @@ pub enum LiteModel {
     Exclusive,
 }
 
+/// A lite model no group has; holds what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown lite model {0:?} (shared, exclusive)")]
+pub struct UnknownLiteModel(pub String);
+
 impl std::str::FromStr for LiteModel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownLiteModel;
+    fn from_str(s: &str) -> Result<Self, UnknownLiteModel> {
         match s {
             "shared" => Ok(LiteModel::Shared),
             "exclusive" => Ok(LiteModel::Exclusive),
-            other => Err(format!("unknown lite model {other:?} (shared, exclusive)")),
+            other => Err(UnknownLiteModel(other.to_string())),
         }
     }
 }
@@ -496,7 +511,7 @@ impl LiteTables {
                     Err(o) => return Ok(o),
                 };
                 if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
-                    return Ok(LiteOutcome::IllegalLiteTopic(bad));
+                    return Ok(LiteOutcome::IllegalLiteTopic(bad.to_string()));
                 }
                 if let Some(why) = self.not_owner(group, client, by) {
                     return Ok(LiteOutcome::NotOwner(why));

@@ -37,15 +37,31 @@ impl std::fmt::Display for PluginKind {
     }
 }
 
+/// A plugin kind no plugin has; holds what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown plugin kind {0:?} (filter, tx-checker)")]
+pub struct UnknownPluginKind(pub String);
+
 impl std::str::FromStr for PluginKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownPluginKind;
+    fn from_str(s: &str) -> Result<Self, UnknownPluginKind> {
         match s {
             "filter" => Ok(PluginKind::Filter),
             "tx-checker" => Ok(PluginKind::TxChecker),
-            other => Err(format!("unknown plugin kind {other:?} (filter, tx-checker)")),
+            other => Err(UnknownPluginKind(other.to_string())),
         }
     }
+}
+
+/// Why a plugin cannot be bound. Its text goes into the replicated reply: it must not change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingError {
+    #[error("configuration longer than {MAX_BINDING_CONFIG_BYTES} bytes")]
+    ConfigTooLong,
+    #[error("no plugin named {0}")]
+    NoPlugin(String),
+    #[error("plugin {plugin} is a {is}, not a {wanted}")]
+    WrongKind { plugin: String, is: PluginKind, wanted: PluginKind },
 }
 
 /// The plugins built into every node, by name; their names are reserved.
@@ -225,7 +241,7 @@ impl PluginTables {
                         Reply::Applied
                     }
                     Some(b) => match self.check_binding(&b, PluginKind::Filter) {
-                        Err(reason) => Reply::Rejected(reason),
+                        Err(reason) => Reply::Rejected(reason.to_string()),
                         Ok(()) => {
                             self.group_filters.insert(group, b);
                             Reply::Applied
@@ -268,7 +284,7 @@ impl PluginTables {
                         Reply::Applied
                     }
                     Some(b) => match self.check_binding(&b, PluginKind::TxChecker) {
-                        Err(reason) => Reply::Rejected(reason),
+                        Err(reason) => Reply::Rejected(reason.to_string()),
                         Ok(()) => {
                             self.topic_checkers.insert(topic, b);
                             Reply::Applied
@@ -279,13 +295,13 @@ impl PluginTables {
         }
     }
 
-    fn check_binding(&self, b: &Binding, kind: PluginKind) -> Result<(), String> {
+    fn check_binding(&self, b: &Binding, kind: PluginKind) -> Result<(), BindingError> {
         if b.config.len() > MAX_BINDING_CONFIG_BYTES {
-            return Err(format!("configuration longer than {MAX_BINDING_CONFIG_BYTES} bytes"));
+            return Err(BindingError::ConfigTooLong);
         }
         match plugin_kind(&self.modules, &b.plugin) {
-            None => Err(format!("no plugin named {}", b.plugin)),
-            Some(k) if k != kind => Err(format!("plugin {} is a {k}, not a {kind}", b.plugin)),
+            None => Err(BindingError::NoPlugin(b.plugin.clone())),
+            Some(is) if is != kind => Err(BindingError::WrongKind { plugin: b.plugin.clone(), is, wanted: kind }),
             Some(_) => Ok(()),
         }
     }

@@ -38,23 +38,33 @@ pub struct SettingsChange {
     pub max_module_bytes: Option<u64>,
 }
 
+/// A setting out of its range; holds the value asked for. Its text goes into the replicated reply:
+/// it must not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("dedupe_window_secs must be 1-{MAX_DEDUPE_WINDOW_SECS}, not {0}")]
+    DedupeWindow(u64),
+    #[error("max_module_bytes must be 1-{MAX_MODULE_BYTES}, not {0}")]
+    MaxModuleBytes(u64),
+}
+
 impl ClusterSettings {
     pub fn dedupe_window_ms(&self) -> i64 {
         self.dedupe_window_secs.saturating_mul(1000) as i64
     }
 
     /// The settings with `change` made, or why it is refused.
-    pub fn changed(&self, change: &SettingsChange) -> Result<ClusterSettings, String> {
+    pub fn changed(&self, change: &SettingsChange) -> Result<ClusterSettings, SettingsError> {
         let mut next = *self;
         if let Some(secs) = change.dedupe_window_secs {
             if !(1..=MAX_DEDUPE_WINDOW_SECS).contains(&secs) {
-                return Err(format!("dedupe_window_secs must be 1-{MAX_DEDUPE_WINDOW_SECS}, not {secs}"));
+                return Err(SettingsError::DedupeWindow(secs));
             }
             next.dedupe_window_secs = secs;
         }
         if let Some(bytes) = change.max_module_bytes {
             if !(1..=MAX_MODULE_BYTES as u64).contains(&bytes) {
-                return Err(format!("max_module_bytes must be 1-{MAX_MODULE_BYTES}, not {bytes}"));
+                return Err(SettingsError::MaxModuleBytes(bytes));
             }
             next.max_module_bytes = bytes;
         }
@@ -76,6 +86,10 @@ mod tests {
         ] {
             assert!(s.changed(&bad).is_err(), "{bad:?}");
         }
+        let refused = s.changed(&SettingsChange { dedupe_window_secs: Some(0), ..Default::default() });
+        assert_eq!(refused, Err(SettingsError::DedupeWindow(0)));
+        // The text is what the refusal's replicated reply holds: replicas compare their digests.
+        assert_eq!(refused.unwrap_err().to_string(), "dedupe_window_secs must be 1-3600, not 0");
         let both = SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20) };
         assert_eq!(s.changed(&both), Ok(ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20 }));
     }

@@ -41,9 +41,14 @@ impl TopicKind {
     }
 }
 
+/// A topic type no topic has; holds what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown topic type {0:?} (normal, fifo, delay, transaction, priority, lite)")]
+pub struct UnknownTopicKind(pub String);
+
 impl std::str::FromStr for TopicKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTopicKind;
+    fn from_str(s: &str) -> Result<Self, UnknownTopicKind> {
         match s {
             "normal" => Ok(TopicKind::Normal),
             "fifo" => Ok(TopicKind::Fifo),
@@ -51,7 +56,7 @@ impl std::str::FromStr for TopicKind {
             "transaction" => Ok(TopicKind::Transaction),
             "priority" => Ok(TopicKind::Priority),
             "lite" => Ok(TopicKind::Lite),
-            other => Err(format!("unknown topic type {other:?} (normal, fifo, delay, transaction, priority, lite)")),
+            other => Err(UnknownTopicKind(other.to_string())),
         }
     }
 }

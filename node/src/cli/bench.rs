@@ -350,7 +350,8 @@ pub(super) type Client = MessagingServiceClient<InterceptedService<tonic::transp
 pub(super) async fn connect(endpoints: &Endpoints) -> Result<Vec<Client>, BenchError> {
     let mut clients = Vec::new();
     for e in &endpoints.addrs {
-        let channel = crate::auth::tls::channel(e, endpoints.tls_ca.as_deref()).map_err(BenchError::Setup)?;
+        let channel =
+            crate::auth::tls::channel(e, endpoints.tls_ca.as_deref()).map_err(|e| BenchError::Setup(e.to_string()))?;
         let c = MessagingServiceClient::with_interceptor(channel, endpoints.sign.clone());
         clients.push(c.max_encoding_message_size(usize::MAX).max_decoding_message_size(usize::MAX));
     }

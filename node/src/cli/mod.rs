@@ -277,7 +277,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
         Top::Node { config: path } => {
             let config = NodeConfig::load(&path)?;
             config.warn_of_open_secrets(&path);
-            crate::node::run(config).await.map_err(CliError::Node)
+            crate::node::run(config).await.map_err(|e| CliError::Node(e.to_string()))
         }
         Top::Bench(cmd) => Ok(bench(&admin, cmd).await?),
         Top::Cluster(cmd) => cluster::run(&admin, cmd).await,

@@ -89,7 +89,7 @@ pub enum ActionArg {
 fn secret_or_random(given: Option<String>) -> Result<(String, bool), CliError> {
     match given {
         Some(s) => Ok((s, false)),
-        None => Ok((crate::auth::random_key().map_err(CliError::Usage)?, true)),
+        None => Ok((crate::auth::random_key().map_err(|e| CliError::Usage(e.to_string()))?, true)),
     }
 }
 
@@ -106,7 +106,7 @@ pub(super) async fn user(admin: &Admin, cmd: UserCmd) -> Result<(), CliError> {
             let secret_key = match (secret, rotate) {
                 (Some(s), _) => Some(s),
                 (None, true) => {
-                    let s = crate::auth::random_key().map_err(CliError::Usage)?;
+                    let s = crate::auth::random_key().map_err(|e| CliError::Usage(e.to_string()))?;
                     println!("access key: {access_key}\nsecret key: {s}");
                     Some(s)
                 }

@@ -278,11 +278,6 @@ impl Cluster {
         self.status().members.into_iter().map(|m| (m.id, m.info)).collect()
     }
 
-    /// A channel to the leader's raft port, e.g. to pass an operator request on.
-    pub fn leader_channel(&self) -> Result<crate::raft::PeerChannel, ClusterError> {
-        self.peers().channel(&self.leader_addr()?)
-    }
-
     /// What this node counts, for `/metrics`.
     pub fn meters(&self) -> &crate::metrics::Meters {
         &self.inner.options.meters

@@ -58,7 +58,7 @@ impl Peers {
             return Ok(c.clone());
         }
         let c = member_channel(addr, &self.dialer)
-            .map_err(|reason| ClusterError::Unreachable { addr: addr.to_string(), reason })?;
+            .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
         channels.insert(addr.to_string(), c.clone());
         Ok(c)
     }

@@ -1,9 +1,11 @@
 //! Where a request that needs the group's leader is served: on this node when it leads, else
-//! passed once to the leader over the peer service. Every such request goes through here, and
-//! the serving side refuses what it cannot serve as leader instead of passing it on again, so a
-//! request crosses the network at most once.
+//! passed once to the leader over the peer service (or, for an operator's request, the leader's
+//! admin service). Every such request goes through here, and the serving side refuses what it
+//! cannot serve as leader instead of passing it on again, so a request crosses the network at
+//! most once.
 
 use crate::cluster::{Cluster, ClusterError, peer::Peers};
+use crate::raft::PeerChannel;
 
 /// Where a request for the group's leader goes.
 pub(crate) enum Route {
@@ -32,6 +34,21 @@ impl Cluster {
         match self.route()? {
             Route::Here => here(self).await,
             Route::Leader(addr) => there(self.peers(), &addr).await,
+        }
+    }
+
+    /// [`Self::on_leader`] for a request passed on over a service of its own on the leader's raft
+    /// port (the admin service) rather than the peer service: `here` with `request` on this node
+    /// if it leads, `there` with a channel to the leader's raft port and `request` otherwise.
+    pub(crate) async fn on_leader_channel<R, T, E: From<ClusterError>>(
+        &self,
+        request: R,
+        here: impl AsyncFnOnce(&Cluster, R) -> Result<T, E>,
+        there: impl AsyncFnOnce(PeerChannel, R) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self.route()? {
+            Route::Here => here(self, request).await,
+            Route::Leader(addr) => there(self.peers().channel(&addr)?, request).await,
         }
     }
 

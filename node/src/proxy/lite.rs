@@ -144,7 +144,7 @@ impl Proxy {
             ));
         }
         if let Some(why) = req.lite_topic_set.iter().find_map(|l| validate_lite_name(l).err()) {
-            return Err(Rejection::new(Code::IllegalLiteTopic, why));
+            return Err(Rejection::new(Code::IllegalLiteTopic, why.to_string()));
         }
         if let Some(option) = &req.offset_option {
             use rockraft_proto::rocketmq::offset_option::{OffsetType, Policy};

@@ -184,7 +184,8 @@ fn check(m: &Message, topic: &TopicConfig, limits: &Limits) -> Result<(), Reject
 fn check_lite(sp: &rockraft_proto::rocketmq::SystemProperties, topic: &TopicConfig) -> Result<(), Rejection> {
     match (&sp.lite_topic, topic.kind) {
         (Some(lite), TopicKind::Lite) => {
-            crate::broker::lite::validate_lite_name(lite).map_err(|e| Rejection::new(Code::IllegalLiteTopic, e))?;
+            crate::broker::lite::validate_lite_name(lite)
+                .map_err(|e| Rejection::new(Code::IllegalLiteTopic, e.to_string()))?;
             if sp.message_group.is_some() {
                 return Err(Rejection::new(
                     Code::MessagePropertyConflictWithType,

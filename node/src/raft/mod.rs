@@ -35,7 +35,7 @@ pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=e
 pub use entry_codec::log_id;
 pub use group::{Group, GroupError, GroupOptions, GroupStatus, GroupWatch, Lead, Member, Role};
 pub use log_store::{LogStore, LogStoreReader};
-pub use network::{Dialer, Network, PeerChannel, channel, member_channel};
+pub use network::{ChannelError, Dialer, Network, PeerChannel, channel, member_channel};
 pub use service::RaftServer;
 pub use state_machine::StateMachine;
 

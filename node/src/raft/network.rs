@@ -64,8 +64,16 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 /// through the member's refusal gate.
 pub type PeerChannel = InterceptedService<Gated<Channel>, Attach>;
 
+/// A channel to a member that cannot be made: `addr` is not an address (nothing was dialled).
+#[derive(Debug, thiserror::Error)]
+#[error("bad address {addr:?}: {source}")]
+pub struct ChannelError {
+    pub addr: String,
+    pub source: tonic::transport::Error,
+}
+
 /// A lazily connected channel to the member at `addr`, as `dialer` dials.
-pub fn member_channel(addr: &str, dialer: &Dialer) -> Result<PeerChannel, String> {
+pub fn member_channel(addr: &str, dialer: &Dialer) -> Result<PeerChannel, ChannelError> {
     let channel = channel(addr, dialer.credentials.tls.as_ref())?;
     Ok(InterceptedService::new(Gated::new(channel, dialer.refusals.gate(addr)), dialer.credentials.attach.clone()))
 }
@@ -79,14 +87,14 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A lazily connected channel to `addr` (host:port), over mutual TLS when `tls` is given (the
 /// member's certificate must name `addr`'s host); errors surface on the first call.
-pub fn channel(addr: &str, tls: Option<&MemberTls>) -> Result<Channel, String> {
+pub fn channel(addr: &str, tls: Option<&MemberTls>) -> Result<Channel, ChannelError> {
     let endpoint = match tls {
         None => Endpoint::from_shared(format!("http://{addr}")),
         Some(tls) => {
             Endpoint::from_shared(format!("https://{addr}")).and_then(|e| e.tls_config(tls.client(host_of(addr))))
         }
     }
-    .map_err(|e| format!("bad address {addr:?}: {e}"))?;
+    .map_err(|source| ChannelError { addr: addr.to_string(), source })?;
     Ok(endpoint
         .connect_timeout(Duration::from_secs(1))
         .tcp_nodelay(true)
@@ -99,7 +107,7 @@ pub fn channel(addr: &str, tls: Option<&MemberTls>) -> Result<Channel, String> {
 
 pub struct Peer {
     target: NodeId,
-    channel: Result<PeerChannel, String>,
+    channel: Result<PeerChannel, ChannelError>,
     /// The target's refusal gate: while it refuses this node, calls wait out its back-off.
     gate: Arc<Gate>,
     /// Set after a failed connection: no new attempt before then. openraft's own backoff only

@@ -315,10 +315,12 @@ fn module_graph(sources: &[Source], within: &[String], count_tests: bool) -> Edg
     let mut exported: BTreeMap<String, String> = BTreeMap::new();
     for (_, _, refs) in parsed.iter().filter(|(_, path, _)| path.len() == depth) {
         for r in refs {
-            if let (Some(bound), true) = (&r.bound, r.path.starts_with(within)) {
-                if let Some(child) = r.path.get(depth).filter(|c| children.contains(*c) && r.path.len() > depth + 1) {
-                    exported.insert(bound.clone(), child.clone());
-                }
+            if let Some(bound) = &r.bound
+                && r.path.starts_with(within)
+                && r.path.len() > depth + 1
+                && let Some(child) = r.path.get(depth).filter(|c| children.contains(*c))
+            {
+                exported.insert(bound.clone(), child.clone());
             }
         }
     }

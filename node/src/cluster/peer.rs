@@ -14,9 +14,9 @@ use rockraft_proto::rockraft::{ClockRequest, DiskSpaceRequest, LiveMembersReques
 
 use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
-use crate::cluster::ClusterError;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::cluster::wire::ResultMessage;
+use crate::cluster::{AskProducer, ClusterError};
 use crate::raft::{Dialer, NodeId, PeerChannel, member_channel};
 
 /// No peer call waits longer than this for its answer. A member that took the connection but
@@ -25,7 +25,7 @@ use crate::raft::{Dialer, NodeId, PeerChannel, member_channel};
 pub const PEER_CALL_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Runs one call to the peer at `addr`, or gives up at the deadline (as an unanswered call).
-pub(crate) async fn within<T>(
+async fn within<T>(
     addr: &str,
     call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<tonic::Response<T>, tonic::Status> {
@@ -111,6 +111,15 @@ impl Peers {
         let reply =
             within(addr, self.client(addr)?.dead_letter(rockraft_proto::rockraft::log::Receipt::from(receipt))).await;
         answer(addr, reply)
+    }
+
+    /// Asks the member at `addr` to reach a producer of the topic connected to it; whether it did.
+    pub async fn ask_producer(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {
+        let mut client = PeerServiceClient::new(self.channel(addr)?);
+        let reply = within(addr, client.ask_producer(pb::AskProducer::from(ask.clone())))
+            .await
+            .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
+        Ok(reply.into_inner().asked)
     }
 }
 

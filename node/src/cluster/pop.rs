@@ -11,7 +11,6 @@ use crate::broker::lite::{LiteActor, LiteDelivery};
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest};
 use crate::cluster::clock::now_ms;
-use crate::cluster::router::Route;
 use crate::cluster::{Cluster, ClusterError};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, blocking};
@@ -113,20 +112,23 @@ fn same_kind(a: &PopOrder, b: &PopOrder) -> bool {
 impl Cluster {
     /// Pops on the leader, wherever this node is; the deliveries are applied here when it returns.
     pub async fn pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
-        let popped = match self.route()? {
-            Route::Here => return self.pop_here(order).await,
-            Route::Leader(addr) => self.peers().pop(&addr, order).await?,
-        };
-        // The messages are read from this node's store: wait until it has applied the pop.
-        let generations =
-            popped.deliveries.iter().map(|d| d.generation).chain(popped.lite.iter().map(|d| d.generation));
-        if let Some(last) = generations.max()
-            && let Err(e) = self.wait_applied(last).await
-        {
-            // What is not applied yet is skipped when streaming and delivered again later.
-            tracing::debug!(error = %e, "streaming a pop before it is applied here");
-        }
-        Ok(popped)
+        self.on_leader(
+            async |c| c.pop_here(order).await,
+            async |peers, addr| {
+                let popped = peers.pop(addr, order).await?;
+                // The messages are read from this node's store: wait until it has applied the pop.
+                let generations =
+                    popped.deliveries.iter().map(|d| d.generation).chain(popped.lite.iter().map(|d| d.generation));
+                if let Some(last) = generations.max()
+                    && let Err(e) = self.wait_applied(last).await
+                {
+                    // What is not applied yet is skipped when streaming and delivered again later.
+                    tracing::debug!(error = %e, "streaming a pop before it is applied here");
+                }
+                Ok(popped)
+            },
+        )
+        .await
     }
 
     /// Moves the delivery `receipt` names to its group's dead-letter topic, on the leader.

@@ -2,10 +2,8 @@
 //! connected to this node, else each other member in turn (`PeerService.AskProducer`), since a
 //! producer's Telemetry stream may be held by any node.
 
-use rockraft_proto::rockraft::peer as pb;
-
 use crate::broker::transaction::transaction_id;
-use crate::cluster::{Cluster, ClusterError};
+use crate::cluster::Cluster;
 
 /// Which half to ask about, and the topic whose producers can answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +22,7 @@ impl Cluster {
             if id == self.id() {
                 continue;
             }
-            match self.ask_producer_at(&node.raft_addr, ask).await {
+            match self.peers().ask_producer(&node.raft_addr, ask).await {
                 Ok(true) => return true,
                 Ok(false) => {}
                 Err(e) => tracing::debug!(node = id, error = %e, "could not ask a member for its producers"),
@@ -43,14 +41,5 @@ impl Cluster {
         self.sessions().ask(&ask.topic, self.broker(), |resource| {
             crate::sessions::recover_command(resource, message.clone(), store_ms, &id)
         })
-    }
-
-    async fn ask_producer_at(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {
-        use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-        let mut client = PeerServiceClient::new(self.peers().channel(addr)?);
-        let reply = crate::cluster::peer::within(addr, client.ask_producer(pb::AskProducer::from(ask.clone())))
-            .await
-            .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
-        Ok(reply.into_inner().asked)
     }
 }

@@ -1,26 +1,20 @@
-//! Lite topics at the client edge: `SyncLiteSubscription`, lite receives (served from the
-//! client's subscribed lite topics, whatever queue the request names), and acks and invisible-time
-//! changes of lite deliveries (their receipt handles name the lite topic, see `receipt.rs`).
+//! Lite topics at the client edge: `SyncLiteSubscription`, which receives are lite receives (served
+//! from the client's subscribed lite topics, whatever queue the request names; `receive.rs` streams
+//! them), and acks and invisible-time changes of lite deliveries (their receipt handles name the
+//! lite topic, see `receipt.rs`).
 
-use rockraft_proto::rocketmq::{
-    Code, LiteSubscriptionAction, ReceiveMessageResponse, Status, SyncLiteSubscriptionRequest,
-    receive_message_response::Content,
-};
+use rockraft_proto::rocketmq::{Code, LiteSubscriptionAction, Status, SyncLiteSubscriptionRequest};
 
 use crate::auth::Caller;
 use crate::auth::handles::HandleKeys;
 use crate::broker::Refusal;
 use crate::broker::group::GroupConfig;
-use crate::broker::lite::{
-    LiteActor, LiteCommand, LiteDelivery, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name,
-};
-use crate::broker::pop::Delivery;
+use crate::broker::lite::{LiteActor, LiteCommand, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name};
 use crate::broker::{TopicConfig, TopicKind};
 use crate::cluster::now_ms;
-use crate::proxy::receive::{ReceiveParams, message, nothing};
 use crate::proxy::send::topic_name;
 use crate::proxy::status::{Rejection, ok, refused, status, write_failed};
-use crate::proxy::{Proxy, receipt, timestamp};
+use crate::proxy::{Proxy, receipt};
 
 /// The Python client 5.1.2 sends `subscribe_lite(t)` as a PARTIAL_ADD whose set holds the
 /// characters of `t` (it extends the repeated field with the string), and nothing else as a
@@ -175,45 +169,6 @@ impl Proxy {
             }
         };
         Ok(LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms(), by })
-    }
-
-    /// The answer to a lite receive: each delivery read from this node's store, its handle
-    /// naming the lite topic, and `lite_topic` set (the clients need it to ack).
-    pub(super) fn stream_lite(
-        &self,
-        keys: &HandleKeys,
-        p: &ReceiveParams,
-        deliveries: Vec<LiteDelivery>,
-    ) -> Vec<ReceiveMessageResponse> {
-        let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
-        for d in deliveries {
-            match self.broker.read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
-                Ok(Some(e)) => {
-                    let r =
-                        LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
-                    let handle = receipt::encode_lite(keys, &r, &p.group, &p.topic_name);
-                    let as_queue = Delivery {
-                        queue_id: e.queue_id,
-                        offset: d.offset,
-                        attempt: d.attempt,
-                        generation: d.generation,
-                        invisible_until_ms: d.invisible_until_ms,
-                    };
-                    out.push(ReceiveMessageResponse {
-                        content: Some(Content::Message(message(&p.topic, e, &as_queue, handle, p.invisible))),
-                    });
-                }
-                // Not applied here yet, or retention took it: it comes back after its invisible
-                // time (or is passed over then).
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered lite message failed"),
-            }
-        }
-        if out.len() == 1 {
-            return nothing();
-        }
-        out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
-        out
     }
 
     /// Acks lite deliveries, all in one entry: one status per receipt, in order.

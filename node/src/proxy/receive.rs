@@ -1,5 +1,5 @@
 //! `ReceiveMessage`: a long poll that plans a POP from this node's state, proposes it, and streams
-//! the deliveries that committed.
+//! the deliveries that committed, of queues and of lite topics alike.
 //!
 //! Any node serves it: the plan names what it expects, so a follower's stale view only costs a
 //! retry. The poll wakes when a message for the topic is applied, when an ack or a dead letter
@@ -17,7 +17,7 @@ use crate::auth::Caller;
 use crate::auth::handles::HandleKeys;
 use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
-use crate::broker::lite::LiteActor;
+use crate::broker::lite::{LiteActor, LiteDelivery, LiteReceipt};
 use crate::broker::pop::{Delivery, Receipt};
 use crate::cluster::now_ms;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
@@ -152,7 +152,7 @@ pub fn poll_budget(long_polling: Duration, grpc_timeout: Option<Duration>) -> Du
 }
 
 /// The message as a client receives it in a delivery.
-pub fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, invisible: Duration) -> Message {
+fn message(topic: &Resource, e: StoredEntry, d: &Delivery, handle: String, invisible: Duration) -> Message {
     let mut message = crate::sessions::client_message(topic, e.message, e.store_timestamp_ms);
     let sp = message.system_properties.as_mut().expect("client_message sets system properties");
     sp.receipt_handle = Some(handle);
@@ -168,7 +168,7 @@ pub(super) fn status_only(s: rockraft_proto::rocketmq::Status) -> Vec<ReceiveMes
     vec![ReceiveMessageResponse { content: Some(Content::Status(s)) }]
 }
 
-pub(super) fn nothing() -> Vec<ReceiveMessageResponse> {
+fn nothing() -> Vec<ReceiveMessageResponse> {
     vec![
         ReceiveMessageResponse { content: Some(Content::Status(status(Code::MessageNotFound, "no new message"))) },
         ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) },
@@ -327,6 +327,45 @@ impl Proxy {
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
+    }
+
+    /// The answer to a lite receive: each delivery read from this node's store, its handle
+    /// naming the lite topic, and `lite_topic` set (the clients need it to ack).
+    pub(super) fn stream_lite(
+        &self,
+        keys: &HandleKeys,
+        p: &ReceiveParams,
+        deliveries: Vec<LiteDelivery>,
+    ) -> Vec<ReceiveMessageResponse> {
+        let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
+        for d in deliveries {
+            match self.broker.read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
+                Ok(Some(e)) => {
+                    let r =
+                        LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
+                    let handle = receipt::encode_lite(keys, &r, &p.group, &p.topic_name);
+                    let as_queue = Delivery {
+                        queue_id: e.queue_id,
+                        offset: d.offset,
+                        attempt: d.attempt,
+                        generation: d.generation,
+                        invisible_until_ms: d.invisible_until_ms,
+                    };
+                    out.push(ReceiveMessageResponse {
+                        content: Some(Content::Message(message(&p.topic, e, &as_queue, handle, p.invisible))),
+                    });
+                }
+                // Not applied here yet, or retention took it: it comes back after its invisible
+                // time (or is passed over then).
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered lite message failed"),
+            }
+        }
+        if out.len() == 1 {
+            return nothing();
+        }
+        out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
+        out
     }
 
     /// The responses, and the deliveries they carry: one this node cannot read (it has not

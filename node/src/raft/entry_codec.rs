@@ -9,7 +9,7 @@ use openraft::entry::RaftEntry;
 use prost::Message;
 use rockraft_proto::rockraft as pb;
 
-use crate::raft::wire::{FromPb, ToPb, invalid};
+use crate::raft::convert::{FromPb, ToPb, invalid};
 use crate::raft::{CommandBytes, Entry, LogId, Membership};
 use crate::store::record::{KIND_BLANK, KIND_COMMAND as KIND_NORMAL, KIND_MEMBERSHIP, KIND_MEMBERSHIP_PB};
 use crate::store::{RecordMeta, StoredRecord};

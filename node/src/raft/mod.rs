@@ -8,6 +8,7 @@
 //! openraft is alpha software; its types stay behind this module so API changes land here only.
 
 pub mod contact;
+mod convert;
 mod entry_codec;
 mod group;
 mod log_store;

@@ -442,7 +442,6 @@ fn no_circles_inside_any_other_module() {
 }
 
 #[test]
-#[ignore = "broker/ still has circles (around command, reply and state): on once the broker restructure removes them"]
 fn no_circles_inside_broker() {
     assert_no_circles_inside("broker");
 }

@@ -3,7 +3,7 @@
 use crate::admin::AdminServer;
 use crate::admin::api::MessageLine;
 use crate::admin::error::AdminError;
-use crate::broker::held::HeldEntry;
+use crate::broker::HeldEntry;
 use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
 use crate::broker::{Command, StoredEntry};
 

@@ -10,8 +10,9 @@ use bytes::Bytes;
 use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
 
-use crate::broker::command::{AdminCommand, Command, DecodeError, SendBatchClock, SendBatchQueues};
+use crate::broker::command::{AdminCommand, Command, DecodeError, SendBatchClock, SendBatchQueues, Steps};
 use crate::broker::dedupe::{DedupeKey, Seen};
+use crate::broker::effects::{Effects, QueueWrite};
 use crate::broker::failover::{self, Failover};
 use crate::broker::group::GroupConfig;
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
@@ -47,50 +48,6 @@ fn held_of(seen: &Seen, kind: TopicKind, retry_due_ms: i64) -> Option<Held> {
         TopicKind::Delay => Held::Timer { due_ms, position },
         _ => Held::Half { position },
     })
-}
-
-/// ConsumeQueue records for consecutive offsets of one queue.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct QueueWrite {
-    pub topic: String,
-    pub queue_id: u32,
-    pub first_offset: u64,
-    pub records: Vec<CqRecord>,
-    /// The message id of each record, for the message index.
-    pub message_ids: Vec<String>,
-}
-
-/// A message now held (a timer or a half), for the message index.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct HeldPlace {
-    pub message_id: String,
-    pub position: u64,
-    pub place: crate::store::Place,
-}
-
-/// What applying an entry does besides changing the state.
-#[derive(Debug, Default)]
-pub(crate) struct Effects {
-    pub writes: Vec<QueueWrite>,
-    /// Messages held from now on.
-    pub held: Vec<HeldPlace>,
-    /// Topics whose ConsumeQueue files go.
-    pub removed_topics: Vec<String>,
-    /// Topics whose waiting receivers may now find something.
-    pub wakes: Vec<String>,
-    /// Reading a table kept on disk failed: the state may be wrong, so the node must stop.
-    pub failure: Option<String>,
-}
-
-impl Effects {
-    pub(crate) fn fail(&mut self, e: sled::Error) {
-        self.failure.get_or_insert_with(|| format!("reading broker state: {e}"));
-    }
-
-    pub(crate) fn fail_with<T>(&mut self, e: sled::Error, value: T) -> T {
-        self.fail(e);
-        value
-    }
 }
 
 /// About how many dedupe rows one entry expires (see `State::expire_dedupe`).
@@ -148,15 +105,6 @@ impl State {
         }
         reply
     }
-}
-
-/// How an entry's command changes the state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Steps {
-    /// A metadata change, then (in entries of their own) its placement in the partitions.
-    Separate,
-    /// An entry of an earlier release: metadata and the partition changed at once.
-    Combined,
 }
 
 impl Metadata {

@@ -27,6 +27,17 @@ pub enum BrokerError {
     Meta(#[from] sled::Error),
 }
 
+impl From<crate::broker::topic::InvalidConfig> for BrokerError {
+    fn from(e: crate::broker::topic::InvalidConfig) -> BrokerError {
+        use crate::broker::topic::InvalidConfig;
+        match e {
+            InvalidConfig::IllegalTopic(name) => BrokerError::IllegalTopic(name),
+            InvalidConfig::IllegalGroup(name) => BrokerError::IllegalGroup(name),
+            InvalidConfig::BadRequest(why) => BrokerError::BadRequest(why),
+        }
+    }
+}
+
 impl From<BrokerError> for std::io::Error {
     fn from(e: BrokerError) -> std::io::Error {
         match e {

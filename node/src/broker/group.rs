@@ -1,9 +1,8 @@
 //! Consumer groups: a name, whether the group consumes FIFO topics in message-group order, and how
 //! many deliveries a message gets before it goes to the group's dead-letter topic.
 
-use crate::broker::BrokerError;
-use crate::broker::lite::{LiteBinding, MAX_LITE_QUOTA};
-use crate::broker::topic::{TopicConfig, TopicKind, validate_name};
+use crate::broker::topic::{InvalidConfig, TopicConfig, TopicKind, validate_name};
+use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 16;
 pub const MAX_MAX_ATTEMPTS: u32 = 1000;
@@ -32,23 +31,23 @@ fn full_priority() -> u8 {
 }
 
 impl GroupConfig {
-    pub fn validate(&self) -> Result<(), BrokerError> {
-        validate_name(&self.name).map_err(|_| BrokerError::IllegalGroup(self.name.clone()))?;
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        validate_name(&self.name).map_err(|_| InvalidConfig::IllegalGroup(self.name.clone()))?;
         // The dead-letter topic's name must be legal too.
-        validate_name(&dead_letter_topic(&self.name)).map_err(|_| BrokerError::IllegalGroup(self.name.clone()))?;
+        validate_name(&dead_letter_topic(&self.name)).map_err(|_| InvalidConfig::IllegalGroup(self.name.clone()))?;
         if self.max_attempts == 0 || self.max_attempts > MAX_MAX_ATTEMPTS {
-            return Err(BrokerError::BadRequest(format!("max attempts must be 1 to {MAX_MAX_ATTEMPTS}")));
+            return Err(InvalidConfig::BadRequest(format!("max attempts must be 1 to {MAX_MAX_ATTEMPTS}")));
         }
         if self.priority_factor > FULL_PRIORITY {
-            return Err(BrokerError::BadRequest(format!("priority factor must be 0 to {FULL_PRIORITY}")));
+            return Err(InvalidConfig::BadRequest(format!("priority factor must be 0 to {FULL_PRIORITY}")));
         }
         if let Some(b) = &self.lite {
             validate_name(&b.topic)?;
             if b.quota == 0 || b.quota > MAX_LITE_QUOTA {
-                return Err(BrokerError::BadRequest(format!("a lite quota must be 1 to {MAX_LITE_QUOTA}")));
+                return Err(InvalidConfig::BadRequest(format!("a lite quota must be 1 to {MAX_LITE_QUOTA}")));
             }
             if self.fifo {
-                return Err(BrokerError::BadRequest("a lite group is not a FIFO group".into()));
+                return Err(InvalidConfig::BadRequest("a lite group is not a FIFO group".into()));
             }
         }
         Ok(())
@@ -75,6 +74,55 @@ pub fn dead_letter_topic(group: &str) -> String {
 /// The dead-letter topic's configuration: one queue, normal messages.
 pub fn dead_letter_topic_config(group: &str) -> TopicConfig {
     TopicConfig::new(dead_letter_topic(group), 1, TopicKind::Normal)
+}
+
+/// The most a lite group may allow one client.
+pub const MAX_LITE_QUOTA: u32 = 10_000;
+
+/// How a lite group shares its lite topics among its clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LiteModel {
+    /// Every subscriber of a lite topic may get its messages; each message goes to one of them.
+    #[default]
+    Shared,
+    /// The newest subscriber of a lite topic takes it over from the previous one.
+    Exclusive,
+}
+
+/// A lite model no group has; holds what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown lite model {0:?} (shared, exclusive)")]
+pub struct UnknownLiteModel(pub String);
+
+impl std::str::FromStr for LiteModel {
+    type Err = UnknownLiteModel;
+    fn from_str(s: &str) -> Result<Self, UnknownLiteModel> {
+        match s {
+            "shared" => Ok(LiteModel::Shared),
+            "exclusive" => Ok(LiteModel::Exclusive),
+            other => Err(UnknownLiteModel(other.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for LiteModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LiteModel::Shared => "shared",
+            LiteModel::Exclusive => "exclusive",
+        })
+    }
+}
+
+/// A lite consumer group's binding: the one parent topic it consumes, how, and how many lite
+/// topics each client may subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiteBinding {
+    pub topic: String,
+    #[serde(default)]
+    pub model: LiteModel,
+    pub quota: u32,
 }
 
 #[cfg(test)]

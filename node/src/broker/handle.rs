@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::broker::apply::Effects;
 use crate::broker::dedupe_journal::{DedupeJournal, JournalMark};
+use crate::broker::effects::Effects;
 use crate::broker::entry_cache::EntryCache;
 use crate::broker::queues::Queues;
 use crate::broker::state::{Applied, LogPosition, State};

@@ -31,17 +31,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::disk_table::{DiskKey, DiskResult, DiskTable};
 use crate::broker::group::GroupConfig;
+pub use crate::broker::group::{LiteBinding, LiteModel, MAX_LITE_QUOTA, UnknownLiteModel};
 use crate::broker::pop::Inflight;
 use crate::broker::table::Table;
+pub use crate::broker::topic::DEFAULT_LITE_TTL_MINUTES;
 
 /// Longest lite topic name (RocketMQ's `maxLiteTopicSize` default).
 pub const MAX_LITE_TOPIC_BYTES: usize = 64;
 /// Lite topics a client may subscribe to unless its group says otherwise.
 pub const DEFAULT_LITE_QUOTA: u32 = 1000;
-/// The most a group may allow one client.
-pub const MAX_LITE_QUOTA: u32 = 10_000;
-/// How long a lite topic nobody writes to lives unless its parent says otherwise.
-pub const DEFAULT_LITE_TTL_MINUTES: u32 = 24 * 60;
 /// The most record chunks one expiry entry deletes: a big lite topic is deleted over several
 /// entries.
 pub const MAX_EXPIRED_RECORDS_PER_ENTRY: u64 = 20_000;
@@ -67,52 +65,6 @@ pub fn validate_lite_name(name: &str) -> Result<(), InvalidLiteName> {
         return Err(InvalidLiteName::Characters(name.to_string()));
     }
     Ok(())
-}
-
-/// How a lite group shares its lite topics among its clients.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LiteModel {
-    /// Every subscriber of a lite topic may get its messages; each message goes to one of them.
-    #[default]
-    Shared,
-    /// The newest subscriber of a lite topic takes it over from the previous one.
-    Exclusive,
-}
-
-/// A lite model no group has; holds what was written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown lite model {0:?} (shared, exclusive)")]
-pub struct UnknownLiteModel(pub String);
-
-impl std::str::FromStr for LiteModel {
-    type Err = UnknownLiteModel;
-    fn from_str(s: &str) -> Result<Self, UnknownLiteModel> {
-        match s {
-            "shared" => Ok(LiteModel::Shared),
-            "exclusive" => Ok(LiteModel::Exclusive),
-            other => Err(UnknownLiteModel(other.to_string())),
-        }
-    }
-}
-
-impl std::fmt::Display for LiteModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LiteModel::Shared => "shared",
-            LiteModel::Exclusive => "exclusive",
-        })
-    }
-}
-
-/// A lite consumer group's binding: the one parent topic it consumes, how, and how many lite
-/// topics each client may subscribe to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiteBinding {
-    pub topic: String,
-    #[serde(default)]
-    pub model: LiteModel,
-    pub quota: u32,
 }
 
 /// (parent topic, lite topic). Names hold no NUL, so "parent NUL lite" sorts by parent, then lite.

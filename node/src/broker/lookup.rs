@@ -3,9 +3,9 @@
 //! read per candidate, never a scan. Every candidate is read back and compared by id, so the
 //! index, a node-local cache, can miss but never answers wrongly.
 
+use crate::broker::HeldEntry;
 use crate::broker::apply::HELD_FLAG;
 use crate::broker::dedupe::DedupeKey;
-use crate::broker::held::HeldEntry;
 use crate::broker::read::StoredEntry;
 use crate::broker::timer::{recall_handle, timer_key};
 use crate::broker::transaction::transaction_id;

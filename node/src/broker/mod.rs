@@ -27,12 +27,14 @@ mod command;
 pub mod dedupe;
 mod dedupe_journal;
 mod disk_table;
+mod effects;
 mod entry_cache;
 mod error;
 pub mod failover;
 pub mod group;
 mod handle;
 pub mod held;
+mod held_read;
 #[cfg(test)]
 mod held_test;
 pub mod lite;
@@ -56,6 +58,7 @@ mod queues;
 mod read;
 mod record_cursor;
 mod reply;
+mod request;
 pub mod settings;
 mod snapshot;
 #[cfg(test)]
@@ -74,9 +77,11 @@ pub use command::{AdminCommand, Command, DecodeError, Footprint};
 pub(crate) use command::{actor_from_proto, actor_to_proto};
 pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
+pub use held_read::HeldEntry;
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
 pub use read::{GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
-pub use reply::{Held, Refusal, Reply, Request, SendOutcome};
+pub use reply::{Held, Reply, SendOutcome};
+pub use request::{Refusal, Request};
 pub use state::{LogPosition, MembershipRecord, Metadata, Partition, QueueRange, State};
 pub use topic::{TopicConfig, TopicKind};
 

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use crate::broker::apply::Effects;
+use crate::broker::effects::Effects;
 use crate::broker::group::GroupConfig;
 use crate::broker::metadata::Metadata;
 use crate::broker::partition::{Partition, Placement, PlacementChange};

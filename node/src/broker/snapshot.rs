@@ -12,7 +12,7 @@
 use bytes::Bytes;
 
 use crate::broker::BrokerError;
-use crate::broker::apply::Effects;
+use crate::broker::effects::Effects;
 use crate::broker::handle::{Broker, KEY_APPLIED, KEY_JOURNAL, KEY_TIMERS, json};
 use crate::broker::state::{LogPosition, State};
 use crate::broker::timer_wheel::remove_files_except;

@@ -19,7 +19,7 @@ use crate::broker::dedupe::DedupeClock;
 #[cfg(doc)]
 use crate::broker::disk_table::DiskTable;
 pub use crate::broker::metadata::Metadata;
-pub use crate::broker::partition::Partition;
+pub use crate::broker::partition::{Partition, QueueRange};
 use crate::broker::settings::ClusterSettings;
 use crate::broker::table::Persisted;
 use crate::store::RecordMeta;
@@ -46,19 +46,6 @@ pub struct MembershipRecord {
     pub at: LogPosition,
     /// The membership entry's payload (JSON), byte for byte.
     pub config: String,
-}
-
-/// One (topic, queue)'s readable offsets: `start..next`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueRange {
-    /// The first offset whose message this node still holds: local bookkeeping, moved by this
-    /// node's own retention (replicas purge on their own schedule). Not part of [`State::digest`].
-    pub start: u64,
-    /// The next offset to assign: the same on every replica.
-    pub next: u64,
-    /// The latest store time of a message in the queue: a leader stores the next no earlier.
-    #[serde(default)]
-    pub last_store_ms: i64,
 }
 
 /// Everything the log has built, as of `last_applied`: the cluster's metadata and one data

@@ -2,8 +2,6 @@
 
 use rockraft_proto::rocketmq::MessageType;
 
-use crate::broker::BrokerError;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TopicKind {
@@ -89,32 +87,46 @@ fn is_zero(n: &u32) -> bool {
 }
 
 pub const MAX_QUEUES: u32 = 1024;
+/// How long a lite topic nobody writes to lives unless its parent says otherwise.
+pub const DEFAULT_LITE_TTL_MINUTES: u32 = 24 * 60;
+
+/// Why a topic or group configuration is refused. Its text goes into replicated replies: it must
+/// not change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidConfig {
+    #[error("illegal topic name {0:?}")]
+    IllegalTopic(String),
+    #[error("illegal consumer group name {0:?}")]
+    IllegalGroup(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+}
 
 /// RocketMQ's rule: 1–127 characters of `[A-Za-z0-9_%|-]`. Names also become directory names,
 /// so nothing else may pass.
-pub fn validate_name(name: &str) -> Result<(), BrokerError> {
+pub fn validate_name(name: &str) -> Result<(), InvalidConfig> {
     let ok = !name.is_empty()
         && name.len() <= 127
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'));
-    if ok { Ok(()) } else { Err(BrokerError::IllegalTopic(name.to_string())) }
+    if ok { Ok(()) } else { Err(InvalidConfig::IllegalTopic(name.to_string())) }
 }
 
 impl TopicConfig {
     /// A topic of `kind` (a lite parent gets the default TTL).
     pub fn new(name: impl Into<String>, queues: u32, kind: TopicKind) -> TopicConfig {
-        let lite_ttl_minutes = if kind == TopicKind::Lite { crate::broker::lite::DEFAULT_LITE_TTL_MINUTES } else { 0 };
+        let lite_ttl_minutes = if kind == TopicKind::Lite { DEFAULT_LITE_TTL_MINUTES } else { 0 };
         TopicConfig { name: name.into(), queues, kind, lite_ttl_minutes }
     }
 
-    pub fn validate(&self) -> Result<(), BrokerError> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         validate_name(&self.name)?;
         if self.queues == 0 || self.queues > MAX_QUEUES {
-            return Err(BrokerError::BadRequest(format!("a topic needs 1 to {MAX_QUEUES} queues")));
+            return Err(InvalidConfig::BadRequest(format!("a topic needs 1 to {MAX_QUEUES} queues")));
         }
         match (self.kind, self.lite_ttl_minutes) {
-            (TopicKind::Lite, 0) => Err(BrokerError::BadRequest("a lite topic's TTL is at least one minute".into())),
+            (TopicKind::Lite, 0) => Err(InvalidConfig::BadRequest("a lite topic's TTL is at least one minute".into())),
             (TopicKind::Lite, _) | (_, 0) => Ok(()),
-            _ => Err(BrokerError::BadRequest("only a lite topic has a lite TTL".into())),
+            _ => Err(InvalidConfig::BadRequest("only a lite topic has a lite TTL".into())),
         }
     }
 }

@@ -30,7 +30,6 @@ use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::access::AccessCommand;
-use crate::broker::apply::Steps;
 use crate::broker::lite::LiteCommand;
 use crate::broker::partition::Placement;
 use crate::broker::plugins::PluginCommand;
@@ -39,6 +38,15 @@ use crate::broker::timer::TimerCommand;
 use crate::broker::topic::TopicConfig;
 use crate::broker::transaction::TransactionCommand;
 use envelope::{FORMAT, Kind};
+
+/// How an entry's command changes the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steps {
+    /// A metadata change, then (in entries of their own) its placement in the partitions.
+    Separate,
+    /// An entry of an earlier release: metadata and the partition changed at once.
+    Combined,
+}
 
 /// Why a payload does not decode into a command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

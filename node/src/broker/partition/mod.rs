@@ -6,20 +6,23 @@
 //! Applying a data entry reads nothing but the entry and the partition, so a partition can be
 //! carried by a Raft group of its own.
 
+mod held;
+mod timer;
+mod transaction;
+
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::apply::Effects;
 use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
 use crate::broker::disk_table::DiskTable;
+use crate::broker::effects::Effects;
 use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::lite::LiteTables;
 use crate::broker::pop::Consumption;
 use crate::broker::settings::ClusterSettings;
-use crate::broker::state::QueueRange;
 use crate::broker::table::{Persisted, RowError, Table, Taken, persisted_tables};
 use crate::broker::timer_wheel::TimerWheel;
 use crate::broker::topic::TopicConfig;
@@ -170,6 +173,19 @@ impl Partition {
         self.consumption.group_epochs.remove(name);
         self.consumption.queues.remove_where(|(g, _, _)| g == name);
     }
+}
+
+/// One (topic, queue)'s readable offsets: `start..next`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueRange {
+    /// The first offset whose message this node still holds: local bookkeeping, moved by this
+    /// node's own retention (replicas purge on their own schedule). Not part of [`State::digest`].
+    pub start: u64,
+    /// The next offset to assign: the same on every replica.
+    pub next: u64,
+    /// The latest store time of a message in the queue: a leader stores the next no earlier.
+    #[serde(default)]
+    pub last_store_ms: i64,
 }
 
 /// What a partition keeps of a metadata change (see `Metadata::placement_for`).

@@ -179,6 +179,7 @@ fn state_of_an_earlier_release_gets_its_partition_copy_once() {
             !["topic_epochs", "groups", "group_epochs", "settings", "topics"].contains(&k.as_str()) || half == "meta"
         }));
     }
+    nested.remove("format");
     flat.extend(nested);
     for new_only in ["topic_epochs", "groups", "group_epochs"] {
         flat.remove(new_only);
@@ -194,4 +195,13 @@ fn state_of_an_earlier_release_gets_its_partition_copy_once() {
     let once = read.clone();
     read.prepare_local();
     assert_eq!(read, once);
+}
+
+/// A snapshot of a newer form is refused, not read as an empty state.
+#[test]
+fn a_snapshot_of_a_newer_format_is_refused() {
+    let mut json = serde_json::to_value(State::default()).unwrap();
+    json["format"] = serde_json::json!(crate::broker::state::SNAPSHOT_FORMAT + 1);
+    let e = serde_json::from_value::<State>(json).unwrap_err().to_string();
+    assert!(e.contains("upgrade this node"), "{e}");
 }

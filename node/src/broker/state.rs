@@ -52,14 +52,32 @@ pub struct MembershipRecord {
 /// partition. Today one Raft group carries both; each half applies its own entries and reads
 /// only itself (see `apply.rs`), so a metadata group and data groups can each carry one.
 ///
-/// A snapshot serializes it as `{last_applied, membership, meta, data}`; snapshots of earlier
-/// releases, one flat state, are still read (see the `Deserialize` impl).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// A snapshot serializes it as `{format, last_applied, membership, meta, data}`; snapshots of
+/// earlier releases, one flat state without a format, are still read, and one of a newer format
+/// is refused (see the `Deserialize` impl).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct State {
     pub last_applied: Option<LogPosition>,
     pub membership: Option<MembershipRecord>,
     pub meta: Metadata,
     pub data: Partition,
+}
+
+/// The snapshot form this release writes: 1 is the nested `{meta, data}` form (earlier releases
+/// wrote one flat state, without a format).
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+impl Serialize for State {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(5))?;
+        map.serialize_entry("format", &SNAPSHOT_FORMAT)?;
+        map.serialize_entry("last_applied", &self.last_applied)?;
+        map.serialize_entry("membership", &self.membership)?;
+        map.serialize_entry("meta", &self.meta)?;
+        map.serialize_entry("data", &self.data)?;
+        map.end()
+    }
 }
 
 /// Reads a snapshot field by field as it streams in (a snapshot may be large, and buffering it
@@ -84,6 +102,14 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let mut s = State::default();
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
+                "format" => {
+                    let format: u32 = map.next_value()?;
+                    if format > SNAPSHOT_FORMAT {
+                        return Err(serde::de::Error::custom(format!(
+                            "a snapshot of format {format}; this release reads formats up to {SNAPSHOT_FORMAT}: upgrade this node"
+                        )));
+                    }
+                }
                 "last_applied" => s.last_applied = map.next_value()?,
                 "membership" => s.membership = map.next_value()?,
                 "meta" => s.meta = map.next_value()?,

@@ -1,22 +1,25 @@
 //! The broker: the replicated state machine that turns committed entries into topics, queue
 //! offsets, ConsumeQueue records and consumption state, and the reads the services serve.
 //!
-//! Structure:
-//! - [`State`] (`state.rs`): every table of replicated state, declared once; `apply.rs`: the
-//!   deterministic `apply(entry) -> Reply` over it, which reads nothing but the entry and the
-//!   state (the leader stamps times into entries) and hands its disk work back as effects;
-//! - [`Table`](table::Table): a persisted table (rows, changes since the last checkpoint, how it
-//!   is stored), the one abstraction every piece of state uses;
+//! Structure, from the bottom up (no module imports one that imports it back: the layering
+//! test checks it):
+//! - [`Table`](table::Table) and [`DiskTable`](disk_table::DiskTable): persisted tables (rows,
+//!   changes since the last checkpoint, how they are stored); pending timers are kept in a timing
+//!   wheel of files (`timer_wheel.rs`), 16 bytes of memory each;
+//! - each concern's types and table logic: topics, groups, POP consumption (`pop.rs`), lite
+//!   topics (`lite.rs`), plugins, access, settings, failovers, the send dedupe window
+//!   (`dedupe.rs`, keyed by a 128-bit hash) and its journal, held messages (`held.rs`): delayed
+//!   messages (`timer.rs`) and transactional halves (`transaction.rs`), each stored once;
+//! - commands and their log encoding (`command/`), what apply answers (`reply.rs`) and each
+//!   family's typed outcome (`request.rs`), what apply leaves to do (`effects.rs`);
+//! - the state: [`Metadata`] (`metadata.rs`) and a data [`Partition`] (`partition/`), each a
+//!   declared list of tables applying its own commands and reading only itself; [`State`]
+//!   (`state.rs`) holds both, and `apply.rs` routes each entry to its half, deterministically
+//!   (it reads nothing but the entry and the state; the leader stamps times into entries);
 //! - [`Broker`] (`handle.rs`): the live state on this node, with its files; `checkpoint.rs`
 //!   makes it durable, `snapshot.rs` builds the state as of any index and installs one,
-//!   `read.rs` serves reads (`entry_cache.rs` decodes each entry read once);
-//! - [`DiskTable`](disk_table::DiskTable): a table whose rows stay in sled (halves, holds);
-//!   pending timers are kept in a timing wheel of files (`timer_wheel.rs`), 16 bytes of memory
-//!   each;
-//! - commands (`command.rs`), topics, groups, POP consumption (`pop.rs`, `pop_plan.rs`), tag
-//!   subscriptions, the send dedupe window (`dedupe.rs`, keyed by a 128-bit hash) and its
-//!   journal; held messages (`held.rs`): delayed messages (`timer.rs`) and transactional halves
-//!   (`transaction.rs`), each stored once.
+//!   `read.rs`, `lookup.rs`, `held_read.rs`, `lite_read.rs` and `pop_plan.rs` serve reads
+//!   (`entry_cache.rs` decodes each entry read once).
 //!
 //! The broker knows nothing of Raft: `raft/` adapts it to openraft.
 

@@ -5,11 +5,12 @@
 //! replays the log onto an older snapshot — reaches the same `State` at the same index. A
 //! snapshot *is* a serialized `State`.
 //!
-//! To add replicated state: add a [`Table`] field (or a field of a struct made of tables, like
-//! [`Consumption`]) and list it once in [`State::tables`]. Loading, checkpoints, snapshots,
-//! install and digests all go through that list (the dedupe window is kept in its own journal,
+//! The state is two halves: the cluster's [`Metadata`] and a data [`Partition`]. To add
+//! replicated state: add a `Table` field to the half it belongs to (or to a struct of tables it
+//! holds) and one line to that half's `persisted_tables!` list. Loading, checkpoints, snapshots,
+//! install and the digest all go through the lists (the dedupe window is kept in its own journal,
 //! see `dedupe.rs` and `dedupe_journal.rs`, and pending timers in their own files, see
-//! `timer_wheel.rs`).
+//! `timer_wheel.rs`: the digest names those two).
 
 use std::io::Write;
 

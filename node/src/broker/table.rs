@@ -1,8 +1,8 @@
 //! A table of replicated broker state: an ordered map that remembers which keys changed since
 //! the last checkpoint, and knows how its rows are stored in sled and in snapshots.
 //!
-//! Every piece of broker state that is persisted is one `Table` field of
-//! [`State`](crate::broker::state::State), listed once in `State::tables`. From that listing the
+//! Every piece of broker state that is persisted is one `Table` field of the metadata or of a
+//! data partition, listed once in its `persisted_tables!`. From that listing the
 //! broker loads it on start, writes its changed rows in each checkpoint (atomically with
 //! `last_applied`), carries it in snapshots (serde: a sequence of `(key, value)` pairs) and
 //! replaces it on install. Adding state is adding a field and its line there.

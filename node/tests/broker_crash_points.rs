@@ -84,7 +84,18 @@ impl Replica {
         StateMachine::open(self.broker.clone(), self.log.reader(), self.dir.join("snapshot.json")).unwrap()
     }
 
+    /// Commits `command`; a metadata change is followed by its placement, as the leader does.
     fn commit(&mut self, command: &Command) {
+        self.commit_one(command);
+        if command.needs_placement() {
+            let changes = self.broker.placement();
+            if !changes.is_empty() {
+                self.commit_one(&Command::Place(rockraft::broker::partition::Placement { changes }));
+            }
+        }
+    }
+
+    fn commit_one(&mut self, command: &Command) {
         let bytes = command.encode();
         let meta = RecordMeta { term: 1, index: self.next, leader: 1, kind: rockraft::store::record::KIND_COMMAND };
         self.log.append(vec![(meta, bytes.clone())], Box::new(|r| r.expect("append"))).unwrap();
@@ -175,7 +186,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
     if !round.is_multiple_of(2)
         && let Some(t) = r.broker.held(true, Some("D"), false, None, 100).unwrap().last()
     {
-        let timer = parse_recall_handle(&t.handle).unwrap();
+        let (_, timer) = parse_recall_handle(&t.handle).unwrap();
         r.commit(&Command::Timer(TimerCommand::Recall { now_ms: now, topic: "D".into(), timer }));
     }
     let due = r.broker.due_checks(now, 100).unwrap();
@@ -186,7 +197,7 @@ fn held_workload(r: &mut Replica, round: u64, base: i64) {
         let command = TransactionCommand::Resolve {
             now_ms: now,
             topic: "X".into(),
-            position: parse_transaction_id(&h.handle).unwrap(),
+            position: parse_transaction_id(&h.handle).unwrap().1,
             message_id: h.message.message_id.clone(),
             commit: round.is_multiple_of(2),
             by: Resolver::Producer,

@@ -77,7 +77,7 @@ impl AdminServer {
         let half = self.cluster.broker().find_held(&message_id)?.filter(|h| h.kind == "half");
         let half =
             half.ok_or_else(|| AdminError::NotFound(format!("no transactional half with message id {message_id}")))?;
-        let position = parse_transaction_id(&half.handle)
+        let (_, position) = parse_transaction_id(&half.handle)
             .ok_or_else(|| AdminError::Fault(format!("bad transaction id {}", half.handle)))?;
         let command = TransactionCommand::Resolve {
             now_ms: 0,

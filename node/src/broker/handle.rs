@@ -149,6 +149,11 @@ impl Broker {
         Ok(broker)
     }
 
+    /// The data partition this broker holds: today a cluster's one.
+    pub fn partition(&self) -> crate::broker::position::PartitionId {
+        crate::broker::position::PartitionId::FIRST
+    }
+
     pub(crate) fn state(&self) -> RwLockReadGuard<'_, State> {
         self.inner.state.read().expect("state lock")
     }

@@ -101,7 +101,7 @@ impl Broker {
         if timers {
             let mut from = match after {
                 Some(h) => {
-                    let (second, position) = parse_recall_handle(h).ok_or_else(|| bad_cursor(h))?;
+                    let (_, (second, position)) = parse_recall_handle(h).ok_or_else(|| bad_cursor(h))?;
                     (second, position.saturating_add(1))
                 }
                 None => (i64::MIN, 0),
@@ -111,11 +111,11 @@ impl Broker {
                 let Some((last, _)) = rows.last() else { break };
                 from = (last.0, last.1 + 1);
                 let shown = rows.into_iter().filter(|(_, t)| wanted(&t.message));
-                out.extend(shown.take(limit - out.len()).map(|(key, t)| HeldEntry::timer(key, t)));
+                out.extend(shown.take(limit - out.len()).map(|(key, t)| HeldEntry::timer(self.partition(), key, t)));
             }
         } else {
             let mut from = match after {
-                Some(h) => parse_transaction_id(h).ok_or_else(|| bad_cursor(h))?.saturating_add(1),
+                Some(h) => parse_transaction_id(h).ok_or_else(|| bad_cursor(h))?.1.saturating_add(1),
                 None => 0,
             };
             while out.len() < limit {
@@ -123,7 +123,9 @@ impl Broker {
                 let Some((last, _)) = rows.last() else { break };
                 from = last + 1;
                 let shown = rows.into_iter().filter(|(_, h)| wanted(&h.message) && (all || h.is_open()));
-                out.extend(shown.take(limit - out.len()).map(|(position, h)| HeldEntry::half(position, h)));
+                out.extend(
+                    shown.take(limit - out.len()).map(|(position, h)| HeldEntry::half(self.partition(), position, h)),
+                );
             }
         }
         Ok(out)

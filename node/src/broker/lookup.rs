@@ -6,6 +6,7 @@
 use crate::broker::HeldEntry;
 use crate::broker::apply::HELD_FLAG;
 use crate::broker::dedupe::DedupeKey;
+use crate::broker::position::PartitionId;
 use crate::broker::read::StoredEntry;
 use crate::broker::timer::{recall_handle, timer_key};
 use crate::broker::transaction::transaction_id;
@@ -42,11 +43,11 @@ impl Broker {
                 Place::Timer { due_ms } => {
                     let key = timer_key(due_ms, position);
                     let timer = self.state().data.timers.get(&key).map_err(disk)?;
-                    timer.map(|t| HeldEntry::timer(key, t))
+                    timer.map(|t| HeldEntry::timer(self.partition(), key, t))
                 }
                 Place::Half => {
                     let half = self.state().data.halves.get(&position).map_err(disk)?;
-                    half.map(|h| HeldEntry::half(position, h))
+                    half.map(|h| HeldEntry::half(self.partition(), position, h))
                 }
             };
             if let Some(e) = found.filter(|e| e.message.message_id == message_id) {
@@ -153,9 +154,13 @@ impl Broker {
 }
 
 impl HeldEntry {
-    pub(crate) fn timer(key: crate::broker::timer::TimerKey, t: crate::broker::timer::Timer) -> HeldEntry {
+    pub(crate) fn timer(
+        partition: PartitionId,
+        key: crate::broker::timer::TimerKey,
+        t: crate::broker::timer::Timer,
+    ) -> HeldEntry {
         HeldEntry {
-            handle: recall_handle(t.due_ms, key.1),
+            handle: recall_handle(partition, t.due_ms, key.1),
             at_ms: t.due_ms,
             message: t.message,
             kind: "timer".into(),
@@ -164,11 +169,11 @@ impl HeldEntry {
         }
     }
 
-    pub(crate) fn half(position: u64, h: crate::broker::transaction::Half) -> HeldEntry {
+    pub(crate) fn half(partition: PartitionId, position: u64, h: crate::broker::transaction::Half) -> HeldEntry {
         HeldEntry {
             kind: "half".into(),
             at_ms: h.next_check_ms,
-            handle: transaction_id(position),
+            handle: transaction_id(partition, position),
             state: Some(h.state),
             checks: h.checks,
             message: h.message,

@@ -57,6 +57,7 @@ pub mod pop;
 mod pop_plan;
 #[cfg(test)]
 mod pop_state_test;
+pub mod position;
 mod queues;
 mod read;
 mod record_cursor;

@@ -185,7 +185,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
         Op::Recall { pick } => {
             let timers = n.broker.held(true, None, true, None, 8).unwrap();
             let Some(t) = timers.get(pick % timers.len().max(1)) else { return };
-            let key = parse_recall_handle(&t.handle).unwrap();
+            let (_, key) = parse_recall_handle(&t.handle).unwrap();
             let topic = t.message.topic.clone();
             n.commit(&Command::Timer(TimerCommand::Recall { now_ms: *clock, topic, timer: key }));
         }
@@ -195,7 +195,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
             let command = TransactionCommand::Resolve {
                 now_ms: *clock,
                 topic: h.message.topic.clone(),
-                position: parse_transaction_id(&h.handle).unwrap(),
+                position: parse_transaction_id(&h.handle).unwrap().1,
                 message_id: h.message.message_id.clone(),
                 commit: *commit,
                 by: if *operator { Resolver::Operator } else { Resolver::Checker },

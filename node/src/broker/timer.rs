@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::broker::held::HeldMessage;
+use crate::broker::position::PartitionId;
 
 /// A timer: (due second, position of the message in the log).
 pub type TimerKey = (i64, u64);
@@ -57,16 +58,22 @@ pub enum TimerOutcome {
     AlreadyDue,
 }
 
-/// The recall handle a delayed send returns: the timer's key, opaque to clients.
-pub fn recall_handle(due_ms: i64, position: u64) -> String {
+/// The recall handle a delayed send returns: the timer's partition and key, opaque to clients.
+pub fn recall_handle(partition: PartitionId, due_ms: i64, position: u64) -> String {
     let key = timer_key(due_ms, position);
-    format!("R{:x}.{:x}", key.0, key.1)
+    format!("R{partition}:{:x}.{:x}", key.0, key.1)
 }
 
-/// The timer a recall handle names; `None` if it is not one this broker made.
-pub fn parse_recall_handle(handle: &str) -> Option<TimerKey> {
-    let (due, position) = handle.strip_prefix('R')?.split_once('.')?;
-    Some((i64::from_str_radix(due, 16).ok()?, u64::from_str_radix(position, 16).ok()?))
+/// The timer a recall handle names, with its partition; `None` if it is not one this broker
+/// made. Handles of earlier releases (no partition) name the first.
+pub fn parse_recall_handle(handle: &str) -> Option<(PartitionId, TimerKey)> {
+    let rest = handle.strip_prefix('R')?;
+    let (partition, key) = match rest.split_once(':') {
+        Some((p, key)) => (p.parse().ok()?, key),
+        None => (PartitionId::FIRST, rest),
+    };
+    let (due, position) = key.split_once('.')?;
+    Some((partition, (i64::from_str_radix(due, 16).ok()?, u64::from_str_radix(position, 16).ok()?)))
 }
 
 #[cfg(test)]
@@ -76,8 +83,11 @@ mod tests {
     #[test]
     fn recall_handles_round_trip_and_garbage_is_refused() {
         let position = crate::broker::queue_position(42, 3);
-        assert_eq!(parse_recall_handle(&recall_handle(1_764_000_000_123, position)), Some((1_764_000_000, position)));
-        for bad in ["", "R", "R1", "Rzz.1", "X1.2", "R1.2.3", "R-1.2x"] {
+        let handle = recall_handle(PartitionId(7), 1_764_000_000_123, position);
+        assert_eq!(parse_recall_handle(&handle), Some((PartitionId(7), (1_764_000_000, position))));
+        // A handle of an earlier release names the first partition.
+        assert_eq!(parse_recall_handle("R1a.2b"), Some((PartitionId::FIRST, (0x1a, 0x2b))));
+        for bad in ["", "R", "R1", "Rzz.1", "X1.2", "R1.2.3", "R-1.2x", "R:1.2", "Rz:1.2", "R1:2:3.4"] {
             assert_eq!(parse_recall_handle(bad), None, "{bad:?}");
         }
     }

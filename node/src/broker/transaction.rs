@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::held::HeldMessage;
+use crate::broker::position::PartitionId;
 
 /// Who resolved a half.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,13 +82,19 @@ pub enum TransactionOutcome {
 }
 
 /// The transaction id a transactional send returns: where its half is stored, opaque to clients.
-pub fn transaction_id(position: u64) -> String {
-    format!("T{position:x}")
+pub fn transaction_id(partition: PartitionId, position: u64) -> String {
+    format!("T{partition}:{position:x}")
 }
 
 /// The half a transaction id names; `None` if it is not one this broker made.
-pub fn parse_transaction_id(id: &str) -> Option<u64> {
-    u64::from_str_radix(id.strip_prefix('T')?, 16).ok()
+/// Ids of earlier releases (no partition) name the first.
+pub fn parse_transaction_id(id: &str) -> Option<(PartitionId, u64)> {
+    let rest = id.strip_prefix('T')?;
+    let (partition, position) = match rest.split_once(':') {
+        Some((p, position)) => (p.parse().ok()?, position),
+        None => (PartitionId::FIRST, rest),
+    };
+    Some((partition, u64::from_str_radix(position, 16).ok()?))
 }
 
 /// What a transaction checker sees of a half.
@@ -124,8 +131,9 @@ mod tests {
     #[test]
     fn transaction_ids_round_trip_and_garbage_is_refused() {
         let p = crate::broker::queue_position(7, 2);
-        assert_eq!(parse_transaction_id(&transaction_id(p)), Some(p));
-        for bad in ["", "T", "Tzz", "7", "R12"] {
+        assert_eq!(parse_transaction_id(&transaction_id(PartitionId(3), p)), Some((PartitionId(3), p)));
+        assert_eq!(parse_transaction_id("T2a"), Some((PartitionId::FIRST, 0x2a)));
+        for bad in ["", "T", "Tzz", "7", "R12", "T:1", "T1:", "Tz:1", "T1:2:3"] {
             assert_eq!(parse_transaction_id(bad), None, "{bad:?}");
         }
     }

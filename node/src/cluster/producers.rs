@@ -37,7 +37,8 @@ impl Cluster {
         // Sealed for the topic and message, as the id the producer got from its send was.
         // Without a key yet there is no id to give it: the half is checked again later.
         let Some(keys) = self.broker().access(crate::auth::handles::HandleKeys::of) else { return false };
-        let id = keys.seal(&transaction_id(ask.position), &[&ask.topic, &message.message_id]);
+        let id =
+            keys.seal(&transaction_id(self.broker().partition(), ask.position), &[&ask.topic, &message.message_id]);
         self.sessions().ask(&ask.topic, self.broker(), |resource| {
             crate::sessions::recover_command(resource, message.clone(), store_ms, &id)
         })

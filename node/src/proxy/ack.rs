@@ -95,13 +95,19 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return AckMessageResponse { status: Some(s), entries: vec![] },
         };
-        let lite: Vec<Option<LiteReceipt>> =
-            req.entries.iter().map(|e| receipt::decode_lite(&keys, &e.receipt_handle, &group, &topic)).collect();
+        let lite: Vec<Option<LiteReceipt>> = req
+            .entries
+            .iter()
+            .map(|e| receipt::decode_lite(&keys, self.broker.partition(), &e.receipt_handle, &group, &topic))
+            .collect();
         if lite.iter().any(Option::is_some) {
             return self.ack_lite_entries(req, lite).await;
         }
-        let receipts: Vec<Option<Receipt>> =
-            req.entries.iter().map(|e| receipt::decode(&keys, &e.receipt_handle, &group, &topic)).collect();
+        let receipts: Vec<Option<Receipt>> = req
+            .entries
+            .iter()
+            .map(|e| receipt::decode(&keys, self.broker.partition(), &e.receipt_handle, &group, &topic))
+            .collect();
         let current: Vec<&Receipt> = receipts.iter().flatten().collect();
         let mut statuses = Vec::with_capacity(current.len());
         for chunk in current.chunks(MAX_ACKS_PER_ENTRY) {
@@ -159,13 +165,13 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return refuse(s),
         };
-        if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
+        if let Some(lite) = receipt::decode_lite(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) {
             return match self.change_lite_invisible(&keys, lite, invisible.as_millis() as i64, &topic).await {
                 Ok(receipt_handle) => ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle },
                 Err(s) => refuse(s),
             };
         }
-        let Some(receipt) = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
+        let Some(receipt) = receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) else {
             return refuse(stale());
         };
         let command = ConsumeCommand::ChangeInvisible {
@@ -181,7 +187,7 @@ impl Proxy {
         }
         match reply {
             Ok(Ok(ConsumeOutcome::Renewed(d))) => {
-                let receipt_handle = receipt::encode(&keys, &d, &group, &topic);
+                let receipt_handle = receipt::encode(&keys, self.broker.partition(), &d, &group, &topic);
                 ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle }
             }
             Ok(outcome) => refuse(outcome_status(outcome)),
@@ -203,10 +209,12 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return s,
         };
-        if let Some(lite) = receipt::decode_lite(&keys, &req.receipt_handle, &group, &topic) {
+        if let Some(lite) = receipt::decode_lite(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) {
             return self.dead_letter_lite(lite, &topic, req.lite_topic.as_deref()).await;
         }
-        let Some(receipt): Option<Receipt> = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
+        let Some(receipt): Option<Receipt> =
+            receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic)
+        else {
             return stale();
         };
         // The leader builds the dead letter: it holds the message.

@@ -194,7 +194,9 @@ impl Proxy {
         let group = receipt.group.clone();
         let command = LiteCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms };
         match self.cluster.request(command).await {
-            Ok(Ok(LiteOutcome::Renewed(d))) => Ok(receipt::encode_lite(keys, &d, &group, topic)),
+            Ok(Ok(LiteOutcome::Renewed(d))) => {
+                Ok(receipt::encode_lite(keys, self.broker.partition(), &d, &group, topic))
+            }
             Ok(outcome) => Err(outcome_status(outcome)),
             Err(e) => Err(write_failed(&e, 0)),
         }

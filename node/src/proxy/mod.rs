@@ -198,6 +198,8 @@ impl Proxy {
         let mut entries = vec![SendResultEntry::default(); messages];
         let topic = known.as_ref().map(|k| k.name.as_str()).unwrap_or_default();
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
+        // The partition that stored them, which transaction ids and recall handles name.
+        let here = self.broker.partition();
         for (positions, result) in results {
             let outcome = match result {
                 Ok(Ok(outcomes)) if outcomes.len() == positions.len() => Ok(outcomes),
@@ -214,10 +216,10 @@ impl Proxy {
                         // Only topics that hold messages hold them, and those have `keys`.
                         let (transaction_id, recall_handle) = match (o.held, &keys) {
                             (Some(Held::Half { position }), Some(keys)) => {
-                                (keys.seal(&transaction_id(position), &[topic, &o.message_id]), String::new())
+                                (keys.seal(&transaction_id(here, position), &[topic, &o.message_id]), String::new())
                             }
                             (Some(Held::Timer { due_ms, position }), Some(keys)) => {
-                                (String::new(), keys.seal(&recall_handle(due_ms, position), &[topic]))
+                                (String::new(), keys.seal(&recall_handle(here, due_ms, position), &[topic]))
                             }
                             _ => (String::new(), String::new()),
                         };

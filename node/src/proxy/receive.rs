@@ -343,7 +343,7 @@ impl Proxy {
                 Ok(Some(e)) => {
                     let r =
                         LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
-                    let handle = receipt::encode_lite(keys, &r, &p.group, &p.topic_name);
+                    let handle = receipt::encode_lite(keys, self.broker.partition(), &r, &p.group, &p.topic_name);
                     let as_queue = Delivery {
                         queue_id: e.queue_id,
                         offset: d.offset,
@@ -381,7 +381,7 @@ impl Proxy {
         for d in deliveries {
             match self.broker.read(&p.topic_name, d.queue_id, d.offset) {
                 Ok(Some(e)) => {
-                    let handle = receipt::encode(keys, &d, &p.group, &p.topic_name);
+                    let handle = receipt::encode(keys, self.broker.partition(), &d, &p.group, &p.topic_name);
                     out.push(ReceiveMessageResponse {
                         content: Some(Content::Message(message(&p.topic, e, &d, handle, p.invisible))),
                     });

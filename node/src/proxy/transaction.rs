@@ -41,7 +41,9 @@ impl Proxy {
             Err(s) => return s,
         };
         let opened = keys.open(&req.transaction_id, &[&topic, &req.message_id]);
-        let Some(position) = opened.and_then(parse_transaction_id) else {
+        // An id of another partition names nothing here (a cluster has one partition today).
+        let here = self.broker.partition();
+        let Some((_, position)) = opened.and_then(parse_transaction_id).filter(|(p, _)| *p == here) else {
             return status(Code::InvalidTransactionId, format!("{:?} is not a transaction id", req.transaction_id));
         };
         let commit = match TransactionResolution::try_from(req.resolution) {
@@ -80,7 +82,9 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return answer(s, String::new()),
         };
-        let Some(timer) = keys.open(&req.recall_handle, &[&topic]).and_then(parse_recall_handle) else {
+        let here = self.broker.partition();
+        let recall = keys.open(&req.recall_handle, &[&topic]).and_then(parse_recall_handle);
+        let Some((_, timer)) = recall.filter(|(p, _)| *p == here) else {
             return answer(status(Code::BadRequest, "not a recall handle"), String::new());
         };
         let command = TimerCommand::Recall { now_ms: 0, topic, timer };

@@ -22,6 +22,7 @@ use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::lite::LiteTables;
 use crate::broker::pop::Consumption;
+pub use crate::broker::position::PartitionId;
 use crate::broker::settings::ClusterSettings;
 use crate::broker::table::{Persisted, RowError, Table, Taken, persisted_tables};
 use crate::broker::timer_wheel::TimerWheel;

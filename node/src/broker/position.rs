@@ -1,0 +1,28 @@
+//! Where a message is, as named outside its partition.
+
+use serde::{Deserialize, Serialize};
+
+/// A data partition's number. Today one Raft group carries the only one,
+/// [`PartitionId::FIRST`]. Whatever names a message or a delivery outside its partition — a
+/// transaction id, a recall handle, a receipt handle — names the partition too, so that with many
+/// partitions each finds its group; a position inside a partition is its log's (index, ordinal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PartitionId(pub u32);
+
+impl PartitionId {
+    /// The partition of a cluster of one group, and the one handles of earlier releases name.
+    pub const FIRST: PartitionId = PartitionId(1);
+}
+
+impl std::fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+impl std::str::FromStr for PartitionId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<PartitionId, Self::Err> {
+        u32::from_str_radix(s, 16).map(PartitionId)
+    }
+}

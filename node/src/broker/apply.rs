@@ -7,51 +7,23 @@
 //! drops the effects, so a snapshot at any index is exactly the live state at that index.
 
 use bytes::Bytes;
-use prost::Message;
-use rockraft_proto::rockraft::{DeadLetter, SendBatch, StoredMessage};
+use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
-use crate::broker::command::{AdminCommand, Command, DecodeError, SendBatchClock, SendBatchQueues, Steps};
-use crate::broker::dedupe::{DedupeKey, Seen};
-use crate::broker::effects::{Effects, QueueWrite};
+use crate::broker::Reply;
+use crate::broker::command::{AdminCommand, Command, DecodeError, Steps};
+use crate::broker::effects::Effects;
 use crate::broker::failover::{self, Failover};
 use crate::broker::group::GroupConfig;
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
-use crate::broker::held::HeldMessage;
 use crate::broker::lite::{LiteCommand, LiteOutcome, LiteReceipt};
 use crate::broker::metadata::Metadata;
 use crate::broker::partition::Partition;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
-use crate::broker::reply::Held;
 use crate::broker::settings::SettingsChange;
-use crate::broker::state::{LogPosition, MembershipRecord, QueueRange, State};
-use crate::broker::topic::{TopicConfig, TopicKind};
-use crate::broker::{MAX_MESSAGES_PER_ENTRY, Reply, SendOutcome, queue_position};
-use crate::store::{CqRecord, tag_hash};
+use crate::broker::state::{LogPosition, MembershipRecord, State};
+use crate::broker::topic::TopicConfig;
 
-/// A dedupe row of a held message has this bit in its queue id, the message's ordinal in its
-/// entry in the others, and its due time (delayed messages) as its offset: a retry of it answers
-/// with the recall handle or transaction id of the first attempt, whatever the retry says.
-pub(crate) const HELD_FLAG: u32 = 1 << 31;
-/// Rows of held messages written by earlier releases: this queue id and the position as offset.
-const LEGACY_HELD_QUEUE: u32 = u32::MAX;
-
-/// The held message a dedupe row stands for, if it is one; `retry_due_ms` for rows of earlier
-/// releases, which did not keep the due time.
-fn held_of(seen: &Seen, kind: TopicKind, retry_due_ms: i64) -> Option<Held> {
-    let (position, due_ms) = match seen.queue_id {
-        LEGACY_HELD_QUEUE => (seen.offset, retry_due_ms),
-        q if q & HELD_FLAG != 0 => (queue_position(seen.index, (q & !HELD_FLAG) as usize), seen.offset as i64),
-        _ => return None,
-    };
-    Some(match kind {
-        TopicKind::Delay => Held::Timer { due_ms, position },
-        _ => Held::Half { position },
-    })
-}
-
-/// About how many dedupe rows one entry expires (see `State::expire_dedupe`).
-pub(crate) const MAX_EXPIRED_PER_ENTRY: usize = 4096;
 impl State {
     /// Applies a committed command entry at `at`. Commands that are invalid when applied are
     /// answered, the same way on every replica; an undecodable payload changes nothing. `Err`
@@ -268,154 +240,6 @@ impl Partition {
         }
     }
 
-    fn apply_send(&mut self, at: LogPosition, batch: SendBatch, dedupe: bool, fx: &mut Effects) -> Reply {
-        let index = at.index;
-        let Some(topic) = self.topics.get(&batch.topic) else { return Reply::TopicNotFound(batch.topic) };
-        let kind = topic.kind;
-        if !batch.queues_match() {
-            return Reply::Rejected(format!(
-                "{} queue ids for {} messages",
-                batch.queue_ids.len(),
-                batch.messages.len()
-            ));
-        }
-        let queues = batch.queues();
-        if let Some(q) = queues.iter().find(|&&q| q >= topic.queues) {
-            return Reply::Rejected(format!("topic {} has no queue {q}", batch.topic));
-        }
-        // Each message's place in `queues`: all found, as `queues` holds every message's queue.
-        let slots: Vec<usize> =
-            (0..batch.messages.len()).filter_map(|i| queues.binary_search(&batch.queue_of(i)).ok()).collect();
-        if slots.len() != batch.messages.len() {
-            return Reply::Rejected("a message without a queue".into());
-        }
-        if batch.messages.len() > MAX_MESSAGES_PER_ENTRY {
-            return Reply::Rejected(format!("more than {MAX_MESSAGES_PER_ENTRY} messages in one send"));
-        }
-        let mut decoded = Vec::with_capacity(batch.messages.len());
-        for raw in &batch.messages {
-            match StoredMessage::decode(raw.clone()) {
-                Ok(m) => decoded.push(m),
-                Err(e) => return Reply::Rejected(format!("undecodable message: {e}")),
-            }
-        }
-        // Time-outs (due times, first checks) go by the leader's clock; the dedupe window by its
-        // own clock, which a change of leader does not move (see `DedupeClock`).
-        let now = batch.clock();
-        let seen_ms = self.dedupe_clock.advance(at.term, now);
-        self.expire_dedupe(seen_ms, batch.messages.len());
-        // Each queue the entry writes to: its range and its new records, in `queues`' order.
-        let mut written: Vec<(QueueRange, QueueWrite)> = queues
-            .iter()
-            .map(|&queue_id| {
-                let mut range = self.queues.get(&(batch.topic.clone(), queue_id)).copied().unwrap_or_default();
-                range.last_store_ms = range.last_store_ms.max(batch.store_timestamp_ms);
-                let write = QueueWrite {
-                    topic: batch.topic.clone(),
-                    queue_id,
-                    first_offset: range.next,
-                    records: Vec::new(),
-                    message_ids: Vec::new(),
-                };
-                (range, write)
-            })
-            .collect();
-        let mut outcomes = Vec::with_capacity(decoded.len());
-        // Ids stored by this entry so far: the leader batches concurrent sends into one entry, so
-        // a client's retry may share the entry with its first attempt.
-        let mut stored_here = std::collections::HashSet::new();
-        for (ordinal, (msg, raw)) in decoded.iter().zip(&batch.messages).enumerate() {
-            let queue_id = batch.queue_of(ordinal);
-            let dedupe_key = (dedupe && !msg.message_id.is_empty())
-                .then(|| DedupeKey::of_message(&batch.topic, &msg.message_id, &msg.sender));
-            // An entry is never a retry of itself: replaying it after a crash finds its own id.
-            if let Some(key) = dedupe_key
-                && let Some(seen) = self.dedupe.get(&key).filter(|s| s.index < index || stored_here.contains(&key))
-            {
-                let held = held_of(seen, kind, msg.delivery_timestamp_ms);
-                outcomes.push(SendOutcome {
-                    message_id: msg.message_id.clone(),
-                    queue_id: if held.is_some() { queue_id } else { seen.queue_id },
-                    offset: if held.is_some() { 0 } else { seen.offset },
-                    duplicate: true,
-                    held,
-                });
-                continue;
-            }
-            let position = queue_position(index, ordinal);
-            let held = match kind {
-                TopicKind::Delay if msg.delivery_timestamp_ms > now => {
-                    Some(Held::Timer { due_ms: msg.delivery_timestamp_ms, position })
-                }
-                TopicKind::Transaction => Some(Held::Half { position }),
-                _ => None,
-            };
-            if let Some(held) = held {
-                let m = HeldMessage {
-                    topic: batch.topic.clone(),
-                    queue_id,
-                    message_id: msg.message_id.clone(),
-                    size: raw.len() as u32,
-                    tag_hash: tag_hash(&msg.tag),
-                    stored_ms: now,
-                };
-                match held {
-                    Held::Timer { due_ms, .. } => self.add_timer(due_ms, position, m, fx),
-                    // The receiving node filled in its default if the producer set none.
-                    Held::Half { .. } => {
-                        self.add_half(position, m, now.saturating_add(msg.transaction_recovery_ms.max(0)), fx)
-                    }
-                }
-                if let Some(key) = dedupe_key {
-                    stored_here.insert(key);
-                    let due_ms = match held {
-                        Held::Timer { due_ms, .. } => due_ms,
-                        Held::Half { .. } => 0,
-                    };
-                    let row = Seen { queue_id: HELD_FLAG | ordinal as u32, offset: due_ms as u64, seen_ms, index };
-                    self.remember(key, row);
-                }
-                outcomes.push(SendOutcome {
-                    message_id: msg.message_id.clone(),
-                    queue_id,
-                    offset: 0,
-                    duplicate: false,
-                    held: Some(held),
-                });
-                continue;
-            }
-            if kind == TopicKind::Lite
-                && !msg.lite_topic.is_empty()
-                && let Err(e) = self.lite.append(&batch.topic, &msg.lite_topic, position, batch.store_timestamp_ms)
-            {
-                fx.fail(e);
-            }
-            let (range, write) = &mut written[slots[ordinal]];
-            let offset = range.next;
-            write.records.push(CqRecord { position, size: raw.len() as u32, tag_hash: tag_hash(&msg.tag) });
-            write.message_ids.push(msg.message_id.clone());
-            range.next += 1;
-            if let Some(key) = dedupe_key {
-                stored_here.insert(key);
-                self.remember(key, Seen { queue_id, offset, seen_ms, index });
-            }
-            outcomes.push(SendOutcome {
-                message_id: msg.message_id.clone(),
-                queue_id,
-                offset,
-                duplicate: false,
-                held: None,
-            });
-        }
-        for (range, write) in written {
-            self.queues.insert((batch.topic.clone(), write.queue_id), range);
-            if !write.records.is_empty() {
-                fx.writes.push(write);
-            }
-        }
-        Reply::Sent(outcomes)
-    }
-
     fn apply_consume(&mut self, index: u64, command: ConsumeCommand, fx: &mut Effects) -> Reply {
         let wakes = command.wakes(&self.consumption).map(str::to_string);
         let outcome = self.consumption.apply(index, &command);
@@ -481,37 +305,6 @@ impl Partition {
         match reply {
             Reply::Sent(_) => Reply::Consume(ConsumeOutcome::Done),
             other => other,
-        }
-    }
-
-    /// Remembers a stored message id for the dedupe window.
-    fn remember(&mut self, key: DedupeKey, seen: Seen) {
-        self.dedupe.insert(key, seen);
-        self.local.dedupe_order.push_back((seen.seen_ms, key));
-    }
-
-    /// Forgets ids that left the window, at most about [`MAX_EXPIRED_PER_ENTRY`] per entry, or
-    /// twice what the entry adds (`adding`) if more, so the window never outgrows its span: a
-    /// window that ended for millions of ids at once (a burst, then quiet) is worked off over the
-    /// next entries instead of holding apply for seconds. The bound is applied at whole store
-    /// times — every row of a time goes, or none — so the rows expired depend only on the table,
-    /// never on the order this node happens to keep them in (rebuilt sorted after a restart).
-    fn expire_dedupe(&mut self, now_ms: i64, adding: usize) {
-        let Some(before_ms) = now_ms.checked_sub(self.settings().dedupe_window_ms()) else { return };
-        let limit = MAX_EXPIRED_PER_ENTRY.max(2 * adding);
-        let mut expired = 0;
-        let mut last_ms = None;
-        while let Some(&(ts, key)) = self.local.dedupe_order.front() {
-            if ts >= before_ms || (expired >= limit && last_ms != Some(ts)) {
-                break;
-            }
-            self.local.dedupe_order.pop_front();
-            // A row stored again since (a replayed entry) expires with its own element.
-            if self.dedupe.get(&key).is_some_and(|s| s.seen_ms == ts) {
-                self.dedupe.remove(&key);
-                expired += 1;
-                last_ms = Some(ts);
-            }
         }
     }
 }

@@ -4,8 +4,8 @@
 //! index, a node-local cache, can miss but never answers wrongly.
 
 use crate::broker::HeldEntry;
-use crate::broker::apply::HELD_FLAG;
 use crate::broker::dedupe::DedupeKey;
+use crate::broker::partition::HELD_FLAG;
 use crate::broker::position::PartitionId;
 use crate::broker::read::StoredEntry;
 use crate::broker::timer::{recall_handle, timer_key};

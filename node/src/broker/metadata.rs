@@ -13,14 +13,15 @@ use serde::{Deserialize, Serialize};
 use crate::broker::access::AccessTables;
 use crate::broker::failover::Failover;
 use crate::broker::group::GroupConfig;
-use crate::broker::partition::{Partition, PlacementChange};
+use crate::broker::partition::Partition;
+use crate::broker::placement::PlacementChange;
 use crate::broker::plugins::PluginTables;
 use crate::broker::settings::ClusterSettings;
 use crate::broker::table::{Table, persisted_tables};
 use crate::broker::topic::TopicConfig;
 
 #[cfg(doc)]
-use crate::broker::partition::Placement;
+use crate::broker::placement::Placement;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Metadata {

@@ -50,6 +50,7 @@ pub mod metadata;
 pub mod partition;
 #[cfg(test)]
 mod partition_test;
+pub mod placement;
 pub mod plugins;
 #[cfg(test)]
 mod plugins_test;

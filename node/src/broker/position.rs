@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::RecordMeta;
+
 /// A data partition's number. Today one Raft group carries the only one,
 /// [`PartitionId::FIRST`]. Whatever names a message or a delivery outside its partition — a
 /// transaction id, a recall handle, a receipt handle — names the partition too, so that with many
@@ -24,5 +26,20 @@ impl std::str::FromStr for PartitionId {
     type Err = std::num::ParseIntError;
     fn from_str(s: &str) -> Result<PartitionId, Self::Err> {
         u32::from_str_radix(s, 16).map(PartitionId)
+    }
+}
+
+/// Where an entry sits in the replicated log: the broker's own name for a Raft log id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LogPosition {
+    pub term: u64,
+    /// The node that proposed the entry.
+    pub leader: u64,
+    pub index: u64,
+}
+
+impl From<&RecordMeta> for LogPosition {
+    fn from(m: &RecordMeta) -> LogPosition {
+        LogPosition { term: m.term, leader: m.leader, index: m.index }
     }
 }

@@ -21,24 +21,9 @@ use crate::broker::dedupe::DedupeClock;
 use crate::broker::disk_table::DiskTable;
 pub use crate::broker::metadata::Metadata;
 pub use crate::broker::partition::{Partition, QueueRange};
+pub use crate::broker::position::LogPosition;
 use crate::broker::settings::ClusterSettings;
 use crate::broker::table::Persisted;
-use crate::store::RecordMeta;
-
-/// Where an entry sits in the replicated log: the broker's own name for a Raft log id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct LogPosition {
-    pub term: u64,
-    /// The node that proposed the entry.
-    pub leader: u64,
-    pub index: u64,
-}
-
-impl From<&RecordMeta> for LogPosition {
-    fn from(m: &RecordMeta) -> LogPosition {
-        LogPosition { term: m.term, leader: m.leader, index: m.index }
-    }
-}
 
 /// The last membership entry applied, as the log carries it. The broker keeps it only so that
 /// it is persisted atomically with the state it belongs to; the Raft layer reads it.

@@ -418,7 +418,7 @@ fn the_dedupe_window_is_a_replicated_setting() {
 /// whose expiry order is rebuilt from the table, expires exactly the rows the others do.
 #[test]
 fn a_window_ending_for_many_ids_at_once_expires_in_bounded_steps_alike_on_every_replica() {
-    use crate::broker::apply::MAX_EXPIRED_PER_ENTRY;
+    use crate::broker::partition::MAX_EXPIRED_PER_ENTRY;
     const T: i64 = 1_700_000_000_000;
     const DAY: i64 = 86_400_000;
     let dir = tempfile::tempdir().unwrap();

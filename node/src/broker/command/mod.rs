@@ -31,7 +31,7 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::access::AccessCommand;
 use crate::broker::lite::LiteCommand;
-use crate::broker::partition::Placement;
+use crate::broker::placement::Placement;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::timer::TimerCommand;

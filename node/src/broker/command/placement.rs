@@ -6,7 +6,7 @@ use rockraft_proto::rockraft::log::placement_change::Change;
 use super::admin::{topic_from_proto, topic_to_proto};
 use super::consume::{group_from_proto, group_to_proto};
 use super::{DecodeError, required};
-use crate::broker::partition::{Placement, PlacementChange};
+use crate::broker::placement::{Placement, PlacementChange};
 use crate::broker::settings::ClusterSettings;
 
 pub(super) fn to_proto(p: &Placement) -> pb::Placement {

@@ -7,6 +7,10 @@
 //! carried by a Raft group of its own.
 
 mod held;
+mod send;
+pub(crate) use send::HELD_FLAG;
+#[cfg(test)]
+pub(crate) use send::MAX_EXPIRED_PER_ENTRY;
 mod timer;
 mod transaction;
 
@@ -21,6 +25,7 @@ use crate::broker::effects::Effects;
 use crate::broker::group::GroupConfig;
 use crate::broker::held::{HeldCounts, Hold};
 use crate::broker::lite::LiteTables;
+pub use crate::broker::placement::{Placement, PlacementChange};
 use crate::broker::pop::Consumption;
 pub use crate::broker::position::PartitionId;
 use crate::broker::settings::ClusterSettings;
@@ -187,29 +192,6 @@ pub struct QueueRange {
     /// The latest store time of a message in the queue: a leader stores the next no earlier.
     #[serde(default)]
     pub last_store_ms: i64,
-}
-
-/// What a partition keeps of a metadata change (see `Metadata::placement_for`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlacementChange {
-    Settings(ClusterSettings),
-    /// `epoch`: the index of the metadata entry that created the topic, if one did.
-    PlaceTopic {
-        config: TopicConfig,
-        epoch: Option<u64>,
-    },
-    DropTopic(String),
-    PlaceGroup {
-        config: GroupConfig,
-        epoch: u64,
-    },
-    DropGroup(String),
-}
-
-/// One entry's placement changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    pub changes: Vec<PlacementChange>,
 }
 
 /// Each (topic, queue)'s offsets. The start is this node's own bookkeeping (each node purges

@@ -26,6 +26,7 @@ mod checkpoint;
 mod command;
 pub mod dedupe;
 mod dedupe_journal;
+mod delivery;
 mod disk_table;
 mod entry_cache;
 mod error;

@@ -511,11 +511,11 @@ impl LiteTables {
     ) -> DiskResult<LiteOutcome> {
         match command {
             LiteCommand::Sync { group, parent, client, action, lites, now_ms, by } => {
-                let binding = match lite_group(group_of, group, parent) {
-                    Ok((_, b)) => b,
-                    Err(o) => return Ok(o),
-                };
-                self.sync(&binding, group, parent, client, *action, lites, *now_ms, by)
+                let sync = SyncRequest { group, parent, client, action: *action, lites, now_ms: *now_ms, by };
+                match lite_group(group_of, group, parent) {
+                    Ok((_, binding)) => self.sync(&binding, &sync),
+                    Err(o) => Ok(o),
+                }
             }
             LiteCommand::Pop(pop) => match lite_group(group_of, &pop.group, &pop.parent) {
                 Ok((group, _)) => self.pop(index, &group, pop),
@@ -533,18 +533,8 @@ impl LiteTables {
 
     /// Changes the subscriptions of `client` of `group` (a lite group bound to `parent` as
     /// `binding` says); in an exclusive group, the lite topics it adds become its own.
-    #[allow(clippy::too_many_arguments)]
-    fn sync(
-        &mut self,
-        binding: &LiteBinding,
-        group: &str,
-        parent: &str,
-        client: &str,
-        action: SyncAction,
-        lites: &[String],
-        now_ms: i64,
-        by: &LiteActor,
-    ) -> DiskResult<LiteOutcome> {
+    fn sync(&mut self, binding: &LiteBinding, sync: &SyncRequest) -> DiskResult<LiteOutcome> {
+        let SyncRequest { group, parent, client, action, lites, now_ms, by } = *sync;
         if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
             return Ok(LiteOutcome::IllegalLiteTopic(bad.to_string()));
         }
@@ -754,6 +744,18 @@ impl LiteTables {
         self.subscriptions.remove(&(group.to_string(), client.to_string()));
         LiteOutcome::Done
     }
+}
+
+/// A [`LiteCommand::Sync`], borrowed.
+#[derive(Clone, Copy)]
+struct SyncRequest<'a> {
+    group: &'a str,
+    parent: &'a str,
+    client: &'a str,
+    action: SyncAction,
+    lites: &'a [String],
+    now_ms: i64,
+    by: &'a LiteActor,
 }
 
 /// `group` (found by `group_of`) with its binding, if it is a lite group of `parent`; else the

@@ -29,10 +29,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::broker::delivery::{self, ChangeRetry, Channel, Ending, Inflight};
 use crate::broker::disk_table::{DiskKey, DiskResult, DiskTable};
 use crate::broker::group::GroupConfig;
 pub use crate::broker::group::{LiteBinding, LiteModel, MAX_LITE_QUOTA, UnknownLiteModel};
-use crate::broker::pop::Inflight;
 use crate::broker::table::Table;
 pub use crate::broker::topic::DEFAULT_LITE_TTL_MINUTES;
 
@@ -145,6 +145,18 @@ pub struct LiteProgress {
     /// Exclusive groups: the client that holds the lite topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+}
+
+impl Channel for LiteProgress {
+    fn position(&self) -> u64 {
+        self.position
+    }
+    fn inflight(&self) -> &BTreeMap<u64, Inflight> {
+        &self.inflight
+    }
+    fn inflight_mut(&mut self) -> &mut BTreeMap<u64, Inflight> {
+        &mut self.inflight
+    }
 }
 
 /// The lite topics one client of a lite group subscribes to.
@@ -449,239 +461,276 @@ impl LiteTables {
         command: &LiteCommand,
         group_of: &dyn Fn(&str) -> Option<GroupConfig>,
     ) -> DiskResult<LiteOutcome> {
-        let lite_group = |group: &str, parent: &str| -> Result<(GroupConfig, LiteBinding), LiteOutcome> {
-            let g = group_of(group).ok_or_else(|| LiteOutcome::GroupNotFound(group.to_string()))?;
-            match g.lite.clone() {
-                Some(b) if b.topic == parent => Ok((g, b)),
-                _ => Err(LiteOutcome::IllegalGroup(format!("group {group} is not a lite group of topic {parent}"))),
-            }
-        };
         match command {
             LiteCommand::Sync { group, parent, client, action, lites, now_ms, by } => {
-                let binding = match lite_group(group, parent) {
-                    Ok((_, b)) => b,
-                    Err(o) => return Ok(o),
-                };
-                if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
-                    return Ok(LiteOutcome::IllegalLiteTopic(bad.to_string()));
+                let sync = SyncRequest { group, parent, client, action: *action, lites, now_ms: *now_ms, by };
+                match lite_group(group_of, group, parent) {
+                    Ok((_, binding)) => self.sync(&binding, &sync),
+                    Err(o) => Ok(o),
                 }
-                if let Some(why) = self.not_owner(group, client, by) {
-                    return Ok(LiteOutcome::NotOwner(why));
-                }
-                let key = (group.clone(), client.clone());
-                let mut sub = match self.subscriptions.get(&key) {
-                    Some(s) => s.clone(),
-                    None => LiteSubscription { owner: by.owner(), ..Default::default() },
-                };
-                // An unowned subscription (made with authentication off) becomes the first user's
-                // to sync it; an admin acting on another's client leaves the owner as it was.
-                if sub.owner.is_none() && matches!(by, LiteActor::User(_)) {
-                    sub.owner = by.owner();
-                }
-                match action {
-                    SyncAction::Add => sub.lites.extend(lites.iter().cloned()),
-                    SyncAction::Remove => lites.iter().for_each(|l| {
-                        sub.lites.remove(l);
-                    }),
-                    SyncAction::Replace => sub.lites = lites.iter().cloned().collect(),
-                }
-                if sub.lites.len() as u64 > u64::from(binding.quota) {
-                    return Ok(LiteOutcome::QuotaExceeded(format!(
-                        "client {client} of group {group} may subscribe to {} lite topics, not {}",
-                        binding.quota,
-                        sub.lites.len()
-                    )));
-                }
-                let mut taken_from = Vec::new();
-                if binding.model == LiteModel::Exclusive {
-                    for lite in lites {
-                        let Some(row) = self.topic(parent, lite)? else { continue };
-                        let mut p = self.progress_of(row.id, group)?;
-                        if *action == SyncAction::Remove {
-                            // An unsubscribing holder lets the lite topic go to the next subscriber.
-                            if p.owner.as_deref() == Some(client.as_str()) {
-                                p.owner = None;
-                                self.progress.insert((row.id, group.clone()), p);
-                            }
-                            continue;
-                        }
-                        match p.owner.clone() {
-                            Some(owner) if owner == *client => continue,
-                            // The whole-set sync repeats what the client had: it does not take a
-                            // lite topic back from the subscriber that took it over since.
-                            Some(_) if *action == SyncAction::Replace => {
-                                sub.lites.remove(lite);
-                                continue;
-                            }
-                            Some(previous) => {
-                                // The newest subscriber takes the lite topic over.
-                                if let Some(s) = self.subscriptions.get_mut(&(group.clone(), previous.clone())) {
-                                    s.lites.remove(lite);
-                                }
-                                taken_from.push((lite.clone(), previous));
-                            }
-                            None => {}
-                        }
-                        p.owner = Some(client.clone());
-                        self.progress.insert((row.id, group.clone()), p);
-                    }
-                }
-                sub.synced_ms = *now_ms;
-                if sub.lites.is_empty() {
-                    self.subscriptions.remove(&key);
-                } else {
-                    self.subscriptions.insert(key, sub);
-                }
-                Ok(LiteOutcome::Synced { taken_from })
             }
-            LiteCommand::Pop(pop) => {
-                let (group, _) = match lite_group(&pop.group, &pop.parent) {
-                    Ok(g) => g,
-                    Err(o) => return Ok(o),
-                };
-                if let Some(why) = self.not_owner(&pop.group, &pop.client, &pop.by) {
-                    return Ok(LiteOutcome::NotOwner(why));
-                }
-                let until = pop.now_ms.saturating_add(pop.invisible_ms);
-                let mut delivered = Vec::new();
-                for (lite, r) in &pop.redeliveries {
-                    let (id, offset) = (r.id, r.offset);
-                    let mut p = self.progress_of(id, &group.name)?;
-                    let Some(f) = p.inflight.get_mut(&offset) else { continue };
-                    if f.generation != r.generation || f.invisible_until_ms > pop.now_ms {
-                        continue;
-                    }
-                    f.attempt += 1;
-                    f.generation = index;
-                    f.invisible_until_ms = until;
-                    f.renewed_from = None;
-                    delivered.push(LiteDelivery {
-                        lite: lite.clone(),
-                        id,
-                        offset,
-                        attempt: f.attempt,
-                        generation: index,
-                        invisible_until_ms: until,
-                    });
-                    self.progress.insert((id, group.name.clone()), p);
-                }
-                for take in &pop.takes {
-                    let mut p = self.progress_of(take.id, &group.name)?;
-                    // Planned from a stale view, or the lite topic is busy: nothing of it.
-                    if p.position != take.from || take.to < take.from || !p.inflight.is_empty() {
-                        continue;
-                    }
-                    if take.deliver.iter().any(|o| !(take.from..take.to).contains(o)) {
-                        continue;
-                    }
-                    for &offset in &take.deliver {
-                        p.inflight.insert(
-                            offset,
-                            Inflight {
-                                attempt: 1,
-                                generation: index,
-                                invisible_until_ms: until,
-                                message_group: String::new(),
-                                renewed_from: None,
-                                receive_attempt: None,
-                            },
-                        );
-                        delivered.push(LiteDelivery {
-                            lite: take.lite.clone(),
-                            id: take.id,
-                            offset,
-                            attempt: 1,
-                            generation: index,
-                            invisible_until_ms: until,
-                        });
-                    }
-                    p.position = take.to;
-                    self.progress.insert((take.id, group.name.clone()), p);
-                }
-                Ok(LiteOutcome::Delivered(delivered))
-            }
-            LiteCommand::Ack { receipts } => {
-                let mut each = Vec::with_capacity(receipts.len());
-                for r in receipts {
-                    each.push(self.end(r)?);
-                }
-                Ok(match each.len() {
-                    1 => each.pop().unwrap_or(LiteOutcome::StaleReceipt),
-                    _ => LiteOutcome::Each(each),
-                })
-            }
+            LiteCommand::Pop(pop) => match lite_group(group_of, &pop.group, &pop.parent) {
+                Ok((group, _)) => self.pop(index, &group, pop),
+                Err(o) => Ok(o),
+            },
+            LiteCommand::Ack { receipts } => self.ack(receipts),
             LiteCommand::Drop { receipt } => self.end(receipt),
-            LiteCommand::ChangeInvisible { receipt: r, now_ms, invisible_ms } => {
-                let mut p = self.progress_of(r.id, &r.group)?;
-                let Some(f) = p.inflight.get_mut(&r.offset).filter(|f| f.named_by(r.generation)) else {
-                    return Ok(LiteOutcome::StaleReceipt);
-                };
-                f.renewed_from = Some(f.generation);
-                f.generation = index;
-                f.invisible_until_ms = now_ms.saturating_add(*invisible_ms);
-                self.progress.insert((r.id, r.group.clone()), p);
-                Ok(LiteOutcome::Renewed(LiteReceipt { generation: index, ..r.clone() }))
+            LiteCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
+                self.change_invisible(index, receipt, now_ms.saturating_add(*invisible_ms))
             }
-            LiteCommand::Expire { parent, before_ms, lites } => {
-                let mut budget = MAX_EXPIRED_RECORDS_PER_ENTRY;
-                let mut gone = BTreeSet::new();
-                for (lite, id) in lites {
-                    let name = LiteName { parent: parent.clone(), lite: lite.clone() };
-                    let Some(row) = self.topics.get(&name)? else { continue };
-                    if row.id != *id || row.last_write_ms >= *before_ms || budget == 0 {
+            LiteCommand::Expire { parent, before_ms, lites } => self.expire(parent, *before_ms, lites, group_of),
+            LiteCommand::Unsubscribe { group, client, by } => Ok(self.unsubscribe(group, client, by)),
+        }
+    }
+
+    /// Changes the subscriptions of `client` of `group` (a lite group bound to `parent` as
+    /// `binding` says); in an exclusive group, the lite topics it adds become its own.
+    fn sync(&mut self, binding: &LiteBinding, sync: &SyncRequest) -> DiskResult<LiteOutcome> {
+        let SyncRequest { group, parent, client, action, lites, now_ms, by } = *sync;
+        if let Some(bad) = lites.iter().find_map(|l| validate_lite_name(l).err()) {
+            return Ok(LiteOutcome::IllegalLiteTopic(bad.to_string()));
+        }
+        if let Some(why) = self.not_owner(group, client, by) {
+            return Ok(LiteOutcome::NotOwner(why));
+        }
+        let key = (group.to_string(), client.to_string());
+        let mut sub = match self.subscriptions.get(&key) {
+            Some(s) => s.clone(),
+            None => LiteSubscription { owner: by.owner(), ..Default::default() },
+        };
+        // An unowned subscription (made with authentication off) becomes the first user's
+        // to sync it; an admin acting on another's client leaves the owner as it was.
+        if sub.owner.is_none() && matches!(by, LiteActor::User(_)) {
+            sub.owner = by.owner();
+        }
+        match action {
+            SyncAction::Add => sub.lites.extend(lites.iter().cloned()),
+            SyncAction::Remove => lites.iter().for_each(|l| {
+                sub.lites.remove(l);
+            }),
+            SyncAction::Replace => sub.lites = lites.iter().cloned().collect(),
+        }
+        if sub.lites.len() as u64 > u64::from(binding.quota) {
+            return Ok(LiteOutcome::QuotaExceeded(format!(
+                "client {client} of group {group} may subscribe to {} lite topics, not {}",
+                binding.quota,
+                sub.lites.len()
+            )));
+        }
+        let mut taken_from = Vec::new();
+        if binding.model == LiteModel::Exclusive {
+            for lite in lites {
+                let Some(row) = self.topic(parent, lite)? else { continue };
+                let mut p = self.progress_of(row.id, group)?;
+                if action == SyncAction::Remove {
+                    // An unsubscribing holder lets the lite topic go to the next subscriber.
+                    if p.owner.as_deref() == Some(client) {
+                        p.owner = None;
+                        self.progress.insert((row.id, group.to_string()), p);
+                    }
+                    continue;
+                }
+                match p.owner.clone() {
+                    Some(owner) if owner == client => continue,
+                    // The whole-set sync repeats what the client had: it does not take a
+                    // lite topic back from the subscriber that took it over since.
+                    Some(_) if action == SyncAction::Replace => {
+                        sub.lites.remove(lite);
                         continue;
                     }
-                    let (deleted, all) = self.delete(&name, row.id, budget)?;
-                    budget = budget.saturating_sub(deleted);
-                    if all {
-                        gone.insert(lite.clone());
-                    }
-                }
-                // Subscriptions to a deleted lite topic go too, in the groups bound to the parent.
-                let bound: BTreeSet<String> = self
-                    .subscriptions
-                    .keys()
-                    .map(|(g, _)| g.clone())
-                    .filter(|g| group_of(g).and_then(|c| c.lite).is_some_and(|b| b.topic == *parent))
-                    .collect();
-                if !gone.is_empty() {
-                    let keys: Vec<SubscriberKey> =
-                        self.subscriptions.keys().filter(|(g, _)| bound.contains(g)).cloned().collect();
-                    for key in keys {
-                        let Some(s) = self.subscriptions.get_mut(&key) else { continue };
-                        s.lites.retain(|l| !gone.contains(l));
-                        if s.lites.is_empty() {
-                            self.subscriptions.remove(&key);
+                    Some(previous) => {
+                        // The newest subscriber takes the lite topic over.
+                        if let Some(s) = self.subscriptions.get_mut(&(group.to_string(), previous.clone())) {
+                            s.lites.remove(lite);
                         }
+                        taken_from.push((lite.clone(), previous));
                     }
+                    None => {}
                 }
-                Ok(LiteOutcome::Done)
-            }
-            LiteCommand::Unsubscribe { group, client, by } => {
-                if let Some(why) = self.not_owner(group, client, by) {
-                    return Ok(LiteOutcome::NotOwner(why));
-                }
-                self.subscriptions.remove(&(group.clone(), client.clone()));
-                Ok(LiteOutcome::Done)
+                p.owner = Some(client.to_string());
+                self.progress.insert((row.id, group.to_string()), p);
             }
         }
+        sub.synced_ms = now_ms;
+        if sub.lites.is_empty() {
+            self.subscriptions.remove(&key);
+        } else {
+            self.subscriptions.insert(key, sub);
+        }
+        Ok(LiteOutcome::Synced { taken_from })
+    }
+
+    /// Hands out what `pop` planned, as the entry at `index`: expired deliveries again, then new
+    /// messages of lite topics with nothing in flight. A part planned from a stale view is left.
+    fn pop(&mut self, index: u64, group: &GroupConfig, pop: &LitePop) -> DiskResult<LiteOutcome> {
+        if let Some(why) = self.not_owner(&pop.group, &pop.client, &pop.by) {
+            return Ok(LiteOutcome::NotOwner(why));
+        }
+        let until = pop.now_ms.saturating_add(pop.invisible_ms);
+        let mut delivered = Vec::new();
+        for (lite, r) in &pop.redeliveries {
+            let (id, offset) = (r.id, r.offset);
+            let mut p = self.progress_of(id, &group.name)?;
+            let Some(f) = delivery::redeliver(&mut p, offset, r.generation, index, pop.now_ms, until) else { continue };
+            delivered.push(LiteDelivery {
+                lite: lite.clone(),
+                id,
+                offset,
+                attempt: f.attempt,
+                generation: index,
+                invisible_until_ms: until,
+            });
+            self.progress.insert((id, group.name.clone()), p);
+        }
+        for take in &pop.takes {
+            let mut p = self.progress_of(take.id, &group.name)?;
+            if !take_applies(&p, take) {
+                continue;
+            }
+            for &offset in &take.deliver {
+                delivery::deliver(&mut p, offset, String::new(), index, until);
+                delivered.push(LiteDelivery {
+                    lite: take.lite.clone(),
+                    id: take.id,
+                    offset,
+                    attempt: 1,
+                    generation: index,
+                    invisible_until_ms: until,
+                });
+            }
+            p.position = take.to;
+            self.progress.insert((take.id, group.name.clone()), p);
+        }
+        Ok(LiteOutcome::Delivered(delivered))
+    }
+
+    /// Acks: one outcome for one receipt, one each for several.
+    fn ack(&mut self, receipts: &[LiteReceipt]) -> DiskResult<LiteOutcome> {
+        let mut each = Vec::with_capacity(receipts.len());
+        for r in receipts {
+            each.push(self.end(r)?);
+        }
+        Ok(match each.len() {
+            1 => each.pop().unwrap_or(LiteOutcome::StaleReceipt),
+            _ => LiteOutcome::Each(each),
+        })
     }
 
     /// Ends the delivery `r` names: acked, or dropped after its last attempt. A delivery that
     /// already ended is answered as done; one a redelivery replaced is stale.
     fn end(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
         let mut p = self.progress_of(r.id, &r.group)?;
-        match p.inflight.get(&r.offset) {
-            Some(f) if f.named_by(r.generation) => {
-                p.inflight.remove(&r.offset);
+        Ok(match delivery::end(&mut p, r.offset, r.generation) {
+            Ending::Ended => {
                 self.progress.insert((r.id, r.group.clone()), p);
-                Ok(LiteOutcome::Done)
+                LiteOutcome::Done
             }
-            Some(_) => Ok(LiteOutcome::StaleReceipt),
-            None if r.offset < p.position && r.generation < u64::MAX => Ok(LiteOutcome::Done),
-            None => Ok(LiteOutcome::StaleReceipt),
-        }
+            Ending::AlreadyOver => LiteOutcome::Done,
+            Ending::Stale => LiteOutcome::StaleReceipt,
+        })
     }
+
+    /// Gives the delivery `r` names a new invisible time and a new receipt (of generation
+    /// `index`); the handle it replaced still names it.
+    fn change_invisible(&mut self, index: u64, r: &LiteReceipt, until_ms: i64) -> DiskResult<LiteOutcome> {
+        let mut p = self.progress_of(r.id, &r.group)?;
+        // A retry with the handle the last change replaced changes it again: its answer carries
+        // this entry's generation, which the receipt returned below names.
+        let retry = ChangeRetry::ChangeAgain;
+        if delivery::change_invisible(&mut p, r.offset, r.generation, index, until_ms, retry).is_none() {
+            return Ok(LiteOutcome::StaleReceipt);
+        }
+        self.progress.insert((r.id, r.group.clone()), p);
+        Ok(LiteOutcome::Renewed(LiteReceipt { generation: index, ..r.clone() }))
+    }
+
+    /// Deletes the lite topics of `parent` in `lites` nobody wrote to since `before_ms` (within
+    /// one entry's budget of records), and the subscriptions to those fully gone.
+    fn expire(
+        &mut self,
+        parent: &str,
+        before_ms: i64,
+        lites: &[(String, u64)],
+        group_of: &dyn Fn(&str) -> Option<GroupConfig>,
+    ) -> DiskResult<LiteOutcome> {
+        let mut budget = MAX_EXPIRED_RECORDS_PER_ENTRY;
+        let mut gone = BTreeSet::new();
+        for (lite, id) in lites {
+            let name = LiteName { parent: parent.to_string(), lite: lite.clone() };
+            let Some(row) = self.topics.get(&name)? else { continue };
+            if row.id != *id || row.last_write_ms >= before_ms || budget == 0 {
+                continue;
+            }
+            let (deleted, all) = self.delete(&name, row.id, budget)?;
+            budget = budget.saturating_sub(deleted);
+            if all {
+                gone.insert(lite.clone());
+            }
+        }
+        // Subscriptions to a deleted lite topic go too, in the groups bound to the parent.
+        let bound: BTreeSet<String> = self
+            .subscriptions
+            .keys()
+            .map(|(g, _)| g.clone())
+            .filter(|g| group_of(g).and_then(|c| c.lite).is_some_and(|b| b.topic == parent))
+            .collect();
+        if !gone.is_empty() {
+            let keys: Vec<SubscriberKey> =
+                self.subscriptions.keys().filter(|(g, _)| bound.contains(g)).cloned().collect();
+            for key in keys {
+                let Some(s) = self.subscriptions.get_mut(&key) else { continue };
+                s.lites.retain(|l| !gone.contains(l));
+                if s.lites.is_empty() {
+                    self.subscriptions.remove(&key);
+                }
+            }
+        }
+        Ok(LiteOutcome::Done)
+    }
+
+    /// Forgets the subscriptions of `client` of `group`, unless they are another user's.
+    fn unsubscribe(&mut self, group: &str, client: &str, by: &LiteActor) -> LiteOutcome {
+        if let Some(why) = self.not_owner(group, client, by) {
+            return LiteOutcome::NotOwner(why);
+        }
+        self.subscriptions.remove(&(group.to_string(), client.to_string()));
+        LiteOutcome::Done
+    }
+}
+
+/// A [`LiteCommand::Sync`], borrowed.
+#[derive(Clone, Copy)]
+struct SyncRequest<'a> {
+    group: &'a str,
+    parent: &'a str,
+    client: &'a str,
+    action: SyncAction,
+    lites: &'a [String],
+    now_ms: i64,
+    by: &'a LiteActor,
+}
+
+/// `group` (found by `group_of`) with its binding, if it is a lite group of `parent`; else the
+/// outcome that says why not.
+fn lite_group(
+    group_of: &dyn Fn(&str) -> Option<GroupConfig>,
+    group: &str,
+    parent: &str,
+) -> Result<(GroupConfig, LiteBinding), LiteOutcome> {
+    let g = group_of(group).ok_or_else(|| LiteOutcome::GroupNotFound(group.to_string()))?;
+    match g.lite.clone() {
+        Some(b) if b.topic == parent => Ok((g, b)),
+        _ => Err(LiteOutcome::IllegalGroup(format!("group {group} is not a lite group of topic {parent}"))),
+    }
+}
+
+/// Whether a take still fits the lite topic: it continues from the current position with nothing
+/// in flight (a lite topic goes out one batch at a time) and delivers only what it looked at.
+fn take_applies(p: &LiteProgress, take: &LiteTake) -> bool {
+    p.position == take.from
+        && take.to >= take.from
+        && p.inflight.is_empty()
+        && take.deliver.iter().all(|o| (take.from..take.to).contains(o))
 }
 
 /// What a lite receive should do, planned from the leader's state.
@@ -766,21 +815,13 @@ impl LiteTables {
                 continue;
             }
             if !p.inflight.is_empty() {
-                for (&offset, f) in &p.inflight {
-                    if f.invisible_until_ms > r.now_ms {
-                        plan.next_due_ms =
-                            Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
-                    } else {
-                        let receipt =
-                            LiteReceipt { group: r.group.name.clone(), id: row.id, offset, generation: f.generation };
-                        if f.attempt >= r.group.max_attempts {
-                            plan.dead.push((lite.to_string(), receipt));
-                        } else if budget > 0 {
-                            plan.pop.redeliveries.push((lite.to_string(), receipt));
-                            budget -= 1;
-                        }
-                    }
-                }
+                let due = delivery::due(&p, r.now_ms, r.group.max_attempts, &mut budget, &mut plan.next_due_ms);
+                let receipt = |(offset, generation)| {
+                    let receipt = LiteReceipt { group: r.group.name.clone(), id: row.id, offset, generation };
+                    (lite.to_string(), receipt)
+                };
+                plan.dead.extend(due.dead.into_iter().map(receipt));
+                plan.pop.redeliveries.extend(due.redeliver.into_iter().map(receipt));
                 continue;
             }
             if row.next <= p.position {

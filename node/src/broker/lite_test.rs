@@ -433,3 +433,26 @@ fn subscriptions_and_entries_written_before_owners_were_kept_still_read() {
         assert!(!serde_json::to_string(&command).unwrap().contains("\"by\""));
     }
 }
+
+#[test]
+fn a_changed_invisible_time_holds_the_delivery_back_and_either_handle_acks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("a", "a0"), ("a", "a1")]);
+    sync(&mut n, "c1", SyncAction::Add, &["a"]);
+    let got = receive(&mut n, "c1", 10, 2000);
+    let (first, second) = (got[0].1.clone(), got[1].1.clone());
+    let change = |receipt: &LiteReceipt| {
+        Command::Lite(LiteCommand::ChangeInvisible { receipt: receipt.clone(), now_ms: 2000, invisible_ms: 30_000 })
+    };
+    let Reply::Lite(LiteOutcome::Renewed(renewed)) = n.commit(&change(&first)) else { panic!("renewed") };
+    assert_ne!(renewed.generation, first.generation, "a new receipt");
+    // The other delivery falls due at 12 000; the changed one not before 32 000.
+    assert_eq!(bodies(&receive(&mut n, "c1", 10, 12_000)), vec!["a1"]);
+    assert_eq!(ack(&mut n, vec![second]), Reply::Lite(LiteOutcome::StaleReceipt), "redelivered since");
+    // The answer with the new receipt was lost: the old one still acks the delivery.
+    assert_eq!(ack(&mut n, vec![first.clone()]), Reply::Lite(LiteOutcome::Done));
+    assert_eq!(ack(&mut n, vec![renewed]), Reply::Lite(LiteOutcome::Done), "over already");
+    assert!(matches!(n.commit(&change(&first)), Reply::Lite(LiteOutcome::StaleReceipt)));
+}

@@ -29,6 +29,7 @@ mod checkpoint;
 mod command;
 pub mod dedupe;
 mod dedupe_journal;
+mod delivery;
 mod disk_table;
 mod effects;
 mod entry_cache;

@@ -15,40 +15,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::broker::delivery::Inflight;
+use crate::broker::delivery::{self, ChangeRetry, Channel, Ending};
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::table::Table;
 
 /// (group, topic, queue id).
 pub type PopKey = (String, String, u32);
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Inflight {
-    /// 1 for the first delivery.
-    pub attempt: u32,
-    /// The index of the entry that made this delivery (or last changed its invisible time). The
-    /// receipt handle carries it, so a handle from an earlier delivery no longer matches.
-    pub generation: u64,
-    pub invisible_until_ms: i64,
-    /// The message group, kept for orderly (FIFO) deliveries only.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message_group: String,
-    /// The generation before the last change of invisible time: a client whose answer to that
-    /// change was lost still holds its handle, and may retry the change or ack with it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renewed_from: Option<u64>,
-    /// The `attempt_id` of the receive this delivery went to, if it gave one: the receive
-    /// retried with that id (its answer was lost) gets the same deliveries back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub receive_attempt: Option<String>,
-}
-
-impl Inflight {
-    /// Whether a receipt of `generation` names this delivery: the current handle, or the one
-    /// the last change of invisible time replaced.
-    pub(crate) fn named_by(&self, generation: u64) -> bool {
-        self.generation == generation || self.renewed_from == Some(generation)
-    }
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PopQueue {
@@ -59,6 +32,21 @@ pub struct PopQueue {
     /// was in flight, with that group. They go out, in offset order, once the group is free.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub held: BTreeMap<u64, String>,
+}
+
+impl Channel for PopQueue {
+    fn position(&self) -> u64 {
+        self.position
+    }
+    fn inflight(&self) -> &BTreeMap<u64, Inflight> {
+        &self.inflight
+    }
+    fn inflight_mut(&mut self) -> &mut BTreeMap<u64, Inflight> {
+        &mut self.inflight
+    }
+    fn holds(&self, offset: u64) -> bool {
+        self.held.contains_key(&offset)
+    }
 }
 
 impl PopQueue {
@@ -244,22 +232,11 @@ impl Consumption {
     /// already ended (acked, its retry answered lost, or dead-lettered) is answered as done: the
     /// message will not come again either way. A handle a redelivery replaced is stale.
     fn ack(&mut self, r: &Receipt) -> ConsumeOutcome {
-        if let Some(q) = self.current(r) {
-            q.inflight.remove(&r.offset);
-            return ConsumeOutcome::Done;
+        let Some(q) = self.queues.get_mut(&r.key()) else { return ConsumeOutcome::StaleReceipt };
+        match delivery::end(q, r.offset, r.generation) {
+            Ending::Ended | Ending::AlreadyOver => ConsumeOutcome::Done,
+            Ending::Stale => ConsumeOutcome::StaleReceipt,
         }
-        match self.ended(r) {
-            true => ConsumeOutcome::Done,
-            false => ConsumeOutcome::StaleReceipt,
-        }
-    }
-
-    /// Whether the message `r` names was taken by its group and is neither in flight nor held:
-    /// its delivery is over.
-    fn ended(&self, r: &Receipt) -> bool {
-        self.queues.get(&r.key()).is_some_and(|q| {
-            r.offset < q.position && !q.inflight.contains_key(&r.offset) && !q.held.contains_key(&r.offset)
-        })
     }
 
     /// Applies `command`, committed at `index`.
@@ -313,8 +290,11 @@ impl Consumption {
     /// Ends the delivery `receipt` names, if it is current: the message goes to the group's
     /// dead-letter topic (created if `with_copy` and it is missing). False if the receipt is stale.
     pub fn dead_letter(&mut self, index: u64, receipt: &Receipt, with_copy: bool) -> bool {
-        let Some(q) = self.current(receipt) else { return false };
-        q.inflight.remove(&receipt.offset);
+        let Some(q) = self.queues.get_mut(&receipt.key()) else { return false };
+        // Only the current delivery: one already over has had its dead letter, or its ack.
+        if delivery::end(q, receipt.offset, receipt.generation) != Ending::Ended {
+            return false;
+        }
         if with_copy {
             self.topic_created(&dead_letter_topic(&receipt.group), index);
         }
@@ -324,8 +304,7 @@ impl Consumption {
     /// Whether ending the delivery `r` names lets its message group's next message go out.
     pub fn frees_message_group(&self, r: &Receipt) -> bool {
         let q = self.queues.get(&r.key());
-        q.and_then(|q| q.inflight.get(&r.offset))
-            .is_some_and(|f| f.named_by(r.generation) && !f.message_group.is_empty())
+        q.and_then(|q| delivery::current(q, r.offset, r.generation)).is_some_and(|f| !f.message_group.is_empty())
     }
 
     /// Records a topic created at `index`, unless it exists.
@@ -344,32 +323,19 @@ impl Consumption {
     /// Sets a current delivery's invisible time (a renewal only ever extends it) and, if given,
     /// its new generation.
     fn extend(&mut self, r: &Receipt, generation: Option<u64>, until_ms: i64) -> ConsumeOutcome {
-        let Some(q) = self.current(r) else { return ConsumeOutcome::StaleReceipt };
-        let f = q.inflight.get_mut(&r.offset).expect("current() checked it");
-        match generation {
-            // A retry of the change whose answer was lost: the same delivery, as it stands.
-            Some(_) if f.generation != r.generation => {}
-            Some(g) => {
-                f.renewed_from = Some(f.generation);
-                f.generation = g;
-                f.invisible_until_ms = until_ms;
-            }
-            None => f.invisible_until_ms = f.invisible_until_ms.max(until_ms),
-        }
-        let renewed = Delivery {
+        let Some(q) = self.queues.get_mut(&r.key()) else { return ConsumeOutcome::StaleReceipt };
+        let f = match generation {
+            Some(g) => delivery::change_invisible(q, r.offset, r.generation, g, until_ms, ChangeRetry::AsItStands),
+            None => delivery::renew(q, r.offset, r.generation, until_ms),
+        };
+        let Some(f) = f else { return ConsumeOutcome::StaleReceipt };
+        ConsumeOutcome::Renewed(Delivery {
             queue_id: r.queue_id,
             offset: r.offset,
             attempt: f.attempt,
             generation: f.generation,
             invisible_until_ms: f.invisible_until_ms,
-        };
-        ConsumeOutcome::Renewed(renewed)
-    }
-
-    /// The queue whose in-flight delivery `r` names, if that delivery is still current.
-    fn current(&mut self, r: &Receipt) -> Option<&mut PopQueue> {
-        let q = self.queues.get_mut(&r.key())?;
-        q.inflight.get(&r.offset)?.named_by(r.generation).then_some(q)
+        })
     }
 
     fn pop(&mut self, index: u64, pop: &Pop) -> Vec<Delivery> {
@@ -377,15 +343,9 @@ impl Consumption {
         let mut out = Vec::new();
         for r in &pop.redeliveries {
             let key = (pop.group.clone(), pop.topic.clone(), r.queue_id);
-            let Some(f) = self.queues.get_mut(&key).and_then(|q| q.inflight.get_mut(&r.offset)) else { continue };
-            if f.generation != r.generation || f.invisible_until_ms > pop.now_ms {
-                continue;
-            }
-            f.attempt += 1;
-            f.generation = index;
-            f.renewed_from = None;
-            f.receive_attempt = None;
-            f.invisible_until_ms = invisible_until_ms;
+            let Some(q) = self.queues.get_mut(&key) else { continue };
+            let again = delivery::redeliver(q, r.offset, r.generation, index, pop.now_ms, invisible_until_ms);
+            let Some(f) = again else { continue };
             out.push(Delivery {
                 queue_id: r.queue_id,
                 offset: r.offset,
@@ -408,15 +368,7 @@ impl Consumption {
             let q = self.queues.get_or_insert_with(key.clone(), fresh);
             for (offset, group) in &take.deliver {
                 q.held.remove(offset);
-                let f = Inflight {
-                    attempt: 1,
-                    generation: index,
-                    invisible_until_ms,
-                    message_group: group.clone(),
-                    renewed_from: None,
-                    receive_attempt: None,
-                };
-                q.inflight.insert(*offset, f);
+                delivery::deliver(q, *offset, group.clone(), index, invisible_until_ms);
                 out.push(Delivery {
                     queue_id: take.queue_id,
                     offset: *offset,

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
+use crate::broker::delivery;
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::message_view::MessageView;
 use crate::broker::plugins::FilterUnavailable;
@@ -178,30 +179,22 @@ impl Broker {
         // First what is owed: expired deliveries and held messages whose group is free.
         let mut scans = Vec::with_capacity(queues.len());
         for (queue_id, range, pop) in queues {
-            for (&offset, f) in &pop.inflight {
-                if f.invisible_until_ms > r.now_ms {
-                    plan.next_due_ms =
-                        Some(plan.next_due_ms.map_or(f.invisible_until_ms, |d| d.min(f.invisible_until_ms)));
-                } else if f.attempt >= r.group.max_attempts {
-                    if plan.dead_letters.len() < DEAD_LETTERS_PER_PLAN {
-                        let receipt = Receipt {
-                            group: r.group.name.clone(),
-                            topic: topic.to_string(),
-                            queue_id,
-                            offset,
-                            generation: f.generation,
-                        };
-                        match self.dead_letter_of(&receipt, r.now_ms) {
-                            Ok(d) => plan.dead_letters.push(d),
-                            // It stays in flight; the next plan tries again.
-                            Err(e) => tracing::warn!(error = %e, offset, "cannot dead-letter a message yet"),
-                        }
-                    }
-                } else if budget > 0 {
-                    plan.pop.redeliveries.push(Redelivery { queue_id, offset, generation: f.generation });
-                    budget -= 1;
+            let due = delivery::due(&pop, r.now_ms, r.group.max_attempts, &mut budget, &mut plan.next_due_ms);
+            for (offset, generation) in due.dead {
+                if plan.dead_letters.len() >= DEAD_LETTERS_PER_PLAN {
+                    break;
+                }
+                let receipt =
+                    Receipt { group: r.group.name.clone(), topic: topic.to_string(), queue_id, offset, generation };
+                match self.dead_letter_of(&receipt, r.now_ms) {
+                    Ok(d) => plan.dead_letters.push(d),
+                    // It stays in flight; the next plan tries again.
+                    Err(e) => tracing::warn!(error = %e, offset, "cannot dead-letter a message yet"),
                 }
             }
+            let again =
+                due.redeliver.into_iter().map(|(offset, generation)| Redelivery { queue_id, offset, generation });
+            plan.pop.redeliveries.extend(again);
             // Message groups that may not get a delivery: in flight, or with an earlier message held.
             let mut blocked: BTreeSet<String> = pop.busy_groups().into_iter().map(str::to_string).collect();
             let mut take = QueueTake { queue_id, from: pop.position, to: pop.position, ..Default::default() };

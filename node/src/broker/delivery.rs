@@ -134,31 +134,20 @@ pub fn end<C: Channel>(ch: &mut C, offset: u64, generation: u64) -> Ending {
     if over { Ending::AlreadyOver } else { Ending::Stale }
 }
 
-/// What a change of invisible time does with a receipt the last change replaced (the client
-/// retries a change whose answer it lost).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeRetry {
-    /// Answers the delivery as it stands (the handle the lost answer carried): the retry is the
-    /// same change, applied once.
-    AsItStands,
-    /// Changes it again: a new generation and invisible time, and the handle the lost answer
-    /// carried becomes the one this change replaced.
-    ChangeAgain,
-}
-
 /// Gives the delivery a receipt of `generation` names at `offset` a new invisible time and a
 /// new generation (`new_generation`, the entry's index): its handle changes, while the one it
-/// replaced still names it. None if the receipt names no current delivery.
+/// replaced still names it. A retry with the handle the last change replaced (the client lost
+/// its answer) is the same change: it is answered with the delivery as it stands, applied once.
+/// None if the receipt names no current delivery.
 pub fn change_invisible<C: Channel>(
     ch: &mut C,
     offset: u64,
     generation: u64,
     new_generation: u64,
     invisible_until_ms: i64,
-    retry: ChangeRetry,
 ) -> Option<&Inflight> {
     let f = ch.inflight_mut().get_mut(&offset).filter(|f| f.named_by(generation))?;
-    if f.generation != generation && retry == ChangeRetry::AsItStands {
+    if f.generation != generation {
         return Some(f);
     }
     f.renewed_from = Some(f.generation);
@@ -282,21 +271,19 @@ mod tests {
     #[test]
     fn after_a_change_of_invisible_time_the_old_handle_still_acks() {
         let mut lane = two_in_flight();
-        let changed = change_invisible(&mut lane, 0, 2, 5, 3_000, ChangeRetry::AsItStands).cloned();
+        let changed = change_invisible(&mut lane, 0, 2, 5, 3_000).cloned();
         assert_eq!(changed.map(|f| (f.generation, f.invisible_until_ms, f.renewed_from)), Some((5, 3_000, Some(2))));
         assert_eq!(end(&mut lane, 0, 2), Ending::Ended, "the answer with the new handle was lost");
 
-        // Retried with the old handle: as it stands, or changed again, as the channel's caller says.
+        // Retried with the old handle: the same change, answered as it stands.
         let mut lane = two_in_flight();
-        change_invisible(&mut lane, 0, 2, 5, 3_000, ChangeRetry::AsItStands);
-        let again = change_invisible(&mut lane, 0, 2, 6, 9_000, ChangeRetry::AsItStands).cloned();
+        change_invisible(&mut lane, 0, 2, 5, 3_000);
+        let again = change_invisible(&mut lane, 0, 2, 6, 9_000).cloned();
         assert_eq!(again.map(|f| (f.generation, f.invisible_until_ms)), Some((5, 3_000)));
-        let again = change_invisible(&mut lane, 0, 2, 6, 9_000, ChangeRetry::ChangeAgain).cloned();
-        assert_eq!(again.map(|f| (f.generation, f.renewed_from)), Some((6, Some(5))));
         // A redelivery ends both handles.
-        redeliver(&mut lane, 0, 6, 7, 9_000, 10_000);
-        assert_eq!(change_invisible(&mut lane, 0, 5, 8, 1, ChangeRetry::AsItStands), None);
-        assert_eq!(end(&mut lane, 0, 6), Ending::Stale);
+        redeliver(&mut lane, 0, 5, 7, 9_000, 10_000);
+        assert_eq!(change_invisible(&mut lane, 0, 5, 8, 1), None);
+        assert_eq!(end(&mut lane, 0, 2), Ending::Stale);
     }
 
     #[test]

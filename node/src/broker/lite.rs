@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::delivery::{self, ChangeRetry, Channel, Ending, Inflight};
+use crate::broker::delivery::{self, Channel, Ending, Inflight};
 use crate::broker::disk_table::{DiskKey, DiskResult, DiskTable};
 use crate::broker::group::GroupConfig;
 pub use crate::broker::group::{LiteBinding, LiteModel, MAX_LITE_QUOTA, UnknownLiteModel};
@@ -474,7 +474,7 @@ impl LiteTables {
                 Err(o) => Ok(o),
             },
             LiteCommand::Ack { receipts } => self.ack(receipts),
-            LiteCommand::Drop { receipt } => self.end(receipt),
+            LiteCommand::Drop { receipt } => self.drop_delivery(receipt),
             LiteCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
                 self.change_invisible(index, receipt, now_ms.saturating_add(*invisible_ms))
             }
@@ -616,8 +616,8 @@ impl LiteTables {
         })
     }
 
-    /// Ends the delivery `r` names: acked, or dropped after its last attempt. A delivery that
-    /// already ended is answered as done; one a redelivery replaced is stale.
+    /// Ends the delivery `r` names (an ack). A delivery that already ended is answered as done;
+    /// one a redelivery replaced is stale.
     fn end(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
         let mut p = self.progress_of(r.id, &r.group)?;
         Ok(match delivery::end(&mut p, r.offset, r.generation) {
@@ -630,18 +630,31 @@ impl LiteTables {
         })
     }
 
+    /// Ends the delivery `r` names for the dead-letter topic: only the current one, as for a
+    /// queue, so a dead letter applied again (a retried entry) stores no second copy.
+    fn drop_delivery(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
+        let mut p = self.progress_of(r.id, &r.group)?;
+        Ok(match delivery::end(&mut p, r.offset, r.generation) {
+            Ending::Ended => {
+                self.progress.insert((r.id, r.group.clone()), p);
+                LiteOutcome::Done
+            }
+            Ending::AlreadyOver | Ending::Stale => LiteOutcome::StaleReceipt,
+        })
+    }
+
     /// Gives the delivery `r` names a new invisible time and a new receipt (of generation
-    /// `index`); the handle it replaced still names it.
+    /// `index`); the handle it replaced still names it, and a retry with it is answered with the
+    /// delivery as it stands.
     fn change_invisible(&mut self, index: u64, r: &LiteReceipt, until_ms: i64) -> DiskResult<LiteOutcome> {
         let mut p = self.progress_of(r.id, &r.group)?;
-        // A retry with the handle the last change replaced changes it again: its answer carries
-        // this entry's generation, which the receipt returned below names.
-        let retry = ChangeRetry::ChangeAgain;
-        if delivery::change_invisible(&mut p, r.offset, r.generation, index, until_ms, retry).is_none() {
+        let Some(generation) =
+            delivery::change_invisible(&mut p, r.offset, r.generation, index, until_ms).map(|f| f.generation)
+        else {
             return Ok(LiteOutcome::StaleReceipt);
-        }
+        };
         self.progress.insert((r.id, r.group.clone()), p);
-        Ok(LiteOutcome::Renewed(LiteReceipt { generation: index, ..r.clone() }))
+        Ok(LiteOutcome::Renewed(LiteReceipt { generation, ..r.clone() }))
     }
 
     /// Deletes the lite topics of `parent` in `lites` nobody wrote to since `before_ms` (within

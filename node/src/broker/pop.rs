@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 pub use crate::broker::delivery::Inflight;
-use crate::broker::delivery::{self, ChangeRetry, Channel, Ending};
+use crate::broker::delivery::{self, Channel, Ending};
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::table::Table;
 
@@ -325,7 +325,7 @@ impl Consumption {
     fn extend(&mut self, r: &Receipt, generation: Option<u64>, until_ms: i64) -> ConsumeOutcome {
         let Some(q) = self.queues.get_mut(&r.key()) else { return ConsumeOutcome::StaleReceipt };
         let f = match generation {
-            Some(g) => delivery::change_invisible(q, r.offset, r.generation, g, until_ms, ChangeRetry::AsItStands),
+            Some(g) => delivery::change_invisible(q, r.offset, r.generation, g, until_ms),
             None => delivery::renew(q, r.offset, r.generation, until_ms),
         };
         let Some(f) = f else { return ConsumeOutcome::StaleReceipt };

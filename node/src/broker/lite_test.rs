@@ -173,7 +173,10 @@ fn an_unacked_batch_comes_back_in_order_then_goes_to_the_dead_letter_topic() {
     assert_eq!(dlq.message.body, Bytes::from("a0"));
     // The same dead letter again (a retried entry) ends nothing and stores no second copy, as
     // for a queue.
-    assert_eq!(n.commit(&Command::DeadLetter(letter)), Reply::Consume(crate::broker::pop::ConsumeOutcome::StaleReceipt));
+    assert_eq!(
+        n.commit(&Command::DeadLetter(letter)),
+        Reply::Consume(crate::broker::pop::ConsumeOutcome::StaleReceipt)
+    );
     assert_eq!(n.broker.queue_status("%DLQ%g")[0].next, 1);
     assert_eq!(plan(&n, "c1", 10, 22_000).dead.len(), 1, "a1 is still to go");
 }

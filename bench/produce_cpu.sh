@@ -4,9 +4,12 @@
 #
 #   bash bench/produce_cpu.sh                      # 100,000 messages, 512 in flight, batch 1
 #   CONCURRENCY=64 BATCH=16 bash bench/produce_cpu.sh
+#   CONCURRENCY=1 MESSAGES=3000 bash bench/produce_cpu.sh   # window 1
+#   CONSUME=1 bash bench/produce_cpu.sh            # POP receive + ack of MESSAGES sent first:
+#                                                  # 16 loops of up to 32 (bench/compare.sh's)
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), MESSAGES,
-# CONCURRENCY, BATCH, QUEUES (of the topic, default 8), ROCKRAFT_DATA (default a new
+# CONCURRENCY, BATCH, CONSUME, QUEUES (of the topic, default 8), ROCKRAFT_DATA (default a new
 # /tmp/rockraft-produce-cpu.XXXXXX; its cluster is stopped on exit). Sends go through all three
 # nodes, as `bench/compare.sh` does; a 5,000-message warm-up comes first.
 set -euo pipefail
@@ -38,7 +41,18 @@ brokers_ticks() {
 t0=$(brokers_ticks)
 # The client's CPU: bash's `times` in a subshell prints its children's user and system time on
 # its second line.
-out=$( (produce "$MESSAGES" | sed -n 1p; times) )
+if [ -n "${CONSUME:-}" ]; then
+  "$B" group create bench-readers > /dev/null
+  produce "$MESSAGES" > /dev/null
+  t0=$(brokers_ticks)
+  run() {
+    "$B" bench consume --endpoints "$endpoints" --topic BenchTopic --group bench-readers --messages "$1" \
+      --concurrency 16 --batch 32
+  }
+else
+  run() { produce "$1"; }
+fi
+out=$( (run "$MESSAGES" | sed -n 1p; times) )
 t1=$(brokers_ticks)
 echo "$out" | sed -n 1p
 echo "$out" | sed -n 3p | awk -v t=$((t1 - t0)) -v n="$MESSAGES" -v hz="$(getconf CLK_TCK)" '

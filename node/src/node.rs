@@ -16,7 +16,7 @@ use rockraft_proto::rockraft::admin_service_server::AdminServiceServer;
 use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
-use crate::admin::{AdminServer, NodeConfig};
+use crate::admin::{AdminParts, AdminServer, NodeConfig};
 use crate::auth::connections::ConnectionCap;
 use crate::auth::gate::ClientGate;
 use crate::auth::member::{Check, MemberCredentials};
@@ -258,8 +258,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let cluster = &node.cluster;
-    let admin = |server: fn(Cluster, Arc<NodeConfig>) -> AdminServer| {
-        AdminServiceServer::new(server(cluster.clone(), Arc::clone(&config)))
+    let admin_parts = AdminParts {
+        broker: node.parts.broker.clone(),
+        plugins: Arc::clone(&node.parts.plugins),
+        meters: node.parts.meters.clone(),
+    };
+    let admin = |server: fn(Cluster, AdminParts, Arc<NodeConfig>) -> AdminServer| {
+        AdminServiceServer::new(server(cluster.clone(), admin_parts.clone(), Arc::clone(&config)))
             .max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES)
     };
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
@@ -335,7 +340,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         .max_concurrent_streams(Some(config.limits.max_streams_per_connection))
         .add_service(ClientGate::new(messaging, authenticator))
         .serve_with_incoming_shutdown(client_incoming, stopped(stop_rx.clone()));
-    let http_state = crate::http::HttpState::new(cluster.clone(), Arc::clone(&config), node.log.clone());
+    let http_state =
+        crate::http::HttpState::new(cluster.clone(), admin_parts.clone(), Arc::clone(&config), node.log.clone());
     let http_task = tokio::spawn(crate::http::serve(http_listener, http_state, stopped(stop_rx.clone())));
     let raft_task = tokio::spawn(raft_server);
     let client_task = tokio::spawn(client_server);

@@ -23,7 +23,7 @@ impl AdminServer {
         secret: Option<Secret>,
         admin: Option<bool>,
     ) -> Result<String, AdminError> {
-        let user = self.cluster.broker().access(|t| t.user(&access_key).cloned());
+        let user = self.parts.broker.access(|t| t.user(&access_key).cloned());
         let user = user.ok_or_else(|| AdminError::NotFound(format!("no user {access_key}")))?;
         let secret = secret.unwrap_or(user.secret);
         let admin = admin.unwrap_or(user.admin);
@@ -37,7 +37,7 @@ impl AdminServer {
 
     /// Users by access key, whether they are admins and how many rules they have; no secrets.
     pub(super) fn list_users(&self) -> Vec<UserInfo> {
-        self.cluster.broker().access(|t| {
+        self.parts.broker.access(|t| {
             t.users
                 .iter()
                 .map(|(key, user)| UserInfo {
@@ -87,7 +87,7 @@ impl AdminServer {
                 Some((key.to_string(), resource))
             }
         };
-        let mut lines: Vec<AclLine> = self.cluster.broker().access(|t| {
+        let mut lines: Vec<AclLine> = self.parts.broker.access(|t| {
             let rows: Box<dyn Iterator<Item = _>> = match &start {
                 None => Box::new(t.rules.iter()),
                 Some(cursor) => Box::new(t.rules.range(cursor.clone()..).filter(move |(k, _)| *k != cursor)),

@@ -100,7 +100,7 @@ impl AdminServer {
         let deadline = tokio::time::Instant::now() + INIT_KEY_WAIT;
         let mut pause = std::time::Duration::from_millis(10);
         loop {
-            if self.cluster.broker().access(|t| !t.handle_keys.is_empty()) {
+            if self.parts.broker.access(|t| !t.handle_keys.is_empty()) {
                 return true;
             }
             if tokio::time::Instant::now() + pause > deadline {
@@ -176,13 +176,13 @@ impl AdminServer {
 
     /// This node's applied index and a digest of its replicated state.
     pub(super) fn digest(&self) -> Result<StateDigest, AdminError> {
-        let (applied, digest) = self.cluster.broker().digest()?;
+        let (applied, digest) = self.parts.broker.digest()?;
         Ok(StateDigest { applied, digest })
     }
 
     /// Each queue's ConsumeQueue span up to log index `upto` on this node.
     pub(super) async fn queue_spans(&self, upto: u64) -> Result<Vec<QueueSpan>, AdminError> {
-        let broker = self.cluster.broker().clone();
+        let broker = self.parts.broker.clone();
         Ok(tokio::task::spawn_blocking(move || broker.queue_spans(upto)).await.map_err(AdminError::fault)??)
     }
 
@@ -202,13 +202,13 @@ impl AdminServer {
                 "at most {MAX_CHECKSUMMED_RECORDS} records and {MAX_CHECKSUMS} checksums a request"
             )));
         }
-        let broker = self.cluster.broker().clone();
+        let broker = self.parts.broker.clone();
         let sums = tokio::task::spawn_blocking(move || broker.queue_checksums(&topic, queue, from, to, chunk));
         Ok(sums.await.map_err(AdminError::fault)??)
     }
 
     pub(super) fn settings(&self) -> ClusterSettings {
-        self.cluster.broker().settings()
+        self.parts.broker.settings()
     }
 
     pub(super) async fn configure(&self, change: SettingsChange) -> Result<String, AdminError> {
@@ -217,6 +217,6 @@ impl AdminServer {
 
     /// The failover history as this node has applied it, newest first.
     pub fn history(&self) -> Vec<Failover> {
-        self.cluster.broker().failovers()
+        self.parts.broker.failovers()
     }
 }

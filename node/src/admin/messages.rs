@@ -36,7 +36,7 @@ impl AdminServer {
         from: u64,
         limit: usize,
     ) -> Result<(Vec<MessageLine>, Option<u64>), AdminError> {
-        let broker = self.cluster.broker();
+        let broker = &self.parts.broker;
         let (start, end) = broker.queue_status(topic).get(queue as usize).map_or((0, 0), |q| (q.start, q.next));
         let mut out = Vec::new();
         let mut offset = from.max(start);
@@ -50,7 +50,7 @@ impl AdminServer {
     }
 
     pub(super) fn get_message(&self, id: &str) -> Result<Option<Found>, AdminError> {
-        let broker = self.cluster.broker();
+        let broker = &self.parts.broker;
         if let Some(found) = broker.find(id)? {
             return Ok(Some(Found::Stored(line(found))));
         }
@@ -68,13 +68,13 @@ impl AdminServer {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<HeldEntry>, AdminError> {
-        Ok(self.cluster.broker().held(timers, topic, all, after, limit)?)
+        Ok(self.parts.broker.held(timers, topic, all, after, limit)?)
     }
 
     /// Commits or rolls back a transactional half by message id, as an operator (a half the
     /// checker rolled back can still be committed while its message is kept).
     pub(super) async fn resolve_transaction(&self, message_id: String, commit: bool) -> Result<String, AdminError> {
-        let half = self.cluster.broker().find_held(&message_id)?.filter(|h| h.kind == "half");
+        let half = self.parts.broker.find_held(&message_id)?.filter(|h| h.kind == "half");
         let half =
             half.ok_or_else(|| AdminError::NotFound(format!("no transactional half with message id {message_id}")))?;
         let (_, position) = parse_transaction_id(&half.handle)

@@ -18,5 +18,5 @@ mod typed;
 pub use client::{AdminCall, AdminClient, CallError, CallOptions, Credentials, SignedChannel, call};
 pub use config::{BrokerConfig, ConfigError, LimitsConfig, Member, NodeConfig, RaftTimings, StorageConfig};
 pub use error::AdminError;
-pub use service::AdminServer;
+pub use service::{AdminParts, AdminServer};
 pub(crate) use typed::{MAX_PAGE, page_after};

@@ -18,12 +18,12 @@ impl AdminServer {
         kind: PluginKind,
         module: Vec<u8>,
     ) -> Result<String, AdminError> {
-        let host = self.cluster.plugins();
+        let host = &self.parts.plugins;
         if builtin::module(&name).is_some() {
             return Err(AdminError::Exists(format!("{name} is the name of a built-in plugin")));
         }
         // Checked again when applied; refused here before anything is compiled.
-        let max = self.cluster.broker().settings().max_module_bytes;
+        let max = self.parts.broker.settings().max_module_bytes;
         if module.len() as u64 > max {
             return Err(AdminError::Refused(format!(
                 "a module of {} bytes is over the cluster's max_module_bytes ({max}; `rockraft cluster configure \
@@ -62,11 +62,11 @@ impl AdminServer {
             Some(plugin) => {
                 // Read under the broker's lock; compiled (if it is not yet) after it is released.
                 let source = {
-                    let state = self.cluster.broker().state();
+                    let state = self.parts.broker.state();
                     ModuleSource::find(&state.meta.plugins, &plugin, kind)
                 };
                 let source = source.map_err(|e| AdminError::NotFound(e.to_string()))?;
-                let host = self.cluster.plugins();
+                let host = &self.parts.plugins;
                 let module = blocking(|| host.compiled(&source)).map_err(AdminError::fault)?;
                 blocking(|| module.check_expression(&config)).map_err(|e| {
                     AdminError::Invalid(format!("plugin {plugin} refuses the configuration {config:?}: {e}"))
@@ -91,8 +91,8 @@ impl AdminServer {
             fuel: u64,
             busy_ms: u64,
         }
-        let host = self.cluster.plugins();
-        let state = self.cluster.broker().state();
+        let host = &self.parts.plugins;
+        let state = self.parts.broker.state();
         let tables = &state.meta.plugins;
         let bound_to = |name: &str| -> Vec<String> {
             let groups =

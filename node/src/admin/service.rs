@@ -11,8 +11,10 @@ use crate::admin::NodeConfig;
 use crate::admin::error::AdminError;
 use crate::broker::pop::ConsumeOutcome;
 use crate::broker::transaction::TransactionOutcome;
-use crate::broker::{Command, Reply};
+use crate::broker::{Broker, Command, Reply};
 use crate::cluster::Cluster;
+use crate::metrics::Meters;
+use crate::plugin::PluginHost;
 
 /// The leader's admin service, on its raft port, as a member calls it.
 pub(super) type LeaderClient = AdminServiceClient<crate::raft::PeerChannel>;
@@ -31,19 +33,28 @@ enum Plane {
 #[derive(Clone)]
 pub struct AdminServer {
     pub(super) cluster: Cluster,
+    pub(super) parts: AdminParts,
     pub(super) config: Arc<NodeConfig>,
     plane: Plane,
 }
 
+/// What the admin service reads besides the cluster: this node's broker, plugin host and meters.
+#[derive(Clone)]
+pub struct AdminParts {
+    pub broker: Broker,
+    pub plugins: Arc<PluginHost>,
+    pub meters: Meters,
+}
+
 impl AdminServer {
     /// The admin service operators call (the admin listener, the status page).
-    pub fn new(cluster: Cluster, config: Arc<NodeConfig>) -> AdminServer {
-        AdminServer { cluster, config, plane: Plane::Operators }
+    pub fn new(cluster: Cluster, parts: AdminParts, config: Arc<NodeConfig>) -> AdminServer {
+        AdminServer { cluster, parts, config, plane: Plane::Operators }
     }
 
     /// The admin service on the raft port, where members pass operators' requests on.
-    pub fn for_members(cluster: Cluster, config: Arc<NodeConfig>) -> AdminServer {
-        AdminServer { cluster, config, plane: Plane::Members }
+    pub fn for_members(cluster: Cluster, parts: AdminParts, config: Arc<NodeConfig>) -> AdminServer {
+        AdminServer { cluster, parts, config, plane: Plane::Members }
     }
 
     /// Writes `command` through the log; what the broker answered, in words, or why not.

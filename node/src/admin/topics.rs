@@ -22,7 +22,7 @@ impl AdminServer {
 
     /// Every topic with its queues' spans and held counts, as this node has applied them.
     pub fn list_topics(&self) -> Vec<TopicInfo> {
-        let broker = self.cluster.broker();
+        let broker = &self.parts.broker;
         let held = broker.held_counts();
         broker
             .topics()
@@ -47,7 +47,7 @@ impl AdminServer {
     ) -> Result<(Vec<LiteTopicInfo>, Option<String>), AdminError> {
         let limit = limit.clamp(1, MAX_LITE_LISTING);
         // One more than shown: whether another page follows, and where it starts.
-        let mut rows = self.cluster.broker().lite_topics(parent, group, from, limit + 1)?;
+        let mut rows = self.parts.broker.lite_topics(parent, group, from, limit + 1)?;
         let next = if rows.len() > limit { rows.pop().map(|r| r.lite) } else { None };
         Ok((rows, next))
     }
@@ -62,7 +62,7 @@ impl AdminServer {
 
     /// Every group with its progress per topic, as this node has applied them.
     pub fn list_groups(&self) -> Vec<GroupInfo> {
-        let broker = self.cluster.broker();
+        let broker = &self.parts.broker;
         let progress = broker.group_progress();
         broker
             .groups()
@@ -77,7 +77,7 @@ impl AdminServer {
     /// On the leader, whose state is current: moves the group to each queue's first offset at or
     /// after the time; says where each queue now starts.
     pub(super) async fn reset_offset(&self, group: String, topic: String, time_ms: i64) -> Result<String, AdminError> {
-        let broker = self.cluster.broker();
+        let broker = &self.parts.broker;
         let no_topic = || AdminError::NotFound(format!("topic {topic} does not exist"));
         let config = broker.topic(&topic).ok_or_else(no_topic)?;
         if broker.group(&group).is_none() {

@@ -215,11 +215,11 @@ impl Cluster {
         &self.inner.group
     }
 
-    pub fn plugins(&self) -> &std::sync::Arc<crate::plugin::PluginHost> {
+    pub(in crate::cluster) fn plugins(&self) -> &std::sync::Arc<crate::plugin::PluginHost> {
         &self.inner.options.plugins
     }
 
-    pub fn broker(&self) -> &Broker {
+    pub(in crate::cluster) fn broker(&self) -> &Broker {
         &self.inner.broker
     }
 
@@ -276,11 +276,6 @@ impl Cluster {
     /// Every member's id and addresses.
     pub fn members(&self) -> Vec<(NodeId, NodeInfo)> {
         self.status().members.into_iter().map(|m| (m.id, m.info)).collect()
-    }
-
-    /// What this node counts, for `/metrics`.
-    pub fn meters(&self) -> &crate::metrics::Meters {
-        &self.inner.options.meters
     }
 
     fn leader_addr(&self) -> Result<String, ClusterError> {

@@ -26,7 +26,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
 use crate::admin::api::NodeStatus;
-use crate::admin::{AdminServer, NodeConfig};
+use crate::admin::{AdminParts, AdminServer, NodeConfig};
 use crate::cluster::Cluster;
 use crate::store::LogReader;
 
@@ -59,6 +59,7 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct HttpState {
     cluster: Cluster,
+    parts: AdminParts,
     admin: AdminServer,
     log: LogReader,
     data_dir: PathBuf,
@@ -69,11 +70,12 @@ pub struct HttpState {
 }
 
 impl HttpState {
-    pub fn new(cluster: Cluster, config: std::sync::Arc<NodeConfig>, log: LogReader) -> HttpState {
+    pub fn new(cluster: Cluster, parts: AdminParts, config: std::sync::Arc<NodeConfig>, log: LogReader) -> HttpState {
         let data_dir = config.data_dir.clone();
         let insecure = config.insecure_listeners();
         let page = Arc::new(page::Cached::default());
-        HttpState { admin: AdminServer::new(cluster.clone(), config), cluster, log, data_dir, insecure, page }
+        let admin = AdminServer::new(cluster.clone(), parts.clone(), config);
+        HttpState { admin, cluster, parts, log, data_dir, insecure, page }
     }
 
     /// Every member's status as it reports it (this node's own without a call), `None` for a
@@ -167,7 +169,7 @@ async fn serve_bounded(
 
 async fn metrics(State(state): State<HttpState>) -> Response {
     let mut text = String::new();
-    let encoded = state.cluster.meters().encode(&mut text).and_then(|()| scrape::encode(&state, &mut text));
+    let encoded = state.parts.meters.encode(&mut text).and_then(|()| scrape::encode(&state, &mut text));
     match encoded {
         Ok(()) => {
             ([(header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], text).into_response()

@@ -106,7 +106,7 @@ pub(super) struct View {
 
 impl View {
     pub(super) async fn gather(state: &HttpState) -> View {
-        state.cluster.meters().status_page_gathered();
+        state.parts.meters.status_page_gathered();
         let own = state.admin.status();
         let members = state.members(&own).await;
         let refusing = state

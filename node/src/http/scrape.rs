@@ -84,7 +84,7 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
     });
     s.gauges("raft_replication_lag_entries", "On the leader: entries each follower has yet to store", lag);
 
-    let broker = state.cluster.broker();
+    let broker = &state.parts.broker;
     let held = broker.held_counts();
     let topics = broker.topics();
     let mut stored = Vec::new();

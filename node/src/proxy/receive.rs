@@ -183,8 +183,7 @@ impl Proxy {
         if let Err(e) = self.cluster.catch_up().await {
             tracing::debug!(error = %e, "could not catch up before answering group-not-found");
         }
-        self.cluster
-            .broker()
+        self.broker
             .group(name)
             .ok_or_else(|| Rejection::new(Code::ConsumerGroupNotFound, format!("consumer group {name} does not exist")))
     }

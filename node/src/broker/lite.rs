@@ -608,7 +608,7 @@ impl LiteTables {
     fn ack(&mut self, receipts: &[LiteReceipt]) -> DiskResult<LiteOutcome> {
         let mut each = Vec::with_capacity(receipts.len());
         for r in receipts {
-            each.push(self.end(r)?);
+            each.push(self.ack_one(r)?);
         }
         Ok(match each.len() {
             1 => each.pop().unwrap_or(LiteOutcome::StaleReceipt),
@@ -616,29 +616,30 @@ impl LiteTables {
         })
     }
 
-    /// Ends the delivery `r` names (an ack). A delivery that already ended is answered as done;
-    /// one a redelivery replaced is stale.
-    fn end(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
+    /// Ends the delivery `r` names, if it is the current one, and says how it stood.
+    fn end(&mut self, r: &LiteReceipt) -> DiskResult<Ending> {
         let mut p = self.progress_of(r.id, &r.group)?;
-        Ok(match delivery::end(&mut p, r.offset, r.generation) {
-            Ending::Ended => {
-                self.progress.insert((r.id, r.group.clone()), p);
-                LiteOutcome::Done
-            }
-            Ending::AlreadyOver => LiteOutcome::Done,
+        let ending = delivery::end(&mut p, r.offset, r.generation);
+        if ending == Ending::Ended {
+            self.progress.insert((r.id, r.group.clone()), p);
+        }
+        Ok(ending)
+    }
+
+    /// An ack: a delivery that already ended is answered as done; one a redelivery replaced is
+    /// stale.
+    fn ack_one(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
+        Ok(match self.end(r)? {
+            Ending::Ended | Ending::AlreadyOver => LiteOutcome::Done,
             Ending::Stale => LiteOutcome::StaleReceipt,
         })
     }
 
-    /// Ends the delivery `r` names for the dead-letter topic: only the current one, as for a
-    /// queue, so a dead letter applied again (a retried entry) stores no second copy.
+    /// For the dead-letter topic: only the current delivery ends, as for a queue, so a dead
+    /// letter applied again (a retried entry) stores no second copy.
     fn drop_delivery(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
-        let mut p = self.progress_of(r.id, &r.group)?;
-        Ok(match delivery::end(&mut p, r.offset, r.generation) {
-            Ending::Ended => {
-                self.progress.insert((r.id, r.group.clone()), p);
-                LiteOutcome::Done
-            }
+        Ok(match self.end(r)? {
+            Ending::Ended => LiteOutcome::Done,
             Ending::AlreadyOver | Ending::Stale => LiteOutcome::StaleReceipt,
         })
     }

@@ -17,8 +17,8 @@ use openraft::storage::RaftStateMachine;
 use prost::Message;
 use rockraft::broker::MatchAll;
 use rockraft::broker::group::GroupConfig;
-use rockraft::broker::lite::{LiteActor, LiteBinding, LiteCommand, LiteModel, LiteReceipt, LiteRequest, SyncAction};
-use rockraft::broker::pop::{ConsumeCommand, Receipt};
+use rockraft::broker::lite::{LiteActor, LiteBinding, LiteCommand, LiteModel, LiteRequest, SyncAction};
+use rockraft::broker::pop::{ChannelId, ConsumeCommand, Receipt};
 use rockraft::broker::{AdminCommand, Broker, BrokerOptions, Command, LogPosition, PopRequest};
 use rockraft::raft::StateMachine;
 use rockraft::store::{CommitLog, LogConfig, RecordMeta};
@@ -271,7 +271,7 @@ fn workload(r: &mut Replica, round: u64) {
         let receipt = Receipt {
             group: "g".into(),
             topic: "T".into(),
-            queue_id: take.queue_id,
+            channel: ChannelId::Queue(take.queue_id),
             offset: *offset,
             generation: index,
         };
@@ -336,8 +336,9 @@ fn lite_workload(r: &mut Replica, round: u64, base: i64) {
     let index = r.next - 1;
     if let Some(take) = r.broker.lite_topics("L", Some("lg"), "", 100).unwrap().iter().find(|t| t.inflight > 0) {
         let id = r.broker.lite_id("L", &take.lite).unwrap();
-        let receipt = LiteReceipt { group: "lg".into(), id, offset: 0, generation: index };
-        r.commit(&Command::Lite(LiteCommand::Ack { receipts: vec![receipt] }));
+        let channel = ChannelId::Lite(id);
+        let receipt = Receipt { group: "lg".into(), topic: "L".into(), channel, offset: 0, generation: index };
+        r.commit(&Command::Consume(ConsumeCommand::Ack(receipt)));
     }
     if round % 3 == 2 {
         let before_ms = base - 60_000;

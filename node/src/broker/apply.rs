@@ -11,11 +11,12 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use crate::broker::Reply;
 use crate::broker::command::{AdminCommand, Command, DecodeError, Steps};
+use crate::broker::delivery::{ChannelId, Settle, Settled};
 use crate::broker::effects::Effects;
 use crate::broker::failover::{self, Failover};
 use crate::broker::group::GroupConfig;
 use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
-use crate::broker::lite::{LiteCommand, LiteOutcome, LiteReceipt};
+use crate::broker::lite::LiteCommand;
 use crate::broker::metadata::Metadata;
 use crate::broker::partition::Partition;
 use crate::broker::plugins::PluginCommand;
@@ -240,11 +241,43 @@ impl Partition {
         }
     }
 
+    /// Pops and resets change the queues; acks, changes of invisible time and renewals settle
+    /// each delivery on the channel its receipt names, a queue's or a lite topic's alike.
     fn apply_consume(&mut self, index: u64, command: ConsumeCommand, fx: &mut Effects) -> Reply {
         let wakes = command.wakes(&self.consumption).map(str::to_string);
-        let outcome = self.consumption.apply(index, &command);
+        let outcome = match command.settlements(index) {
+            None => self.consumption.apply(index, &command),
+            Some((steps, each)) => {
+                let mut outcomes = Vec::with_capacity(steps.len());
+                for (r, step) in steps {
+                    match self.settle(r, step, fx) {
+                        Some(settled) => outcomes.push(settled.into()),
+                        None => return Reply::Rejected("reading lite topic state failed".into()),
+                    }
+                }
+                ConsumeOutcome::of(outcomes, each)
+            }
+        };
         fx.wakes.extend(wakes);
         Reply::Consume(outcome)
+    }
+
+    /// Takes `step` on the delivery `r` names; `None` if the disk failed (`fx` says so). What
+    /// settles a lite delivery may make its lite topic deliverable again.
+    fn settle(&mut self, r: &Receipt, step: Settle, fx: &mut Effects) -> Option<Settled> {
+        if let ChannelId::Queue(_) = r.channel {
+            return Some(self.consumption.settle(r, step));
+        }
+        let settled = match self.lite.settle(r, step) {
+            Ok(settled) => settled,
+            Err(e) => return fx.fail_with(e, None),
+        };
+        // The parent as the group is bound to it (a receipt of an earlier release names none).
+        let groups = &self.consumption.groups;
+        if let Some(parent) = groups.get(&r.group).and_then(|g| g.lite.as_ref()).map(|b| b.topic.clone()) {
+            fx.wakes.push(parent);
+        }
+        Some(settled)
     }
 
     fn apply_lite(&mut self, index: u64, command: LiteCommand, fx: &mut Effects) -> Reply {
@@ -254,12 +287,8 @@ impl Partition {
             Ok(outcome) => outcome,
             Err(e) => return fx.fail_with(e, Reply::Rejected("reading lite topic state failed".into())),
         };
-        // Whatever ends or moves a delivery may make its lite topic deliverable again.
+        // A sync may hand lite topics to a client that waits for them.
         let group = match &command {
-            LiteCommand::Ack { receipts } => receipts.first().map(|r| r.group.as_str()),
-            LiteCommand::ChangeInvisible { receipt, .. } | LiteCommand::Drop { receipt } => {
-                Some(receipt.group.as_str())
-            }
             LiteCommand::Sync { group, .. } => Some(group.as_str()),
             _ => None,
         };
@@ -279,13 +308,11 @@ impl Partition {
         if with_copy && !self.topics.contains_key(&dlq) {
             return Reply::TopicNotFound(dlq);
         }
-        if let Some(id) = d.lite_id {
-            let lite = LiteReceipt { group: d.group.clone(), id, offset: d.offset, generation: d.generation };
-            let groups = &self.consumption.groups;
-            match self.lite.apply(index, &LiteCommand::Drop { receipt: lite }, &|g| groups.get(g).cloned()) {
-                Ok(LiteOutcome::Done) => fx.wakes.push(d.topic.clone()),
-                Ok(_) => return Reply::Consume(ConsumeOutcome::StaleReceipt),
-                Err(e) => return fx.fail_with(e, Reply::Rejected("reading lite topic state failed".into())),
+        if let ChannelId::Lite(_) = receipt.channel {
+            match self.settle(&receipt, Settle::DeadLetter, fx) {
+                Some(Settled::Done) => {}
+                Some(_) => return Reply::Consume(ConsumeOutcome::StaleReceipt),
+                None => return Reply::Rejected("reading lite topic state failed".into()),
             }
         } else {
             let frees = self.consumption.frees_message_group(&receipt);
@@ -318,7 +345,7 @@ fn dead_letter_receipt(d: &DeadLetter) -> Receipt {
     Receipt {
         group: d.group.clone(),
         topic: d.topic.clone(),
-        queue_id: d.queue_id,
+        channel: d.lite_id.map_or(ChannelId::Queue(d.queue_id), ChannelId::Lite),
         offset: d.offset,
         generation: d.generation,
     }

@@ -16,6 +16,90 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Which channel of a (group, topic) a delivery is on: a queue of the topic, or one of its lite
+/// topics, by id (a lite topic that expired and is written to again has a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ChannelId {
+    Queue(u32),
+    Lite(u64),
+}
+
+/// One delivery, as a pop made it or a change of invisible time renewed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub channel: ChannelId,
+    pub offset: u64,
+    pub attempt: u32,
+    pub generation: u64,
+    pub invisible_until_ms: i64,
+}
+
+/// Names one delivery, as a receipt handle does: acks, changes of invisible time, renewals and
+/// dead letters name it this way whatever the channel. For a lite topic `topic` is its parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "ReceiptForm", into = "ReceiptForm")]
+pub struct Receipt {
+    pub group: String,
+    pub topic: String,
+    pub channel: ChannelId,
+    pub offset: u64,
+    pub generation: u64,
+}
+
+/// A receipt's serde form, flat as the entries of earlier releases wrote a queue's (format 1).
+#[derive(Serialize, Deserialize)]
+struct ReceiptForm {
+    group: String,
+    topic: String,
+    #[serde(default)]
+    queue_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lite_id: Option<u64>,
+    offset: u64,
+    generation: u64,
+}
+
+impl From<ReceiptForm> for Receipt {
+    fn from(r: ReceiptForm) -> Receipt {
+        let channel = r.lite_id.map_or(ChannelId::Queue(r.queue_id), ChannelId::Lite);
+        Receipt { group: r.group, topic: r.topic, channel, offset: r.offset, generation: r.generation }
+    }
+}
+
+impl From<Receipt> for ReceiptForm {
+    fn from(r: Receipt) -> ReceiptForm {
+        let (queue_id, lite_id) = match r.channel {
+            ChannelId::Queue(q) => (q, None),
+            ChannelId::Lite(id) => (0, Some(id)),
+        };
+        ReceiptForm { group: r.group, topic: r.topic, queue_id, lite_id, offset: r.offset, generation: r.generation }
+    }
+}
+
+impl Delivery {
+    /// The delivery `f` at `offset` of `channel`.
+    pub fn of(channel: ChannelId, offset: u64, f: &Inflight) -> Delivery {
+        Delivery {
+            channel,
+            offset,
+            attempt: f.attempt,
+            generation: f.generation,
+            invisible_until_ms: f.invisible_until_ms,
+        }
+    }
+
+    /// The receipt naming this delivery of `group` on `topic`.
+    pub fn receipt(&self, group: &str, topic: &str) -> Receipt {
+        Receipt {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            channel: self.channel,
+            offset: self.offset,
+            generation: self.generation,
+        }
+    }
+}
+
 /// One delivery in flight. Stored in queue and lite progress rows (sled and snapshots, as JSON):
 /// its serde form must not change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +247,53 @@ pub fn renew<C: Channel>(ch: &mut C, offset: u64, generation: u64, invisible_unt
     let f = ch.inflight_mut().get_mut(&offset).filter(|f| f.named_by(generation))?;
     f.invisible_until_ms = f.invisible_until_ms.max(invisible_until_ms);
     Some(f)
+}
+
+/// What a receipt asks of the delivery it names, on any channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// The consumer is done with it: a delivery that already ended is answered as done.
+    Ack,
+    /// It goes to the dead-letter topic: only the current delivery ends, so a dead letter
+    /// applied again stores no second copy.
+    DeadLetter,
+    /// A new invisible time and a new handle (of `generation`, the entry's index).
+    ChangeInvisible { generation: u64, until_ms: i64 },
+    /// A longer invisible time, keeping the handle.
+    Renew { until_ms: i64 },
+}
+
+/// What settling a delivery answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Done,
+    /// The delivery as it stands after a change of invisible time or a renewal.
+    Renewed(Delivery),
+    /// The receipt named no current delivery: acked already, redelivered since, or made up.
+    Stale,
+}
+
+/// Takes `step` on the delivery `r` names in `ch` (the channel `r.channel` names). Also whether
+/// the channel changed.
+pub fn settle<C: Channel>(ch: &mut C, r: &Receipt, step: Settle) -> (Settled, bool) {
+    let (offset, generation) = (r.offset, r.generation);
+    match step {
+        Settle::Ack | Settle::DeadLetter => match (end(ch, offset, generation), step) {
+            (Ending::Ended, _) => (Settled::Done, true),
+            (Ending::AlreadyOver, Settle::Ack) => (Settled::Done, false),
+            _ => (Settled::Stale, false),
+        },
+        Settle::ChangeInvisible { generation: new, until_ms } => {
+            match change_invisible(ch, offset, generation, new, until_ms) {
+                Some(f) => (Settled::Renewed(Delivery::of(r.channel, offset, f)), true),
+                None => (Settled::Stale, false),
+            }
+        }
+        Settle::Renew { until_ms } => match renew(ch, offset, generation, until_ms) {
+            Some(f) => (Settled::Renewed(Delivery::of(r.channel, offset, f)), true),
+            None => (Settled::Stale, false),
+        },
+    }
 }
 
 /// What a plan does with a channel's deliveries in flight at some time.

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::delivery::{self, Channel, Ending, Inflight};
+use crate::broker::delivery::{self, Channel, ChannelId, Delivery, Inflight, Receipt, Settle, Settled};
 use crate::broker::disk_table::{DiskKey, DiskResult, DiskTable};
 use crate::broker::group::GroupConfig;
 pub use crate::broker::group::{LiteBinding, LiteModel, MAX_LITE_QUOTA, UnknownLiteModel};
@@ -269,26 +269,43 @@ pub struct LitePop {
     pub invisible_ms: i64,
     pub takes: Vec<LiteTake>,
     /// Expired deliveries to hand out again, with the generation the proposer saw.
-    pub redeliveries: Vec<(String, LiteReceipt)>,
+    pub redeliveries: Vec<LiteRedelivery>,
 }
 
-/// Names one lite delivery, as its receipt handle does.
+/// An expired delivery of lite topic `lite` (id `id`) to hand out again: stale if the message
+/// was acked or redelivered since the proposer saw `generation`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiteReceipt {
-    pub group: String,
-    pub id: u64,
-    pub offset: u64,
-    pub generation: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiteDelivery {
+#[serde(from = "RedeliveryForm", into = "RedeliveryForm")]
+pub struct LiteRedelivery {
     pub lite: String,
     pub id: u64,
     pub offset: u64,
-    pub attempt: u32,
     pub generation: u64,
-    pub invisible_until_ms: i64,
+}
+
+/// A lite redelivery's serde form, as entries of format 1 wrote it: the lite topic's name and
+/// the delivery's receipt.
+type RedeliveryForm = (String, LiteReceiptForm);
+
+#[derive(Serialize, Deserialize)]
+struct LiteReceiptForm {
+    group: String,
+    id: u64,
+    offset: u64,
+    generation: u64,
+}
+
+impl From<RedeliveryForm> for LiteRedelivery {
+    fn from((lite, r): RedeliveryForm) -> LiteRedelivery {
+        LiteRedelivery { lite, id: r.id, offset: r.offset, generation: r.generation }
+    }
+}
+
+impl From<LiteRedelivery> for RedeliveryForm {
+    fn from(r: LiteRedelivery) -> RedeliveryForm {
+        // The group is the pop's; the receipt's copy of it is never read.
+        (r.lite, LiteReceiptForm { group: String::new(), id: r.id, offset: r.offset, generation: r.generation })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,28 +321,13 @@ pub enum LiteCommand {
         #[serde(default, skip_serializing_if = "LiteActor::is_open")]
         by: LiteActor,
     },
+    /// A receive: its deliveries are acked, changed and dead-lettered by receipt, as a queue's
+    /// are (`ConsumeCommand`, `DeadLetter`).
     Pop(LitePop),
-    Ack {
-        receipts: Vec<LiteReceipt>,
-    },
-    ChangeInvisible {
-        receipt: LiteReceipt,
-        now_ms: i64,
-        invisible_ms: i64,
-    },
-    /// Ends a delivery without an ack: the message went to the group's dead-letter topic (or is
-    /// gone), after its last attempt.
-    Drop {
-        receipt: LiteReceipt,
-    },
     /// Deletes lite topics of `parent` nobody wrote to since `before_ms` (the leader's clock
     /// minus the parent's TTL): records, progress and subscriptions. A lite topic written to
     /// since the leader looked is kept.
-    Expire {
-        parent: String,
-        before_ms: i64,
-        lites: Vec<(String, u64)>,
-    },
+    Expire { parent: String, before_ms: i64, lites: Vec<(String, u64)> },
     /// Forgets a client's subscriptions (it went away).
     Unsubscribe {
         group: String,
@@ -338,7 +340,7 @@ pub enum LiteCommand {
 impl LiteCommand {
     pub fn set_time(&mut self, now: i64) {
         match self {
-            LiteCommand::Sync { now_ms, .. } | LiteCommand::ChangeInvisible { now_ms, .. } => *now_ms = now,
+            LiteCommand::Sync { now_ms, .. } => *now_ms = now,
             LiteCommand::Pop(p) => p.now_ms = now,
             _ => {}
         }
@@ -359,11 +361,11 @@ pub enum LiteOutcome {
     IllegalGroup(String),
     IllegalLiteTopic(String),
     QuotaExceeded(String),
-    Delivered(Vec<LiteDelivery>),
-    /// The delivery with its new generation.
-    Renewed(LiteReceipt),
-    StaleReceipt,
-    Each(Vec<LiteOutcome>),
+    /// The deliveries of a receive, with the names of their lite topics by id.
+    Delivered {
+        deliveries: Vec<Delivery>,
+        names: BTreeMap<u64, String>,
+    },
     /// The client's subscriptions belong to another user: nothing was changed or delivered.
     NotOwner(String),
 }
@@ -473,11 +475,6 @@ impl LiteTables {
                 Ok((group, _)) => self.pop(index, &group, pop),
                 Err(o) => Ok(o),
             },
-            LiteCommand::Ack { receipts } => self.ack(receipts),
-            LiteCommand::Drop { receipt } => self.drop_delivery(receipt),
-            LiteCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
-                self.change_invisible(index, receipt, now_ms.saturating_add(*invisible_ms))
-            }
             LiteCommand::Expire { parent, before_ms, lites } => self.expire(parent, *before_ms, lites, group_of),
             LiteCommand::Unsubscribe { group, client, by } => Ok(self.unsubscribe(group, client, by)),
         }
@@ -567,20 +564,15 @@ impl LiteTables {
             return Ok(LiteOutcome::NotOwner(why));
         }
         let until = pop.now_ms.saturating_add(pop.invisible_ms);
-        let mut delivered = Vec::new();
-        for (lite, r) in &pop.redeliveries {
-            let (id, offset) = (r.id, r.offset);
-            let mut p = self.progress_of(id, &group.name)?;
-            let Some(f) = delivery::redeliver(&mut p, offset, r.generation, index, pop.now_ms, until) else { continue };
-            delivered.push(LiteDelivery {
-                lite: lite.clone(),
-                id,
-                offset,
-                attempt: f.attempt,
-                generation: index,
-                invisible_until_ms: until,
-            });
-            self.progress.insert((id, group.name.clone()), p);
+        let (mut deliveries, mut names) = (Vec::new(), BTreeMap::new());
+        for r in &pop.redeliveries {
+            let mut p = self.progress_of(r.id, &group.name)?;
+            let Some(f) = delivery::redeliver(&mut p, r.offset, r.generation, index, pop.now_ms, until) else {
+                continue;
+            };
+            deliveries.push(Delivery::of(ChannelId::Lite(r.id), r.offset, f));
+            names.insert(r.id, r.lite.clone());
+            self.progress.insert((r.id, group.name.clone()), p);
         }
         for take in &pop.takes {
             let mut p = self.progress_of(take.id, &group.name)?;
@@ -588,74 +580,25 @@ impl LiteTables {
                 continue;
             }
             for &offset in &take.deliver {
-                delivery::deliver(&mut p, offset, String::new(), index, until);
-                delivered.push(LiteDelivery {
-                    lite: take.lite.clone(),
-                    id: take.id,
-                    offset,
-                    attempt: 1,
-                    generation: index,
-                    invisible_until_ms: until,
-                });
+                let f = delivery::deliver(&mut p, offset, String::new(), index, until);
+                deliveries.push(Delivery::of(ChannelId::Lite(take.id), offset, f));
+                names.insert(take.id, take.lite.clone());
             }
             p.position = take.to;
             self.progress.insert((take.id, group.name.clone()), p);
         }
-        Ok(LiteOutcome::Delivered(delivered))
+        Ok(LiteOutcome::Delivered { deliveries, names })
     }
 
-    /// Acks: one outcome for one receipt, one each for several.
-    fn ack(&mut self, receipts: &[LiteReceipt]) -> DiskResult<LiteOutcome> {
-        let mut each = Vec::with_capacity(receipts.len());
-        for r in receipts {
-            each.push(self.ack_one(r)?);
+    /// Takes `step` on the lite delivery `r` names (a queue's receipt names none here).
+    pub fn settle(&mut self, r: &Receipt, step: Settle) -> DiskResult<Settled> {
+        let ChannelId::Lite(id) = r.channel else { return Ok(Settled::Stale) };
+        let mut p = self.progress_of(id, &r.group)?;
+        let (settled, changed) = delivery::settle(&mut p, r, step);
+        if changed {
+            self.progress.insert((id, r.group.clone()), p);
         }
-        Ok(match each.len() {
-            1 => each.pop().unwrap_or(LiteOutcome::StaleReceipt),
-            _ => LiteOutcome::Each(each),
-        })
-    }
-
-    /// Ends the delivery `r` names, if it is the current one, and says how it stood.
-    fn end(&mut self, r: &LiteReceipt) -> DiskResult<Ending> {
-        let mut p = self.progress_of(r.id, &r.group)?;
-        let ending = delivery::end(&mut p, r.offset, r.generation);
-        if ending == Ending::Ended {
-            self.progress.insert((r.id, r.group.clone()), p);
-        }
-        Ok(ending)
-    }
-
-    /// An ack: a delivery that already ended is answered as done; one a redelivery replaced is
-    /// stale.
-    fn ack_one(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
-        Ok(match self.end(r)? {
-            Ending::Ended | Ending::AlreadyOver => LiteOutcome::Done,
-            Ending::Stale => LiteOutcome::StaleReceipt,
-        })
-    }
-
-    /// For the dead-letter topic: only the current delivery ends, as for a queue, so a dead
-    /// letter applied again (a retried entry) stores no second copy.
-    fn drop_delivery(&mut self, r: &LiteReceipt) -> DiskResult<LiteOutcome> {
-        Ok(match self.end(r)? {
-            Ending::Ended => LiteOutcome::Done,
-            Ending::AlreadyOver | Ending::Stale => LiteOutcome::StaleReceipt,
-        })
-    }
-
-    /// Gives the delivery `r` names a new invisible time and a new receipt (of generation
-    /// `index`); the handle it replaced still names it, and a retry with it is answered with the
-    /// delivery as it stands.
-    fn change_invisible(&mut self, index: u64, r: &LiteReceipt, until_ms: i64) -> DiskResult<LiteOutcome> {
-        let mut p = self.progress_of(r.id, &r.group)?;
-        let Some(generation) =
-            delivery::change_invisible(&mut p, r.offset, r.generation, index, until_ms).map(|f| f.generation)
-        else {
-            return Ok(LiteOutcome::StaleReceipt);
-        };
-        self.progress.insert((r.id, r.group.clone()), p);
-        Ok(LiteOutcome::Renewed(LiteReceipt { generation, ..r.clone() }))
+        Ok(settled)
     }
 
     /// Deletes the lite topics of `parent` in `lites` nobody wrote to since `before_ms` (within
@@ -753,7 +696,7 @@ pub struct LitePlan {
     pub pop: LitePop,
     /// Deliveries that used their last attempt, with their lite topic: they go to the
     /// dead-letter topic.
-    pub dead: Vec<(String, LiteReceipt)>,
+    pub dead: Vec<(String, Receipt)>,
     /// When the earliest delivery in flight of the lite topics looked at falls due.
     pub next_due_ms: Option<i64>,
     /// Whether every subscribed lite topic was looked at (else the scan limit stopped it).
@@ -830,12 +773,21 @@ impl LiteTables {
             }
             if !p.inflight.is_empty() {
                 let due = delivery::due(&p, r.now_ms, r.group.max_attempts, &mut budget, &mut plan.next_due_ms);
-                let receipt = |(offset, generation)| {
-                    let receipt = LiteReceipt { group: r.group.name.clone(), id: row.id, offset, generation };
+                let dead = |(offset, generation)| {
+                    let channel = ChannelId::Lite(row.id);
+                    let receipt = Receipt {
+                        group: r.group.name.clone(),
+                        topic: r.parent.to_string(),
+                        channel,
+                        offset,
+                        generation,
+                    };
                     (lite.to_string(), receipt)
                 };
-                plan.dead.extend(due.dead.into_iter().map(receipt));
-                plan.pop.redeliveries.extend(due.redeliver.into_iter().map(receipt));
+                plan.dead.extend(due.dead.into_iter().map(dead));
+                let again =
+                    |(offset, generation)| LiteRedelivery { lite: lite.to_string(), id: row.id, offset, generation };
+                plan.pop.redeliveries.extend(due.redeliver.into_iter().map(again));
                 continue;
             }
             if row.next <= p.position {

@@ -4,8 +4,9 @@
 use prost::Message as _;
 use rockraft_proto::rockraft::{DeadLetter, StoredMessage};
 
-use crate::broker::lite::{LiteActor, LiteName, LitePlan, LiteReceipt, LiteRequest, LiteTopicInfo};
-use crate::broker::pop_plan::dead_letter_copy;
+use crate::broker::delivery::{ChannelId, Receipt};
+use crate::broker::lite::{LiteActor, LiteName, LitePlan, LiteRequest, LiteTopicInfo};
+use crate::broker::pop_plan::{dead_letter, dead_letter_copy};
 use crate::broker::read::message_in;
 use crate::broker::{Broker, BrokerError, SendBatchQueues, StoredEntry, split_position};
 
@@ -126,25 +127,14 @@ impl Broker {
         Ok((expired, next))
     }
 
-    /// The dead letter for a lite delivery that used its last attempt: it ends the delivery and
-    /// copies the message to the group's dead-letter topic (no copy if the log no longer has it).
-    pub fn lite_dead_letter_of(
-        &self,
-        parent: &str,
-        lite: &str,
-        r: &LiteReceipt,
-        now_ms: i64,
-    ) -> Result<DeadLetter, BrokerError> {
-        let entry = self.read_lite(parent, lite, r.id, r.offset)?;
-        let batch = entry.map(|e| dead_letter_copy(&r.group, e.raw, now_ms));
-        Ok(DeadLetter {
-            group: r.group.clone(),
-            topic: parent.to_string(),
-            queue_id: 0,
-            offset: r.offset,
-            generation: r.generation,
-            batch,
-            lite_id: Some(r.id),
-        })
+    /// The dead letter for a lite delivery (of lite topic `lite`) that used its last attempt:
+    /// it ends the delivery and copies the message to the group's dead-letter topic (no copy if
+    /// the log no longer has it).
+    pub fn lite_dead_letter_of(&self, lite: &str, r: &Receipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
+        let ChannelId::Lite(id) = r.channel else {
+            return Err(BrokerError::BadRequest("the receipt names a queue, not a lite topic".into()));
+        };
+        let entry = self.read_lite(&r.topic, lite, id, r.offset)?;
+        Ok(dead_letter(r, entry.map(|e| dead_letter_copy(&r.group, e.raw, now_ms))))
     }
 }

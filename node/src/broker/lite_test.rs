@@ -7,10 +7,9 @@ use rockraft_proto::rockraft::{SendBatch, StoredMessage};
 
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::{
-    LiteActor, LiteBinding, LiteCommand, LiteModel, LiteOutcome, LitePlan, LiteReceipt, LiteRequest, LiteSubscription,
-    SyncAction,
+    LiteActor, LiteBinding, LiteCommand, LiteModel, LiteOutcome, LitePlan, LiteRequest, LiteSubscription, SyncAction,
 };
-use crate::broker::pop::ConsumeCommand;
+use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::state_test::{Node, node};
 use crate::broker::{AdminCommand, Command, Reply, TopicConfig, TopicKind};
 
@@ -86,30 +85,39 @@ fn plan_as(n: &Node, by: &LiteActor, client: &str, max: usize, now_ms: i64) -> L
 }
 
 /// Plans and commits a receive; the bodies delivered, in order, with their receipts.
-fn receive(n: &mut Node, client: &str, max: usize, now_ms: i64) -> Vec<(String, LiteReceipt)> {
+fn receive(n: &mut Node, client: &str, max: usize, now_ms: i64) -> Vec<(String, Receipt)> {
     receive_as(n, &LiteActor::Open, client, max, now_ms)
 }
 
-fn receive_as(n: &mut Node, by: &LiteActor, client: &str, max: usize, now_ms: i64) -> Vec<(String, LiteReceipt)> {
+fn receive_as(n: &mut Node, by: &LiteActor, client: &str, max: usize, now_ms: i64) -> Vec<(String, Receipt)> {
     let plan = plan_as(n, by, client, max, now_ms);
-    let Reply::Lite(LiteOutcome::Delivered(ds)) = n.commit(&Command::Lite(LiteCommand::Pop(plan.pop))) else {
+    let Reply::Lite(LiteOutcome::Delivered { deliveries, names }) =
+        n.commit(&Command::Lite(LiteCommand::Pop(plan.pop)))
+    else {
         panic!("not delivered")
     };
-    ds.iter()
+    deliveries
+        .iter()
         .map(|d| {
-            let e = n.broker.read_lite(PARENT, &d.lite, d.id, d.offset).unwrap().unwrap();
+            let ChannelId::Lite(id) = d.channel else { panic!("a lite delivery: {d:?}") };
+            let e = n.broker.read_lite(PARENT, &names[&id], id, d.offset).unwrap().unwrap();
             assert!(!e.message.lite_topic.is_empty(), "a lite message keeps its lite topic");
             let body = String::from_utf8(e.message.body.to_vec()).unwrap();
-            (body, LiteReceipt { group: "g".into(), id: d.id, offset: d.offset, generation: d.generation })
+            (body, d.receipt("g", PARENT))
         })
         .collect()
 }
 
-fn ack(n: &mut Node, receipts: Vec<LiteReceipt>) -> Reply {
-    n.commit(&Command::Lite(LiteCommand::Ack { receipts }))
+/// Acks by receipt, as for a queue: one outcome for one, one each for several.
+fn ack(n: &mut Node, receipts: Vec<Receipt>) -> Reply {
+    n.commit(&Command::Consume(ConsumeCommand::Acks { receipts }))
 }
 
-fn bodies(got: &[(String, LiteReceipt)]) -> Vec<&str> {
+fn acked(outcomes: &[ConsumeOutcome]) -> Reply {
+    Reply::Consume(ConsumeOutcome::Each(outcomes.to_vec()))
+}
+
+fn bodies(got: &[(String, Receipt)]) -> Vec<&str> {
     got.iter().map(|(b, _)| b.as_str()).collect()
 }
 
@@ -135,17 +143,17 @@ fn a_client_receives_only_its_lite_topics_each_in_order_one_batch_at_a_time() {
     send(&mut n, 1002, &[("a", "a3")]);
     assert!(receive(&mut n, "client-1", 10, 2001).is_empty());
     // Acking a's batch lets a's next message go; b's batch is still out.
-    let a_receipts: Vec<LiteReceipt> =
-        first.iter().filter(|(b, _)| b.starts_with('a')).map(|(_, r)| r.clone()).collect();
-    assert!(
-        matches!(ack(&mut n, a_receipts.clone()), Reply::Lite(LiteOutcome::Each(e)) if e.iter().all(|o| *o == LiteOutcome::Done))
+    let a_receipts: Vec<Receipt> = first.iter().filter(|(b, _)| b.starts_with('a')).map(|(_, r)| r.clone()).collect();
+    assert_eq!(
+        ack(&mut n, a_receipts.clone()),
+        acked(&[ConsumeOutcome::Done, ConsumeOutcome::Done, ConsumeOutcome::Done])
     );
     assert_eq!(bodies(&receive(&mut n, "client-1", 10, 2002)), vec!["a3"]);
     // An ack again of what ended is done; a made-up generation is stale.
-    assert_eq!(ack(&mut n, vec![a_receipts[0].clone()]), Reply::Lite(LiteOutcome::Done));
+    assert_eq!(ack(&mut n, vec![a_receipts[0].clone()]), acked(&[ConsumeOutcome::Done]));
     let mut forged = first[3].1.clone();
     forged.generation += 1;
-    assert_eq!(ack(&mut n, vec![forged]), Reply::Lite(LiteOutcome::StaleReceipt));
+    assert_eq!(ack(&mut n, vec![forged]), acked(&[ConsumeOutcome::StaleReceipt]));
     let rows = n.broker.lite_topics(PARENT, Some("g"), "b", 1).unwrap();
     assert_eq!((rows[0].lite.as_str(), rows[0].backlog, rows[0].inflight), ("b", 0, 2));
 }
@@ -167,16 +175,13 @@ fn an_unacked_batch_comes_back_in_order_then_goes_to_the_dead_letter_topic() {
     assert!(p.pop.redeliveries.is_empty());
     assert_eq!(p.dead.len(), 2);
     let (lite, receipt) = &p.dead[0];
-    let letter = n.broker.lite_dead_letter_of(PARENT, lite, receipt, 22_000).unwrap();
+    let letter = n.broker.lite_dead_letter_of(lite, receipt, 22_000).unwrap();
     assert!(matches!(n.commit(&Command::DeadLetter(letter.clone())), Reply::Consume(_)));
     let dlq = n.broker.read("%DLQ%g", 0, 0).unwrap().unwrap();
     assert_eq!(dlq.message.body, Bytes::from("a0"));
     // The same dead letter again (a retried entry) ends nothing and stores no second copy, as
     // for a queue.
-    assert_eq!(
-        n.commit(&Command::DeadLetter(letter)),
-        Reply::Consume(crate::broker::pop::ConsumeOutcome::StaleReceipt)
-    );
+    assert_eq!(n.commit(&Command::DeadLetter(letter)), Reply::Consume(ConsumeOutcome::StaleReceipt));
     assert_eq!(n.broker.queue_status("%DLQ%g")[0].next, 1);
     assert_eq!(plan(&n, "c1", 10, 22_000).dead.len(), 1, "a1 is still to go");
 }
@@ -441,6 +446,33 @@ fn subscriptions_and_entries_written_before_owners_were_kept_still_read() {
     }
 }
 
+/// A lite ack written by an earlier release (format 3: a lite command, its receipt naming no
+/// parent) ends the delivery as an ack of this release does, and the next batch goes out.
+#[test]
+fn a_lite_ack_of_an_earlier_release_still_ends_its_delivery() {
+    use rockraft_proto::rockraft::log as pb;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("a", "a0")]);
+    sync(&mut n, "c1", SyncAction::Add, &["a"]);
+    let got = receive(&mut n, "c1", 10, 2000);
+    send(&mut n, 2001, &[("a", "a1")]);
+    assert!(receive(&mut n, "c1", 10, 2002).is_empty(), "a0 is in flight");
+    let ChannelId::Lite(id) = got[0].1.channel else { panic!("a lite receipt") };
+    let r = &got[0].1;
+    let old = pb::LiteCommand {
+        op: Some(pb::lite_command::Op::Ack(pb::LiteAcks {
+            receipts: vec![pb::LiteReceipt { group: r.group.clone(), id, offset: r.offset, generation: r.generation }],
+        })),
+    };
+    let mut payload = vec![b'R', 3, crate::broker::command::envelope::Kind::Lite as u8];
+    payload.extend_from_slice(&old.encode_to_vec());
+    let reply = n.commit_bytes(Bytes::from(payload)).unwrap();
+    assert_eq!(reply, acked(&[ConsumeOutcome::Done]));
+    assert_eq!(bodies(&receive(&mut n, "c1", 10, 2003)), vec!["a1"]);
+}
+
 #[test]
 fn a_changed_invisible_time_holds_the_delivery_back_and_either_handle_acks_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -450,16 +482,21 @@ fn a_changed_invisible_time_holds_the_delivery_back_and_either_handle_acks_it() 
     sync(&mut n, "c1", SyncAction::Add, &["a"]);
     let got = receive(&mut n, "c1", 10, 2000);
     let (first, second) = (got[0].1.clone(), got[1].1.clone());
-    let change = |receipt: &LiteReceipt| {
-        Command::Lite(LiteCommand::ChangeInvisible { receipt: receipt.clone(), now_ms: 2000, invisible_ms: 30_000 })
+    let change = |receipt: &Receipt| {
+        Command::Consume(ConsumeCommand::ChangeInvisible {
+            receipt: receipt.clone(),
+            now_ms: 2000,
+            invisible_ms: 30_000,
+        })
     };
-    let Reply::Lite(LiteOutcome::Renewed(renewed)) = n.commit(&change(&first)) else { panic!("renewed") };
+    let Reply::Consume(ConsumeOutcome::Renewed(d)) = n.commit(&change(&first)) else { panic!("renewed") };
+    let renewed = d.receipt("g", PARENT);
     assert_ne!(renewed.generation, first.generation, "a new receipt");
     // The other delivery falls due at 12 000; the changed one not before 32 000.
     assert_eq!(bodies(&receive(&mut n, "c1", 10, 12_000)), vec!["a1"]);
-    assert_eq!(ack(&mut n, vec![second]), Reply::Lite(LiteOutcome::StaleReceipt), "redelivered since");
+    assert_eq!(ack(&mut n, vec![second]), acked(&[ConsumeOutcome::StaleReceipt]), "redelivered since");
     // The answer with the new receipt was lost: the old one still acks the delivery.
-    assert_eq!(ack(&mut n, vec![first.clone()]), Reply::Lite(LiteOutcome::Done));
-    assert_eq!(ack(&mut n, vec![renewed]), Reply::Lite(LiteOutcome::Done), "over already");
-    assert!(matches!(n.commit(&change(&first)), Reply::Lite(LiteOutcome::StaleReceipt)));
+    assert_eq!(ack(&mut n, vec![first.clone()]), acked(&[ConsumeOutcome::Done]));
+    assert_eq!(ack(&mut n, vec![renewed]), acked(&[ConsumeOutcome::Done]), "over already");
+    assert_eq!(n.commit(&change(&first)), Reply::Consume(ConsumeOutcome::StaleReceipt));
 }

@@ -15,13 +15,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::broker::delivery::Inflight;
-use crate::broker::delivery::{self, Channel, Ending};
+use crate::broker::delivery::{self, Channel, Settle, Settled};
+pub use crate::broker::delivery::{ChannelId, Delivery, Inflight, Receipt};
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::table::Table;
 
 /// (group, topic, queue id).
 pub type PopKey = (String, String, u32);
+
+/// The queue a receipt names, if it names one (not a lite topic).
+pub fn queue_key(r: &Receipt) -> Option<PopKey> {
+    match r.channel {
+        ChannelId::Queue(queue_id) => Some((r.group.clone(), r.topic.clone(), queue_id)),
+        ChannelId::Lite(_) => None,
+    }
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PopQueue {
@@ -54,16 +62,6 @@ impl PopQueue {
     pub fn busy_groups(&self) -> BTreeSet<&str> {
         self.inflight.values().map(|f| f.message_group.as_str()).filter(|g| !g.is_empty()).collect()
     }
-}
-
-/// One delivery made by a [`ConsumeCommand::Pop`] or renewed by a change of invisible time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Delivery {
-    pub queue_id: u32,
-    pub offset: u64,
-    pub attempt: u32,
-    pub generation: u64,
-    pub invisible_until_ms: i64,
 }
 
 /// New messages taken from one queue: the proposer looked at `from..to`.
@@ -105,22 +103,6 @@ pub struct Pop {
     /// (as the leader hands them out), and those that gave an `attempt_id` have it recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub receives: Vec<(Option<String>, u32)>,
-}
-
-/// Names one delivery, as a receipt handle does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Receipt {
-    pub group: String,
-    pub topic: String,
-    pub queue_id: u32,
-    pub offset: u64,
-    pub generation: u64,
-}
-
-impl Receipt {
-    pub fn key(&self) -> PopKey {
-        (self.group.clone(), self.topic.clone(), self.queue_id)
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,13 +161,41 @@ impl ConsumeCommand {
     /// The topic whose waiting receivers may find something deliverable once this applies to
     /// `before`: a freed message group, a due time moved, a new position. Pops, renewals and
     /// unordered acks free nothing, and waking every receiver for them would be wasted work.
+    /// The deliveries this command settles by receipt, each with its step, and whether it is
+    /// answered with one outcome per receipt ([`ConsumeOutcome::Each`]). `None` for a command
+    /// that names no receipt. Receipts of queues and of lite topics alike.
+    pub fn settlements(&self, index: u64) -> Option<(Vec<(&Receipt, Settle)>, bool)> {
+        let change = |now_ms: i64, invisible_ms: i64| Settle::ChangeInvisible {
+            generation: index,
+            until_ms: now_ms.saturating_add(invisible_ms),
+        };
+        let renew = |now_ms: i64, invisible_ms: i64| Settle::Renew { until_ms: now_ms.saturating_add(invisible_ms) };
+        Some(match self {
+            ConsumeCommand::Ack(r) => (vec![(r, Settle::Ack)], false),
+            ConsumeCommand::Acks { receipts } => (receipts.iter().map(|r| (r, Settle::Ack)).collect(), true),
+            ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
+                (vec![(receipt, change(*now_ms, *invisible_ms))], false)
+            }
+            ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => {
+                (vec![(receipt, renew(*now_ms, *invisible_ms))], false)
+            }
+            ConsumeCommand::RenewMany { renewals, now_ms } => {
+                (renewals.iter().map(|(r, invisible_ms)| (r, renew(*now_ms, *invisible_ms))).collect(), true)
+            }
+            ConsumeCommand::CreateGroup(_)
+            | ConsumeCommand::DeleteGroup { .. }
+            | ConsumeCommand::Pop(_)
+            | ConsumeCommand::ResetOffset { .. } => return None,
+        })
+    }
+
     pub fn wakes<'a>(&'a self, before: &Consumption) -> Option<&'a str> {
         match self {
             ConsumeCommand::Ack(r) => before.frees_message_group(r).then_some(r.topic.as_str()),
             ConsumeCommand::Acks { receipts: rs } => {
                 rs.iter().find(|r| before.frees_message_group(r)).map(|r| r.topic.as_str())
             }
-            ConsumeCommand::ChangeInvisible { receipt: r, .. } => Some(&r.topic),
+            ConsumeCommand::ChangeInvisible { receipt: r, .. } => queue_key(r).is_some().then_some(r.topic.as_str()),
             ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
             ConsumeCommand::Pop(_)
             | ConsumeCommand::Renew { .. }
@@ -214,6 +224,26 @@ pub enum ConsumeOutcome {
     Each(Vec<ConsumeOutcome>),
 }
 
+impl ConsumeOutcome {
+    /// One outcome, or one per receipt.
+    pub fn of(mut outcomes: Vec<ConsumeOutcome>, each: bool) -> ConsumeOutcome {
+        match (each, outcomes.len()) {
+            (false, 1) => outcomes.pop().unwrap_or(ConsumeOutcome::StaleReceipt),
+            _ => ConsumeOutcome::Each(outcomes),
+        }
+    }
+}
+
+impl From<Settled> for ConsumeOutcome {
+    fn from(s: Settled) -> ConsumeOutcome {
+        match s {
+            Settled::Done => ConsumeOutcome::Done,
+            Settled::Renewed(d) => ConsumeOutcome::Renewed(d),
+            Settled::Stale => ConsumeOutcome::StaleReceipt,
+        }
+    }
+}
+
 /// Consumer groups and their POP state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Consumption {
@@ -228,15 +258,13 @@ pub struct Consumption {
 }
 
 impl Consumption {
-    /// Ends the delivery `r` names, if it is still the current one. An ack of a delivery that
-    /// already ended (acked, its retry answered lost, or dead-lettered) is answered as done: the
-    /// message will not come again either way. A handle a redelivery replaced is stale.
-    fn ack(&mut self, r: &Receipt) -> ConsumeOutcome {
-        let Some(q) = self.queues.get_mut(&r.key()) else { return ConsumeOutcome::StaleReceipt };
-        match delivery::end(q, r.offset, r.generation) {
-            Ending::Ended | Ending::AlreadyOver => ConsumeOutcome::Done,
-            Ending::Stale => ConsumeOutcome::StaleReceipt,
-        }
+    /// Takes `step` on the queue delivery `r` names (a lite topic's receipt names none here).
+    /// An ack of a delivery that already ended (acked, its retry answered lost, or
+    /// dead-lettered) is answered as done: the message will not come again either way. A handle
+    /// a redelivery replaced is stale.
+    pub fn settle(&mut self, r: &Receipt, step: Settle) -> Settled {
+        let Some(q) = queue_key(r).and_then(|key| self.queues.get_mut(&key)) else { return Settled::Stale };
+        delivery::settle(q, r, step).0
     }
 
     /// Applies `command`, committed at `index`.
@@ -256,21 +284,14 @@ impl Consumption {
                 }
                 ConsumeOutcome::Delivered(self.pop(index, pop))
             }
-            ConsumeCommand::Ack(r) => self.ack(r),
-            ConsumeCommand::Acks { receipts } => ConsumeOutcome::Each(receipts.iter().map(|r| self.ack(r)).collect()),
-            ConsumeCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
-                // A new generation: the old receipt handle stops working.
-                self.extend(receipt, Some(index), now_ms.saturating_add(*invisible_ms))
+            ConsumeCommand::Ack(_)
+            | ConsumeCommand::Acks { .. }
+            | ConsumeCommand::ChangeInvisible { .. }
+            | ConsumeCommand::Renew { .. }
+            | ConsumeCommand::RenewMany { .. } => {
+                let (steps, each) = command.settlements(index).unwrap_or_default();
+                ConsumeOutcome::of(steps.into_iter().map(|(r, step)| self.settle(r, step).into()).collect(), each)
             }
-            ConsumeCommand::Renew { receipt, now_ms, invisible_ms } => {
-                self.extend(receipt, None, now_ms.saturating_add(*invisible_ms))
-            }
-            ConsumeCommand::RenewMany { renewals, now_ms } => ConsumeOutcome::Each(
-                renewals
-                    .iter()
-                    .map(|(r, invisible_ms)| self.extend(r, None, now_ms.saturating_add(*invisible_ms)))
-                    .collect(),
-            ),
             ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions } => {
                 if !self.groups.contains_key(group) {
                     return ConsumeOutcome::GroupNotFound(group.clone());
@@ -290,9 +311,8 @@ impl Consumption {
     /// Ends the delivery `receipt` names, if it is current: the message goes to the group's
     /// dead-letter topic (created if `with_copy` and it is missing). False if the receipt is stale.
     pub fn dead_letter(&mut self, index: u64, receipt: &Receipt, with_copy: bool) -> bool {
-        let Some(q) = self.queues.get_mut(&receipt.key()) else { return false };
         // Only the current delivery: one already over has had its dead letter, or its ack.
-        if delivery::end(q, receipt.offset, receipt.generation) != Ending::Ended {
+        if self.settle(receipt, Settle::DeadLetter) != Settled::Done {
             return false;
         }
         if with_copy {
@@ -303,7 +323,7 @@ impl Consumption {
 
     /// Whether ending the delivery `r` names lets its message group's next message go out.
     pub fn frees_message_group(&self, r: &Receipt) -> bool {
-        let q = self.queues.get(&r.key());
+        let q = queue_key(r).and_then(|key| self.queues.get(&key));
         q.and_then(|q| delivery::current(q, r.offset, r.generation)).is_some_and(|f| !f.message_group.is_empty())
     }
 
@@ -320,24 +340,6 @@ impl Consumption {
         self.queues.remove_where(|(_, t, _)| t == topic);
     }
 
-    /// Sets a current delivery's invisible time (a renewal only ever extends it) and, if given,
-    /// its new generation.
-    fn extend(&mut self, r: &Receipt, generation: Option<u64>, until_ms: i64) -> ConsumeOutcome {
-        let Some(q) = self.queues.get_mut(&r.key()) else { return ConsumeOutcome::StaleReceipt };
-        let f = match generation {
-            Some(g) => delivery::change_invisible(q, r.offset, r.generation, g, until_ms),
-            None => delivery::renew(q, r.offset, r.generation, until_ms),
-        };
-        let Some(f) = f else { return ConsumeOutcome::StaleReceipt };
-        ConsumeOutcome::Renewed(Delivery {
-            queue_id: r.queue_id,
-            offset: r.offset,
-            attempt: f.attempt,
-            generation: f.generation,
-            invisible_until_ms: f.invisible_until_ms,
-        })
-    }
-
     fn pop(&mut self, index: u64, pop: &Pop) -> Vec<Delivery> {
         let invisible_until_ms = pop.now_ms.saturating_add(pop.invisible_ms);
         let mut out = Vec::new();
@@ -346,13 +348,7 @@ impl Consumption {
             let Some(q) = self.queues.get_mut(&key) else { continue };
             let again = delivery::redeliver(q, r.offset, r.generation, index, pop.now_ms, invisible_until_ms);
             let Some(f) = again else { continue };
-            out.push(Delivery {
-                queue_id: r.queue_id,
-                offset: r.offset,
-                attempt: f.attempt,
-                generation: index,
-                invisible_until_ms,
-            });
+            out.push(Delivery::of(ChannelId::Queue(r.queue_id), r.offset, f));
         }
         for take in &pop.takes {
             let key = (pop.group.clone(), pop.topic.clone(), take.queue_id);
@@ -368,14 +364,8 @@ impl Consumption {
             let q = self.queues.get_or_insert_with(key.clone(), fresh);
             for (offset, group) in &take.deliver {
                 q.held.remove(offset);
-                delivery::deliver(q, *offset, group.clone(), index, invisible_until_ms);
-                out.push(Delivery {
-                    queue_id: take.queue_id,
-                    offset: *offset,
-                    attempt: 1,
-                    generation: index,
-                    invisible_until_ms,
-                });
+                let f = delivery::deliver(q, *offset, group.clone(), index, invisible_until_ms);
+                out.push(Delivery::of(ChannelId::Queue(take.queue_id), *offset, f));
             }
             for (offset, group) in &take.hold {
                 q.held.insert(*offset, group.clone());
@@ -391,8 +381,8 @@ impl Consumption {
         let mut deliveries = out.iter();
         for (attempt_id, count) in &pop.receives {
             for d in deliveries.by_ref().take(*count as usize) {
-                let Some(attempt_id) = attempt_id else { continue };
-                let key = (pop.group.clone(), pop.topic.clone(), d.queue_id);
+                let (Some(attempt_id), ChannelId::Queue(queue_id)) = (attempt_id, d.channel) else { continue };
+                let key = (pop.group.clone(), pop.topic.clone(), queue_id);
                 if let Some(f) = self.queues.get_mut(&key).and_then(|q| q.inflight.get_mut(&d.offset)) {
                     f.receive_attempt = Some(attempt_id.clone());
                 }
@@ -408,17 +398,12 @@ impl Consumption {
             .range(from..)
             .take_while(|((g, t, _), _)| g == group && t == topic)
             .flat_map(|((_, _, queue_id), q)| {
-                q.inflight.iter().filter_map(move |(&offset, f)| {
-                    (f.receive_attempt.as_deref() == Some(attempt_id) && f.invisible_until_ms > now_ms).then_some(
-                        Delivery {
-                            queue_id: *queue_id,
-                            offset,
-                            attempt: f.attempt,
-                            generation: f.generation,
-                            invisible_until_ms: f.invisible_until_ms,
-                        },
-                    )
-                })
+                q.inflight
+                    .iter()
+                    .filter(move |(_, f)| {
+                        f.receive_attempt.as_deref() == Some(attempt_id) && f.invisible_until_ms > now_ms
+                    })
+                    .map(move |(&offset, f)| Delivery::of(ChannelId::Queue(*queue_id), offset, f))
             })
             .collect()
     }
@@ -486,7 +471,7 @@ mod tests {
     }
 
     fn receipt(offset: u64, generation: u64) -> Receipt {
-        Receipt { group: "g".into(), topic: "t".into(), queue_id: 0, offset, generation }
+        Receipt { group: "g".into(), topic: "t".into(), channel: ChannelId::Queue(0), offset, generation }
     }
 
     #[test]

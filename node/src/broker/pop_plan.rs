@@ -16,7 +16,7 @@ use crate::broker::delivery;
 use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::message_view::MessageView;
 use crate::broker::plugins::FilterUnavailable;
-use crate::broker::pop::{Pop, PopQueue, QueueTake, Receipt, Redelivery};
+use crate::broker::pop::{ChannelId, Pop, PopQueue, QueueTake, Receipt, Redelivery};
 use crate::broker::read::message_in;
 use crate::broker::state::QueueRange;
 use crate::broker::{Broker, BrokerError, StoredView, TopicConfig, split_position};
@@ -184,8 +184,9 @@ impl Broker {
                 if plan.dead_letters.len() >= DEAD_LETTERS_PER_PLAN {
                     break;
                 }
+                let channel = ChannelId::Queue(queue_id);
                 let receipt =
-                    Receipt { group: r.group.name.clone(), topic: topic.to_string(), queue_id, offset, generation };
+                    Receipt { group: r.group.name.clone(), topic: topic.to_string(), channel, offset, generation };
                 match self.dead_letter_of(&receipt, r.now_ms) {
                     Ok(d) => plan.dead_letters.push(d),
                     // It stays in flight; the next plan tries again.
@@ -355,22 +356,33 @@ impl Broker {
     /// The command that moves the delivery `receipt` names to the group's dead-letter topic,
     /// carrying a copy of the message (none only if retention already took it).
     pub fn dead_letter_of(&self, receipt: &Receipt, now_ms: i64) -> Result<DeadLetter, BrokerError> {
-        let entry = self.read(&receipt.topic, receipt.queue_id, receipt.offset)?;
-        let start = self.state().data.queues.get(&(receipt.topic.clone(), receipt.queue_id)).map_or(0, |r| r.start);
+        let ChannelId::Queue(queue_id) = receipt.channel else {
+            return Err(BrokerError::BadRequest("a lite delivery is dead-lettered with its lite topic".into()));
+        };
+        let entry = self.read(&receipt.topic, queue_id, receipt.offset)?;
+        let start = self.state().data.queues.get(&(receipt.topic.clone(), queue_id)).map_or(0, |r| r.start);
         if entry.is_none() && receipt.offset >= start {
             // Not applied here yet: never dead-letter a message without its copy.
             return Err(BrokerError::BadRequest(format!("message at offset {} is not known here yet", receipt.offset)));
         }
-        let batch = entry.map(|e| dead_letter_copy(&receipt.group, e.raw, now_ms));
-        Ok(DeadLetter {
-            group: receipt.group.clone(),
-            topic: receipt.topic.clone(),
-            queue_id: receipt.queue_id,
-            offset: receipt.offset,
-            generation: receipt.generation,
-            batch,
-            lite_id: None,
-        })
+        Ok(dead_letter(receipt, entry.map(|e| dead_letter_copy(&receipt.group, e.raw, now_ms))))
+    }
+}
+
+/// The dead letter that ends the delivery `r` names, with the message's copy if there is one.
+pub(crate) fn dead_letter(r: &Receipt, batch: Option<SendBatch>) -> DeadLetter {
+    let (queue_id, lite_id) = match r.channel {
+        ChannelId::Queue(queue_id) => (queue_id, None),
+        ChannelId::Lite(id) => (0, Some(id)),
+    };
+    DeadLetter {
+        group: r.group.clone(),
+        topic: r.topic.clone(),
+        queue_id,
+        offset: r.offset,
+        generation: r.generation,
+        batch,
+        lite_id,
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::broker::StoredView;
 use crate::broker::group::{GroupConfig, dead_letter_topic};
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
+use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
 use crate::broker::pop_plan::{MatchAll, MessageFilter};
 use crate::broker::state_test::{Node, create, no_membership, node, send};
 use crate::broker::{Command, PopRequest, Reply, TopicConfig};
@@ -49,7 +49,12 @@ fn pop(
 }
 
 fn receipt(g: &str, t: &str, d: &Delivery) -> Receipt {
-    Receipt { group: g.into(), topic: t.into(), queue_id: d.queue_id, offset: d.offset, generation: d.generation }
+    d.receipt(g, t)
+}
+
+fn queue_of(d: &Delivery) -> u32 {
+    let ChannelId::Queue(q) = d.channel else { panic!("a queue's delivery: {d:?}") };
+    q
 }
 
 fn consumption(n: &Node) -> Consumption {
@@ -152,9 +157,9 @@ fn a_selective_filter_over_many_queues_delivers_each_match_once_within_the_budge
             break;
         }
         for d in got {
-            let id = n.broker.read("T", d.queue_id, d.offset).unwrap().unwrap().message.message_id;
+            let id = n.broker.read("T", queue_of(&d), d.offset).unwrap().unwrap().message.message_id;
             assert!(id.ends_with('0'), "{id} does not pass the filter");
-            assert!(delivered.insert((d.queue_id, id.clone())), "{id} delivered twice");
+            assert!(delivered.insert((queue_of(&d), id.clone())), "{id} delivered twice");
         }
     }
     assert_eq!(delivered, expected);
@@ -179,7 +184,13 @@ fn after_max_attempts_a_copy_goes_to_the_dead_letter_topic_once() {
     assert_eq!((dead.message.message_id.as_str(), &dead.message.body[..]), ("doomed", &b"body of doomed"[..]));
     assert!(consumption(&n).queues.get(&("g".to_string(), "T".to_string(), 1)).unwrap().inflight.is_empty());
     // The same dead letter again (a retry) is stale: no second copy.
-    let r = Receipt { group: "g".into(), topic: "T".into(), queue_id: 1, offset: 0, generation: last.generation };
+    let r = Receipt {
+        group: "g".into(),
+        topic: "T".into(),
+        channel: ChannelId::Queue(1),
+        offset: 0,
+        generation: last.generation,
+    };
     let again = n.broker.dead_letter_of(&r, 1300);
     assert!(again.is_ok());
     let reply = n.commit(&Command::DeadLetter(again.unwrap()));

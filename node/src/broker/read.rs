@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::group::GroupConfig;
 use crate::broker::message_view::MessageView;
-use crate::broker::pop::Receipt;
+use crate::broker::pop::{Receipt, queue_key};
 use crate::broker::state::{LogPosition, MembershipRecord, QueueRange};
 use crate::broker::topic::TopicConfig;
 use crate::broker::{Broker, BrokerError, Command, split_position};
@@ -298,7 +298,7 @@ impl Broker {
     /// Whether `r` names a delivery that is in flight now.
     pub fn is_current(&self, r: &Receipt) -> bool {
         let state = self.state();
-        let q = state.data.consumption.queues.get(&r.key());
+        let q = queue_key(r).and_then(|key| state.data.consumption.queues.get(&key));
         q.and_then(|q| q.inflight.get(&r.offset)).is_some_and(|f| f.named_by(r.generation))
     }
 

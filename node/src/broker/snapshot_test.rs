@@ -7,7 +7,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use crate::broker::group::GroupConfig;
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::pop_plan::MatchAll;
 use crate::broker::state_test::{Node, create, lid, no_membership, node, send};
 use crate::broker::timer::{TimerCommand, parse_recall_handle};
@@ -248,7 +248,7 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
                         p.inflight.iter().next().map(|(o, f)| Receipt {
                             group: g.clone(),
                             topic: t.clone(),
-                            queue_id: *q,
+                            channel: ChannelId::Queue(*q),
                             offset: *o,
                             generation: f.generation,
                         })

@@ -61,9 +61,7 @@ impl Cluster {
             passed_over = !plan.scanned_all && fruitless < plan.subscribed;
         }
         for (lite, dead) in &plan.dead {
-            let letter = broker
-                .lite_dead_letter_of(&order.topic, lite, dead, now)
-                .map_err(|e| PopError::Internal(e.to_string()))?;
+            let letter = broker.lite_dead_letter_of(lite, dead, now).map_err(|e| PopError::Internal(e.to_string()))?;
             // A failure leaves the delivery in flight: the next receive tries again.
             if let Err(e) = self.write(&Command::DeadLetter(letter)).await {
                 tracing::warn!(error = %e, "moving a lite message to the dead-letter topic failed");
@@ -75,7 +73,9 @@ impl Cluster {
         }
         let outcome = self.request(LiteCommand::Pop(plan.pop)).await?;
         match outcome.map_err(|refusal| PopError::Internal(refusal.to_string()))? {
-            LiteOutcome::Delivered(lite) => Ok(Popped { lite, next_due_in_ms, passed_over, ..Default::default() }),
+            LiteOutcome::Delivered { deliveries, names } => {
+                Ok(Popped { deliveries, lite_topics: names, next_due_in_ms, passed_over })
+            }
             LiteOutcome::GroupNotFound(g) => Err(PopError::GroupNotFound(g)),
             LiteOutcome::NotOwner(why) => Err(PopError::Forbidden(why)),
             other => Err(PopError::Internal(format!("a lite pop answered {other:?}"))),

@@ -4,10 +4,10 @@
 //! nodes.
 //! (Apply checks each pop's expectations anyway; this keeps them from failing.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use crate::broker::lite::{LiteActor, LiteDelivery};
+use crate::broker::lite::LiteActor;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::{Command, PopRequest};
 use crate::cluster::clock::now_ms;
@@ -37,6 +37,7 @@ pub struct PopOrder {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Popped {
+    /// Of queues, or of lite topics for a lite receive.
     pub deliveries: Vec<Delivery>,
     /// How long until the earliest invisible delivery falls due, if any; relative, as the leader's
     /// clock and the receiving node's may differ.
@@ -44,8 +45,8 @@ pub struct Popped {
     /// The pop passed over messages its filter did not want: there may be more to look at past
     /// them, so a receive that got nothing asks again at once instead of waiting.
     pub passed_over: bool,
-    /// The deliveries of a lite receive.
-    pub lite: Vec<LiteDelivery>,
+    /// The names of the lite topics of lite deliveries, by id.
+    pub lite_topics: BTreeMap<u64, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,8 +118,7 @@ impl Cluster {
             async |peers, addr| {
                 let popped = peers.pop(addr, order).await?;
                 // The messages are read from this node's store: wait until it has applied the pop.
-                let generations =
-                    popped.deliveries.iter().map(|d| d.generation).chain(popped.lite.iter().map(|d| d.generation));
+                let generations = popped.deliveries.iter().map(|d| d.generation);
                 if let Some(last) = generations.max()
                     && let Err(e) = self.wait_applied(last).await
                 {
@@ -231,7 +231,7 @@ impl Cluster {
                 let mut deliveries = deliveries.into_iter();
                 for w in round {
                     let own = deliveries.by_ref().take(w.order.max_messages).collect();
-                    let popped = Popped { deliveries: own, next_due_in_ms, passed_over, lite: Vec::new() };
+                    let popped = Popped { deliveries: own, next_due_in_ms, passed_over, ..Default::default() };
                     let _ = w.answer.send(Ok(popped));
                 }
             }
@@ -284,7 +284,7 @@ impl Cluster {
         let outcome = self.request(ConsumeCommand::Pop(plan.pop)).await?;
         match outcome.map_err(|refusal| PopError::Internal(refusal.to_string()))? {
             ConsumeOutcome::Delivered(deliveries) => {
-                Ok(Popped { deliveries, next_due_in_ms, passed_over, lite: Vec::new() })
+                Ok(Popped { deliveries, next_due_in_ms, passed_over, ..Default::default() })
             }
             ConsumeOutcome::GroupNotFound(g) => Err(PopError::GroupNotFound(g)),
             ConsumeOutcome::TopicNotFound(t) => Err(PopError::TopicNotFound(t)),

@@ -8,10 +8,10 @@
 
 use std::convert::Infallible;
 
-use rockraft_proto::rockraft::{log, peer as pb};
+use rockraft_proto::rockraft::peer as pb;
 
-use crate::broker::lite::{LiteDelivery, LiteOutcome};
-use crate::broker::pop::{ConsumeOutcome, Delivery};
+use crate::broker::lite::LiteOutcome;
+use crate::broker::pop::{ChannelId, ConsumeOutcome, Delivery};
 use crate::broker::timer::TimerOutcome;
 use crate::broker::transaction::{HalfState, Resolver, TransactionOutcome};
 use crate::broker::{Held, Reply, SendOutcome};
@@ -181,12 +181,17 @@ impl TryFrom<pb::ConsumeOutcome> for ConsumeOutcome {
 
 impl From<Delivery> for pb::Delivery {
     fn from(d: Delivery) -> pb::Delivery {
+        let (queue_id, lite_id) = match d.channel {
+            ChannelId::Queue(queue_id) => (queue_id, None),
+            ChannelId::Lite(id) => (0, Some(id)),
+        };
         pb::Delivery {
-            queue_id: d.queue_id,
+            queue_id,
             offset: d.offset,
             attempt: d.attempt,
             generation: d.generation,
             invisible_until_ms: d.invisible_until_ms,
+            lite_id,
         }
     }
 }
@@ -195,7 +200,7 @@ impl TryFrom<pb::Delivery> for Delivery {
     type Error = DecodeError;
     fn try_from(d: pb::Delivery) -> Result<Delivery, DecodeError> {
         Ok(Delivery {
-            queue_id: d.queue_id,
+            channel: d.lite_id.map_or(ChannelId::Queue(d.queue_id), ChannelId::Lite),
             offset: d.offset,
             attempt: d.attempt,
             generation: d.generation,
@@ -318,10 +323,9 @@ impl From<LiteOutcome> for pb::LiteOutcome {
             LiteOutcome::IllegalGroup(g) => O::IllegalGroup(g),
             LiteOutcome::IllegalLiteTopic(t) => O::IllegalLiteTopic(t),
             LiteOutcome::QuotaExceeded(why) => O::QuotaExceeded(why),
-            LiteOutcome::Delivered(d) => O::Delivered(pb::LiteDeliveries { deliveries: all(d) }),
-            LiteOutcome::Renewed(r) => O::Renewed(log::LiteReceipt::from(&r)),
-            LiteOutcome::StaleReceipt => O::StaleReceipt(EMPTY),
-            LiteOutcome::Each(e) => O::Each(pb::LiteOutcomes { outcomes: all(e) }),
+            LiteOutcome::Delivered { deliveries, names } => {
+                O::Delivered(pb::LiteDeliveries { deliveries: all(deliveries), names: names.into_iter().collect() })
+            }
             LiteOutcome::NotOwner(who) => O::NotOwner(who),
         };
         pb::LiteOutcome { outcome: Some(outcome) }
@@ -342,38 +346,10 @@ impl TryFrom<pb::LiteOutcome> for LiteOutcome {
             O::IllegalGroup(g) => LiteOutcome::IllegalGroup(g),
             O::IllegalLiteTopic(t) => LiteOutcome::IllegalLiteTopic(t),
             O::QuotaExceeded(why) => LiteOutcome::QuotaExceeded(why),
-            O::Delivered(d) => LiteOutcome::Delivered(each(d.deliveries)?),
-            O::Renewed(r) => LiteOutcome::Renewed(r.into()),
-            O::StaleReceipt(_) => LiteOutcome::StaleReceipt,
-            O::Each(e) => LiteOutcome::Each(each(e.outcomes)?),
+            O::Delivered(d) => {
+                LiteOutcome::Delivered { deliveries: each(d.deliveries)?, names: d.names.into_iter().collect() }
+            }
             O::NotOwner(who) => LiteOutcome::NotOwner(who),
-        })
-    }
-}
-
-impl From<LiteDelivery> for pb::LiteDelivery {
-    fn from(d: LiteDelivery) -> pb::LiteDelivery {
-        pb::LiteDelivery {
-            lite: d.lite,
-            id: d.id,
-            offset: d.offset,
-            attempt: d.attempt,
-            generation: d.generation,
-            invisible_until_ms: d.invisible_until_ms,
-        }
-    }
-}
-
-impl TryFrom<pb::LiteDelivery> for LiteDelivery {
-    type Error = DecodeError;
-    fn try_from(d: pb::LiteDelivery) -> Result<LiteDelivery, DecodeError> {
-        Ok(LiteDelivery {
-            lite: d.lite,
-            id: d.id,
-            offset: d.offset,
-            attempt: d.attempt,
-            generation: d.generation,
-            invisible_until_ms: d.invisible_until_ms,
         })
     }
 }
@@ -431,7 +407,7 @@ impl From<Popped> for pb::Popped {
             deliveries: all(p.deliveries),
             next_due_in_ms: p.next_due_in_ms,
             passed_over: p.passed_over,
-            lite: all(p.lite),
+            lite_topics: p.lite_topics.into_iter().collect(),
         }
     }
 }
@@ -443,7 +419,7 @@ impl TryFrom<pb::Popped> for Popped {
             deliveries: each(p.deliveries)?,
             next_due_in_ms: p.next_due_in_ms,
             passed_over: p.passed_over,
-            lite: each(p.lite)?,
+            lite_topics: p.lite_topics.into_iter().collect(),
         })
     }
 }

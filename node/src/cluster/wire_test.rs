@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use prost::Message;
 use rockraft_proto::rockraft::peer as pb;
 
-use crate::broker::lite::{LiteActor, LiteDelivery, LiteOutcome, LiteReceipt};
-use crate::broker::pop::{ConsumeOutcome, Delivery, Receipt};
+use crate::broker::lite::{LiteActor, LiteOutcome};
+use crate::broker::pop::{ChannelId, ConsumeOutcome, Delivery, Receipt};
 use crate::broker::timer::TimerOutcome;
 use crate::broker::transaction::{HalfState, Resolver, TransactionOutcome};
 use crate::broker::{Held, Reply, SendOutcome};
@@ -31,23 +31,14 @@ fn text() -> impl Strategy<Value = String> {
     "[a-zA-Z0-9 %_-]{0,12}"
 }
 
-fn delivery() -> impl Strategy<Value = Delivery> {
-    (any::<u32>(), any::<u64>(), any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
-        |(queue_id, offset, attempt, generation, invisible_until_ms)| Delivery {
-            queue_id,
-            offset,
-            attempt,
-            generation,
-            invisible_until_ms,
-        },
-    )
+fn channel() -> impl Strategy<Value = ChannelId> {
+    prop_oneof![any::<u32>().prop_map(ChannelId::Queue), any::<u64>().prop_map(ChannelId::Lite)]
 }
 
-fn lite_delivery() -> impl Strategy<Value = LiteDelivery> {
-    (text(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
-        |(lite, id, offset, attempt, generation, invisible_until_ms)| LiteDelivery {
-            lite,
-            id,
+fn delivery() -> impl Strategy<Value = Delivery> {
+    (channel(), any::<u64>(), any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
+        |(channel, offset, attempt, generation, invisible_until_ms)| Delivery {
+            channel,
             offset,
             attempt,
             generation,
@@ -101,9 +92,7 @@ fn half_state() -> impl Strategy<Value = HalfState> {
 }
 
 fn lite_outcome() -> impl Strategy<Value = LiteOutcome> {
-    let receipt = (text(), any::<u64>(), any::<u64>(), any::<u64>())
-        .prop_map(|(group, id, offset, generation)| LiteReceipt { group, id, offset, generation });
-    let leaf = prop_oneof![
+    prop_oneof![
         Just(LiteOutcome::Done),
         proptest::collection::vec((text(), text()), 0..3).prop_map(|taken_from| LiteOutcome::Synced { taken_from }),
         text().prop_map(LiteOutcome::GroupNotFound),
@@ -111,12 +100,10 @@ fn lite_outcome() -> impl Strategy<Value = LiteOutcome> {
         text().prop_map(LiteOutcome::IllegalGroup),
         text().prop_map(LiteOutcome::IllegalLiteTopic),
         text().prop_map(LiteOutcome::QuotaExceeded),
-        proptest::collection::vec(lite_delivery(), 0..3).prop_map(LiteOutcome::Delivered),
-        receipt.prop_map(LiteOutcome::Renewed),
-        Just(LiteOutcome::StaleReceipt),
+        (proptest::collection::vec(delivery(), 0..3), proptest::collection::btree_map(any::<u64>(), text(), 0..3))
+            .prop_map(|(deliveries, names)| LiteOutcome::Delivered { deliveries, names }),
         text().prop_map(LiteOutcome::NotOwner),
-    ];
-    leaf.prop_recursive(2, 8, 3, |inner| proptest::collection::vec(inner, 0..3).prop_map(LiteOutcome::Each))
+    ]
 }
 
 /// Every variant of the broker's reply, with every outcome inside it.
@@ -180,13 +167,13 @@ fn popped() -> impl Strategy<Value = Popped> {
         proptest::collection::vec(delivery(), 0..3),
         proptest::option::of(any::<u64>()),
         any::<bool>(),
-        proptest::collection::vec(lite_delivery(), 0..3),
+        proptest::collection::btree_map(any::<u64>(), text(), 0..3),
     )
-        .prop_map(|(deliveries, next_due_in_ms, passed_over, lite)| Popped {
+        .prop_map(|(deliveries, next_due_in_ms, passed_over, lite_topics)| Popped {
             deliveries,
             next_due_in_ms,
             passed_over,
-            lite,
+            lite_topics,
         })
 }
 
@@ -260,8 +247,8 @@ proptest! {
     }
 
     #[test]
-    fn requests_round_trip(group in text(), topic in text(), queue_id: u32, offset: u64, generation: u64) {
-        let receipt = Receipt { group, topic: topic.clone(), queue_id, offset, generation };
+    fn requests_round_trip(group in text(), topic in text(), channel in channel(), offset: u64, generation: u64) {
+        let receipt = Receipt { group, topic: topic.clone(), channel, offset, generation };
         let encoded = rockraft_proto::rockraft::log::Receipt::from(&receipt).encode_to_vec();
         let decoded = rockraft_proto::rockraft::log::Receipt::decode(encoded.as_slice()).expect("what was encoded decodes");
         prop_assert_eq!(Receipt::from(decoded), receipt);

@@ -11,8 +11,7 @@ use rockraft_proto::rocketmq::{
 };
 
 use crate::broker::Refusal;
-use crate::broker::lite::LiteReceipt;
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::cluster::now_ms;
 use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
 use crate::proxy::send::topic_name;
@@ -95,14 +94,6 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return AckMessageResponse { status: Some(s), entries: vec![] },
         };
-        let lite: Vec<Option<LiteReceipt>> = req
-            .entries
-            .iter()
-            .map(|e| receipt::decode_lite(&keys, self.broker.partition(), &e.receipt_handle, &group, &topic))
-            .collect();
-        if lite.iter().any(Option::is_some) {
-            return self.ack_lite_entries(req, lite).await;
-        }
         let receipts: Vec<Option<Receipt>> = req
             .entries
             .iter()
@@ -132,17 +123,6 @@ impl Proxy {
         answer(req, receipts.iter().map(Option::is_some), statuses)
     }
 
-    /// An ack of lite deliveries: every current one in one entry.
-    async fn ack_lite_entries(
-        &self,
-        req: &AckMessageRequest,
-        receipts: Vec<Option<LiteReceipt>>,
-    ) -> AckMessageResponse {
-        let current: Vec<LiteReceipt> = receipts.iter().flatten().cloned().collect();
-        let statuses = self.ack_lite(current).await;
-        answer(req, receipts.iter().map(Option::is_some), statuses)
-    }
-
     pub(super) async fn change_invisible(
         &self,
         req: &ChangeInvisibleDurationRequest,
@@ -165,12 +145,6 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return refuse(s),
         };
-        if let Some(lite) = receipt::decode_lite(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) {
-            return match self.change_lite_invisible(&keys, lite, invisible.as_millis() as i64, &topic).await {
-                Ok(receipt_handle) => ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle },
-                Err(s) => refuse(s),
-            };
-        }
         let Some(receipt) = receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) else {
             return refuse(stale());
         };
@@ -209,14 +183,24 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return s,
         };
-        if let Some(lite) = receipt::decode_lite(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) {
-            return self.dead_letter_lite(lite, &topic, req.lite_topic.as_deref()).await;
-        }
-        let Some(receipt): Option<Receipt> =
-            receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic)
-        else {
+        let Some(receipt) = receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) else {
             return stale();
         };
+        if let ChannelId::Lite(_) = receipt.channel {
+            // Copied from this node's store, which streamed it: a lite topic's message is found
+            // by the lite topic's name, which the request carries.
+            let Some(lite) = req.lite_topic.as_deref().filter(|l| !l.is_empty()) else {
+                return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
+            };
+            let letter = match self.broker.lite_dead_letter_of(lite, &receipt, now_ms()) {
+                Ok(letter) => letter,
+                Err(e) => return status(Code::InternalServerError, e.to_string()),
+            };
+            return match self.cluster.request(letter).await {
+                Ok(outcome) => outcome_status(outcome),
+                Err(e) => write_failed(&e, 0),
+            };
+        }
         // The leader builds the dead letter: it holds the message.
         match self.cluster.dead_letter(&receipt).await {
             Ok(outcome) => {

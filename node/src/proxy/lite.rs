@@ -6,15 +6,14 @@
 use rockraft_proto::rocketmq::{Code, LiteSubscriptionAction, Status, SyncLiteSubscriptionRequest};
 
 use crate::auth::Caller;
-use crate::auth::handles::HandleKeys;
 use crate::broker::Refusal;
 use crate::broker::group::GroupConfig;
-use crate::broker::lite::{LiteActor, LiteCommand, LiteOutcome, LiteReceipt, SyncAction, validate_lite_name};
+use crate::broker::lite::{LiteActor, LiteCommand, LiteOutcome, SyncAction, validate_lite_name};
 use crate::broker::{TopicConfig, TopicKind};
 use crate::cluster::now_ms;
+use crate::proxy::Proxy;
 use crate::proxy::send::topic_name;
 use crate::proxy::status::{Rejection, ok, refused, status, write_failed};
-use crate::proxy::{Proxy, receipt};
 
 /// The Python client 5.1.2 sends `subscribe_lite(t)` as a PARTIAL_ADD whose set holds the
 /// characters of `t` (it extends the repeated field with the string), and nothing else as a
@@ -65,10 +64,7 @@ pub fn actor(caller: &Caller) -> LiteActor {
 /// What a lite command's outcome means to the client.
 pub fn outcome_status(outcome: Result<LiteOutcome, Refusal>) -> Status {
     match outcome {
-        Ok(LiteOutcome::Done | LiteOutcome::Synced { .. } | LiteOutcome::Renewed(_)) => ok(),
-        Ok(LiteOutcome::StaleReceipt) => {
-            status(Code::InvalidReceiptHandle, "the receipt handle is not current: acked, redelivered or renewed since")
-        }
+        Ok(LiteOutcome::Done | LiteOutcome::Synced { .. }) => ok(),
         Ok(LiteOutcome::GroupNotFound(g)) => {
             status(Code::ConsumerGroupNotFound, format!("consumer group {g} does not exist"))
         }
@@ -169,55 +165,6 @@ impl Proxy {
             }
         };
         Ok(LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms(), by })
-    }
-
-    /// Acks lite deliveries, all in one entry: one status per receipt, in order.
-    pub(super) async fn ack_lite(&self, receipts: Vec<LiteReceipt>) -> Vec<Status> {
-        let n = receipts.len();
-        match self.cluster.request(LiteCommand::Ack { receipts }).await {
-            Ok(Ok(LiteOutcome::Each(each))) if each.len() == n => {
-                each.into_iter().map(|o| outcome_status(Ok(o))).collect()
-            }
-            Ok(outcome) => vec![outcome_status(outcome); n],
-            Err(e) => vec![write_failed(&e, 0); n],
-        }
-    }
-
-    /// A new invisible time for a lite delivery: the new handle, or why not.
-    pub(super) async fn change_lite_invisible(
-        &self,
-        keys: &HandleKeys,
-        receipt: LiteReceipt,
-        invisible_ms: i64,
-        topic: &str,
-    ) -> Result<String, Status> {
-        let group = receipt.group.clone();
-        let command = LiteCommand::ChangeInvisible { receipt, now_ms: now_ms(), invisible_ms };
-        match self.cluster.request(command).await {
-            Ok(Ok(LiteOutcome::Renewed(d))) => {
-                Ok(receipt::encode_lite(keys, self.broker.partition(), &d, &group, topic))
-            }
-            Ok(outcome) => Err(outcome_status(outcome)),
-            Err(e) => Err(write_failed(&e, 0)),
-        }
-    }
-
-    /// A client gave up on a lite delivery of lite topic `lite`: it goes to the group's
-    /// dead-letter topic, copied from this node's store (which streamed it).
-    pub(super) async fn dead_letter_lite(&self, receipt: LiteReceipt, topic: &str, lite: Option<&str>) -> Status {
-        let Some(lite) = lite.filter(|l| !l.is_empty()) else {
-            return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
-        };
-        let letter = match self.broker.lite_dead_letter_of(topic, lite, &receipt, now_ms()) {
-            Ok(letter) => letter,
-            Err(e) => return status(Code::InternalServerError, e.to_string()),
-        };
-        match self.cluster.request(letter).await {
-            Ok(Ok(crate::broker::pop::ConsumeOutcome::StaleReceipt)) => outcome_status(Ok(LiteOutcome::StaleReceipt)),
-            Ok(Ok(_)) => ok(),
-            Ok(Err(refusal)) => refused(&refusal),
-            Err(e) => write_failed(&e, 0),
-        }
     }
 }
 

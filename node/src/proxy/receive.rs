@@ -17,8 +17,8 @@ use crate::auth::Caller;
 use crate::auth::handles::HandleKeys;
 use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
-use crate::broker::lite::{LiteActor, LiteDelivery, LiteReceipt};
-use crate::broker::pop::{Delivery, Receipt};
+use crate::broker::lite::LiteActor;
+use crate::broker::pop::{ChannelId, Delivery};
 use crate::cluster::now_ms;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::plugin::subscription::{FilterKind, Subscription};
@@ -244,21 +244,11 @@ impl Proxy {
             Err(s) => return status_only(s),
         };
         match self.poll(&params, deadline).await {
-            Ok(popped) if !popped.lite.is_empty() => self.stream_lite(&keys, &params, popped.lite),
             Ok(popped) if popped.deliveries.is_empty() => nothing(),
             Ok(popped) => {
-                let (responses, streamed) = self.stream(&keys, &params, popped.deliveries);
+                let (responses, streamed) = self.stream(&keys, &params, popped);
                 if req.auto_renew {
-                    let receipts = streamed
-                        .iter()
-                        .map(|d| Receipt {
-                            group: params.group.clone(),
-                            topic: params.topic_name.clone(),
-                            queue_id: d.queue_id,
-                            offset: d.offset,
-                            generation: d.generation,
-                        })
-                        .collect();
+                    let receipts = streamed.iter().map(|d| d.receipt(&params.group, &params.topic_name)).collect();
                     self.renewals.track(client, receipts, params.invisible);
                 }
                 responses
@@ -306,7 +296,7 @@ impl Proxy {
                 }
                 other => other?,
             };
-            if !popped.deliveries.is_empty() || !popped.lite.is_empty() {
+            if !popped.deliveries.is_empty() {
                 return Ok(popped);
             }
             if popped.passed_over {
@@ -328,57 +318,27 @@ impl Proxy {
         }
     }
 
-    /// The answer to a lite receive: each delivery read from this node's store, its handle
-    /// naming the lite topic, and `lite_topic` set (the clients need it to ack).
-    pub(super) fn stream_lite(
-        &self,
-        keys: &HandleKeys,
-        p: &ReceiveParams,
-        deliveries: Vec<LiteDelivery>,
-    ) -> Vec<ReceiveMessageResponse> {
-        let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
-        for d in deliveries {
-            match self.broker.read_lite(&p.topic_name, &d.lite, d.id, d.offset) {
-                Ok(Some(e)) => {
-                    let r =
-                        LiteReceipt { group: p.group.clone(), id: d.id, offset: d.offset, generation: d.generation };
-                    let handle = receipt::encode_lite(keys, self.broker.partition(), &r, &p.group, &p.topic_name);
-                    let as_queue = Delivery {
-                        queue_id: e.queue_id,
-                        offset: d.offset,
-                        attempt: d.attempt,
-                        generation: d.generation,
-                        invisible_until_ms: d.invisible_until_ms,
-                    };
-                    out.push(ReceiveMessageResponse {
-                        content: Some(Content::Message(message(&p.topic, e, &as_queue, handle, p.invisible))),
-                    });
-                }
-                // Not applied here yet, or retention took it: it comes back after its invisible
-                // time (or is passed over then).
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered lite message failed"),
-            }
-        }
-        if out.len() == 1 {
-            return nothing();
-        }
-        out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
-        out
-    }
-
-    /// The responses, and the deliveries they carry: one this node cannot read (it has not
-    /// applied it yet, or retention took it) is left to come back after its invisible time.
+    /// The responses, and the deliveries they carry, each read from this node's store: of a
+    /// queue, or of a lite topic (its message names the lite topic: the clients need it to ack).
+    /// One this node cannot read (it has not applied it yet, or retention took it) is left to
+    /// come back after its invisible time.
     fn stream(
         &self,
         keys: &HandleKeys,
         p: &ReceiveParams,
-        deliveries: Vec<Delivery>,
+        popped: Popped,
     ) -> (Vec<ReceiveMessageResponse>, Vec<Delivery>) {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let mut streamed = Vec::new();
-        for d in deliveries {
-            match self.broker.read(&p.topic_name, d.queue_id, d.offset) {
+        for d in popped.deliveries {
+            let read = match d.channel {
+                ChannelId::Queue(queue_id) => self.broker.read(&p.topic_name, queue_id, d.offset),
+                ChannelId::Lite(id) => match popped.lite_topics.get(&id) {
+                    Some(lite) => self.broker.read_lite(&p.topic_name, lite, id, d.offset),
+                    None => Ok(None),
+                },
+            };
+            match read {
                 Ok(Some(e)) => {
                     let handle = receipt::encode(keys, self.broker.partition(), &d, &p.group, &p.topic_name);
                     out.push(ReceiveMessageResponse {

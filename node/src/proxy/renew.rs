@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::broker::pop::Receipt;
+use crate::broker::pop::{ChannelId, Receipt};
 
 /// How long one delivery is kept invisible at most, renewals included.
 pub const MAX_RENEWED: Duration = Duration::from_secs(3600);
@@ -30,7 +30,7 @@ fn renewal_due(now: Instant, invisible: Duration) -> Instant {
 /// A client not heard from (heartbeat or receive) for this long is gone: its renewals stop.
 const CLIENT_SILENCE: Duration = Duration::from_secs(60);
 
-type Key = (String, String, u32, u64);
+type Key = (String, String, ChannelId, u64);
 
 struct Renewal {
     receipt: Receipt,
@@ -48,7 +48,7 @@ pub struct Renewals {
 }
 
 fn key(r: &Receipt) -> Key {
-    (r.group.clone(), r.topic.clone(), r.queue_id, r.offset)
+    (r.group.clone(), r.topic.clone(), r.channel, r.offset)
 }
 
 impl Renewals {
@@ -115,7 +115,7 @@ mod tests {
     use super::*;
 
     fn receipt(offset: u64) -> Receipt {
-        Receipt { group: "g".into(), topic: "t".into(), queue_id: 0, offset, generation: 7 }
+        Receipt { group: "g".into(), topic: "t".into(), channel: ChannelId::Queue(0), offset, generation: 7 }
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,7 +6,7 @@ use rockraft_proto::rockraft::log::consume_command::Op;
 use super::{DecodeError, Footprint, known, required};
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::{LiteBinding, LiteModel};
-use crate::broker::pop::{ConsumeCommand, Pop, QueueTake, Receipt, Redelivery};
+use crate::broker::pop::{ChannelId, ConsumeCommand, Pop, QueueTake, Receipt, Redelivery};
 
 pub(super) fn footprint(c: &ConsumeCommand) -> Footprint {
     match c {
@@ -206,18 +206,24 @@ fn receipt_from_proto(r: pb::Receipt) -> Receipt {
 /// A receipt's one protobuf form, in log entries and in the peer calls alike.
 impl From<&Receipt> for pb::Receipt {
     fn from(r: &Receipt) -> pb::Receipt {
+        let (queue_id, lite_id) = match r.channel {
+            ChannelId::Queue(queue_id) => (queue_id, None),
+            ChannelId::Lite(id) => (0, Some(id)),
+        };
         pb::Receipt {
             group: r.group.clone(),
             topic: r.topic.clone(),
-            queue_id: r.queue_id,
+            queue_id,
             offset: r.offset,
             generation: r.generation,
+            lite_id,
         }
     }
 }
 
 impl From<pb::Receipt> for Receipt {
     fn from(r: pb::Receipt) -> Receipt {
-        Receipt { group: r.group, topic: r.topic, queue_id: r.queue_id, offset: r.offset, generation: r.generation }
+        let channel = r.lite_id.map_or(ChannelId::Queue(r.queue_id), ChannelId::Lite);
+        Receipt { group: r.group, topic: r.topic, channel, offset: r.offset, generation: r.generation }
     }
 }

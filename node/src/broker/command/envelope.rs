@@ -1,19 +1,27 @@
 //! The header of an entry payload: which format wrote it and which kind of command it is.
 //!
-//! Format 3 (this release writes it) and format 2: `0x52` ('R'), the format version, the kind,
-//! then the command's protobuf body. Format 1 (earlier releases): the kind as a tag byte (1 to
-//! 9), then the body (JSON for most kinds). Formats 1 and 2 are read with their meaning then: a
-//! metadata command changed the data partition in the same step (see `Steps`). The marker is never a tag of format 1, so the first byte
-//! tells the two apart; a later format keeps the marker and raises the version byte, which this
-//! release then refuses instead of misreading.
+//! Formats 2 to 4 (this release writes 4): `0x52` ('R'), the format version, the kind, then the
+//! command's protobuf body. Format 1 (earlier releases): the kind as a tag byte (1 to 9), then
+//! the body (JSON for most kinds). Each earlier format is read with its meaning then:
+//! - formats 1 and 2: a metadata command changed the data partition in the same step (see
+//!   `Steps`);
+//! - formats 1 to 3: a lite delivery was acked, changed or dropped by a lite command, read now
+//!   as the consumption command or dead letter that does the same.
+//!
+//! The marker is never a tag of format 1, so the first byte tells the two apart; a later format
+//! keeps the marker and raises the version byte, which this release then refuses instead of
+//! misreading.
 
 use super::DecodeError;
 
 /// The first byte of every payload of format 2 on.
 pub(crate) const MARKER: u8 = b'R';
-/// The format this release writes: metadata commands change only the metadata, and placement
+/// The format this release writes: receipts name a queue or a lite topic (`Receipt.lite_id`),
+/// so an earlier release, which would read a lite receipt as one of queue 0, must refuse it.
+pub const FORMAT: u8 = 4;
+/// The first format whose metadata commands change only the metadata, and whose placement
 /// entries (kind 10) carry the change to the partition.
-pub const FORMAT: u8 = 3;
+pub const SEPARATE_FORMAT: u8 = 3;
 /// The first format with the marker byte; read, never written.
 pub const FIRST_MARKED_FORMAT: u8 = 2;
 /// The format of earlier releases: a tag byte, then the body. Read, never written.

@@ -11,6 +11,7 @@ use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use super::envelope::Kind;
 use super::{Command, DecodeError};
+use rockraft_proto::rockraft::log as pb;
 
 static FIRST_USE: Once = Once::new();
 
@@ -35,8 +36,39 @@ pub(super) fn decode(kind: Kind, body: Bytes) -> Result<Command, DecodeError> {
         Kind::Transaction => Command::Transaction(json(&body)?),
         Kind::Plugin => Command::Plugin(json(&body)?),
         Kind::Access => Command::Access(json(&body)?),
-        Kind::Lite => Command::Lite(json(&body)?),
+        Kind::Lite => lite(&body)?,
         // No release of format 1 wrote one (`envelope::read` refuses the tag).
         Kind::Placement => return Err(DecodeError::NotACommand(Kind::Placement as u8)),
     })
+}
+
+/// A lite command of format 1. Those that settled a delivery by receipt (ack, change of
+/// invisible time, drop) read as the format-2 command they were, and so as what does the same
+/// now (`lite::from_proto`).
+fn lite(body: &[u8]) -> Result<Command, DecodeError> {
+    #[derive(serde::Deserialize)]
+    struct Receipt {
+        group: String,
+        id: u64,
+        offset: u64,
+        generation: u64,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(tag = "op", rename_all = "snake_case")]
+    enum Settling {
+        Ack { receipts: Vec<Receipt> },
+        ChangeInvisible { receipt: Receipt, now_ms: i64, invisible_ms: i64 },
+        Drop { receipt: Receipt },
+    }
+    use pb::lite_command::Op;
+    let proto = |r: Receipt| pb::LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation };
+    let op = match serde_json::from_slice::<Settling>(body) {
+        Ok(Settling::Ack { receipts }) => Op::Ack(pb::LiteAcks { receipts: receipts.into_iter().map(proto).collect() }),
+        Ok(Settling::ChangeInvisible { receipt, now_ms, invisible_ms }) => {
+            Op::ChangeInvisible(pb::LiteChangeInvisible { receipt: Some(proto(receipt)), now_ms, invisible_ms })
+        }
+        Ok(Settling::Drop { receipt }) => Op::Drop(pb::LiteDrop { receipt: Some(proto(receipt)) }),
+        Err(_) => return Ok(Command::Lite(json(body)?)),
+    };
+    super::lite::from_proto(pb::LiteCommand { op: Some(op) })
 }

@@ -4,17 +4,15 @@ use rockraft_proto::rockraft::log as pb;
 use rockraft_proto::rockraft::log::lite_actor::Actor;
 use rockraft_proto::rockraft::log::lite_command::Op;
 
-use super::{DecodeError, Footprint, known, required};
-use crate::broker::lite::{LiteActor, LiteCommand, LitePop, LiteReceipt, LiteTake, SyncAction};
+use super::{Command, DecodeError, Footprint, known, required};
+use crate::broker::lite::{LiteActor, LiteCommand, LitePop, LiteRedelivery, LiteTake, SyncAction};
+use crate::broker::pop::{ChannelId, ConsumeCommand, Receipt};
+use rockraft_proto::rockraft::DeadLetter;
 
 pub(super) fn footprint(c: &LiteCommand) -> Footprint {
     match c {
         LiteCommand::Expire { .. } | LiteCommand::Unsubscribe { .. } => Footprint::Relieves,
-        LiteCommand::Sync { .. }
-        | LiteCommand::Pop(_)
-        | LiteCommand::Ack { .. }
-        | LiteCommand::ChangeInvisible { .. }
-        | LiteCommand::Drop { .. } => Footprint::Records,
+        LiteCommand::Sync { .. } | LiteCommand::Pop(_) => Footprint::Records,
     }
 }
 
@@ -36,25 +34,17 @@ pub(crate) fn actor_from_proto(by: Option<pb::LiteActor>) -> LiteActor {
     }
 }
 
-fn receipt_to_proto(r: &LiteReceipt) -> pb::LiteReceipt {
-    pb::LiteReceipt::from(r)
-}
-
-fn receipt_from_proto(r: Option<pb::LiteReceipt>) -> Result<LiteReceipt, DecodeError> {
-    Ok(LiteReceipt::from(required(r, "receipt")?))
-}
-
-/// A lite receipt's one protobuf form, in log entries and in the peer calls alike.
-impl From<&LiteReceipt> for pb::LiteReceipt {
-    fn from(r: &LiteReceipt) -> pb::LiteReceipt {
-        pb::LiteReceipt { group: r.group.clone(), id: r.id, offset: r.offset, generation: r.generation }
-    }
-}
-
-impl From<pb::LiteReceipt> for LiteReceipt {
-    fn from(r: pb::LiteReceipt) -> LiteReceipt {
-        LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation }
-    }
+/// The receipt of a lite delivery in an entry of format 2 or 3, which named no parent topic
+/// (apply finds it by the group's binding).
+fn receipt_from_proto(r: Option<pb::LiteReceipt>) -> Result<Receipt, DecodeError> {
+    let r = required(r, "receipt")?;
+    Ok(Receipt {
+        group: r.group,
+        topic: String::new(),
+        channel: ChannelId::Lite(r.id),
+        offset: r.offset,
+        generation: r.generation,
+    })
 }
 
 pub(super) fn to_proto(c: &LiteCommand) -> pb::LiteCommand {
@@ -93,20 +83,17 @@ pub(super) fn to_proto(c: &LiteCommand) -> pb::LiteCommand {
             redeliveries: p
                 .redeliveries
                 .iter()
-                .map(|(lite, r)| pb::LiteRedelivery { lite: lite.clone(), receipt: Some(receipt_to_proto(r)) })
+                .map(|r| pb::LiteRedelivery {
+                    lite: r.lite.clone(),
+                    receipt: Some(pb::LiteReceipt {
+                        group: p.group.clone(),
+                        id: r.id,
+                        offset: r.offset,
+                        generation: r.generation,
+                    }),
+                })
                 .collect(),
         }),
-        LiteCommand::Ack { receipts } => {
-            Op::Ack(pb::LiteAcks { receipts: receipts.iter().map(receipt_to_proto).collect() })
-        }
-        LiteCommand::ChangeInvisible { receipt, now_ms, invisible_ms } => {
-            Op::ChangeInvisible(pb::LiteChangeInvisible {
-                receipt: Some(receipt_to_proto(receipt)),
-                now_ms: *now_ms,
-                invisible_ms: *invisible_ms,
-            })
-        }
-        LiteCommand::Drop { receipt } => Op::Drop(pb::LiteDrop { receipt: Some(receipt_to_proto(receipt)) }),
         LiteCommand::Expire { parent, before_ms, lites } => Op::Expire(pb::LiteExpire {
             parent: parent.clone(),
             before_ms: *before_ms,
@@ -121,8 +108,11 @@ pub(super) fn to_proto(c: &LiteCommand) -> pb::LiteCommand {
     pb::LiteCommand { op: Some(op) }
 }
 
-pub(super) fn from_proto(c: pb::LiteCommand) -> Result<LiteCommand, DecodeError> {
-    Ok(match c.op.ok_or(DecodeError::UnknownVariant("lite"))? {
+/// The command of a lite entry. Those of formats 2 and 3 that settle a delivery by receipt
+/// become what a later release writes for them: a consumption command, or for a drop the dead
+/// letter without a copy.
+pub(super) fn from_proto(c: pb::LiteCommand) -> Result<Command, DecodeError> {
+    Ok(Command::Lite(match c.op.ok_or(DecodeError::UnknownVariant("lite"))? {
         Op::Sync(s) => LiteCommand::Sync {
             group: s.group,
             parent: s.parent,
@@ -152,23 +142,47 @@ pub(super) fn from_proto(c: pb::LiteCommand) -> Result<LiteCommand, DecodeError>
             redeliveries: p
                 .redeliveries
                 .into_iter()
-                .map(|r| Ok((r.lite, receipt_from_proto(r.receipt)?)))
+                .map(|r| {
+                    let receipt = required(r.receipt, "receipt")?;
+                    Ok(LiteRedelivery {
+                        lite: r.lite,
+                        id: receipt.id,
+                        offset: receipt.offset,
+                        generation: receipt.generation,
+                    })
+                })
                 .collect::<Result<_, DecodeError>>()?,
         }),
-        Op::Ack(a) => LiteCommand::Ack {
-            receipts: a.receipts.into_iter().map(|r| receipt_from_proto(Some(r))).collect::<Result<_, _>>()?,
-        },
-        Op::ChangeInvisible(c) => LiteCommand::ChangeInvisible {
-            receipt: receipt_from_proto(c.receipt)?,
-            now_ms: c.now_ms,
-            invisible_ms: c.invisible_ms,
-        },
-        Op::Drop(d) => LiteCommand::Drop { receipt: receipt_from_proto(d.receipt)? },
+        Op::Ack(a) => {
+            let receipts = a.receipts.into_iter().map(|r| receipt_from_proto(Some(r))).collect::<Result<_, _>>()?;
+            return Ok(Command::Consume(ConsumeCommand::Acks { receipts }));
+        }
+        Op::ChangeInvisible(c) => {
+            return Ok(Command::Consume(ConsumeCommand::ChangeInvisible {
+                receipt: receipt_from_proto(c.receipt)?,
+                now_ms: c.now_ms,
+                invisible_ms: c.invisible_ms,
+            }));
+        }
+        Op::Drop(d) => return Ok(Command::DeadLetter(dead_letter_without_copy(required(d.receipt, "receipt")?))),
         Op::Expire(e) => LiteCommand::Expire {
             parent: e.parent,
             before_ms: e.before_ms,
             lites: e.lites.into_iter().map(|l| (l.lite, l.id)).collect(),
         },
         Op::Unsubscribe(u) => LiteCommand::Unsubscribe { group: u.group, client: u.client, by: actor_from_proto(u.by) },
-    })
+    }))
+}
+
+/// What a lite drop of format 2 or 3 did: the dead letter of a message that is gone (no copy).
+fn dead_letter_without_copy(r: pb::LiteReceipt) -> DeadLetter {
+    DeadLetter {
+        group: r.group,
+        topic: String::new(),
+        queue_id: 0,
+        offset: r.offset,
+        generation: r.generation,
+        batch: None,
+        lite_id: Some(r.id),
+    }
 }

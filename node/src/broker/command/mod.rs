@@ -332,7 +332,7 @@ impl Command {
     /// [`Command::decode`], with how the entry's format says it changes the state.
     pub(crate) fn decode_entry(bytes: Bytes) -> Result<(Command, Steps), DecodeError> {
         let header = envelope::read(&bytes)?;
-        let steps = if header.format < FORMAT { Steps::Combined } else { Steps::Separate };
+        let steps = if header.format < envelope::SEPARATE_FORMAT { Steps::Combined } else { Steps::Separate };
         Ok((Command::decode_body(header, bytes)?, steps))
     }
 
@@ -350,7 +350,7 @@ impl Command {
             Kind::Transaction => Command::Transaction(transaction::from_proto(Message::decode(body)?)?),
             Kind::Plugin => Command::Plugin(plugin::from_proto(Message::decode(body)?)?),
             Kind::Access => Command::Access(access::from_proto(Message::decode(body)?)?),
-            Kind::Lite => Command::Lite(lite::from_proto(Message::decode(body)?)?),
+            Kind::Lite => lite::from_proto(Message::decode(body)?)?,
             Kind::Placement => Command::Place(placement::from_proto(Message::decode(body)?)?),
         })
     }

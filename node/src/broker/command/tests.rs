@@ -9,10 +9,10 @@ use super::*;
 use crate::broker::access::{Action, Decision, HandleKey, Resource, ResourceKind, Rule, Secret};
 use crate::broker::failover::Failover;
 use crate::broker::group::GroupConfig;
-use crate::broker::lite::{LiteActor, LiteBinding, LiteModel, LitePop, LiteReceipt, LiteTake, SyncAction};
+use crate::broker::lite::{LiteActor, LiteBinding, LiteModel, LitePop, LiteRedelivery, LiteTake, SyncAction};
 use crate::broker::partition::PlacementChange;
 use crate::broker::plugins::{Binding, PluginKind, Quarantine};
-use crate::broker::pop::{Pop, QueueTake, Receipt, Redelivery};
+use crate::broker::pop::{ChannelId, Pop, QueueTake, Receipt, Redelivery};
 use crate::broker::settings::{ClusterSettings, SettingsChange};
 use crate::broker::topic::TopicKind;
 use crate::broker::transaction::Resolver;
@@ -29,11 +29,11 @@ fn batch() -> SendBatch {
 }
 
 fn receipt(offset: u64) -> Receipt {
-    Receipt { group: "G".into(), topic: "T".into(), queue_id: 2, offset, generation: 40 + offset }
+    Receipt { group: "G".into(), topic: "T".into(), channel: ChannelId::Queue(2), offset, generation: 40 + offset }
 }
 
-fn lite_receipt(offset: u64) -> LiteReceipt {
-    LiteReceipt { group: "LG".into(), id: 7, offset, generation: 9 }
+fn lite_receipt(offset: u64) -> Receipt {
+    Receipt { group: "LG".into(), topic: "P".into(), channel: ChannelId::Lite(7), offset, generation: 9 }
 }
 
 /// Every variant of every family, with each field set to something other than its default.
@@ -83,7 +83,7 @@ fn samples() -> Vec<Command> {
         now_ms: 3,
         invisible_ms: 4,
         takes: vec![LiteTake { lite: "l1".into(), id: 7, from: 1, to: 4, deliver: vec![1, 3] }],
-        redeliveries: vec![("l2".into(), lite_receipt(2))],
+        redeliveries: vec![LiteRedelivery { lite: "l2".into(), id: 7, offset: 2, generation: 9 }],
     };
     vec![
         Command::Send(batch()),
@@ -192,9 +192,9 @@ fn samples() -> Vec<Command> {
             by: LiteActor::Admin("root".into()),
         }),
         Command::Lite(LiteCommand::Pop(lite_pop)),
-        Command::Lite(LiteCommand::Ack { receipts: vec![lite_receipt(1), lite_receipt(2)] }),
-        Command::Lite(LiteCommand::ChangeInvisible { receipt: lite_receipt(3), now_ms: 1, invisible_ms: 2 }),
-        Command::Lite(LiteCommand::Drop { receipt: lite_receipt(4) }),
+        Command::Consume(ConsumeCommand::Acks { receipts: vec![lite_receipt(1), receipt(2)] }),
+        Command::Consume(ConsumeCommand::ChangeInvisible { receipt: lite_receipt(3), now_ms: 1, invisible_ms: 2 }),
+        Command::Consume(ConsumeCommand::RenewMany { renewals: vec![(lite_receipt(4), 5)], now_ms: 6 }),
         Command::Lite(LiteCommand::Expire { parent: "P".into(), before_ms: 9, lites: vec![("l1".into(), 7)] }),
         Command::Lite(LiteCommand::Unsubscribe { group: "LG".into(), client: "c1".into(), by: LiteActor::Open }),
     ]
@@ -295,6 +295,56 @@ fn footprints_sort_commands_by_what_they_do_to_the_disk() {
     assert_eq!(Command::footprint_of(&Bytes::from_static(b"R\x09\x02")), Footprint::Records);
 }
 
+/// Earlier releases acked, changed and dropped a lite delivery with lite commands, whose receipts
+/// named no parent topic: their entries read as the consumption command or dead letter that does
+/// the same now, and apply does (`lite_test`).
+#[test]
+fn lite_settling_entries_of_earlier_formats_read_as_what_does_the_same_now() {
+    let old = |group: &str, offset: u64| Receipt {
+        group: group.into(),
+        topic: String::new(),
+        channel: ChannelId::Lite(7),
+        offset,
+        generation: 9,
+    };
+    let format_1 = |json: &str| {
+        let mut payload = vec![Kind::Lite as u8];
+        payload.extend_from_slice(json.as_bytes());
+        Command::decode(Bytes::from(payload))
+    };
+    let receipt = r#"{"group":"LG","id":7,"offset":1,"generation":9}"#;
+    assert_eq!(
+        format_1(&format!(r#"{{"op":"ack","receipts":[{receipt}]}}"#)),
+        Ok(Command::Consume(ConsumeCommand::Acks { receipts: vec![old("LG", 1)] }))
+    );
+    assert_eq!(
+        format_1(&format!(r#"{{"op":"change_invisible","receipt":{receipt},"now_ms":3,"invisible_ms":4}}"#)),
+        Ok(Command::Consume(ConsumeCommand::ChangeInvisible { receipt: old("LG", 1), now_ms: 3, invisible_ms: 4 }))
+    );
+    let dropped = DeadLetter { group: "LG".into(), offset: 1, generation: 9, lite_id: Some(7), ..Default::default() };
+    assert_eq!(format_1(&format!(r#"{{"op":"drop","receipt":{receipt}}}"#)), Ok(Command::DeadLetter(dropped)));
+    let pop = format_1(&format!(
+        r#"{{"op":"pop","group":"LG","parent":"P","now_ms":1,"invisible_ms":2,"takes":[],"redeliveries":[["l1",{receipt}]]}}"#
+    ));
+    let Ok(Command::Lite(LiteCommand::Pop(pop))) = pop else { panic!("a lite pop: {pop:?}") };
+    assert_eq!(pop.redeliveries, vec![LiteRedelivery { lite: "l1".into(), id: 7, offset: 1, generation: 9 }]);
+
+    // Formats 2 and 3: the lite command's protobuf.
+    let acks = pb::LiteCommand {
+        op: Some(pb::lite_command::Op::Ack(pb::LiteAcks {
+            receipts: vec![pb::LiteReceipt { group: "LG".into(), id: 7, offset: 2, generation: 9 }],
+        })),
+    };
+    for format in [2, 3] {
+        let decoded = Command::decode(framed_raw(format, Kind::Lite as u8, &acks.encode_to_vec()));
+        assert_eq!(decoded, Ok(Command::Consume(ConsumeCommand::Acks { receipts: vec![old("LG", 2)] })));
+    }
+    // This release writes none of them: a lite receipt is a receipt.
+    let written = Command::Consume(ConsumeCommand::Ack(lite_receipt(1))).encode();
+    assert_eq!(&written[..3], &[MARKER, FORMAT, Kind::Consume as u8]);
+    assert_eq!(FORMAT, 4, "a release that reads a lite receipt as a queue's must refuse these");
+}
+
 fn framed_raw(format: u8, kind: u8, body: &[u8]) -> Bytes {
     let mut payload = vec![MARKER, format, kind];
     payload.extend_from_slice(body);
@@ -338,7 +388,7 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
     let e = Command::decode(framed_raw(7, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 3");
+    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 4");
 }
 
 proptest! {
@@ -364,7 +414,13 @@ proptest! {
     ) {
         let receipts: Vec<Receipt> = offsets
             .iter()
-            .map(|&offset| Receipt { group: group.clone(), topic: topic.clone(), queue_id, offset, generation: offset ^ 5 })
+            .map(|&offset| Receipt {
+                group: group.clone(),
+                topic: topic.clone(),
+                channel: if offset % 2 == 0 { ChannelId::Queue(queue_id) } else { ChannelId::Lite(offset) },
+                offset,
+                generation: offset ^ 5,
+            })
             .collect();
         let pop = Pop {
             group: group.clone(),

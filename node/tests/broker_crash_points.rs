@@ -225,14 +225,14 @@ fn workload(r: &mut Replica, round: u64) {
             rockraft::broker::TopicKind::Normal,
         ))));
         let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 3, priority_factor: 100, lite: None };
-        r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+        r.commit(&Command::Admin(AdminCommand::CreateGroup(g)));
         let mut lite = rockraft::broker::TopicConfig::new("L", 2, rockraft::broker::TopicKind::Lite);
         lite.lite_ttl_minutes = 1;
         r.commit(&Command::Admin(AdminCommand::CreateTopic(lite)));
         let binding = LiteBinding { topic: "L".into(), model: LiteModel::Exclusive, quota: 8 };
         let g =
             GroupConfig { name: "lg".into(), fifo: false, max_attempts: 3, priority_factor: 100, lite: Some(binding) };
-        r.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+        r.commit(&Command::Admin(AdminCommand::CreateGroup(g)));
     }
     let base = 1_000_000 + round as i64 * 10_000;
     held_workload(r, round, base);

@@ -100,16 +100,15 @@ fn applied(reply: Reply) -> Result<String, AdminError> {
         }
         Reply::Rejected(why) => Err(AdminError::Refused(why)),
         Reply::Sent(_) => Ok("sent".into()),
-        Reply::Consume(ConsumeOutcome::GroupExists(g)) => {
+        Reply::GroupExists(g) => {
             Err(AdminError::Exists(format!("group {g} already exists with another configuration")))
         }
-        Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
+        Reply::GroupNotFound(g) | Reply::Consume(ConsumeOutcome::GroupNotFound(g)) => {
             Err(AdminError::NotFound(format!("group {g} does not exist")))
         }
         Reply::Consume(ConsumeOutcome::TopicNotFound(t)) => {
             Err(AdminError::NotFound(format!("topic {t} does not exist")))
         }
-        Reply::Consume(ConsumeOutcome::Invalid(why)) => Err(AdminError::Invalid(why)),
         Reply::Consume(_) => Ok("ok".into()),
         Reply::Timer(outcome) => Ok(format!("{outcome:?}")),
         Reply::Transaction(TransactionOutcome::Done) => Ok("ok".into()),

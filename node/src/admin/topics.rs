@@ -52,12 +52,14 @@ impl AdminServer {
         Ok((rows, next))
     }
 
+    /// A configuration apply would refuse is refused here first, as an invalid argument.
     pub(super) async fn create_group(&self, config: GroupConfig) -> Result<String, AdminError> {
-        self.write(Command::Consume(ConsumeCommand::CreateGroup(config))).await
+        config.validate().map_err(AdminError::invalid)?;
+        self.write(Command::Admin(AdminCommand::CreateGroup(config))).await
     }
 
     pub(super) async fn delete_group(&self, name: String) -> Result<String, AdminError> {
-        self.write(Command::Consume(ConsumeCommand::DeleteGroup { name })).await
+        self.write(Command::Admin(AdminCommand::DeleteGroup { name })).await
     }
 
     /// Every group with its progress per topic, as this node has applied them.

@@ -89,8 +89,8 @@ impl Metadata {
             Command::Admin(AdminCommand::DeleteTopic { name }) => self.delete_topic(name),
             Command::Admin(AdminCommand::Configure(change)) => self.configure(&change),
             Command::Admin(AdminCommand::RecordFailover(f)) => self.record_failover(at, f),
-            Command::Consume(ConsumeCommand::CreateGroup(g)) => self.create_group(at.index, g),
-            Command::Consume(ConsumeCommand::DeleteGroup { name }) => self.delete_group(name),
+            Command::Admin(AdminCommand::CreateGroup(g)) => self.create_group(at.index, g),
+            Command::Admin(AdminCommand::DeleteGroup { name }) => self.delete_group(name),
             Command::Plugin(p) => self.apply_plugin(p),
             Command::Access(a) => self.access.apply(a),
             Command::Send(_)
@@ -161,11 +161,11 @@ impl Metadata {
     /// A group comes with its dead-letter topic, so that can be subscribed to at once.
     fn create_group(&mut self, index: u64, g: GroupConfig) -> Reply {
         if let Err(e) = g.validate() {
-            return Reply::Consume(ConsumeOutcome::Invalid(e.to_string()));
+            return Reply::Rejected(e.to_string());
         }
         match self.groups.get(&g.name) {
-            Some(existing) if *existing == g => return Reply::Consume(ConsumeOutcome::Done),
-            Some(_) => return Reply::Consume(ConsumeOutcome::GroupExists(g.name)),
+            Some(existing) if *existing == g => return Reply::Applied,
+            Some(_) => return Reply::GroupExists(g.name),
             None => {}
         }
         let dlq = dead_letter_topic_config(&g.name);
@@ -177,17 +177,17 @@ impl Metadata {
         }
         self.group_epochs.insert(g.name.clone(), index);
         self.groups.insert(g.name.clone(), g);
-        Reply::Consume(ConsumeOutcome::Done)
+        Reply::Applied
     }
 
     /// The group's progress goes from each partition by placement (`DropGroup`).
     fn delete_group(&mut self, name: String) -> Reply {
         if self.groups.remove(&name).is_none() {
-            return Reply::Consume(ConsumeOutcome::GroupNotFound(name));
+            return Reply::GroupNotFound(name);
         }
         self.group_epochs.remove(&name);
         self.plugins.group_filters.remove(&name);
-        Reply::Consume(ConsumeOutcome::Done)
+        Reply::Applied
     }
 
     fn apply_plugin(&mut self, p: PluginCommand) -> Reply {
@@ -234,7 +234,9 @@ impl Partition {
                 AdminCommand::CreateTopic(_)
                 | AdminCommand::DeleteTopic { .. }
                 | AdminCommand::Configure(_)
-                | AdminCommand::RecordFailover(_),
+                | AdminCommand::RecordFailover(_)
+                | AdminCommand::CreateGroup(_)
+                | AdminCommand::DeleteGroup { .. },
             )
             | Command::Plugin(_)
             | Command::Access(_) => Reply::Rejected("a metadata command applied to a data partition".into()),

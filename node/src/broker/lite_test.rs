@@ -21,7 +21,7 @@ fn setup(n: &mut Node, model: LiteModel, quota: u32) {
     assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(parent))), Reply::Applied);
     let lite = Some(LiteBinding { topic: PARENT.into(), model, quota });
     let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 2, priority_factor: 100, lite };
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(g)));
 }
 
 /// One entry of messages `(lite topic, body)` to queue 0 of the parent, stored at `at_ms`.
@@ -239,7 +239,7 @@ fn subscriptions_are_checked_and_bounded_by_the_quota() {
     assert!(n.broker.lite_subscription("g", "c1").is_empty());
     // A plain group cannot sync, nor a lite group of another parent.
     let plain = GroupConfig { name: "plain".into(), fifo: false, max_attempts: 2, priority_factor: 100, lite: None };
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(plain)));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(plain)));
     let r = n.commit(&Command::Lite(LiteCommand::Sync {
         group: "plain".into(),
         parent: PARENT.into(),

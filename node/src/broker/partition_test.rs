@@ -8,7 +8,6 @@ use crate::broker::effects::Effects;
 use crate::broker::group::GroupConfig;
 use crate::broker::metadata::Metadata;
 use crate::broker::partition::{Partition, Placement, PlacementChange};
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::broker::state_test::{create, lid, node, send};
 use crate::broker::{AdminCommand, Command, LogPosition, Reply, State};
 
@@ -62,9 +61,7 @@ fn two_data_partitions_follow_one_metadata_through_creation_deletion_and_a_crash
     let mut meta = Metadata::default();
     let (mut a, mut b) = (DataGroup::new(), DataGroup::new());
     assert_eq!(meta.apply(lid(1), create("T", 2)), Reply::Applied);
-    assert_eq!(meta.apply(lid(2), Command::Consume(ConsumeCommand::CreateGroup(group("G")))), {
-        Reply::Consume(ConsumeOutcome::Done)
-    });
+    assert_eq!(meta.apply(lid(2), Command::Admin(AdminCommand::CreateGroup(group("G")))), Reply::Applied);
     // Before its placement, a partition knows nothing of the topic.
     assert_eq!(a.apply(send("T", 0, 1, &["early"])).0, Reply::TopicNotFound("T".into()));
     for p in [&mut a, &mut b] {

@@ -7,7 +7,6 @@ use crate::broker::plugins::{
     Binding, MAX_MODULE_BYTES, MAX_PLUGINS, PluginCommand, PluginKind, PluginRecord, PluginTables, Quarantine,
     module_hash,
 };
-use crate::broker::pop::ConsumeCommand;
 use crate::broker::state_test::{Node, node};
 use crate::broker::{AdminCommand, Command, Reply, TopicConfig, TopicKind};
 
@@ -40,7 +39,7 @@ fn setup(n: &mut Node) {
         assert_eq!(n.commit(&Command::Admin(AdminCommand::CreateTopic(config))), Reply::Applied);
     }
     let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite: None };
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(g)));
 }
 
 #[test]
@@ -94,7 +93,7 @@ fn bindings_name_plugins_of_the_right_kind_and_follow_their_group_or_topic() {
     let removing = |name: &str| Command::Plugin(PluginCommand::Remove { name: name.into() });
     assert!(rejected(n.commit(&removing("json"))).contains("bound to group g"));
     // Deleting the group and the topic drops their bindings; then the plugins can go.
-    n.commit(&Command::Consume(ConsumeCommand::DeleteGroup { name: "g".into() }));
+    n.commit(&Command::Admin(AdminCommand::DeleteGroup { name: "g".into() }));
     n.commit(&Command::Admin(AdminCommand::DeleteTopic { name: "X".into() }));
     assert_eq!(n.commit(&removing("json")), Reply::Applied);
     assert_eq!(n.commit(&removing("orders")), Reply::Applied);

@@ -108,10 +108,6 @@ pub struct Pop {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ConsumeCommand {
-    CreateGroup(GroupConfig),
-    DeleteGroup {
-        name: String,
-    },
     Pop(Pop),
     Ack(Receipt),
     /// The receipts of one `AckMessage`: one entry for all of them, answered one by one. (A
@@ -182,10 +178,7 @@ impl ConsumeCommand {
             ConsumeCommand::RenewMany { renewals, now_ms } => {
                 (renewals.iter().map(|(r, invisible_ms)| (r, renew(*now_ms, *invisible_ms))).collect(), true)
             }
-            ConsumeCommand::CreateGroup(_)
-            | ConsumeCommand::DeleteGroup { .. }
-            | ConsumeCommand::Pop(_)
-            | ConsumeCommand::ResetOffset { .. } => return None,
+            ConsumeCommand::Pop(_) | ConsumeCommand::ResetOffset { .. } => return None,
         })
     }
 
@@ -197,11 +190,7 @@ impl ConsumeCommand {
             }
             ConsumeCommand::ChangeInvisible { receipt: r, .. } => queue_key(r).is_some().then_some(r.topic.as_str()),
             ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
-            ConsumeCommand::Pop(_)
-            | ConsumeCommand::Renew { .. }
-            | ConsumeCommand::RenewMany { .. }
-            | ConsumeCommand::CreateGroup(_)
-            | ConsumeCommand::DeleteGroup { .. } => None,
+            ConsumeCommand::Pop(_) | ConsumeCommand::Renew { .. } | ConsumeCommand::RenewMany { .. } => None,
         }
     }
 }
@@ -211,9 +200,6 @@ impl ConsumeCommand {
 pub enum ConsumeOutcome {
     Done,
     TopicNotFound(String),
-    /// Refused as it stands (the same on every replica).
-    Invalid(String),
-    GroupExists(String),
     GroupNotFound(String),
     /// The deliveries of a pop that still held; possibly none.
     Delivered(Vec<Delivery>),
@@ -270,11 +256,6 @@ impl Consumption {
     /// Applies `command`, committed at `index`.
     pub fn apply(&mut self, index: u64, command: &ConsumeCommand) -> ConsumeOutcome {
         match command {
-            // Metadata commands: `State::apply` hands them to the metadata, whose placement
-            // reaches this table as `Partition::apply_placement`.
-            ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. } => {
-                ConsumeOutcome::Invalid("a group change is a metadata command".into())
-            }
             ConsumeCommand::Pop(pop) => {
                 if !self.groups.contains_key(&pop.group) {
                     return ConsumeOutcome::GroupNotFound(pop.group.clone());

@@ -8,7 +8,7 @@ use crate::broker::group::{GroupConfig, dead_letter_topic};
 use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Consumption, Delivery, Receipt};
 use crate::broker::pop_plan::{MatchAll, MessageFilter};
 use crate::broker::state_test::{Node, create, no_membership, node, send};
-use crate::broker::{Command, PopRequest, Reply, TopicConfig};
+use crate::broker::{AdminCommand, Command, PopRequest, Reply, TopicConfig};
 
 fn group(name: &str, max_attempts: u32) -> GroupConfig {
     GroupConfig { name: name.into(), fifo: false, max_attempts, priority_factor: 100, lite: None }
@@ -65,7 +65,7 @@ fn setup(dir: &Path, max_attempts: u32) -> (Node, GroupConfig) {
     let mut n = node(dir);
     n.commit(&create("T", 2));
     let g = group("g", max_attempts);
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(g.clone())));
     (n, g)
 }
 
@@ -84,7 +84,7 @@ fn a_group_gets_each_message_once_until_its_invisible_time_passes() {
     assert!(again.iter().all(|d| d.attempt == 2));
     // Another group has its own progress.
     let other = group("h", 16);
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(other.clone())));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(other.clone())));
     assert_eq!(pop(&mut n, &other, "T", &MatchAll, 1500, 500).len(), 3);
 }
 
@@ -138,7 +138,7 @@ fn a_selective_filter_over_many_queues_delivers_each_match_once_within_the_budge
     let mut n = node(dir.path());
     n.commit(&create("T", 6));
     let g = group("g", 16);
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(g.clone())));
     let mut expected = std::collections::BTreeSet::new();
     for q in 0..6u32 {
         for chunk in 0..10 {
@@ -282,7 +282,7 @@ fn a_receive_by_priority_takes_the_highest_queue_first_and_fills_its_batch_going
         crate::broker::TopicKind::Priority,
     ))));
     let g = group("g", 16);
-    n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    n.commit(&Command::Admin(AdminCommand::CreateGroup(g.clone())));
     for (queue, ids) in [(0, ["q0a", "q0b"]), (1, ["q1a", "q1b"]), (3, ["q3a", "q3b"])] {
         n.commit(&send("P", queue, 1, &ids));
     }

@@ -14,6 +14,9 @@ pub enum Reply {
     Sent(Vec<SendOutcome>),
     TopicNotFound(String),
     TopicExists(String),
+    GroupNotFound(String),
+    /// A group of this name exists with another configuration.
+    GroupExists(String),
     /// What a consumption command did.
     Consume(ConsumeOutcome),
     /// The command was not valid when applied (the same on every replica).

@@ -18,6 +18,10 @@ pub enum Refusal {
     TopicNotFound(String),
     #[error("topic {0} exists with another configuration")]
     TopicExists(String),
+    #[error("consumer group {0} does not exist")]
+    GroupNotFound(String),
+    #[error("consumer group {0} exists with another configuration")]
+    GroupExists(String),
     /// Not valid when applied; the text says why.
     #[error("{0}")]
     Rejected(String),
@@ -32,6 +36,8 @@ impl Refusal {
         match reply {
             Reply::TopicNotFound(t) => Refusal::TopicNotFound(t),
             Reply::TopicExists(t) => Refusal::TopicExists(t),
+            Reply::GroupNotFound(g) => Refusal::GroupNotFound(g),
+            Reply::GroupExists(g) => Refusal::GroupExists(g),
             Reply::Rejected(why) => Refusal::Rejected(why),
             other => Refusal::OtherFamily(format!("{other:?}")),
         }

@@ -216,10 +216,10 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
                 priority_factor: 100,
                 lite: None,
             };
-            n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+            n.commit(&Command::Admin(AdminCommand::CreateGroup(g)));
         }
         Op::DeleteGroup { group } => {
-            n.commit(&Command::Consume(ConsumeCommand::DeleteGroup { name: GROUPS[*group].into() }));
+            n.commit(&Command::Admin(AdminCommand::DeleteGroup { name: GROUPS[*group].into() }));
         }
         Op::Pop { group, topic, later_ms } => {
             *clock += later_ms;
@@ -375,7 +375,7 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
     let mut leader = node(ld.path());
     leader.commit(&create("Old", 1));
     let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 5, priority_factor: 100, lite: None };
-    leader.commit(&Command::Consume(ConsumeCommand::CreateGroup(g.clone())));
+    leader.commit(&Command::Admin(AdminCommand::CreateGroup(g.clone())));
     leader.commit(&send("Old", 0, 1_000, &["retry-me"]));
     let at = leader.next_index - 1;
     leader.commit(&create("New", 1));

@@ -64,8 +64,6 @@ fn consume_outcome() -> impl Strategy<Value = ConsumeOutcome> {
     let leaf = prop_oneof![
         Just(ConsumeOutcome::Done),
         text().prop_map(ConsumeOutcome::TopicNotFound),
-        text().prop_map(ConsumeOutcome::Invalid),
-        text().prop_map(ConsumeOutcome::GroupExists),
         text().prop_map(ConsumeOutcome::GroupNotFound),
         proptest::collection::vec(delivery(), 0..3).prop_map(ConsumeOutcome::Delivered),
         Just(ConsumeOutcome::StaleReceipt),
@@ -113,6 +111,8 @@ fn reply() -> impl Strategy<Value = Reply> {
         proptest::collection::vec(send_outcome(), 0..3).prop_map(Reply::Sent),
         text().prop_map(Reply::TopicNotFound),
         text().prop_map(Reply::TopicExists),
+        text().prop_map(Reply::GroupNotFound),
+        text().prop_map(Reply::GroupExists),
         consume_outcome().prop_map(Reply::Consume),
         text().prop_map(Reply::Rejected),
         prop_oneof![

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::plugins::FilterUnavailable;
-use crate::broker::{MessageFilter, StoredEntry, StoredView};
+use crate::broker::{AdminCommand, MessageFilter, StoredEntry, StoredView};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, PluginHost, PluginKind, PluginLimits, test_host};
 use crate::store::tag_hash;
@@ -273,7 +273,6 @@ mod with_broker {
     use super::*;
     use crate::broker::group::GroupConfig;
     use crate::broker::plugins::{Binding, PluginCommand};
-    use crate::broker::pop::ConsumeCommand;
     use crate::broker::state_test::{Node, create, node, send};
     use crate::broker::{Command, PopRequest, Reply};
 
@@ -283,7 +282,7 @@ mod with_broker {
         let mut n = node(dir);
         assert_eq!(n.commit(&create("T", 1)), Reply::Applied);
         let g = GroupConfig { name: "g".into(), fifo: false, max_attempts: 16, priority_factor: 100, lite: None };
-        n.commit(&Command::Consume(ConsumeCommand::CreateGroup(g)));
+        n.commit(&Command::Admin(AdminCommand::CreateGroup(g)));
         if !messages.is_empty() {
             n.commit(&send("T", 0, 1, messages));
         }

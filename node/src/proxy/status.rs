@@ -37,7 +37,8 @@ pub fn write_failed(e: &ClusterError, messages: usize) -> Status {
 pub fn refused(r: &Refusal) -> Status {
     let code = match r {
         Refusal::TopicNotFound(_) => Code::TopicNotFound,
-        Refusal::TopicExists(_) | Refusal::Rejected(_) => Code::BadRequest,
+        Refusal::GroupNotFound(_) => Code::ConsumerGroupNotFound,
+        Refusal::TopicExists(_) | Refusal::GroupExists(_) | Refusal::Rejected(_) => Code::BadRequest,
         Refusal::OtherFamily(_) => Code::InternalServerError,
     };
     status(code, r.to_string())

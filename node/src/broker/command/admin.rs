@@ -3,6 +3,7 @@
 use rockraft_proto::rockraft::log as pb;
 use rockraft_proto::rockraft::log::admin_command::Op;
 
+use super::consume::{group_from_proto, group_to_proto};
 use super::{AdminCommand, DecodeError, Footprint, known};
 use crate::broker::failover::Failover;
 use crate::broker::settings::SettingsChange;
@@ -10,10 +11,11 @@ use crate::broker::topic::{TopicConfig, TopicKind};
 
 pub(super) fn footprint(c: &AdminCommand) -> Footprint {
     match c {
-        AdminCommand::CreateTopic(_) | AdminCommand::Configure(_) => Footprint::Records,
-        AdminCommand::DeleteTopic { .. } | AdminCommand::ReleaseHolds { .. } | AdminCommand::RecordFailover(_) => {
-            Footprint::Relieves
-        }
+        AdminCommand::CreateTopic(_) | AdminCommand::Configure(_) | AdminCommand::CreateGroup(_) => Footprint::Records,
+        AdminCommand::DeleteTopic { .. }
+        | AdminCommand::DeleteGroup { .. }
+        | AdminCommand::ReleaseHolds { .. }
+        | AdminCommand::RecordFailover(_) => Footprint::Relieves,
     }
 }
 
@@ -27,6 +29,8 @@ pub(super) fn to_proto(c: &AdminCommand) -> pb::AdminCommand {
             max_module_bytes: s.max_module_bytes,
         }),
         AdminCommand::RecordFailover(f) => Op::RecordFailover(pb::Failover::from(f)),
+        AdminCommand::CreateGroup(g) => Op::CreateGroup(group_to_proto(g)),
+        AdminCommand::DeleteGroup { name } => Op::DeleteGroup(pb::DeleteGroup { name: name.clone() }),
     };
     pb::AdminCommand { op: Some(op) }
 }
@@ -41,6 +45,8 @@ pub(super) fn from_proto(c: pb::AdminCommand) -> Result<AdminCommand, DecodeErro
             max_module_bytes: s.max_module_bytes,
         }),
         Op::RecordFailover(f) => AdminCommand::RecordFailover(Failover::from(f)),
+        Op::CreateGroup(g) => AdminCommand::CreateGroup(group_from_proto(g)?),
+        Op::DeleteGroup(d) => AdminCommand::DeleteGroup { name: d.name },
     })
 }
 

@@ -3,16 +3,14 @@
 use rockraft_proto::rockraft::log as pb;
 use rockraft_proto::rockraft::log::consume_command::Op;
 
-use super::{DecodeError, Footprint, known, required};
+use super::{AdminCommand, Command, DecodeError, Footprint, known, required};
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::{LiteBinding, LiteModel};
 use crate::broker::pop::{ChannelId, ConsumeCommand, Pop, QueueTake, Receipt, Redelivery};
 
 pub(super) fn footprint(c: &ConsumeCommand) -> Footprint {
     match c {
-        ConsumeCommand::DeleteGroup { .. } => Footprint::Relieves,
-        ConsumeCommand::CreateGroup(_)
-        | ConsumeCommand::Pop(_)
+        ConsumeCommand::Pop(_)
         | ConsumeCommand::Ack(_)
         | ConsumeCommand::Acks { .. }
         | ConsumeCommand::ChangeInvisible { .. }
@@ -29,8 +27,6 @@ pub(super) fn to_proto(c: &ConsumeCommand) -> pb::ConsumeCommand {
         invisible_ms,
     };
     let op = match c {
-        ConsumeCommand::CreateGroup(g) => Op::CreateGroup(group_to_proto(g)),
-        ConsumeCommand::DeleteGroup { name } => Op::DeleteGroup(pb::DeleteGroup { name: name.clone() }),
         ConsumeCommand::Pop(p) => Op::Pop(pop_to_proto(p)),
         ConsumeCommand::Ack(r) => Op::Ack(receipt_to_proto(r)),
         ConsumeCommand::Acks { receipts } => {
@@ -60,10 +56,12 @@ pub(super) fn to_proto(c: &ConsumeCommand) -> pb::ConsumeCommand {
     pb::ConsumeCommand { op: Some(op) }
 }
 
-pub(super) fn from_proto(c: pb::ConsumeCommand) -> Result<ConsumeCommand, DecodeError> {
-    Ok(match c.op.ok_or(DecodeError::UnknownVariant("consume"))? {
-        Op::CreateGroup(g) => ConsumeCommand::CreateGroup(group_from_proto(g)?),
-        Op::DeleteGroup(d) => ConsumeCommand::DeleteGroup { name: d.name },
+/// The command of a consumption entry. A group change of format 2 or 3 is the admin command it
+/// is now.
+pub(super) fn from_proto(c: pb::ConsumeCommand) -> Result<Command, DecodeError> {
+    Ok(Command::Consume(match c.op.ok_or(DecodeError::UnknownVariant("consume"))? {
+        Op::CreateGroup(g) => return Ok(Command::Admin(AdminCommand::CreateGroup(group_from_proto(g)?))),
+        Op::DeleteGroup(d) => return Ok(Command::Admin(AdminCommand::DeleteGroup { name: d.name })),
         Op::Pop(p) => ConsumeCommand::Pop(pop_from_proto(p)),
         Op::Ack(r) => ConsumeCommand::Ack(receipt_from_proto(r)),
         Op::Acks(a) => ConsumeCommand::Acks { receipts: a.receipts.into_iter().map(receipt_from_proto).collect() },
@@ -91,7 +89,7 @@ pub(super) fn from_proto(c: pb::ConsumeCommand) -> Result<ConsumeCommand, Decode
             topic_epoch: r.topic_epoch,
             positions: r.positions.into_iter().map(|p| (p.queue_id, p.offset)).collect(),
         },
-    })
+    }))
 }
 
 pub(super) fn group_to_proto(g: &GroupConfig) -> pb::GroupConfig {

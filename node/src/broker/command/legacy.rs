@@ -10,7 +10,8 @@ use prost::Message;
 use rockraft_proto::rockraft::{DeadLetter, SendBatch};
 
 use super::envelope::Kind;
-use super::{Command, DecodeError};
+use super::{AdminCommand, Command, DecodeError};
+use crate::broker::group::GroupConfig;
 use rockraft_proto::rockraft::log as pb;
 
 static FIRST_USE: Once = Once::new();
@@ -31,7 +32,7 @@ pub(super) fn decode(kind: Kind, body: Bytes) -> Result<Command, DecodeError> {
         Kind::Send => Command::Send(SendBatch::decode(body)?),
         Kind::DeadLetter => Command::DeadLetter(DeadLetter::decode(body)?),
         Kind::Admin => Command::Admin(json(&body)?),
-        Kind::Consume => Command::Consume(json(&body)?),
+        Kind::Consume => consume(&body)?,
         Kind::Timer => Command::Timer(json(&body)?),
         Kind::Transaction => Command::Transaction(json(&body)?),
         Kind::Plugin => Command::Plugin(json(&body)?),
@@ -71,4 +72,19 @@ fn lite(body: &[u8]) -> Result<Command, DecodeError> {
         Err(_) => return Ok(Command::Lite(json(body)?)),
     };
     super::lite::from_proto(pb::LiteCommand { op: Some(op) })
+}
+
+/// A consumption command of format 1. A group change is the admin command it is now.
+fn consume(body: &[u8]) -> Result<Command, DecodeError> {
+    #[derive(serde::Deserialize)]
+    #[serde(tag = "op", rename_all = "snake_case")]
+    enum GroupChange {
+        CreateGroup(GroupConfig),
+        DeleteGroup { name: String },
+    }
+    Ok(match serde_json::from_slice::<GroupChange>(body) {
+        Ok(GroupChange::CreateGroup(g)) => Command::Admin(AdminCommand::CreateGroup(g)),
+        Ok(GroupChange::DeleteGroup { name }) => Command::Admin(AdminCommand::DeleteGroup { name }),
+        Err(_) => Command::Consume(json(body)?),
+    })
 }

@@ -154,6 +154,11 @@ pub enum AdminCommand {
     Configure(crate::broker::settings::SettingsChange),
     /// A new leader's account of its failover (proposed by the leader itself, never by a client).
     RecordFailover(crate::broker::failover::Failover),
+    /// A consumer group comes with its dead-letter topic.
+    CreateGroup(crate::broker::group::GroupConfig),
+    DeleteGroup {
+        name: String,
+    },
 }
 
 impl Command {
@@ -182,9 +187,9 @@ impl Command {
     pub fn is_metadata(&self) -> bool {
         match self {
             Command::Admin(a) => !matches!(a, AdminCommand::ReleaseHolds { .. }),
-            Command::Consume(c) => matches!(c, ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. }),
             Command::Plugin(_) | Command::Access(_) => true,
             Command::Send(_)
+            | Command::Consume(_)
             | Command::DeadLetter(_)
             | Command::Timer(_)
             | Command::Transaction(_)
@@ -199,8 +204,12 @@ impl Command {
         matches!(
             self,
             Command::Admin(
-                AdminCommand::CreateTopic(_) | AdminCommand::DeleteTopic { .. } | AdminCommand::Configure(_)
-            ) | Command::Consume(ConsumeCommand::CreateGroup(_) | ConsumeCommand::DeleteGroup { .. })
+                AdminCommand::CreateTopic(_)
+                    | AdminCommand::DeleteTopic { .. }
+                    | AdminCommand::Configure(_)
+                    | AdminCommand::CreateGroup(_)
+                    | AdminCommand::DeleteGroup { .. }
+            )
         )
     }
 
@@ -345,7 +354,7 @@ impl Command {
             Kind::Send => Command::Send(SendBatch::decode(body)?),
             Kind::DeadLetter => Command::DeadLetter(DeadLetter::decode(body)?),
             Kind::Admin => Command::Admin(admin::from_proto(Message::decode(body)?)?),
-            Kind::Consume => Command::Consume(consume::from_proto(Message::decode(body)?)?),
+            Kind::Consume => consume::from_proto(Message::decode(body)?)?,
             Kind::Timer => Command::Timer(timer::from_proto(Message::decode(body)?)?),
             Kind::Transaction => Command::Transaction(transaction::from_proto(Message::decode(body)?)?),
             Kind::Plugin => Command::Plugin(plugin::from_proto(Message::decode(body)?)?),

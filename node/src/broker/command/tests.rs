@@ -105,9 +105,9 @@ fn samples() -> Vec<Command> {
             max_module_bytes: None,
         })),
         Command::Admin(AdminCommand::RecordFailover(failover)),
-        Command::Consume(ConsumeCommand::CreateGroup(group)),
-        Command::Consume(ConsumeCommand::CreateGroup(lite_group)),
-        Command::Consume(ConsumeCommand::DeleteGroup { name: "G".into() }),
+        Command::Admin(AdminCommand::CreateGroup(group)),
+        Command::Admin(AdminCommand::CreateGroup(lite_group)),
+        Command::Admin(AdminCommand::DeleteGroup { name: "G".into() }),
         Command::Place(Placement {
             changes: vec![
                 PlacementChange::Settings(ClusterSettings { dedupe_window_secs: 60, max_module_bytes: 5 }),
@@ -270,7 +270,7 @@ fn footprints_sort_commands_by_what_they_do_to_the_disk() {
     let ack = Command::Consume(ConsumeCommand::Acks { receipts: vec![] });
     let create = Command::Admin(AdminCommand::CreateTopic(TopicConfig::new("T", 4, TopicKind::Normal)));
     let delete = Command::Admin(AdminCommand::DeleteTopic { name: "T".into() });
-    let drop_group = Command::Consume(ConsumeCommand::DeleteGroup { name: "G".into() });
+    let drop_group = Command::Admin(AdminCommand::DeleteGroup { name: "G".into() });
     let fire = Command::Timer(TimerCommand::Fire { now_ms: 1, timers: vec![] });
     let register = Command::Plugin(PluginCommand::Register {
         name: "f".into(),
@@ -343,6 +343,32 @@ fn lite_settling_entries_of_earlier_formats_read_as_what_does_the_same_now() {
     let written = Command::Consume(ConsumeCommand::Ack(lite_receipt(1))).encode();
     assert_eq!(&written[..3], &[MARKER, FORMAT, Kind::Consume as u8]);
     assert_eq!(FORMAT, 4, "a release that reads a lite receipt as a queue's must refuse these");
+}
+
+/// Earlier releases created and deleted groups with consumption commands: those entries read as
+/// the admin commands that do the same now.
+#[test]
+fn group_changes_of_earlier_formats_read_as_admin_commands() {
+    let group = GroupConfig { name: "G".into(), fifo: true, max_attempts: 16, priority_factor: 55, lite: None };
+    let created = Ok(Command::Admin(AdminCommand::CreateGroup(group.clone())));
+    let deleted = Ok(Command::Admin(AdminCommand::DeleteGroup { name: "G".into() }));
+    let format_1 = |json: &str| {
+        let mut payload = vec![Kind::Consume as u8];
+        payload.extend_from_slice(json.as_bytes());
+        Command::decode(Bytes::from(payload))
+    };
+    let json = r#"{"op":"create_group","name":"G","fifo":true,"max_attempts":16,"priority_factor":55}"#;
+    assert_eq!(format_1(json), created);
+    assert_eq!(format_1(r#"{"op":"delete_group","name":"G"}"#), deleted);
+    let create = pb::ConsumeCommand { op: Some(pb::consume_command::Op::CreateGroup(consume::group_to_proto(&group))) };
+    let delete =
+        pb::ConsumeCommand { op: Some(pb::consume_command::Op::DeleteGroup(pb::DeleteGroup { name: "G".into() })) };
+    for format in [2, 3] {
+        assert_eq!(Command::decode(framed_raw(format, Kind::Consume as u8, &create.encode_to_vec())), created);
+        assert_eq!(Command::decode(framed_raw(format, Kind::Consume as u8, &delete.encode_to_vec())), deleted);
+    }
+    let written = Command::Admin(AdminCommand::CreateGroup(group)).encode();
+    assert_eq!(&written[..3], &[MARKER, FORMAT, Kind::Admin as u8]);
 }
 
 fn framed_raw(format: u8, kind: u8, body: &[u8]) -> Bytes {

@@ -57,9 +57,18 @@ impl AdminServer {
         AdminServer { cluster, parts, config, plane: Plane::Members }
     }
 
-    /// Writes `command` through the log; what the broker answered, in words, or why not.
+    /// Writes `command` through the log; what the broker answered, in words, or why not. A
+    /// follower answers once it has applied the write as well, so the operator's next listing on
+    /// this node shows it (the leader applied it before answering).
     pub(super) async fn write(&self, command: Command) -> Result<String, AdminError> {
-        applied(self.cluster.write(&command).await?)
+        let answer = applied(self.cluster.write(&command).await?);
+        if !self.cluster.is_leader()
+            && let Err(e) = self.cluster.catch_up().await
+        {
+            // The write is done either way; only this node's view of it may lag a moment.
+            tracing::debug!(error = %e, "an admin write is committed but not applied here yet");
+        }
+        answer
     }
 
     /// Serves a request only the leader answers, through the cluster's router: `here` when this

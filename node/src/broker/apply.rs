@@ -247,18 +247,10 @@ impl Partition {
     /// each delivery on the channel its receipt names, a queue's or a lite topic's alike.
     fn apply_consume(&mut self, index: u64, command: ConsumeCommand, fx: &mut Effects) -> Reply {
         let wakes = command.wakes(&self.consumption).map(str::to_string);
-        let outcome = match command.settlements(index) {
+        let outcome = match command.settle_each(index, |r, step| self.settle(r, step, fx)) {
             None => self.consumption.apply(index, &command),
-            Some((steps, each)) => {
-                let mut outcomes = Vec::with_capacity(steps.len());
-                for (r, step) in steps {
-                    match self.settle(r, step, fx) {
-                        Some(settled) => outcomes.push(settled.into()),
-                        None => return Reply::Rejected("reading lite topic state failed".into()),
-                    }
-                }
-                ConsumeOutcome::of(outcomes, each)
-            }
+            Some(Some(outcome)) => outcome,
+            Some(None) => return Reply::Rejected("reading lite topic state failed".into()),
         };
         fx.wakes.extend(wakes);
         Reply::Consume(outcome)

@@ -154,13 +154,32 @@ impl ConsumeCommand {
         }
     }
 
-    /// The topic whose waiting receivers may find something deliverable once this applies to
-    /// `before`: a freed message group, a due time moved, a new position. Pops, renewals and
-    /// unordered acks free nothing, and waking every receiver for them would be wasted work.
+    /// Settles each delivery this command names by receipt (queues' and lite topics' alike)
+    /// with `settle`, applied at `index`, and answers as the command does: one outcome, or one
+    /// per receipt ([`ConsumeOutcome::Each`]). `None` for a command that names no receipt;
+    /// `Some(None)` if `settle` gave up (a disk fault), leaving the rest unsettled.
+    pub fn settle_each(
+        &self,
+        index: u64,
+        mut settle: impl FnMut(&Receipt, Settle) -> Option<Settled>,
+    ) -> Option<Option<ConsumeOutcome>> {
+        let (steps, each) = self.settlements(index)?;
+        let mut outcomes = Vec::with_capacity(steps.len());
+        for (r, step) in steps {
+            match settle(r, step) {
+                Some(settled) => outcomes.push(settled.into()),
+                None => return Some(None),
+            }
+        }
+        Some(Some(match (each, outcomes.len()) {
+            (false, 1) => outcomes.pop().unwrap_or(ConsumeOutcome::StaleReceipt),
+            _ => ConsumeOutcome::Each(outcomes),
+        }))
+    }
+
     /// The deliveries this command settles by receipt, each with its step, and whether it is
-    /// answered with one outcome per receipt ([`ConsumeOutcome::Each`]). `None` for a command
-    /// that names no receipt. Receipts of queues and of lite topics alike.
-    pub fn settlements(&self, index: u64) -> Option<(Vec<(&Receipt, Settle)>, bool)> {
+    /// answered one outcome per receipt.
+    fn settlements(&self, index: u64) -> Option<(Vec<(&Receipt, Settle)>, bool)> {
         let change = |now_ms: i64, invisible_ms: i64| Settle::ChangeInvisible {
             generation: index,
             until_ms: now_ms.saturating_add(invisible_ms),
@@ -182,6 +201,9 @@ impl ConsumeCommand {
         })
     }
 
+    /// The topic whose waiting receivers may find something deliverable once this applies to
+    /// `before`: a freed message group, a due time moved, a new position. Pops, renewals and
+    /// unordered acks free nothing, and waking every receiver for them would be wasted work.
     pub fn wakes<'a>(&'a self, before: &Consumption) -> Option<&'a str> {
         match self {
             ConsumeCommand::Ack(r) => before.frees_message_group(r).then_some(r.topic.as_str()),
@@ -208,16 +230,6 @@ pub enum ConsumeOutcome {
     Renewed(Delivery),
     /// One outcome per receipt of [`ConsumeCommand::Acks`], in order.
     Each(Vec<ConsumeOutcome>),
-}
-
-impl ConsumeOutcome {
-    /// One outcome, or one per receipt.
-    pub fn of(mut outcomes: Vec<ConsumeOutcome>, each: bool) -> ConsumeOutcome {
-        match (each, outcomes.len()) {
-            (false, 1) => outcomes.pop().unwrap_or(ConsumeOutcome::StaleReceipt),
-            _ => ConsumeOutcome::Each(outcomes),
-        }
-    }
 }
 
 impl From<Settled> for ConsumeOutcome {
@@ -270,8 +282,9 @@ impl Consumption {
             | ConsumeCommand::ChangeInvisible { .. }
             | ConsumeCommand::Renew { .. }
             | ConsumeCommand::RenewMany { .. } => {
-                let (steps, each) = command.settlements(index).unwrap_or_default();
-                ConsumeOutcome::of(steps.into_iter().map(|(r, step)| self.settle(r, step).into()).collect(), each)
+                // A queue's deliveries only: `Partition::apply` settles lite topics' too.
+                let settled = command.settle_each(index, |r, step| Some(self.settle(r, step)));
+                settled.flatten().unwrap_or(ConsumeOutcome::StaleReceipt)
             }
             ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions } => {
                 if !self.groups.contains_key(group) {

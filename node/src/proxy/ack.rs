@@ -13,6 +13,7 @@ use rockraft_proto::rocketmq::{
 use crate::broker::Refusal;
 use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::cluster::now_ms;
+use crate::cluster::pop::PopError;
 use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
 use crate::proxy::send::topic_name;
 use crate::proxy::status::{Rejection, ok, pop_failed, refused, status, write_failed};
@@ -186,23 +187,27 @@ impl Proxy {
         let Some(receipt) = receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) else {
             return stale();
         };
-        if let ChannelId::Lite(_) = receipt.channel {
+        let ended = match receipt.channel {
+            // The leader builds the dead letter: it holds the message.
+            ChannelId::Queue(_) => self.cluster.dead_letter(&receipt).await,
             // Copied from this node's store, which streamed it: a lite topic's message is found
             // by the lite topic's name, which the request carries.
-            let Some(lite) = req.lite_topic.as_deref().filter(|l| !l.is_empty()) else {
-                return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
-            };
-            let letter = match self.broker.lite_dead_letter_of(lite, &receipt, now_ms()) {
-                Ok(letter) => letter,
-                Err(e) => return status(Code::InternalServerError, e.to_string()),
-            };
-            return match self.cluster.request(letter).await {
-                Ok(outcome) => outcome_status(outcome),
-                Err(e) => write_failed(&e, 0),
-            };
-        }
-        // The leader builds the dead letter: it holds the message.
-        match self.cluster.dead_letter(&receipt).await {
+            ChannelId::Lite(_) => {
+                let Some(lite) = req.lite_topic.as_deref().filter(|l| !l.is_empty()) else {
+                    return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
+                };
+                let letter = match self.broker.lite_dead_letter_of(lite, &receipt, now_ms()) {
+                    Ok(letter) => letter,
+                    Err(e) => return status(Code::InternalServerError, e.to_string()),
+                };
+                match self.cluster.request(letter).await {
+                    Ok(Ok(outcome)) => Ok(outcome),
+                    Ok(Err(refusal)) => return refused(&refusal),
+                    Err(e) => Err(PopError::Cluster(e)),
+                }
+            }
+        };
+        match ended {
             Ok(outcome) => {
                 self.renewals.settled(&receipt);
                 outcome_status(Ok(outcome))

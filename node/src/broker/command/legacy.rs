@@ -63,7 +63,7 @@ fn lite(body: &[u8]) -> Result<Command, DecodeError> {
     }
     use pb::lite_command::Op;
     let proto = |r: Receipt| pb::LiteReceipt { group: r.group, id: r.id, offset: r.offset, generation: r.generation };
-    let op = match serde_json::from_slice::<Settling>(body) {
+    let op = match json::<Settling>(body) {
         Ok(Settling::Ack { receipts }) => Op::Ack(pb::LiteAcks { receipts: receipts.into_iter().map(proto).collect() }),
         Ok(Settling::ChangeInvisible { receipt, now_ms, invisible_ms }) => {
             Op::ChangeInvisible(pb::LiteChangeInvisible { receipt: Some(proto(receipt)), now_ms, invisible_ms })
@@ -82,7 +82,7 @@ fn consume(body: &[u8]) -> Result<Command, DecodeError> {
         CreateGroup(GroupConfig),
         DeleteGroup { name: String },
     }
-    Ok(match serde_json::from_slice::<GroupChange>(body) {
+    Ok(match json::<GroupChange>(body) {
         Ok(GroupChange::CreateGroup(g)) => Command::Admin(AdminCommand::CreateGroup(g)),
         Ok(GroupChange::DeleteGroup { name }) => Command::Admin(AdminCommand::DeleteGroup { name }),
         Err(_) => Command::Consume(json(body)?),

@@ -446,6 +446,28 @@ fn subscriptions_and_entries_written_before_owners_were_kept_still_read() {
     }
 }
 
+/// A renewal (what a receive with `auto_renew` proposes) extends a lite delivery as it does a
+/// queue's, keeping its receipt; one of a delivery redelivered since is stale.
+#[test]
+fn a_renewal_keeps_a_lite_delivery_invisible_and_its_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    setup(&mut n, LiteModel::Shared, 10);
+    send(&mut n, 1000, &[("a", "a0"), ("b", "b0")]);
+    sync(&mut n, "c1", SyncAction::Add, &["a", "b"]);
+    let got = receive(&mut n, "c1", 10, 2000);
+    let (a, b) = (got[0].1.clone(), got[1].1.clone());
+    let renew = Command::Consume(ConsumeCommand::RenewMany { renewals: vec![(a.clone(), 60_000)], now_ms: 2000 });
+    let Reply::Consume(ConsumeOutcome::Each(outcomes)) = n.commit(&renew) else { panic!("one outcome each") };
+    let [ConsumeOutcome::Renewed(d)] = outcomes.as_slice() else { panic!("renewed: {outcomes:?}") };
+    assert_eq!((d.generation, d.invisible_until_ms), (a.generation, 62_000), "same receipt, later");
+    // At 12 000 only b falls due; a stays invisible.
+    assert_eq!(bodies(&receive(&mut n, "c1", 10, 12_000)), vec!["b0"]);
+    let stale = Command::Consume(ConsumeCommand::RenewMany { renewals: vec![(b, 60_000)], now_ms: 12_001 });
+    assert_eq!(n.commit(&stale), acked(&[ConsumeOutcome::StaleReceipt]), "b was redelivered");
+    assert_eq!(ack(&mut n, vec![a]), acked(&[ConsumeOutcome::Done]));
+}
+
 /// A lite ack written by an earlier release (format 3: a lite command, its receipt naming no
 /// parent) ends the delivery as an ack of this release does, and the next batch goes out.
 #[test]

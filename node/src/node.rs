@@ -29,7 +29,7 @@ use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions, ProxyParts};
-use crate::raft::{Dialer, Group, GroupOptions, LogStore, Network, RaftServer, StateMachine};
+use crate::raft::{Dialer, Group, GroupId, GroupOptions, LogStore, Network, RaftGroups, RaftServer, StateMachine};
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
 
@@ -136,7 +136,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
         credentials: MemberCredentials::new(config.cluster_secret.as_ref(), config.tls.member()?),
         refusals: Default::default(),
     };
-    let network = Network { dialer: dialer.clone() };
+    let network = Network { dialer: dialer.clone(), group: GroupId::FIRST };
     if config.cluster_secret.is_none() && config.tls.peer_ca_file.is_none() {
         tracing::warn!(
             raft = %config.raft_addr,
@@ -270,9 +270,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
     // decoded.
     let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
-    let raft_service =
-        RaftServiceServer::new(RaftServer::new(cluster.group().raft().clone(), cluster.leader_contact()))
-            .max_decoding_message_size(max);
+    let groups = RaftGroups::default();
+    groups.insert(GroupId::FIRST, cluster.group().raft().clone(), cluster.leader_contact());
+    let raft_service = RaftServiceServer::new(RaftServer::new(groups)).max_decoding_message_size(max);
     let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
     let mut raft_builder = match &member_tls {
         Some(t) => server_builder()

@@ -37,7 +37,7 @@ pub use entry_codec::log_id;
 pub use group::{Group, GroupError, GroupOptions, GroupStatus, GroupWatch, Lead, Member, Role};
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{ChannelError, Dialer, Network, PeerChannel, channel, member_channel};
-pub use service::RaftServer;
+pub use service::{RaftGroups, RaftServer};
 pub use state_machine::StateMachine;
 
 /// The payload of a normal entry: a broker command, encoded by `broker/`. The log stores these
@@ -50,6 +50,25 @@ impl fmt::Display for CommandBytes {
         write!(f, "command({} bytes)", self.0.len())
     }
 }
+
+/// One Raft group of the cluster, as its replication calls name it (the `rockraft-group`
+/// request header): the metadata group, or a data group (a data partition's number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupId(pub u32);
+
+impl GroupId {
+    /// The group a cluster of one group runs: metadata and the first data partition together.
+    pub const FIRST: GroupId = GroupId(1);
+}
+
+impl fmt::Display for GroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The request header a replication call names its group in.
+pub const GROUP_HEADER: &str = "rockraft-group";
 
 /// Where a member of the group can be reached.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -26,7 +26,7 @@ use crate::auth::tls::{MemberTls, host_of};
 use crate::raft::refusals::{Gate, Gated, Refusals};
 
 use crate::raft::wire::{FromPb, ToPb, append_to_pb};
-use crate::raft::{NodeId, NodeInfo, TypeConfig, Vote};
+use crate::raft::{GROUP_HEADER, GroupId, NodeId, NodeInfo, TypeConfig, Vote};
 
 type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 
@@ -41,9 +41,11 @@ pub struct Dialer {
 }
 
 /// Creates a [`Peer`] per follower.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Network {
     pub dialer: Dialer,
+    /// The group whose calls this network carries (each group has its own).
+    pub group: GroupId,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -53,6 +55,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         self.dialer.refusals.name(&node.raft_addr, target);
         Peer {
             target,
+            group: self.group,
             channel: member_channel(&node.raft_addr, &self.dialer),
             gate: self.dialer.refusals.gate(&node.raft_addr),
             retry_at: None,
@@ -107,6 +110,7 @@ pub fn channel(addr: &str, tls: Option<&MemberTls>) -> Result<Channel, ChannelEr
 
 pub struct Peer {
     target: NodeId,
+    group: GroupId,
     channel: Result<PeerChannel, ChannelError>,
     /// The target's refusal gate: while it refuses this node, calls wait out its back-off.
     gate: Arc<Gate>,
@@ -176,11 +180,18 @@ impl Peer {
         Fut: Future<Output = Result<tonic::Response<Resp::Pb>, tonic::Status>>,
     {
         self.pace().await;
-        let mut request = tonic::Request::new(req.to_pb());
+        let mut request = self.addressed(req.to_pb());
         request.set_timeout(option.hard_ttl());
         let reply = call(self.client()?, request).await.map_err(|e| self.failed(e))?;
         self.retry_at = None;
         Resp::from_pb(reply.into_inner()).map_err(network)
+    }
+
+    /// `message` as a request to this peer's replica of the group.
+    fn addressed<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(GROUP_HEADER, self.group.0.into());
+        request
     }
 
     fn client(&self) -> Result<RaftServiceClient<PeerChannel>, RPCError<TypeConfig>> {
@@ -200,7 +211,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.pace().await;
-        let mut req = tonic::Request::new(append_to_pb(rpc).map_err(network)?);
+        let mut req = self.addressed(append_to_pb(rpc).map_err(network)?);
         req.set_timeout(option.hard_ttl());
         let reply = self.client()?.append_entries(req).await.map_err(|e| self.failed(e))?;
         self.retry_at = None;
@@ -226,6 +237,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
                 .map(append_to_pb)
                 .take_while(|r| std::future::ready(r.is_ok()))
                 .filter_map(|r| std::future::ready(r.ok()));
+            let requests = self.addressed(requests);
             let responses = client.stream_append(requests).await.map_err(|e| self.failed(e))?.into_inner();
             self.retry_at = None;
             let results = responses.map(|item| {
@@ -265,8 +277,8 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             part: Some(pb::snapshot_chunk::Part::Data(bytes::Bytes::copy_from_slice(c))),
         }));
         self.pace().await;
-        let reply =
-            self.client()?.install_snapshot(futures_util::stream::iter(chunks)).await.map_err(|e| self.failed(e))?;
+        let chunks = self.addressed(futures_util::stream::iter(chunks));
+        let reply = self.client()?.install_snapshot(chunks).await.map_err(|e| self.failed(e))?;
         Ok(SnapshotResponse::from_pb(reply.into_inner()).map_err(network)?)
     }
 

@@ -1,4 +1,6 @@
-//! The server side of replication: `rockraft.v1.RaftService` handing requests to openraft.
+//! The server side of replication: `rockraft.v1.RaftService` handing each request to the
+//! replica of the group it names (the `rockraft-group` header). Every group's calls are served
+//! concurrently: one group's slow snapshot or append never holds up another's heartbeats.
 
 use std::pin::Pin;
 
@@ -8,23 +10,60 @@ use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_server::RaftService;
 use tonic::{Request, Response, Status, Streaming};
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use openraft::raft::AppendEntriesResponse;
 
 use crate::raft::contact::LeaderContact;
 use crate::raft::wire::{FromPb, ToPb, append_from_pb};
-use crate::raft::{Raft, SnapshotMeta, TypeConfig, Vote};
+use crate::raft::{GROUP_HEADER, GroupId, Raft, SnapshotMeta, TypeConfig, Vote};
 
-pub struct RaftServer {
+/// The replicas of groups this node runs, by group.
+#[derive(Clone, Default)]
+pub struct RaftGroups(Arc<RwLock<BTreeMap<GroupId, Replica>>>);
+
+/// One group's replica on this node, as replication calls reach it.
+#[derive(Clone)]
+struct Replica {
     raft: Raft,
+    /// Learns of every append a leader sends here.
     contact: Arc<LeaderContact>,
 }
 
+impl RaftGroups {
+    /// Serves `group`'s calls with `raft`; `contact` learns of every append its leader sends.
+    pub fn insert(&self, group: GroupId, raft: Raft, contact: Arc<LeaderContact>) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).insert(group, Replica { raft, contact });
+    }
+
+    /// The replica a request's header names. No lock is held once it returns.
+    fn replica<T>(&self, req: &Request<T>) -> Result<Replica, Status> {
+        let group = group_of(req.metadata())?;
+        let replicas = self.0.read().unwrap_or_else(|p| p.into_inner());
+        replicas
+            .get(&group)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("this node runs no replica of group {group}")))
+    }
+}
+
+/// The group a request names.
+fn group_of(metadata: &tonic::metadata::MetadataMap) -> Result<GroupId, Status> {
+    let value = metadata
+        .get(GROUP_HEADER)
+        .ok_or_else(|| bad(format!("a replication call names its group ({GROUP_HEADER})")))?;
+    let group = value.to_str().ok().and_then(|v| v.parse().ok());
+    group.map(GroupId).ok_or_else(|| bad(format!("{GROUP_HEADER} is not a group number")))
+}
+
+pub struct RaftServer {
+    groups: RaftGroups,
+}
+
 impl RaftServer {
-    /// `contact` learns of every append a leader sends here.
-    pub fn new(raft: Raft, contact: Arc<LeaderContact>) -> RaftServer {
-        RaftServer { raft, contact }
+    pub fn new(groups: RaftGroups) -> RaftServer {
+        RaftServer { groups }
     }
 }
 
@@ -39,14 +78,16 @@ fn internal(e: impl std::fmt::Display) -> Status {
 #[tonic::async_trait]
 impl RaftService for RaftServer {
     async fn vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let replica = self.groups.replica(&req)?;
         let rpc = VoteRequest::from_pb(req.into_inner()).map_err(bad)?;
-        let reply = self.raft.vote(rpc).await.map_err(internal)?;
+        let reply = replica.raft.vote(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
     }
 
     async fn pre_vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let replica = self.groups.replica(&req)?;
         let rpc = VoteRequest::from_pb(req.into_inner()).map_err(bad)?;
-        let reply = self.raft.pre_vote(rpc).await.map_err(internal)?;
+        let reply = replica.raft.pre_vote(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
     }
 
@@ -54,10 +95,11 @@ impl RaftService for RaftServer {
         &self,
         req: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        let replica = self.groups.replica(&req)?;
         let rpc = append_from_pb(req.into_inner()).map_err(bad)?;
-        let reply = self.raft.append_entries(rpc).await.map_err(internal)?;
+        let reply = replica.raft.append_entries(rpc).await.map_err(internal)?;
         if !matches!(reply, AppendEntriesResponse::HigherVote(_)) {
-            self.contact.heard();
+            replica.contact.heard();
         }
         Ok(Response::new(reply.to_pb()))
     }
@@ -68,6 +110,7 @@ impl RaftService for RaftServer {
         &self,
         req: Request<Streaming<pb::AppendEntriesRequest>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        let replica = self.groups.replica(&req)?;
         // A request that fails to decode ends the stream: the leader sees it closed and retries.
         let input = req.into_inner().take_while(|r| std::future::ready(r.is_ok())).filter_map(|r| async move {
             match r.ok().map(append_from_pb) {
@@ -79,8 +122,8 @@ impl RaftService for RaftServer {
                 None => None,
             }
         });
-        let contact = Arc::clone(&self.contact);
-        let output = self.raft.stream_append(input).map(move |r| match r {
+        let contact = Arc::clone(&replica.contact);
+        let output = replica.raft.stream_append(input).map(move |r| match r {
             Ok(result) => {
                 if result.is_ok() {
                     contact.heard();
@@ -96,6 +139,7 @@ impl RaftService for RaftServer {
         &self,
         req: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        let replica = self.groups.replica(&req)?;
         let mut chunks = req.into_inner();
         let first = chunks.next().await.ok_or_else(|| bad("empty snapshot stream"))??;
         let Some(pb::snapshot_chunk::Part::Header(header)) = first.part else {
@@ -110,7 +154,7 @@ impl RaftService for RaftServer {
             }
         }
         let snapshot = openraft::alias::SnapshotOf::<TypeConfig, Vec<u8>> { meta, snapshot: data };
-        let reply = self.raft.install_full_snapshot(vote, snapshot).await.map_err(internal)?;
+        let reply = replica.raft.install_full_snapshot(vote, snapshot).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
     }
 
@@ -118,8 +162,38 @@ impl RaftService for RaftServer {
         &self,
         req: Request<pb::RaftTransferLeaderRequest>,
     ) -> Result<Response<pb::RaftTransferLeaderResponse>, Status> {
+        let replica = self.groups.replica(&req)?;
         let rpc = TransferLeaderRequest::<TypeConfig>::from_pb(req.into_inner()).map_err(bad)?;
-        let reply = self.raft.handle_transfer_leader(rpc).await.map_err(internal)?;
+        let reply = replica.raft.handle_transfer_leader(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(value: Option<&'static str>) -> Request<()> {
+        let mut req = Request::new(());
+        if let Some(v) = value {
+            req.metadata_mut().insert(GROUP_HEADER, tonic::metadata::MetadataValue::from_static(v));
+        }
+        req
+    }
+
+    #[test]
+    fn a_call_names_a_group_this_node_runs_or_is_refused() {
+        let groups = RaftGroups::default();
+        let code = |req: Request<()>| groups.replica(&req).err().map(|s| (s.code(), s.message().to_string()));
+        let (missing, _) = code(named(None)).unwrap();
+        assert_eq!(missing, tonic::Code::InvalidArgument);
+        for garbage in ["", "one", "-1", "4294967296"] {
+            assert_eq!(code(named(Some(garbage))).map(|c| c.0), Some(tonic::Code::InvalidArgument), "{garbage:?}");
+        }
+        assert_eq!(
+            code(named(Some("7"))),
+            Some((tonic::Code::NotFound, "this node runs no replica of group 7".to_string()))
+        );
+        assert_eq!(group_of(named(Some("7")).metadata()).ok(), Some(GroupId(7)));
     }
 }

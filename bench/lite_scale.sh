@@ -47,7 +47,7 @@ rss_kib() { # the three brokers' anonymous resident memory (the mapped log's pag
   for n in 1 2 3; do sum=$((sum + $(awk '/^RssAnon/ {print $2}' "/proc/$(cat "$ROCKRAFT_DATA/node$n/pid")/status"))); done
   echo "$sum"
 }
-state_kib() { du -sk "$ROCKRAFT_DATA"/node*/broker 2>/dev/null | awk '{s += $1} END {print s}'; }
+state_kib() { du -sk "$ROCKRAFT_DATA"/node*/groups/*/broker 2>/dev/null | awk '{s += $1} END {print s}'; }
 # Checkpoints write the tables' recent changes to disk and drop them from memory.
 settle() { sleep "${SETTLE_SECS:-20}"; }
 

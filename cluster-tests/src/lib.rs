@@ -106,6 +106,13 @@ pub struct Options {
     pub disk_mib: Option<u64>,
     /// `FAILPOINTS` for every node's first start (the test build has the `failpoints` feature).
     pub failpoints: Option<String>,
+    /// Fixed ports instead of free ones: node N's raft, client, admin and HTTP ports are these
+    /// bases plus N, as `scripts/cluster.sh` assigns them.
+    pub port_bases: Option<[u16; 4]>,
+    /// A `.tar.gz` of `node<id>/` data directories a cluster wrote earlier (another release's,
+    /// say): unpacked before the nodes start, which then resume that cluster instead of
+    /// initialising a new one. Its members' addresses are in its log: give its `port_bases`.
+    pub existing_data: Option<PathBuf>,
 }
 
 /// A tmpfs mounted for one node's data, unmounted when dropped.
@@ -243,14 +250,18 @@ impl Cluster {
         let nodes: Vec<Node> = ids
             .iter()
             .map(|&id| {
-                let (raft_addr, client_addr, admin_addr, http_addr) = match &network {
-                    Some(net) => (
+                let (raft_addr, client_addr, admin_addr, http_addr) = match (&network, options.port_bases) {
+                    (_, Some([raft, client, admin, http])) => {
+                        let at = |base: u16| format!("127.0.0.1:{}", u64::from(base) + id);
+                        (at(raft), at(client), at(admin), at(http))
+                    }
+                    (Some(net), None) => (
                         format!("{}:{}", net.ip(id), network::RAFT_PORT),
                         format!("{}:{}", net.ip(id), network::CLIENT_PORT),
                         format!("{}:{}", net.ip(id), network::ADMIN_PORT),
                         format!("{}:{}", net.ip(id), network::HTTP_PORT),
                     ),
-                    None => (
+                    (None, None) => (
                         format!("127.0.0.1:{}", free_port()),
                         format!("127.0.0.1:{}", free_port()),
                         format!("127.0.0.1:{}", free_port()),
@@ -316,6 +327,10 @@ impl Cluster {
             true => String::new(),
             false => format!("cluster_secret = \"{secret}\""),
         };
+        if let Some(archive) = &options.existing_data {
+            let out = Command::new("tar").arg("xzf").arg(archive).arg("-C").arg(dir.path()).output().expect("run tar");
+            assert!(out.status.success(), "unpacking {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
+        }
         let mut mounts = Vec::new();
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
@@ -345,7 +360,7 @@ impl Cluster {
         }
         let first = cluster.nodes[0].admin_addr.clone();
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        while options.existing_data.is_none() {
             match cluster.call(&first, pb::InitRequest {}).await {
                 Ok(_) => break,
                 Err(e) => {
@@ -478,7 +493,7 @@ impl Cluster {
     /// where it was written, or `None` if the log has no segment yet.
     pub fn tear_log_tail(&self, id: u64) -> Option<(PathBuf, u64)> {
         use std::os::unix::fs::FileExt;
-        let segments = self.node(id).data_dir.join("log/segments");
+        let segments = self.node(id).data_dir.join(data_group_dir(1)).join("log/segments");
         let newest = std::fs::read_dir(&segments)
             .ok()?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -681,9 +696,14 @@ impl Cluster {
         }
     }
 
+    /// Where node `id` keeps data group `group`'s log, state and snapshot.
+    pub fn group_dir(&self, id: u64, group: u32) -> PathBuf {
+        self.node(id).data_dir.join(data_group_dir(group))
+    }
+
     /// Every ConsumeQueue file of node `id`, by path relative to its data directory.
     pub fn queue_files(&self, id: u64) -> BTreeMap<String, Vec<u8>> {
-        let root = self.node(id).data_dir.join("broker/queues");
+        let root = self.group_dir(id, 1).join("broker/queues");
         let mut out = BTreeMap::new();
         let mut stack = vec![root.clone()];
         while let Some(d) = stack.pop() {
@@ -699,6 +719,11 @@ impl Cluster {
         }
         out
     }
+}
+
+/// A group's directory under a node's data directory (`store::layout`).
+fn data_group_dir(group: u32) -> PathBuf {
+    Path::new("groups").join(group.to_string())
 }
 
 /// Where two sets of ConsumeQueue files differ, in a few words (`None` if they are identical).

@@ -298,8 +298,7 @@ async fn cluster_verify_names_the_first_queue_record_that_differs() {
     // One follower's ConsumeQueue record of offset 7 gets another tag code behind its back.
     let follower = (1..=3).find(|&id| id != leader).expect("a follower");
     cluster.stop(follower);
-    let dir = cluster.nodes.iter().find(|n| n.id == follower).expect("known").dir.clone();
-    let file = dir.join("broker/queues/Ledger/0/00000000000000000000.cq");
+    let file = cluster.group_dir(follower, 1).join("broker/queues/Ledger/0/00000000000000000000.cq");
     let mut bytes = std::fs::read(&file).expect("the queue's first file");
     bytes[7 * 20 + 12] ^= 0xff;
     std::fs::write(&file, bytes).expect("written back");

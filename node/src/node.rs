@@ -30,16 +30,17 @@ use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions, ProxyParts};
 use crate::raft::{Dialer, Group, GroupId, GroupOptions, LogStore, Network, RaftGroups, RaftServer, StateMachine};
+use crate::store::layout::DataLayout;
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
 
 /// Why a node did not start, or stopped on its own; each names the setting, file or part at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("{}: {source}", path.display())]
-    DataDir { path: std::path::PathBuf, source: std::io::Error },
     #[error(transparent)]
     Log(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Layout(#[from] crate::store::layout::LayoutError),
     #[error(transparent)]
     Broker(#[from] crate::broker::BrokerError),
     #[error("{0}")]
@@ -111,14 +112,14 @@ fn group_options(config: &NodeConfig) -> GroupOptions {
 
 /// Opens the node's storage, starts Raft and the per-node jobs; does not serve yet.
 pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|source| NodeError::DataDir { path: config.data_dir.clone(), source })?;
+    let layout = DataLayout::open(&config.data_dir)?;
     #[cfg(feature = "failpoints")]
     crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
-    let log_store = LogStore::open(config.log_config())?;
+    let group_dir = layout.group(GroupId::FIRST.0);
+    let log_store = LogStore::open(config.log_config(group_dir.log()))?;
     let broker = Broker::open(
         BrokerOptions {
-            dir: config.data_dir.join("broker"),
+            dir: group_dir.broker(),
             cq_records_per_file: config.storage.consume_queue_records_per_file,
             message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
             checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
@@ -127,7 +128,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     )?;
     let log = log_store.commit_log();
     let meters = crate::metrics::Meters::new();
-    let state_machine = StateMachine::open(broker.clone(), log.clone(), config.data_dir.join("snapshot.json"))
+    let state_machine = StateMachine::open(broker.clone(), log.clone(), group_dir.snapshot())
         .map_err(NodeError::Snapshot)?
         .with_meters(meters.clone());
     // One dialer for Raft and every other call to a member, so they share each member's

@@ -371,7 +371,7 @@ impl NodeConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let log = self.log_config();
+        let log = self.log_config(self.data_dir.clone());
         log.validate().map_err(invalid)?;
         // A record never spans two segments: a message the proxy accepts but the log cannot hold
         // would fail at append time, after the client was told nothing better than an error.
@@ -483,8 +483,9 @@ impl NodeConfig {
         }
     }
 
-    pub fn log_config(&self) -> LogConfig {
-        let mut c = LogConfig::new(self.data_dir.join("log"));
+    /// The settings of a group's log kept in `dir`.
+    pub fn log_config(&self, dir: PathBuf) -> LogConfig {
+        let mut c = LogConfig::new(dir);
         c.segment_size = self.storage.segment_size;
         c.durability = self.storage.durability;
         c.flush_interval = Duration::from_millis(self.storage.flush_interval_ms.max(1));
@@ -667,7 +668,7 @@ mod tests {
         let c: NodeConfig = toml::from_str(&format!("{small}[broker]\nmax_body_bytes = 524288\n")).unwrap();
         c.validate().unwrap();
         // Exactly full is fine; one byte more is not.
-        let room = c.log_config().max_record_payload() - MESSAGE_OVERHEAD_BYTES;
+        let room = c.log_config(c.data_dir.clone()).max_record_payload() - MESSAGE_OVERHEAD_BYTES;
         let at = |body: u64| format!("{small}[broker]\nmax_body_bytes = {body}\nmax_properties_bytes = 0\n");
         toml::from_str::<NodeConfig>(&at(room)).unwrap().validate().unwrap();
         assert!(toml::from_str::<NodeConfig>(&at(room + 1)).unwrap().validate().is_err());

@@ -7,6 +7,7 @@
 //! - [`ConsumeQueue`]: per (topic, queue) files of 20-byte records pointing into the CommitLog.
 //! - [`MessageIndex`]: message id → where the message is, in hashed files (for lookups by id).
 //! - [`MetaStore`]: small durable values (vote, committed, last purged) in sled.
+//! - [`layout`]: where each Raft group's files live under the data directory.
 //!
 //! Durability is chosen by [`Durability`]; see `docs/durability.md` for what each mode can lose.
 
@@ -18,6 +19,7 @@ mod durable;
 mod flush;
 pub mod free_space;
 pub mod index;
+pub mod layout;
 mod message_index;
 mod meta;
 pub mod record;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rockraft::auth::member::SECRET_HEADER;
 use rockraft::broker::TopicKind;
+use rockraft::raft::GroupId;
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{
@@ -261,8 +262,14 @@ async fn peer_rpcs_are_served_only_on_the_raft_port_and_only_to_members() {
         r.metadata_mut().insert(SECRET_HEADER, secret.parse().expect("header"));
         Ok(r)
     };
-    let mut c = PeerServiceClient::with_interceptor(connect(raft_addr).await, member.clone());
-    let reply = c.read_index(ReadIndexRequest {}).await.expect("served to a member");
+    let mut c = PeerServiceClient::with_interceptor(connect(raft_addr.clone()).await, member.clone());
+    // It names the group it asks about; a call that names none, or a group the node does not run,
+    // is refused.
+    let unnamed = c.read_index(ReadIndexRequest {}).await.expect_err("no group named");
+    assert_eq!(unnamed.code(), tonic::Code::InvalidArgument, "{unnamed:?}");
+    let unknown = c.read_index(GroupId(9).address(ReadIndexRequest {})).await.expect_err("a group not run");
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    let reply = c.read_index(GroupId::FIRST.address(ReadIndexRequest {})).await.expect("served to a member");
     let index = reply.into_inner().result;
     assert!(matches!(index, Some(read_index_result::Result::Ok(i)) if i > 0), "the leader's read index: {index:?}");
     // An operator's request only the leader answers crosses the network once: a follower's admin

@@ -29,7 +29,9 @@ use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions, ProxyParts};
-use crate::raft::{Dialer, Group, GroupId, GroupOptions, LogStore, Network, RaftGroups, RaftServer, StateMachine};
+use crate::raft::{
+    Dialer, Group, GroupId, GroupOptions, GroupRegistry, LogStore, Network, RaftGroups, RaftServer, StateMachine,
+};
 use crate::store::layout::DataLayout;
 use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
@@ -274,7 +276,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let groups = RaftGroups::default();
     groups.insert(GroupId::FIRST, cluster.group().raft().clone(), cluster.leader_contact());
     let raft_service = RaftServiceServer::new(RaftServer::new(groups)).max_decoding_message_size(max);
-    let peer_service = PeerServiceServer::new(PeerServer::new(cluster.clone())).max_decoding_message_size(max);
+    let clusters = GroupRegistry::default();
+    clusters.insert(GroupId::FIRST, cluster.clone());
+    let peer_service = PeerServiceServer::new(PeerServer::new(clusters)).max_decoding_message_size(max);
     let mut raft_builder = match &member_tls {
         Some(t) => server_builder()
             .tls_config(t.server())

@@ -144,7 +144,7 @@ enum Proposed {
 
 impl Cluster {
     pub fn new(group: Group, broker: Broker, options: ClusterOptions) -> Cluster {
-        let peers = Peers::new(options.dialer.clone());
+        let peers = Peers::new(options.dialer.clone(), group.id());
         let disk = disk::DiskWatch::new(options.data_dir.clone(), options.watermarks);
         Cluster {
             inner: Arc::new(Inner {

@@ -17,7 +17,7 @@ use crate::broker::pop::{ConsumeOutcome, Receipt};
 use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::cluster::wire::ResultMessage;
 use crate::cluster::{AskProducer, ClusterError};
-use crate::raft::{Dialer, NodeId, PeerChannel, member_channel};
+use crate::raft::{Dialer, GroupId, NodeId, PeerChannel, member_channel};
 
 /// No peer call waits longer than this for its answer. A member that took the connection but
 /// answers nothing (paused, or half-open behind a partition) must not stall the caller: the
@@ -35,16 +35,17 @@ async fn within<T>(
 }
 
 /// One channel per peer address, reused by every call; each call carries this node's member
-/// credentials and waits out the peer's back-off while it refuses them.
-#[derive(Default)]
+/// credentials, waits out the peer's back-off while it refuses them, and names the group it is
+/// about (the peer serves it with its replica of that group).
 pub struct Peers {
     dialer: Dialer,
+    group: GroupId,
     channels: Mutex<HashMap<String, PeerChannel>>,
 }
 
 impl Peers {
-    pub fn new(dialer: Dialer) -> Peers {
-        Peers { dialer, channels: Mutex::default() }
+    pub fn new(dialer: Dialer, group: GroupId) -> Peers {
+        Peers { dialer, group, channels: Mutex::default() }
     }
 
     /// How this node dials members, and who refuses it.
@@ -72,51 +73,54 @@ impl Peers {
 
     /// Proposes an encoded command through the leader at `addr`.
     pub async fn write(&self, addr: &str, command: Bytes) -> Result<Reply, ClusterError> {
-        let reply = within(addr, self.client(addr)?.write(WriteRequest { command })).await;
+        let reply = within(addr, self.client(addr)?.write(self.group.address(WriteRequest { command }))).await;
         answer(addr, reply)
     }
 
     /// The leader's read index.
     pub async fn read_index(&self, addr: &str) -> Result<u64, ClusterError> {
-        let reply = within(addr, self.client(addr)?.read_index(ReadIndexRequest {})).await;
+        let reply = within(addr, self.client(addr)?.read_index(self.group.address(ReadIndexRequest {}))).await;
         answer(addr, reply)
     }
 
     /// A pop planned and proposed by the leader.
     pub async fn pop(&self, addr: &str, order: &PopOrder) -> Result<Popped, PopError> {
-        let reply = within(addr, self.client(addr)?.pop(pb::PopOrder::from(order.clone()))).await;
+        let reply = within(addr, self.client(addr)?.pop(self.group.address(pb::PopOrder::from(order.clone())))).await;
         answer(addr, reply)
     }
 
     /// The voters the leader at `addr` heard from lately, itself included.
     pub async fn live_members(&self, addr: &str) -> Result<std::collections::BTreeSet<NodeId>, ClusterError> {
-        let reply = within(addr, self.client(addr)?.live_members(LiveMembersRequest {})).await;
+        let reply = within(addr, self.client(addr)?.live_members(self.group.address(LiveMembersRequest {}))).await;
         answer(addr, reply).map(|live| live.0.into_iter().collect())
     }
 
     /// The clock of the member at `addr`.
     pub async fn clock(&self, addr: &str) -> Result<i64, ClusterError> {
-        let reply = within(addr, self.client(addr)?.clock(ClockRequest {})).await;
+        let reply = within(addr, self.client(addr)?.clock(self.group.address(ClockRequest {}))).await;
         Ok(reply.map_err(|status| no_answer(addr, &status))?.into_inner().now_ms)
     }
 
     /// The free space of the member at `addr`, judged against its marks.
     pub async fn disk_space(&self, addr: &str) -> Result<crate::cluster::disk::DiskReading, ClusterError> {
-        let reply = within(addr, self.client(addr)?.disk_space(DiskSpaceRequest {})).await;
+        let reply = within(addr, self.client(addr)?.disk_space(self.group.address(DiskSpaceRequest {}))).await;
         answer(addr, reply)
     }
 
     /// A dead letter built and proposed by the leader.
     pub async fn dead_letter(&self, addr: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
-        let reply =
-            within(addr, self.client(addr)?.dead_letter(rockraft_proto::rockraft::log::Receipt::from(receipt))).await;
+        let reply = within(
+            addr,
+            self.client(addr)?.dead_letter(self.group.address(rockraft_proto::rockraft::log::Receipt::from(receipt))),
+        )
+        .await;
         answer(addr, reply)
     }
 
     /// Asks the member at `addr` to reach a producer of the topic connected to it; whether it did.
     pub async fn ask_producer(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {
         let mut client = PeerServiceClient::new(self.channel(addr)?);
-        let reply = within(addr, client.ask_producer(pb::AskProducer::from(ask.clone())))
+        let reply = within(addr, client.ask_producer(self.group.address(pb::AskProducer::from(ask.clone()))))
             .await
             .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
         Ok(reply.into_inner().asked)
@@ -168,7 +172,7 @@ mod tests {
     #[tokio::test]
     async fn a_peer_that_accepts_and_never_answers_fails_each_call_at_its_deadline() {
         let addr = silent_member();
-        let peers = Peers::new(Dialer::default());
+        let peers = Peers::new(Dialer::default(), GroupId::FIRST);
         // The outer bound only turns a hang into a failure.
         let answered = tokio::time::timeout(PEER_CALL_DEADLINE * 4, peers.read_index(&addr)).await;
         assert!(matches!(answered, Ok(Err(ClusterError::Unreachable { .. }))), "{answered:?}");

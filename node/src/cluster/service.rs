@@ -11,14 +11,16 @@ use crate::broker::pop::Receipt;
 use crate::cluster::pop::PopOrder;
 use crate::cluster::wire::{LiveMembers, ResultMessage};
 use crate::cluster::{AskProducer, Cluster, ClusterError};
+use crate::raft::GroupRegistry;
 
+/// Serves each call with the cluster handle of the group it names (the `rockraft-group` header).
 pub struct PeerServer {
-    cluster: Cluster,
+    groups: GroupRegistry<Cluster>,
 }
 
 impl PeerServer {
-    pub fn new(cluster: Cluster) -> PeerServer {
-        PeerServer { cluster }
+    pub fn new(groups: GroupRegistry<Cluster>) -> PeerServer {
+        PeerServer { groups }
     }
 }
 
@@ -34,39 +36,47 @@ fn reply<M: ResultMessage>(result: Result<M::Ok, M::Err>) -> Result<Response<M>,
 #[tonic::async_trait]
 impl PeerService for PeerServer {
     async fn write(&self, req: Request<WriteRequest>) -> Result<Response<pb::WriteResult>, Status> {
-        reply(self.cluster.propose_forwarded(req.into_inner().command).await)
+        let cluster = self.groups.addressed(&req)?;
+        reply(cluster.propose_forwarded(req.into_inner().command).await)
     }
 
     async fn pop(&self, req: Request<pb::PopOrder>) -> Result<Response<pb::PopResult>, Status> {
+        let cluster = self.groups.addressed(&req)?;
         let order: PopOrder = request(req)?;
-        reply(self.cluster.as_leader(async |c| c.pop_here(&order).await).await)
+        reply(cluster.as_leader(async |c| c.pop_here(&order).await).await)
     }
 
     async fn dead_letter(&self, req: Request<log::Receipt>) -> Result<Response<pb::DeadLetterResult>, Status> {
+        let cluster = self.groups.addressed(&req)?;
         let receipt = Receipt::from(req.into_inner());
-        reply(self.cluster.as_leader(async |c| c.dead_letter_here(&receipt).await).await)
+        reply(cluster.as_leader(async |c| c.dead_letter_here(&receipt).await).await)
     }
 
-    async fn read_index(&self, _: Request<ReadIndexRequest>) -> Result<Response<pb::ReadIndexResult>, Status> {
-        reply(self.cluster.read_index_here().await)
+    async fn read_index(&self, req: Request<ReadIndexRequest>) -> Result<Response<pb::ReadIndexResult>, Status> {
+        reply(self.groups.addressed(&req)?.read_index_here().await)
     }
 
     async fn ask_producer(&self, req: Request<pb::AskProducer>) -> Result<Response<pb::AskProducerReply>, Status> {
+        let cluster = self.groups.addressed(&req)?;
         let ask: AskProducer = request(req)?;
-        Ok(Response::new(pb::AskProducerReply { asked: self.cluster.ask_producer_here(&ask) }))
+        Ok(Response::new(pb::AskProducerReply { asked: cluster.ask_producer_here(&ask) }))
     }
 
     async fn clock(&self, _: Request<ClockRequest>) -> Result<Response<pb::ClockReply>, Status> {
         Ok(Response::new(pb::ClockReply { now_ms: crate::cluster::now_ms() }))
     }
 
-    async fn disk_space(&self, _: Request<DiskSpaceRequest>) -> Result<Response<pb::DiskSpaceResult>, Status> {
-        reply(Ok(self.cluster.disk_here()))
+    async fn disk_space(&self, req: Request<DiskSpaceRequest>) -> Result<Response<pb::DiskSpaceResult>, Status> {
+        reply(Ok(self.groups.addressed(&req)?.disk_here()))
     }
 
-    async fn live_members(&self, _: Request<LiveMembersRequest>) -> Result<Response<pb::LiveMembersResult>, Status> {
-        let live =
-            self.cluster.heard_from().map(|ids| LiveMembers(ids.into_iter().collect())).ok_or(ClusterError::NoLeader);
+    async fn live_members(&self, req: Request<LiveMembersRequest>) -> Result<Response<pb::LiveMembersResult>, Status> {
+        let live = self
+            .groups
+            .addressed(&req)?
+            .heard_from()
+            .map(|ids| LiveMembers(ids.into_iter().collect()))
+            .ok_or(ClusterError::NoLeader);
         reply(live)
     }
 }

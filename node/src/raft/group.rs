@@ -156,6 +156,7 @@ impl Lead {
 /// One Raft group. Clones share the group.
 #[derive(Clone)]
 pub struct Group {
+    id: crate::raft::GroupId,
     raft: Raft,
     metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>,
 }
@@ -203,11 +204,17 @@ impl Group {
         state_machine: crate::raft::StateMachine,
     ) -> Result<Group, GroupError> {
         let config = std::sync::Arc::new(options.config()?);
+        let id = network.group;
         let raft = Raft::new(options.node_id, config, network, log, state_machine)
             .await
             .map_err(|e| GroupError::Raft(e.to_string()))?;
         let metrics = raft.metrics();
-        Ok(Group { raft, metrics })
+        Ok(Group { id, raft, metrics })
+    }
+
+    /// Which group of the cluster this is.
+    pub fn id(&self) -> crate::raft::GroupId {
+        self.id
     }
 
     /// The Raft service's handle (served on the raft port).

@@ -16,6 +16,7 @@ mod log_store;
 mod log_store_suite_test;
 mod network;
 pub mod refusals;
+mod registry;
 mod service;
 mod state_machine;
 mod wire;
@@ -37,6 +38,7 @@ pub use entry_codec::log_id;
 pub use group::{Group, GroupError, GroupOptions, GroupStatus, GroupWatch, Lead, Member, Role};
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{ChannelError, Dialer, Network, PeerChannel, channel, member_channel};
+pub use registry::GroupRegistry;
 pub use service::{RaftGroups, RaftServer};
 pub use state_machine::StateMachine;
 

@@ -26,7 +26,7 @@ use crate::auth::tls::{MemberTls, host_of};
 use crate::raft::refusals::{Gate, Gated, Refusals};
 
 use crate::raft::wire::{FromPb, ToPb, append_to_pb};
-use crate::raft::{GROUP_HEADER, GroupId, NodeId, NodeInfo, TypeConfig, Vote};
+use crate::raft::{GroupId, NodeId, NodeInfo, TypeConfig, Vote};
 
 type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 
@@ -180,18 +180,11 @@ impl Peer {
         Fut: Future<Output = Result<tonic::Response<Resp::Pb>, tonic::Status>>,
     {
         self.pace().await;
-        let mut request = self.addressed(req.to_pb());
+        let mut request = self.group.address(req.to_pb());
         request.set_timeout(option.hard_ttl());
         let reply = call(self.client()?, request).await.map_err(|e| self.failed(e))?;
         self.retry_at = None;
         Resp::from_pb(reply.into_inner()).map_err(network)
-    }
-
-    /// `message` as a request to this peer's replica of the group.
-    fn addressed<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(GROUP_HEADER, self.group.0.into());
-        request
     }
 
     fn client(&self) -> Result<RaftServiceClient<PeerChannel>, RPCError<TypeConfig>> {
@@ -211,7 +204,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.pace().await;
-        let mut req = self.addressed(append_to_pb(rpc).map_err(network)?);
+        let mut req = self.group.address(append_to_pb(rpc).map_err(network)?);
         req.set_timeout(option.hard_ttl());
         let reply = self.client()?.append_entries(req).await.map_err(|e| self.failed(e))?;
         self.retry_at = None;
@@ -237,7 +230,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
                 .map(append_to_pb)
                 .take_while(|r| std::future::ready(r.is_ok()))
                 .filter_map(|r| std::future::ready(r.ok()));
-            let requests = self.addressed(requests);
+            let requests = self.group.address(requests);
             let responses = client.stream_append(requests).await.map_err(|e| self.failed(e))?.into_inner();
             self.retry_at = None;
             let results = responses.map(|item| {
@@ -277,7 +270,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             part: Some(pb::snapshot_chunk::Part::Data(bytes::Bytes::copy_from_slice(c))),
         }));
         self.pace().await;
-        let chunks = self.addressed(futures_util::stream::iter(chunks));
+        let chunks = self.group.address(futures_util::stream::iter(chunks));
         let reply = self.client()?.install_snapshot(chunks).await.map_err(|e| self.failed(e))?;
         Ok(SnapshotResponse::from_pb(reply.into_inner()).map_err(network)?)
     }

@@ -10,18 +10,18 @@ use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_server::RaftService;
 use tonic::{Request, Response, Status, Streaming};
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use openraft::raft::AppendEntriesResponse;
 
 use crate::raft::contact::LeaderContact;
+use crate::raft::registry::GroupRegistry;
 use crate::raft::wire::{FromPb, ToPb, append_from_pb};
-use crate::raft::{GROUP_HEADER, GroupId, Raft, SnapshotMeta, TypeConfig, Vote};
+use crate::raft::{GroupId, Raft, SnapshotMeta, TypeConfig, Vote};
 
 /// The replicas of groups this node runs, by group.
 #[derive(Clone, Default)]
-pub struct RaftGroups(Arc<RwLock<BTreeMap<GroupId, Replica>>>);
+pub struct RaftGroups(GroupRegistry<Replica>);
 
 /// One group's replica on this node, as replication calls reach it.
 #[derive(Clone)]
@@ -34,27 +34,13 @@ struct Replica {
 impl RaftGroups {
     /// Serves `group`'s calls with `raft`; `contact` learns of every append its leader sends.
     pub fn insert(&self, group: GroupId, raft: Raft, contact: Arc<LeaderContact>) {
-        self.0.write().unwrap_or_else(|p| p.into_inner()).insert(group, Replica { raft, contact });
+        self.0.insert(group, Replica { raft, contact });
     }
 
     /// The replica a request's header names. No lock is held once it returns.
     fn replica<T>(&self, req: &Request<T>) -> Result<Replica, Status> {
-        let group = group_of(req.metadata())?;
-        let replicas = self.0.read().unwrap_or_else(|p| p.into_inner());
-        replicas
-            .get(&group)
-            .cloned()
-            .ok_or_else(|| Status::not_found(format!("this node runs no replica of group {group}")))
+        self.0.addressed(req)
     }
-}
-
-/// The group a request names.
-fn group_of(metadata: &tonic::metadata::MetadataMap) -> Result<GroupId, Status> {
-    let value = metadata
-        .get(GROUP_HEADER)
-        .ok_or_else(|| bad(format!("a replication call names its group ({GROUP_HEADER})")))?;
-    let group = value.to_str().ok().and_then(|v| v.parse().ok());
-    group.map(GroupId).ok_or_else(|| bad(format!("{GROUP_HEADER} is not a group number")))
 }
 
 pub struct RaftServer {
@@ -166,34 +152,5 @@ impl RaftService for RaftServer {
         let rpc = TransferLeaderRequest::<TypeConfig>::from_pb(req.into_inner()).map_err(bad)?;
         let reply = replica.raft.handle_transfer_leader(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn named(value: Option<&'static str>) -> Request<()> {
-        let mut req = Request::new(());
-        if let Some(v) = value {
-            req.metadata_mut().insert(GROUP_HEADER, tonic::metadata::MetadataValue::from_static(v));
-        }
-        req
-    }
-
-    #[test]
-    fn a_call_names_a_group_this_node_runs_or_is_refused() {
-        let groups = RaftGroups::default();
-        let code = |req: Request<()>| groups.replica(&req).err().map(|s| (s.code(), s.message().to_string()));
-        let (missing, _) = code(named(None)).unwrap();
-        assert_eq!(missing, tonic::Code::InvalidArgument);
-        for garbage in ["", "one", "-1", "4294967296"] {
-            assert_eq!(code(named(Some(garbage))).map(|c| c.0), Some(tonic::Code::InvalidArgument), "{garbage:?}");
-        }
-        assert_eq!(
-            code(named(Some("7"))),
-            Some((tonic::Code::NotFound, "this node runs no replica of group 7".to_string()))
-        );
-        assert_eq!(group_of(named(Some("7")).metadata()).ok(), Some(GroupId(7)));
     }
 }

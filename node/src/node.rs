@@ -8,6 +8,7 @@
 //!   caller, whom the proxy checks against the access rules;
 //! - admin port: `AdminService` for the CLI, admins only when authentication is on.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,20 +71,33 @@ pub enum NodeError {
 /// How long a stopping node lets in-flight calls finish.
 const SERVER_DRAIN: Duration = Duration::from_secs(2);
 
-/// A node, opened: Raft runs and the per-node jobs are started; [`run`] serves it.
+/// A node, opened: Raft runs for each group it holds a replica of, and the jobs are started;
+/// [`run`] serves it.
 pub struct Node {
+    /// The first group's replica: the way to its leader, what the proxy and the operator API use.
     pub cluster: Cluster,
+    /// Every group this node runs a replica of; the Raft and peer services serve each.
+    pub replicas: BTreeMap<GroupId, Replica>,
     /// This node's own parts, handed to each layer that uses them.
     pub parts: Parts,
     pub config: Arc<NodeConfig>,
     pub jobs: Jobs,
-    /// `true` while this node leads: leader-only jobs (timers, transaction checks) start with
-    /// `jobs.spawn_leader(name, leadership.clone(), ..)`.
-    pub leadership: tokio::sync::watch::Receiver<bool>,
     /// Deliveries to renew: filled by the proxy, worked through by the renewal job.
     renewals: Arc<Renewals>,
-    /// The log, read by the status page and metrics.
+    /// The first group's log, read by the status page and metrics.
     log: crate::store::LogReader,
+}
+
+/// One Raft group's replica on this node: the way to the group's leader, the state its log
+/// built, and the log. Each has its own Raft (its own ticks, heartbeats and elections), its own
+/// directory (`store::layout`) and its own jobs.
+#[derive(Clone)]
+pub struct Replica {
+    pub cluster: Cluster,
+    pub broker: Broker,
+    pub log: crate::store::LogReader,
+    /// `true` while this node leads the group: its leader-only jobs run then.
+    pub leadership: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A node's parts besides the cluster: its replica of the broker state, the plugin host, what it
@@ -94,6 +108,17 @@ pub struct Parts {
     pub plugins: Arc<PluginHost>,
     pub meters: crate::metrics::Meters,
     pub sessions: Arc<crate::sessions::ProducerSessions>,
+}
+
+/// What every group's replica on a node shares.
+struct Shared<'a> {
+    config: &'a NodeConfig,
+    layout: &'a DataLayout,
+    dialer: &'a Dialer,
+    plugins: &'a Arc<PluginHost>,
+    meters: &'a crate::metrics::Meters,
+    sessions: &'a Arc<crate::sessions::ProducerSessions>,
+    jobs: &'a Jobs,
 }
 
 /// The largest command one log entry holds: a segment, less the segment file's header (64 bytes,
@@ -112,16 +137,63 @@ fn group_options(config: &NodeConfig) -> GroupOptions {
     }
 }
 
-/// Opens the node's storage, starts Raft and the per-node jobs; does not serve yet.
+/// Opens the node's storage, starts Raft and the jobs of each group, and the node's own jobs;
+/// does not serve yet.
 pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     let layout = DataLayout::open(&config.data_dir)?;
     #[cfg(feature = "failpoints")]
     crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
-    let group_dir = layout.group(GroupId::FIRST.0);
-    let log_store = LogStore::open(config.log_config(group_dir.log()))?;
+    // One dialer for Raft and every other call to a member, so they share each member's
+    // refusal gate.
+    let dialer = Dialer {
+        credentials: MemberCredentials::new(config.cluster_secret.as_ref(), config.tls.member()?),
+        refusals: Default::default(),
+    };
+    if config.cluster_secret.is_none() && config.tls.peer_ca_file.is_none() {
+        tracing::warn!(
+            raft = %config.raft_addr,
+            "no cluster_secret configured: the raft port accepts calls from anyone who can reach it"
+        );
+    }
+    let plugins = Arc::new(PluginHost::new(config.plugins)?);
+    let sessions = Arc::new(crate::sessions::ProducerSessions::default());
+    let meters = crate::metrics::Meters::new();
+    let jobs = Jobs::new();
+    let shared = Shared {
+        config: &config,
+        layout: &layout,
+        dialer: &dialer,
+        plugins: &plugins,
+        meters: &meters,
+        sessions: &sessions,
+        jobs: &jobs,
+    };
+    let first = open_replica(GroupId::FIRST, &shared).await?;
+    spawn_metadata_jobs(&first, &shared);
+    spawn_data_jobs(&first, &shared);
+    let replicas = BTreeMap::from([(GroupId::FIRST, first.clone())]);
+
+    // The node's own jobs, whatever groups it runs.
+    let Replica { cluster, broker, log, .. } = first;
+    let renewals = Arc::new(Renewals::default());
+    jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
+    jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone(), broker.clone(), Arc::clone(&plugins)));
+    let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
+    jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
+    jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
+    let parts = Parts { broker, plugins, meters, sessions };
+    Ok(Node { cluster, replicas, parts, config: Arc::new(config), jobs, renewals, log })
+}
+
+/// Opens group `id`'s storage under its directory, starts its Raft and the jobs every replica
+/// runs: checkpoints, health, retention and the record of its leaders.
+async fn open_replica(id: GroupId, shared: &Shared<'_>) -> Result<Replica, NodeError> {
+    let Shared { config, layout, dialer, jobs, meters, .. } = *shared;
+    let dir = layout.group(id.0);
+    let log_store = LogStore::open(config.log_config(dir.log()))?;
     let broker = Broker::open(
         BrokerOptions {
-            dir: group_dir.broker(),
+            dir: dir.broker(),
             cq_records_per_file: config.storage.consume_queue_records_per_file,
             message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
             checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
@@ -129,76 +201,73 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
         log_store.commit_log(),
     )?;
     let log = log_store.commit_log();
-    let meters = crate::metrics::Meters::new();
-    let state_machine = StateMachine::open(broker.clone(), log.clone(), group_dir.snapshot())
+    let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
         .map_err(NodeError::Snapshot)?
         .with_meters(meters.clone());
-    // One dialer for Raft and every other call to a member, so they share each member's
-    // refusal gate.
-    let dialer = Dialer {
-        credentials: MemberCredentials::new(config.cluster_secret.as_ref(), config.tls.member()?),
-        refusals: Default::default(),
-    };
-    let network = Network { dialer: dialer.clone(), group: GroupId::FIRST };
-    if config.cluster_secret.is_none() && config.tls.peer_ca_file.is_none() {
-        tracing::warn!(
-            raft = %config.raft_addr,
-            "no cluster_secret configured: the raft port accepts calls from anyone who can reach it"
-        );
-    }
+    let network = Network { dialer: dialer.clone(), group: id };
     let group =
-        Group::start(&group_options(&config), network, log_store, state_machine).await.map_err(NodeError::Raft)?;
-    let plugins = Arc::new(PluginHost::new(config.plugins)?);
-    let sessions = Arc::new(crate::sessions::ProducerSessions::default());
+        Group::start(&group_options(config), network, log_store, state_machine).await.map_err(NodeError::Raft)?;
     let options = ClusterOptions {
         node_id: config.node_id,
         max_entry_bytes: max_entry_bytes(config.storage.segment_size),
-        plugins: Arc::clone(&plugins),
-        dialer,
+        plugins: Arc::clone(shared.plugins),
+        dialer: dialer.clone(),
         election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
         meters: meters.clone(),
-        sessions: Arc::clone(&sessions),
+        sessions: Arc::clone(shared.sessions),
         data_dir: config.data_dir.clone(),
         watermarks: config.storage.watermarks(),
     };
     let cluster = Cluster::new(group, broker.clone(), options);
 
-    let jobs = Jobs::new();
-    let renewals = Arc::new(Renewals::default());
-    jobs.spawn("checkpoints", crate::jobs::checkpoints(broker.clone()));
+    jobs.spawn("checkpoints", in_group(id, crate::jobs::checkpoints(broker.clone())));
     let storage = &config.storage;
     let retention = RetentionOptions {
         max_age: Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0),
         check_every: Duration::from_secs_f64(storage.retention_check_secs.max(0.1)),
         disk_budget_bytes: storage.disk_budget_bytes,
     };
-    let group = cluster.group().clone();
-    jobs.spawn("health", crate::jobs::watch_health(group, broker.clone(), log.clone(), jobs.clone()));
+    let health = crate::jobs::watch_health(cluster.group().clone(), broker.clone(), log.clone(), jobs.clone());
+    jobs.spawn("health", in_group(id, health));
     let purging = crate::jobs::retention(cluster.clone(), broker.clone(), meters.clone(), log.clone(), retention);
-    jobs.spawn("retention", purging);
-    jobs.spawn("leaders", crate::jobs::watch_leaders(cluster.clone(), meters.clone()));
-    jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
-    jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone(), broker.clone(), Arc::clone(&plugins)));
-    let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
-    jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
-    jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
+    jobs.spawn("retention", in_group(id, purging));
+    jobs.spawn("leaders", in_group(id, crate::jobs::watch_leaders(cluster.clone(), meters.clone())));
     let leadership = jobs.follow_leadership(&cluster);
-    let (keyed, keys) = (cluster.clone(), broker.clone());
-    jobs.spawn_leader("handle key", leadership.clone(), move || {
-        crate::jobs::first_handle_key(keyed.clone(), keys.clone())
+    Ok(Replica { cluster, broker, log, leadership })
+}
+
+/// A group's job, its log lines naming the group.
+fn in_group<F>(id: GroupId, job: F) -> tracing::instrument::Instrumented<F> {
+    tracing::Instrument::instrument(job, tracing::info_span!("group", id = id.0))
+}
+
+/// The leader-only jobs of the group that holds the metadata: the first key for receipt handles.
+fn spawn_metadata_jobs(replica: &Replica, shared: &Shared<'_>) {
+    let (keyed, keys, id) = (replica.cluster.clone(), replica.broker.clone(), replica.cluster.group().id());
+    shared.jobs.spawn_leader("handle key", replica.leadership.clone(), move || {
+        in_group(id, crate::jobs::first_handle_key(keyed.clone(), keys.clone()))
     });
-    let (timers, held, counted) = (cluster.clone(), broker.clone(), meters.clone());
+}
+
+/// The leader-only jobs of a group that holds queues: its timers, its metadata placement, its
+/// lite topics' upkeep and its transactions' checks.
+fn spawn_data_jobs(replica: &Replica, shared: &Shared<'_>) {
+    let Shared { config, jobs, meters, plugins, .. } = *shared;
+    let (leadership, id) = (&replica.leadership, replica.cluster.group().id());
+    let (timers, held, counted) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
     jobs.spawn_leader("timers", leadership.clone(), move || {
-        crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone())
+        in_group(id, crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone()))
     });
-    let placing = cluster.clone();
-    jobs.spawn_leader("placement", leadership.clone(), move || crate::jobs::placement(placing.clone()));
-    let (lite, lites) = (cluster.clone(), broker.clone());
-    jobs.spawn_leader("lite topics", leadership.clone(), move || crate::jobs::lite_upkeep(lite.clone(), lites.clone()));
+    let placing = replica.cluster.clone();
+    jobs.spawn_leader("placement", leadership.clone(), move || in_group(id, crate::jobs::placement(placing.clone())));
+    let (lite, lites) = (replica.cluster.clone(), replica.broker.clone());
+    jobs.spawn_leader("lite topics", leadership.clone(), move || {
+        in_group(id, crate::jobs::lite_upkeep(lite.clone(), lites.clone()))
+    });
     let broker_config = &config.broker;
     let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
-        Arc::clone(&plugins),
-        broker.clone(),
+        Arc::clone(plugins),
+        replica.broker.clone(),
         Duration::from_secs(broker_config.transaction_max_age_secs),
         broker_config.transaction_max_checks,
     ));
@@ -206,13 +275,14 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
         interval: Duration::from_secs(broker_config.transaction_check_interval_secs.max(1)),
         max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
     };
-    let (checking, halves, checked) = (cluster.clone(), broker.clone(), meters.clone());
+    let (checking, halves, checked) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
     jobs.spawn_leader("transaction checks", leadership.clone(), move || {
         let (checker, checks) = (Arc::clone(&checker), checks.clone());
-        crate::jobs::check_transactions(checking.clone(), halves.clone(), checked.clone(), checker, checks)
+        in_group(
+            id,
+            crate::jobs::check_transactions(checking.clone(), halves.clone(), checked.clone(), checker, checks),
+        )
     });
-    let parts = Parts { broker, plugins, meters, sessions };
-    Ok(Node { cluster, parts, config: Arc::new(config), jobs, leadership, renewals, log })
 }
 
 /// The largest admin request: a plugin registration, whose module travels as raw protobuf bytes
@@ -273,11 +343,12 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
     // decoded.
     let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
-    let groups = RaftGroups::default();
-    groups.insert(GroupId::FIRST, cluster.group().raft().clone(), cluster.leader_contact());
+    let (groups, clusters) = (RaftGroups::default(), GroupRegistry::default());
+    for (&id, replica) in &node.replicas {
+        groups.insert(id, replica.cluster.group().raft().clone(), replica.cluster.leader_contact());
+        clusters.insert(id, replica.cluster.clone());
+    }
     let raft_service = RaftServiceServer::new(RaftServer::new(groups)).max_decoding_message_size(max);
-    let clusters = GroupRegistry::default();
-    clusters.insert(GroupId::FIRST, cluster.clone());
     let peer_service = PeerServiceServer::new(PeerServer::new(clusters)).max_decoding_message_size(max);
     let mut raft_builder = match &member_tls {
         Some(t) => server_builder()
@@ -370,7 +441,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     };
     tracing::info!(node = cluster.id(), "shutting down");
     if fatal.is_none() {
-        hand_over_leadership(cluster).await;
+        // Every group this node leads, at once: each has its own followers to hand over to.
+        futures_util::future::join_all(node.replicas.values().map(|r| hand_over_leadership(&r.cluster))).await;
     }
     let _ = stop_tx.send(true);
     // Streams never end by themselves (a leader's replication stream, clients' Telemetry streams
@@ -386,12 +458,16 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         abort.abort();
     }
     node.jobs.shutdown().await;
-    cluster.group().shutdown().await;
+    for replica in node.replicas.values() {
+        replica.cluster.group().shutdown().await;
+    }
     if let Some(reason) = fatal {
         // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
         return Err(NodeError::Stopped(reason));
     }
-    node.parts.broker.checkpoint()?;
+    for replica in node.replicas.values() {
+        replica.broker.checkpoint()?;
+    }
     Ok(())
 }
 

@@ -94,6 +94,8 @@ struct Inner {
     peers: Peers,
     /// Serializes the pops this node plans as leader, per (group, topic).
     pop_locks: PopLocks,
+    /// One placement worked out and proposed at a time.
+    placing: placement::PlacementGate,
     /// Where the next lite receive of each (group, client) starts in its subscriptions, and how
     /// many it looked at since one delivered.
     lite_cursors: lite::LiteCursors,
@@ -153,6 +155,7 @@ impl Cluster {
                 broker,
                 peers,
                 pop_locks: PopLocks::default(),
+                placing: Default::default(),
                 lite_cursors: Default::default(),
                 clock: LeaderClock::new(now_ms),
                 skew: skew::ClockSkew::default(),

@@ -19,6 +19,8 @@
 # --endpoint): 127.0.0.1:7081-7083; node-to-node: 127.0.0.1:9081-9083; status pages and
 # /metrics: http://127.0.0.1:6081-6083.
 # ROCKRAFT_NODES sets the cluster size (default 3; e.g. 5 for the five-node figures).
+# ROCKRAFT_DATA_GROUPS sets how many data groups a new cluster runs (default 1; see
+# docs/operations.md, "Data groups").
 # Data, logs and pid files: ./data/node{1,2,3}, or under $ROCKRAFT_DATA; the cluster secret the
 # nodes share (node-to-node calls carry it): ./data/cluster_secret.
 # ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456); with segments
@@ -239,7 +241,9 @@ case "${1:-}" in
   start)
     build
     for n in $(seq "$nodes"); do start_node "$n"; done
-    wait_for 30 "$bin" --endpoint "$(admin_addr 1)" cluster init || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
+    init=(cluster init)
+    if [ -n "${ROCKRAFT_DATA_GROUPS:-}" ]; then init+=(--data-groups "$ROCKRAFT_DATA_GROUPS"); fi
+    wait_for 30 "$bin" --endpoint "$(admin_addr 1)" "${init[@]}" || { echo "node 1 did not answer; see $(node_dir 1)/node.log" >&2; exit 1; }
     # Every node must know the leader (and so hold the membership) before clients arrive.
     for n in $(seq "$nodes"); do
       wait_for 30 has_leader "$(admin_addr "$n")" || { echo "node $n does not know a leader" >&2; exit 1; }

@@ -35,5 +35,6 @@ pub mod node;
 pub mod plugin;
 pub mod proxy;
 pub mod raft;
+pub mod replicas;
 pub mod sessions;
 pub mod store;

@@ -8,7 +8,6 @@
 //!   caller, whom the proxy checks against the access rules;
 //! - admin port: `AdminService` for the CLI, admins only when authentication is on.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,19 +21,15 @@ use crate::auth::connections::ConnectionCap;
 use crate::auth::gate::ClientGate;
 use crate::auth::member::{Check, MemberCredentials};
 use crate::auth::{AdminsOnly, Authenticator};
-use crate::broker::transaction::TransactionChecker;
-use crate::broker::{Broker, BrokerOptions};
-use crate::cluster::{Cluster, ClusterOptions, PeerServer};
-use crate::jobs::{CheckOptions, Jobs, RetentionOptions};
+use crate::broker::Broker;
+use crate::cluster::{Cluster, PeerServer};
+use crate::jobs::Jobs;
 use crate::plugin::PluginHost;
-use crate::plugin::checker::PluginChecker;
 use crate::proxy::renew::Renewals;
 use crate::proxy::{Proxy, ProxyOptions, ProxyParts};
-use crate::raft::{
-    Dialer, Group, GroupId, GroupOptions, GroupRegistry, LogStore, Network, RaftGroups, RaftServer, StateMachine,
-};
+use crate::raft::{Dialer, RaftServer};
+use crate::replicas::{Context, Replica, Replicas};
 use crate::store::layout::DataLayout;
-use crate::store::record::HEADER_LEN;
 use tonic::service::interceptor::InterceptedService;
 
 /// Why a node did not start, or stopped on its own; each names the setting, file or part at fault.
@@ -42,6 +37,8 @@ use tonic::service::interceptor::InterceptedService;
 pub enum NodeError {
     #[error(transparent)]
     Log(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Replica(#[from] crate::replicas::OpenError),
     #[error(transparent)]
     Layout(#[from] crate::store::layout::LayoutError),
     #[error(transparent)]
@@ -77,7 +74,7 @@ pub struct Node {
     /// The first group's replica: the way to its leader, what the proxy and the operator API use.
     pub cluster: Cluster,
     /// Every group this node runs a replica of; the Raft and peer services serve each.
-    pub replicas: BTreeMap<GroupId, Replica>,
+    pub replicas: Replicas,
     /// This node's own parts, handed to each layer that uses them.
     pub parts: Parts,
     pub config: Arc<NodeConfig>,
@@ -88,18 +85,6 @@ pub struct Node {
     log: crate::store::LogReader,
 }
 
-/// One Raft group's replica on this node: the way to the group's leader, the state its log
-/// built, and the log. Each has its own Raft (its own ticks, heartbeats and elections), its own
-/// directory (`store::layout`) and its own jobs.
-#[derive(Clone)]
-pub struct Replica {
-    pub cluster: Cluster,
-    pub broker: Broker,
-    pub log: crate::store::LogReader,
-    /// `true` while this node leads the group: its leader-only jobs run then.
-    pub leadership: tokio::sync::watch::Receiver<bool>,
-}
-
 /// A node's parts besides the cluster: its replica of the broker state, the plugin host, what it
 /// counts, and the producers connected to it.
 #[derive(Clone)]
@@ -108,33 +93,6 @@ pub struct Parts {
     pub plugins: Arc<PluginHost>,
     pub meters: crate::metrics::Meters,
     pub sessions: Arc<crate::sessions::ProducerSessions>,
-}
-
-/// What every group's replica on a node shares.
-struct Shared<'a> {
-    config: &'a NodeConfig,
-    layout: &'a DataLayout,
-    dialer: &'a Dialer,
-    plugins: &'a Arc<PluginHost>,
-    meters: &'a crate::metrics::Meters,
-    sessions: &'a Arc<crate::sessions::ProducerSessions>,
-    jobs: &'a Jobs,
-}
-
-/// The largest command one log entry holds: a segment, less the segment file's header (64 bytes,
-/// private to `store/`) and one record header.
-fn max_entry_bytes(segment_size: u64) -> u64 {
-    segment_size.saturating_sub(64 + HEADER_LEN as u64)
-}
-
-fn group_options(config: &NodeConfig) -> GroupOptions {
-    GroupOptions {
-        node_id: config.node_id,
-        name: config.group.clone(),
-        heartbeat_ms: config.raft.heartbeat_ms,
-        election_timeout_min_ms: config.raft.election_timeout_min_ms,
-        election_timeout_max_ms: config.raft.election_timeout_max_ms,
-    }
 }
 
 /// Opens the node's storage, starts Raft and the jobs of each group, and the node's own jobs;
@@ -159,22 +117,21 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     let sessions = Arc::new(crate::sessions::ProducerSessions::default());
     let meters = crate::metrics::Meters::new();
     let jobs = Jobs::new();
-    let shared = Shared {
-        config: &config,
-        layout: &layout,
-        dialer: &dialer,
-        plugins: &plugins,
-        meters: &meters,
-        sessions: &sessions,
-        jobs: &jobs,
+    let config = Arc::new(config);
+    let context = Context {
+        config: Arc::clone(&config),
+        layout,
+        dialer,
+        plugins: Arc::clone(&plugins),
+        meters: meters.clone(),
+        sessions: Arc::clone(&sessions),
+        jobs: jobs.clone(),
     };
-    let first = open_replica(GroupId::FIRST, &shared).await?;
-    spawn_metadata_jobs(&first, &shared);
-    spawn_data_jobs(&first, &shared);
-    let replicas = BTreeMap::from([(GroupId::FIRST, first.clone())]);
+    let replicas = Replicas::open(context).await?;
+    jobs.spawn("replicas", replicas.clone().follow_metadata());
 
     // The node's own jobs, whatever groups it runs.
-    let Replica { cluster, broker, log, .. } = first;
+    let Replica { cluster, broker, log, .. } = replicas.first();
     let renewals = Arc::new(Renewals::default());
     jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
     jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone(), broker.clone(), Arc::clone(&plugins)));
@@ -182,107 +139,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
     jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
     let parts = Parts { broker, plugins, meters, sessions };
-    Ok(Node { cluster, replicas, parts, config: Arc::new(config), jobs, renewals, log })
-}
-
-/// Opens group `id`'s storage under its directory, starts its Raft and the jobs every replica
-/// runs: checkpoints, health, retention and the record of its leaders.
-async fn open_replica(id: GroupId, shared: &Shared<'_>) -> Result<Replica, NodeError> {
-    let Shared { config, layout, dialer, jobs, meters, .. } = *shared;
-    let dir = layout.group(id.0);
-    let log_store = LogStore::open(config.log_config(dir.log()))?;
-    let broker = Broker::open(
-        BrokerOptions {
-            dir: dir.broker(),
-            cq_records_per_file: config.storage.consume_queue_records_per_file,
-            message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
-            checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
-        },
-        log_store.commit_log(),
-    )?;
-    let log = log_store.commit_log();
-    let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
-        .map_err(NodeError::Snapshot)?
-        .with_meters(meters.clone());
-    let network = Network { dialer: dialer.clone(), group: id };
-    let group =
-        Group::start(&group_options(config), network, log_store, state_machine).await.map_err(NodeError::Raft)?;
-    let options = ClusterOptions {
-        node_id: config.node_id,
-        max_entry_bytes: max_entry_bytes(config.storage.segment_size),
-        plugins: Arc::clone(shared.plugins),
-        dialer: dialer.clone(),
-        election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
-        meters: meters.clone(),
-        sessions: Arc::clone(shared.sessions),
-        data_dir: config.data_dir.clone(),
-        watermarks: config.storage.watermarks(),
-    };
-    let cluster = Cluster::new(group, broker.clone(), options);
-
-    jobs.spawn("checkpoints", in_group(id, crate::jobs::checkpoints(broker.clone())));
-    let storage = &config.storage;
-    let retention = RetentionOptions {
-        max_age: Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0),
-        check_every: Duration::from_secs_f64(storage.retention_check_secs.max(0.1)),
-        disk_budget_bytes: storage.disk_budget_bytes,
-    };
-    let health = crate::jobs::watch_health(cluster.group().clone(), broker.clone(), log.clone(), jobs.clone());
-    jobs.spawn("health", in_group(id, health));
-    let purging = crate::jobs::retention(cluster.clone(), broker.clone(), meters.clone(), log.clone(), retention);
-    jobs.spawn("retention", in_group(id, purging));
-    jobs.spawn("leaders", in_group(id, crate::jobs::watch_leaders(cluster.clone(), meters.clone())));
-    let leadership = jobs.follow_leadership(&cluster);
-    Ok(Replica { cluster, broker, log, leadership })
-}
-
-/// A group's job, its log lines naming the group.
-fn in_group<F>(id: GroupId, job: F) -> tracing::instrument::Instrumented<F> {
-    tracing::Instrument::instrument(job, tracing::info_span!("group", id = id.0))
-}
-
-/// The leader-only jobs of the group that holds the metadata: the first key for receipt handles.
-fn spawn_metadata_jobs(replica: &Replica, shared: &Shared<'_>) {
-    let (keyed, keys, id) = (replica.cluster.clone(), replica.broker.clone(), replica.cluster.group().id());
-    shared.jobs.spawn_leader("handle key", replica.leadership.clone(), move || {
-        in_group(id, crate::jobs::first_handle_key(keyed.clone(), keys.clone()))
-    });
-}
-
-/// The leader-only jobs of a group that holds queues: its timers, its metadata placement, its
-/// lite topics' upkeep and its transactions' checks.
-fn spawn_data_jobs(replica: &Replica, shared: &Shared<'_>) {
-    let Shared { config, jobs, meters, plugins, .. } = *shared;
-    let (leadership, id) = (&replica.leadership, replica.cluster.group().id());
-    let (timers, held, counted) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
-    jobs.spawn_leader("timers", leadership.clone(), move || {
-        in_group(id, crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone()))
-    });
-    let placing = replica.cluster.clone();
-    jobs.spawn_leader("placement", leadership.clone(), move || in_group(id, crate::jobs::placement(placing.clone())));
-    let (lite, lites) = (replica.cluster.clone(), replica.broker.clone());
-    jobs.spawn_leader("lite topics", leadership.clone(), move || {
-        in_group(id, crate::jobs::lite_upkeep(lite.clone(), lites.clone()))
-    });
-    let broker_config = &config.broker;
-    let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
-        Arc::clone(plugins),
-        replica.broker.clone(),
-        Duration::from_secs(broker_config.transaction_max_age_secs),
-        broker_config.transaction_max_checks,
-    ));
-    let checks = CheckOptions {
-        interval: Duration::from_secs(broker_config.transaction_check_interval_secs.max(1)),
-        max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
-    };
-    let (checking, halves, checked) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
-    jobs.spawn_leader("transaction checks", leadership.clone(), move || {
-        let (checker, checks) = (Arc::clone(&checker), checks.clone());
-        in_group(
-            id,
-            crate::jobs::check_transactions(checking.clone(), halves.clone(), checked.clone(), checker, checks),
-        )
-    });
+    Ok(Node { cluster, replicas, parts, config, jobs, renewals, log })
 }
 
 /// The largest admin request: a plugin registration, whose module travels as raw protobuf bytes
@@ -335,6 +192,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         broker: node.parts.broker.clone(),
         plugins: Arc::clone(&node.parts.plugins),
         meters: node.parts.meters.clone(),
+        groups: node.replicas.clusters(),
     };
     let admin = |server: fn(Cluster, AdminParts, Arc<NodeConfig>) -> AdminServer| {
         AdminServiceServer::new(server(cluster.clone(), admin_parts.clone(), Arc::clone(&config)))
@@ -343,13 +201,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Members only: the certificate (mutual TLS) or the secret is checked before a request is
     // decoded.
     let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
-    let (groups, clusters) = (RaftGroups::default(), GroupRegistry::default());
-    for (&id, replica) in &node.replicas {
-        groups.insert(id, replica.cluster.group().raft().clone(), replica.cluster.leader_contact());
-        clusters.insert(id, replica.cluster.clone());
-    }
-    let raft_service = RaftServiceServer::new(RaftServer::new(groups)).max_decoding_message_size(max);
-    let peer_service = PeerServiceServer::new(PeerServer::new(clusters)).max_decoding_message_size(max);
+    let raft_service =
+        RaftServiceServer::new(RaftServer::new(node.replicas.raft_groups())).max_decoding_message_size(max);
+    let peer_service = PeerServiceServer::new(PeerServer::new(node.replicas.clusters())).max_decoding_message_size(max);
     let mut raft_builder = match &member_tls {
         Some(t) => server_builder()
             .tls_config(t.server())
@@ -442,7 +296,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     tracing::info!(node = cluster.id(), "shutting down");
     if fatal.is_none() {
         // Every group this node leads, at once: each has its own followers to hand over to.
-        futures_util::future::join_all(node.replicas.values().map(|r| hand_over_leadership(&r.cluster))).await;
+        let replicas = node.replicas.all();
+        futures_util::future::join_all(replicas.values().map(|r| hand_over_leadership(&r.cluster))).await;
     }
     let _ = stop_tx.send(true);
     // Streams never end by themselves (a leader's replication stream, clients' Telemetry streams
@@ -458,14 +313,15 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         abort.abort();
     }
     node.jobs.shutdown().await;
-    for replica in node.replicas.values() {
+    let replicas = node.replicas.all();
+    for replica in replicas.values() {
         replica.cluster.group().shutdown().await;
     }
     if let Some(reason) = fatal {
         // No last checkpoint: after a fatal error the state is re-derived from the log on restart.
         return Err(NodeError::Stopped(reason));
     }
-    for replica in node.replicas.values() {
+    for replica in replicas.values() {
         replica.broker.checkpoint()?;
     }
     Ok(())

@@ -113,6 +113,20 @@ pub struct NodeStatus {
     /// The members that refuse this node's calls (another cluster secret, a certificate they do
     /// not take), and why.
     pub refused_by: std::collections::BTreeMap<NodeId, String>,
+    /// Every Raft group this node runs a replica of.
+    pub groups: Vec<GroupRow>,
+}
+
+/// One Raft group as a node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRow {
+    pub id: u32,
+    /// This node's role in the group.
+    pub role: Role,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub committed: Option<u64>,
+    pub applied: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -252,6 +266,18 @@ impl From<NodeStatus> for pb::NodeStatusReply {
             member_disks: cluster.members.into_iter().map(|(id, d)| (id, d.into())).collect(),
             disk_alarm: level_word(cluster.alarm),
             refused_by: s.refused_by.into_iter().collect(),
+            groups: s
+                .groups
+                .into_iter()
+                .map(|g| pb::GroupRow {
+                    id: g.id,
+                    role: g.role.as_str().to_string(),
+                    leader: g.leader,
+                    term: g.term,
+                    committed: g.committed,
+                    applied: g.applied,
+                })
+                .collect(),
         }
     }
 }
@@ -290,6 +316,20 @@ impl TryFrom<pb::NodeStatusReply> for NodeStatus {
                 cluster: DiskReport { members, alarm: level(&s.disk_alarm)? },
             }),
             refused_by: s.refused_by.into_iter().collect(),
+            groups: s
+                .groups
+                .into_iter()
+                .map(|g| {
+                    Ok(GroupRow {
+                        id: g.id,
+                        role: g.role.parse()?,
+                        leader: g.leader,
+                        term: g.term,
+                        committed: g.committed,
+                        applied: g.applied,
+                    })
+                })
+                .collect::<Result<_, UnknownWord>>()?,
         })
     }
 }
@@ -340,6 +380,14 @@ mod tests {
                 cluster: DiskReport { members: [(1, reading)].into(), alarm: DiskLevel::Low },
             }),
             refused_by: [(3, "another cluster secret".to_string())].into(),
+            groups: vec![GroupRow {
+                id: 2,
+                role: Role::Leader,
+                leader: Some(2),
+                term: 4,
+                committed: Some(7),
+                applied: Some(6),
+            }],
         };
         let back = NodeStatus::try_from(pb::NodeStatusReply::from(status.clone())).unwrap();
         assert_eq!(format!("{back:?}"), format!("{status:?}"));

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::admin::AdminServer;
-use crate::admin::api::{MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, MemberInfo, NodeDisk, NodeStatus, Role, StateDigest};
+use crate::admin::api::{
+    GroupRow, MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, MemberInfo, NodeDisk, NodeStatus, Role, StateDigest,
+};
 use crate::admin::error::AdminError;
 use crate::broker::failover::Failover;
 use crate::broker::settings::{ClusterSettings, SettingsChange};
@@ -56,6 +58,23 @@ impl AdminServer {
                 .members
                 .iter()
                 .filter_map(|n| Some((n.id, self.cluster.refusals().refusing(&n.info.raft_addr)?)))
+                .collect(),
+            groups: self
+                .parts
+                .groups
+                .all()
+                .into_iter()
+                .map(|(id, cluster)| {
+                    let g = cluster.status();
+                    GroupRow {
+                        id: id.0,
+                        role: role(g.role),
+                        leader: g.leader,
+                        term: g.term,
+                        committed: g.committed,
+                        applied: g.applied,
+                    }
+                })
                 .collect(),
         }
     }

@@ -44,6 +44,8 @@ pub struct AdminParts {
     pub broker: Broker,
     pub plugins: Arc<PluginHost>,
     pub meters: Meters,
+    /// Every group this node runs a replica of, for the status.
+    pub groups: crate::raft::GroupRegistry<Cluster>,
 }
 
 impl AdminServer {

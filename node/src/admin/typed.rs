@@ -289,6 +289,7 @@ impl AdminService for AdminServer {
             Ok(Response::new(pb::SettingsReply {
                 dedupe_window_secs: s.dedupe_window_secs,
                 max_module_bytes: s.max_module_bytes,
+                data_groups: s.data_groups,
             }))
         };
         self.on_leader(req, async |mut l, r| l.get_settings(r).await, here).await
@@ -296,7 +297,11 @@ impl AdminService for AdminServer {
 
     async fn configure(&self, req: Request<pb::ConfigureRequest>) -> Reply<pb::AdminDone> {
         let r = req.into_inner();
-        let change = SettingsChange { dedupe_window_secs: r.dedupe_window_secs, max_module_bytes: r.max_module_bytes };
+        let change = SettingsChange {
+            dedupe_window_secs: r.dedupe_window_secs,
+            max_module_bytes: r.max_module_bytes,
+            data_groups: r.data_groups,
+        };
         done(AdminServer::configure(self, change).await)
     }
 

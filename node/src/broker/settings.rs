@@ -5,11 +5,16 @@
 //! disagree on what a command does, and their queues diverge.
 //!
 //! What apply reads of them: `dedupe_window_secs` (whether a send is a retry) and
-//! `max_module_bytes` (whether a plugin registration is accepted).
+//! `max_module_bytes` (whether a plugin registration is accepted). `data_groups` is what every
+//! node reads to know which data groups to run.
 
 use serde::{Deserialize, Serialize};
 
 use crate::broker::plugins::MAX_MODULE_BYTES;
+
+/// The most data groups a cluster runs: each is a Raft group with its own log, ticks and jobs on
+/// every node that holds it.
+pub const MAX_DATA_GROUPS: u32 = 64;
 
 /// The longest dedupe window: its memory grows with the send rate times the window (about 100
 /// bytes a message).
@@ -23,11 +28,13 @@ pub struct ClusterSettings {
     pub dedupe_window_secs: u64,
     /// The largest plugin module a registration may carry.
     pub max_module_bytes: u64,
+    /// How many data groups the cluster runs (groups 1 to `data_groups`); only ever grows.
+    pub data_groups: u32,
 }
 
 impl Default for ClusterSettings {
     fn default() -> Self {
-        ClusterSettings { dedupe_window_secs: 120, max_module_bytes: 1 << 20 }
+        ClusterSettings { dedupe_window_secs: 120, max_module_bytes: 1 << 20, data_groups: 1 }
     }
 }
 
@@ -36,6 +43,7 @@ impl Default for ClusterSettings {
 pub struct SettingsChange {
     pub dedupe_window_secs: Option<u64>,
     pub max_module_bytes: Option<u64>,
+    pub data_groups: Option<u32>,
 }
 
 /// A setting out of its range; holds the value asked for. Its text goes into the replicated reply:
@@ -46,6 +54,8 @@ pub enum SettingsError {
     DedupeWindow(u64),
     #[error("max_module_bytes must be 1-{MAX_MODULE_BYTES}, not {0}")]
     MaxModuleBytes(u64),
+    #[error("data_groups must be {0}-{MAX_DATA_GROUPS} (a data group is never removed), not {1}")]
+    DataGroups(u32, u32),
 }
 
 impl ClusterSettings {
@@ -67,6 +77,12 @@ impl ClusterSettings {
                 return Err(SettingsError::MaxModuleBytes(bytes));
             }
             next.max_module_bytes = bytes;
+        }
+        if let Some(groups) = change.data_groups {
+            if !(self.data_groups..=MAX_DATA_GROUPS).contains(&groups) {
+                return Err(SettingsError::DataGroups(self.data_groups, groups));
+            }
+            next.data_groups = groups;
         }
         Ok(next)
     }
@@ -90,7 +106,16 @@ mod tests {
         assert_eq!(refused, Err(SettingsError::DedupeWindow(0)));
         // The text is what the refusal's replicated reply holds: replicas compare their digests.
         assert_eq!(refused.unwrap_err().to_string(), "dedupe_window_secs must be 1-3600, not 0");
-        let both = SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20) };
-        assert_eq!(s.changed(&both), Ok(ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20 }));
+        let both = SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20), data_groups: None };
+        let changed = ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20, data_groups: 1 };
+        assert_eq!(s.changed(&both), Ok(changed));
+        // Data groups grow and never shrink.
+        let three = s.changed(&SettingsChange { data_groups: Some(3), ..Default::default() }).unwrap();
+        assert_eq!(three.data_groups, 3);
+        for bad in [0, 2, MAX_DATA_GROUPS + 1] {
+            let refused = three.changed(&SettingsChange { data_groups: Some(bad), ..Default::default() });
+            assert_eq!(refused, Err(SettingsError::DataGroups(3, bad)));
+        }
+        assert_eq!(three.changed(&SettingsChange { data_groups: Some(3), ..Default::default() }), Ok(three));
     }
 }

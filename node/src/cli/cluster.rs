@@ -16,8 +16,19 @@ use crate::store::free_space::DiskLevel;
 pub(super) enum ClusterCmd {
     /// Each member's role, term, last/committed/applied index and lag.
     Status,
-    /// Initialise the group from the answering node's `members` (once; repeating is harmless).
-    Init,
+    /// Initialise the cluster from the answering node's `members` (once; repeating is harmless).
+    Init {
+        /// How many data groups to run (each a Raft group of its own on every node); more can be
+        /// added later with `cluster add-group`.
+        #[arg(long)]
+        data_groups: Option<u32>,
+    },
+    /// Adds data groups (never removed): each node starts a replica of each, and the balancer
+    /// gives each node its share of their leaderships.
+    AddGroup {
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
     TransferLeader {
         #[arg(long)]
         to: u64,
@@ -71,13 +82,30 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
         }
         ClusterCmd::Configure { dedupe_window_secs, max_module_bytes } => {
             if dedupe_window_secs.is_some() || max_module_bytes.is_some() {
-                admin.send(pb::ConfigureRequest { dedupe_window_secs, max_module_bytes }).await?;
+                admin.send(pb::ConfigureRequest { dedupe_window_secs, max_module_bytes, data_groups: None }).await?;
             }
             let s = admin.send(pb::GetSettingsRequest {}).await?;
-            println!("dedupe_window_secs = {}\nmax_module_bytes = {}", s.dedupe_window_secs, s.max_module_bytes);
+            println!(
+                "dedupe_window_secs = {}\nmax_module_bytes = {}\ndata_groups = {}",
+                s.dedupe_window_secs, s.max_module_bytes, s.data_groups
+            );
             return Ok(());
         }
-        ClusterCmd::Init => admin.send(pb::InitRequest {}).await?,
+        ClusterCmd::AddGroup { count } => {
+            let now = admin.send(pb::GetSettingsRequest {}).await?.data_groups;
+            let data_groups = Some(now.saturating_add(count));
+            admin.send(pb::ConfigureRequest { data_groups, ..Default::default() }).await?;
+            let now = admin.send(pb::GetSettingsRequest {}).await?.data_groups;
+            println!("data groups: {now}");
+            return Ok(());
+        }
+        ClusterCmd::Init { data_groups } => {
+            let done = admin.send(pb::InitRequest {}).await?;
+            if let Some(n) = data_groups.filter(|&n| n > 1) {
+                admin.send(pb::ConfigureRequest { data_groups: Some(n), ..Default::default() }).await?;
+            }
+            done
+        }
         ClusterCmd::TransferLeader { to } => admin.send(pb::TransferLeaderRequest { to }).await?,
         ClusterCmd::AddNode { id, raft_addr, client_addr, admin_addr } => {
             admin.send(pb::AddNodeRequest { id, raft_addr, client_addr, admin_addr }).await?
@@ -425,7 +453,32 @@ async fn status(admin: &Admin) -> Result<(), CliError> {
     for line in refusals {
         println!("{line}");
     }
+    if here.groups.len() > 1 {
+        print!("\n{}", groups_table(&here));
+    }
     Ok(())
+}
+
+/// Each Raft group with its leader, term and indexes, as node `here` sees them.
+fn groups_table(here: &NodeStatus) -> String {
+    use std::fmt::Write;
+    let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+    let mut out = format!(
+        "{:<6} {:>6} {:>6} {:>10} {:>10}  (as node {} sees them)\n",
+        "group", "leader", "term", "committed", "applied", here.id
+    );
+    for g in &here.groups {
+        let _ = writeln!(
+            out,
+            "{:<6} {:>6} {:>6} {:>10} {:>10}",
+            g.id,
+            show(g.leader),
+            g.term,
+            show(g.committed),
+            show(g.applied)
+        );
+    }
+    out
 }
 
 #[cfg(test)]

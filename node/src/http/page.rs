@@ -239,6 +239,26 @@ pub(super) fn render(v: &View, at: &At) -> String {
         );
     }
 
+    if own.groups.len() > 1 {
+        h.push_str(
+            "<h2>Raft groups</h2><div class=scroll><table id=raft-groups><tr><th>group</th><th>leader</th>\
+             <th>term</th><th>this node</th><th>committed</th><th>applied here</th></tr>",
+        );
+        for g in &own.groups {
+            let _ = write!(
+                h,
+                "<tr><td>{id}</td><td>{leader}</td><td>{term}</td><td>{role}</td><td>{committed}</td><td>{applied}</td></tr>",
+                id = g.id,
+                leader = g.leader.map_or_else(|| "<span class=bad>none</span>".to_string(), |l| format!("node {l}")),
+                term = g.term,
+                role = role(g.role),
+                committed = g.committed.unwrap_or(0),
+                applied = g.applied.unwrap_or(0),
+            );
+        }
+        h.push_str("</table></div>");
+    }
+
     h.push_str("<h2>Leadership changes</h2>");
     if v.changes.is_empty() {
         h.push_str("<p class=muted>None seen since this node started.</p>");
@@ -440,6 +460,7 @@ mod tests {
                 clock: Default::default(),
                 disk: Default::default(),
                 refused_by: Default::default(),
+                groups: vec![],
             },
             members: vec![],
             topics: vec![],
@@ -462,5 +483,19 @@ mod tests {
         let page = render(&view, &At::default());
         assert!(page.contains("<p class=\"bad insecure\">"), "{page}");
         assert!(page.contains("admin_addr 0.0.0.0:7081 is &lt;open&gt;"), "{page}");
+    }
+
+    #[test]
+    fn several_groups_get_a_row_each_with_their_leader() {
+        use crate::admin::api::GroupRow;
+        let mut view = empty_view();
+        let row =
+            |id, leader| GroupRow { id, role: Role::Follower, leader, term: 2, committed: Some(9), applied: Some(9) };
+        view.own.groups = vec![row(1, Some(1))];
+        assert!(!render(&view, &At::default()).contains("raft-groups"), "one group: no table");
+        view.own.groups = vec![row(1, Some(1)), row(2, Some(3)), row(3, None)];
+        let page = render(&view, &At::default());
+        assert!(page.contains("<tr><td>2</td><td>node 3</td>"), "{page}");
+        assert!(page.contains("<tr><td>3</td><td><span class=bad>none</span></td>"), "{page}");
     }
 }

@@ -39,6 +39,7 @@ pub async fn watch_leaders(cluster: Cluster, meters: Meters) {
             meters.leader_changed();
             tracing::info!(
                 node = cluster.id(),
+                group = cluster.group().id().0,
                 term = change.term,
                 leader = change.leader,
                 previous = ?change.previous,
@@ -67,6 +68,7 @@ async fn record_failover(cluster: Cluster, record: crate::broker::failover::Fail
     let phases = record.phases();
     tracing::info!(
         node = cluster.id(),
+        group = cluster.group().id().0,
         term = record.term,
         previous = ?record.previous,
         detection_ms = ?phases.detection_ms,

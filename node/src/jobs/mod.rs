@@ -10,6 +10,9 @@
 //!   transactional halves; `lite_topics` expires idle lite topics and forgets the subscriptions
 //!   of clients that went away; `placement` finishes metadata changes the data partition has
 //!   not taken yet;
+//! - leader only, with several data groups: `data_groups` starts the data groups the metadata
+//!   adds (on the first group's leader) and hands each group's leadership to the node whose turn
+//!   it is;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
 //! - `disk_space`: reads the voters' free space; below a mark the leader refuses what would
 //!   fill a disk further;
@@ -21,6 +24,7 @@
 
 mod checkpoint;
 mod clock_skew;
+mod data_groups;
 mod disk_space;
 mod handle_key;
 mod health;
@@ -42,6 +46,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::Cluster;
 pub use checkpoint::checkpoints;
 pub use clock_skew::watch_clocks;
+pub use data_groups::{balance_leaders, follow_membership, start_data_groups, turn};
 pub use disk_space::watch_disks;
 pub use handle_key::first_handle_key;
 pub use health::watch_health;

@@ -77,6 +77,10 @@ pub struct GroupStatus {
     pub purged: Option<u64>,
     /// Every member, by id.
     pub members: Vec<Member>,
+    /// The voters of the configuration the group is moving to during a membership change (the
+    /// last of a joint configuration; a member being removed may never see the final one), else
+    /// its voters.
+    pub next_voters: BTreeSet<NodeId>,
     /// On the leader: the last index (and its term) each member is known to hold; `None` for a
     /// member that has not answered yet. Empty on other nodes.
     pub replication: BTreeMap<NodeId, Option<(u64, u64)>>,
@@ -107,6 +111,7 @@ impl GroupStatus {
             committed_term: m.local_committed.as_ref().map(|l| l.leader_id.term),
             applied: m.last_applied.as_ref().map(|l| l.index),
             purged: m.purged.as_ref().map(|l| l.index),
+            next_voters: membership.get_joint_config().last().cloned().unwrap_or_default(),
             members: membership
                 .nodes()
                 .map(|(id, info)| Member { id: *id, info: info.clone(), voter: voters.contains(id) })

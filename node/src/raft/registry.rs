@@ -29,6 +29,11 @@ impl<T: Clone> GroupRegistry<T> {
         self.0.write().unwrap_or_else(|p| p.into_inner()).insert(group, value);
     }
 
+    /// Every group's, by group.
+    pub fn all(&self) -> Vec<(GroupId, T)> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(g, t)| (*g, t.clone())).collect()
+    }
+
     pub fn get(&self, group: GroupId) -> Option<T> {
         self.0.read().unwrap_or_else(|p| p.into_inner()).get(&group).cloned()
     }

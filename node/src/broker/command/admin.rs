@@ -27,6 +27,7 @@ pub(super) fn to_proto(c: &AdminCommand) -> pb::AdminCommand {
         AdminCommand::Configure(s) => Op::Configure(pb::SettingsChange {
             dedupe_window_secs: s.dedupe_window_secs,
             max_module_bytes: s.max_module_bytes,
+            data_groups: s.data_groups,
         }),
         AdminCommand::RecordFailover(f) => Op::RecordFailover(pb::Failover::from(f)),
         AdminCommand::CreateGroup(g) => Op::CreateGroup(group_to_proto(g)),
@@ -43,6 +44,7 @@ pub(super) fn from_proto(c: pb::AdminCommand) -> Result<AdminCommand, DecodeErro
         Op::Configure(s) => AdminCommand::Configure(SettingsChange {
             dedupe_window_secs: s.dedupe_window_secs,
             max_module_bytes: s.max_module_bytes,
+            data_groups: s.data_groups,
         }),
         Op::RecordFailover(f) => AdminCommand::RecordFailover(Failover::from(f)),
         Op::CreateGroup(g) => AdminCommand::CreateGroup(group_from_proto(g)?),

@@ -15,6 +15,7 @@ pub(super) fn to_proto(p: &Placement) -> pb::Placement {
             PlacementChange::Settings(s) => Change::Settings(pb::SettingsChange {
                 dedupe_window_secs: Some(s.dedupe_window_secs),
                 max_module_bytes: Some(s.max_module_bytes),
+                data_groups: Some(s.data_groups),
             }),
             PlacementChange::PlaceTopic { config, epoch } => {
                 Change::PlaceTopic(pb::PlaceTopic { config: Some(topic_to_proto(config)), epoch: *epoch })
@@ -36,6 +37,8 @@ pub(super) fn from_proto(p: pb::Placement) -> Result<Placement, DecodeError> {
             Change::Settings(s) => PlacementChange::Settings(ClusterSettings {
                 dedupe_window_secs: required(s.dedupe_window_secs, "dedupe_window_secs")?,
                 max_module_bytes: required(s.max_module_bytes, "max_module_bytes")?,
+                // Absent before format 5: one data group.
+                data_groups: s.data_groups.unwrap_or(1),
             }),
             Change::PlaceTopic(t) => {
                 PlacementChange::PlaceTopic { config: topic_from_proto(required(t.config, "config")?)?, epoch: t.epoch }

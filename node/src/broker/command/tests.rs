@@ -103,6 +103,7 @@ fn samples() -> Vec<Command> {
         Command::Admin(AdminCommand::Configure(SettingsChange {
             dedupe_window_secs: Some(60),
             max_module_bytes: None,
+            data_groups: Some(3),
         })),
         Command::Admin(AdminCommand::RecordFailover(failover)),
         Command::Admin(AdminCommand::CreateGroup(group)),
@@ -110,7 +111,11 @@ fn samples() -> Vec<Command> {
         Command::Admin(AdminCommand::DeleteGroup { name: "G".into() }),
         Command::Place(Placement {
             changes: vec![
-                PlacementChange::Settings(ClusterSettings { dedupe_window_secs: 60, max_module_bytes: 5 }),
+                PlacementChange::Settings(ClusterSettings {
+                    dedupe_window_secs: 60,
+                    max_module_bytes: 5,
+                    data_groups: 3,
+                }),
                 PlacementChange::PlaceTopic { config: TopicConfig::new("T", 4, TopicKind::Fifo), epoch: Some(9) },
                 PlacementChange::PlaceTopic { config: TopicConfig::new("%DLQ%G", 1, TopicKind::Normal), epoch: None },
                 PlacementChange::DropTopic("U".into()),
@@ -342,7 +347,7 @@ fn lite_settling_entries_of_earlier_formats_read_as_what_does_the_same_now() {
     // This release writes none of them: a lite receipt is a receipt.
     let written = Command::Consume(ConsumeCommand::Ack(lite_receipt(1))).encode();
     assert_eq!(&written[..3], &[MARKER, FORMAT, Kind::Consume as u8]);
-    assert_eq!(FORMAT, 4, "a release that reads a lite receipt as a queue's must refuse these");
+    const { assert!(FORMAT >= 4, "a release that reads a lite receipt as a queue's must refuse these") };
 }
 
 /// Earlier releases created and deleted groups with consumption commands: those entries read as
@@ -414,7 +419,7 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
     let e = Command::decode(framed_raw(7, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 4");
+    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 5");
 }
 
 proptest! {
@@ -494,4 +499,36 @@ proptest! {
         prop_assert_eq!(Command::decode_send(&payload), Some(batch.clone()));
         prop_assert_eq!(Command::decode(payload), Ok(Command::Send(batch)));
     }
+}
+
+/// Settings written before format 5 name no number of data groups: a change leaves it as it is,
+/// and a placed copy of the settings is of one data group.
+#[test]
+fn settings_of_format_4_name_no_data_groups() {
+    use rockraft_proto::rockraft::log as pb;
+    let configure = pb::AdminCommand {
+        op: Some(pb::admin_command::Op::Configure(pb::SettingsChange {
+            dedupe_window_secs: Some(60),
+            ..Default::default()
+        })),
+    };
+    let decoded = Command::decode(framed_raw(4, Kind::Admin as u8, &configure.encode_to_vec()));
+    let change = SettingsChange { dedupe_window_secs: Some(60), ..Default::default() };
+    assert_eq!(decoded, Ok(Command::Admin(AdminCommand::Configure(change))));
+    let placed = pb::Placement {
+        changes: vec![pb::PlacementChange {
+            change: Some(pb::placement_change::Change::Settings(pb::SettingsChange {
+                dedupe_window_secs: Some(60),
+                max_module_bytes: Some(5),
+                data_groups: None,
+            })),
+        }],
+    };
+    let decoded = Command::decode(framed_raw(4, Kind::Placement as u8, &placed.encode_to_vec()));
+    let settings = ClusterSettings { dedupe_window_secs: 60, max_module_bytes: 5, data_groups: 1 };
+    assert_eq!(decoded, Ok(Command::Place(Placement { changes: vec![PlacementChange::Settings(settings)] })));
+    // This release writes format 5: a release of format 4 would drop the number unread.
+    let written =
+        Command::Admin(AdminCommand::Configure(SettingsChange { data_groups: Some(3), ..Default::default() }));
+    assert_eq!(&written.encode()[..2], &[MARKER, 5]);
 }

@@ -1,0 +1,153 @@
+//! The data groups' lifecycle: the first group's leader starts each data group the metadata adds
+//! (with the first group's voters), and each group's leader hands its leadership to the node
+//! whose turn it is, so every node leads its share of the groups, also after failures heal and
+//! after nodes join.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::broker::Broker;
+use crate::cluster::Cluster;
+use crate::raft::{GroupId, GroupRegistry, NodeId, NodeInfo};
+
+/// How often the first group's leader looks for data groups to start.
+const START_EVERY: Duration = Duration::from_secs(1);
+/// How often a group's leader looks whether the leadership is some other node's turn; also how
+/// long a new leader keeps it before it looks (a leader just elected after a failure stays while
+/// the cluster settles).
+const BALANCE_EVERY: Duration = Duration::from_secs(2);
+/// Pause after a hand-over that did not happen (the node whose turn it is could not take it),
+/// doubled up to [`MAX_BALANCE_BACK_OFF`].
+const BALANCE_BACK_OFF: Duration = Duration::from_secs(5);
+const MAX_BALANCE_BACK_OFF: Duration = Duration::from_secs(60);
+/// A member that has not acknowledged the leader for this long is not handed the leadership.
+const RECENTLY: Duration = Duration::from_secs(1);
+
+/// On the first group's leader: starts every data group the metadata lists whose replica here has
+/// not been started, with the first group's voters. Starting a group on more than one node with
+/// the same voters is harmless (each writes the same first membership entry).
+pub async fn start_data_groups(first: Cluster, metadata: Broker, clusters: GroupRegistry<Cluster>) {
+    loop {
+        let listed = metadata.settings().data_groups;
+        let voters: BTreeMap<NodeId, NodeInfo> =
+            first.group().status().members.into_iter().filter(|m| m.voter).map(|m| (m.id, m.info)).collect();
+        for id in (GroupId::FIRST.0 + 1..=listed).map(GroupId) {
+            // Opened by every node as it applies the change (`Replicas::follow_metadata`).
+            let Some(cluster) = clusters.get(id) else { continue };
+            let group = cluster.group();
+            match group.is_initialized().await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(group = id.0, error = %e, "data group: state unknown");
+                    continue;
+                }
+            }
+            match group.initialize(voters.clone()).await {
+                Ok(()) => {
+                    tracing::info!(group = id.0, voters = ?voters.keys().collect::<Vec<_>>(), "started a data group")
+                }
+                Err(e) => tracing::debug!(group = id.0, error = %e, "starting a data group failed; trying again"),
+            }
+        }
+        tokio::time::sleep(START_EVERY).await;
+    }
+}
+
+/// How often a data group's leader compares its members with the first group's.
+const MEMBERS_EVERY: Duration = Duration::from_secs(1);
+
+/// On a data group's leader: makes the group's members those of the first group, as this node's
+/// replica of the first group knows them: members added there join here as learners and then
+/// voters, members removed there leave. A node joins or leaves the cluster through the first
+/// group (`cluster add-node`, `remove-node`); each data group follows within about a second.
+pub async fn follow_membership(cluster: Cluster, first: Cluster) {
+    let id = cluster.group().id();
+    let mut back_off = START_EVERY;
+    loop {
+        tokio::time::sleep(back_off).await;
+        let target = first.group().status();
+        let here = cluster.group().status();
+        let members: BTreeMap<NodeId, bool> = here.members.iter().map(|m| (m.id, m.voter)).collect();
+        let result = async {
+            for m in target.members.iter().filter(|m| !members.contains_key(&m.id)) {
+                tracing::info!(group = id.0, node = m.id, "a member of the cluster joins the data group");
+                cluster.group().add_learner(m.id, m.info.clone()).await?;
+            }
+            // Where the first group is going: a member being removed may never see it arrive.
+            let voters = target.next_voters.clone();
+            if voters != here.voters() && !voters.is_empty() {
+                tracing::info!(group = id.0, voters = ?voters, "the data group takes the cluster's voters");
+                cluster.group().change_voters(voters).await?;
+            }
+            Ok::<(), crate::raft::GroupError>(())
+        }
+        .await;
+        back_off = match result {
+            Ok(()) => MEMBERS_EVERY,
+            Err(e) => {
+                tracing::debug!(group = id.0, error = %e, "following the cluster's members failed; trying again");
+                (back_off * 2).min(MAX_BALANCE_BACK_OFF)
+            }
+        };
+    }
+}
+
+/// Whose turn it is to lead group `id` among `voters`: group 1 the first voter by id, group 2
+/// the second, and so on round the voters, so each node leads its share.
+pub fn turn(id: GroupId, voters: &[NodeId]) -> Option<NodeId> {
+    if voters.is_empty() {
+        return None;
+    }
+    let mut sorted = voters.to_vec();
+    sorted.sort_unstable();
+    Some(sorted[(id.0.saturating_sub(1) as usize) % sorted.len()])
+}
+
+/// On a group's leader, while the cluster runs more than one data group: hands the leadership to
+/// the voter whose turn it is once that voter is caught up and answering. Backs off while the
+/// hand-over does not happen.
+pub async fn balance_leaders(cluster: Cluster, metadata: Broker) {
+    let id = cluster.group().id();
+    let mut back_off = BALANCE_BACK_OFF;
+    loop {
+        tokio::time::sleep(BALANCE_EVERY).await;
+        if metadata.settings().data_groups <= 1 {
+            continue;
+        }
+        let status = cluster.group().status();
+        let voters: Vec<NodeId> = status.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+        let Some(to) = turn(id, &voters).filter(|&to| to != status.id) else {
+            back_off = BALANCE_BACK_OFF;
+            continue;
+        };
+        let caught_up = status.replication.get(&to).copied().flatten().map(|(index, _)| index) >= status.committed;
+        let answering = status.acknowledged.get(&to).copied().flatten().is_some_and(|ago| ago < RECENTLY);
+        if !caught_up || !answering {
+            continue;
+        }
+        tracing::info!(group = id.0, to, "handing the leadership to the node whose turn it is");
+        if let Err(e) = cluster.group().transfer_leader(to).await {
+            tracing::debug!(group = id.0, to, error = %e, "hand-over failed");
+        }
+        // Still leading after this pause: the hand-over did not happen.
+        tokio::time::sleep(back_off).await;
+        back_off = (back_off * 2).min(MAX_BALANCE_BACK_OFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_node_leads_its_share_of_the_groups() {
+        let voters = [3, 1, 2];
+        let leaders: Vec<NodeId> = (1..=6).map(|g| turn(GroupId(g), &voters).unwrap()).collect();
+        assert_eq!(leaders, [1, 2, 3, 1, 2, 3]);
+        assert_eq!(turn(GroupId(1), &[]), None);
+        // Five voters, five groups: one each.
+        let five: Vec<NodeId> = (1..=5).map(|g| turn(GroupId(g), &[1, 2, 3, 4, 5]).unwrap()).collect();
+        assert_eq!(five, [1, 2, 3, 4, 5]);
+    }
+}

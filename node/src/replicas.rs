@@ -1,0 +1,309 @@
+//! The Raft groups this node holds a replica of: the first group (the cluster's metadata and the
+//! first data partition) and every further data group the metadata lists
+//! (`ClusterSettings::data_groups`, only ever growing).
+//!
+//! Each replica has its own directory (`store::layout`), its own Raft (its own ticks, heartbeats
+//! and elections, so one group's snapshot or slow disk does not stall another's), its own cluster
+//! handle and its own jobs. A node opens the replicas its copy of the metadata lists when it
+//! starts, and those the metadata adds while it runs ([`Replicas::follow_metadata`]); the first
+//! group's leader starts each new group with the first group's voters, and each group's leader
+//! hands the leadership to the node whose turn it is ([`crate::jobs::balance_leaders`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::admin::NodeConfig;
+use crate::broker::transaction::TransactionChecker;
+use crate::broker::{Broker, BrokerOptions};
+use crate::cluster::{Cluster, ClusterOptions};
+use crate::jobs::{CheckOptions, Jobs, RetentionOptions};
+use crate::plugin::PluginHost;
+use crate::plugin::checker::PluginChecker;
+use crate::raft::{Dialer, Group, GroupId, GroupOptions, GroupRegistry, LogStore, Network, RaftGroups, StateMachine};
+use crate::store::layout::DataLayout;
+use crate::store::record::HEADER_LEN;
+
+/// Why a group's replica could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Log(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Broker(#[from] crate::broker::BrokerError),
+    #[error("{0}")]
+    Snapshot(#[source] std::io::Error),
+    #[error("starting raft: {0}")]
+    Raft(#[source] crate::raft::GroupError),
+}
+
+/// How often a node looks whether the metadata lists a data group it does not run yet.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+/// Pause after a replica failed to open, doubled up to [`MAX_OPEN_BACK_OFF`].
+const OPEN_BACK_OFF: Duration = Duration::from_secs(1);
+const MAX_OPEN_BACK_OFF: Duration = Duration::from_secs(30);
+
+/// One Raft group's replica on this node: the way to the group's leader, the state its log
+/// built, and the log.
+#[derive(Clone)]
+pub struct Replica {
+    pub cluster: Cluster,
+    pub broker: Broker,
+    pub log: crate::store::LogReader,
+    /// `true` while this node leads the group: its leader-only jobs run then.
+    pub leadership: tokio::sync::watch::Receiver<bool>,
+}
+
+/// What every replica on a node shares.
+pub struct Context {
+    pub config: Arc<NodeConfig>,
+    pub layout: DataLayout,
+    /// How calls to other members prove this node is one; one for every group, so they share
+    /// each member's refusal gate.
+    pub dialer: Dialer,
+    pub plugins: Arc<PluginHost>,
+    pub meters: crate::metrics::Meters,
+    pub sessions: Arc<crate::sessions::ProducerSessions>,
+    pub jobs: Jobs,
+}
+
+/// The replicas this node runs. Clones share them.
+#[derive(Clone)]
+pub struct Replicas {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    context: Context,
+    /// What the Raft service serves each group with.
+    raft: RaftGroups,
+    /// What the peer service serves each group with.
+    clusters: GroupRegistry<Cluster>,
+    /// Every replica opened, by group. Written only after a replica is open: no lock is held
+    /// while one opens.
+    open: RwLock<BTreeMap<GroupId, Replica>>,
+}
+
+impl Replicas {
+    /// Opens the first group's replica, then those of the data groups its metadata lists.
+    pub async fn open(context: Context) -> Result<Replicas, OpenError> {
+        let replicas = Replicas {
+            inner: Arc::new(Inner {
+                context,
+                raft: RaftGroups::default(),
+                clusters: GroupRegistry::default(),
+                open: RwLock::default(),
+            }),
+        };
+        let first = replicas.open_replica(GroupId::FIRST).await?;
+        replicas.spawn_metadata_jobs(&first);
+        for id in replicas.missing() {
+            replicas.open_replica(id).await?;
+        }
+        Ok(replicas)
+    }
+
+    /// The first group's replica.
+    pub fn first(&self) -> Replica {
+        self.get(GroupId::FIRST).expect("the first group is opened first")
+    }
+
+    pub fn get(&self, id: GroupId) -> Option<Replica> {
+        self.inner.open.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    /// Every replica opened, by group.
+    pub fn all(&self) -> BTreeMap<GroupId, Replica> {
+        self.inner.open.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The replicas as the Raft service serves them.
+    pub fn raft_groups(&self) -> RaftGroups {
+        self.inner.raft.clone()
+    }
+
+    /// The cluster handle of each group, as the peer service and the operator API find them.
+    pub fn clusters(&self) -> GroupRegistry<Cluster> {
+        self.inner.clusters.clone()
+    }
+
+    /// The data groups the metadata lists that this node does not run yet.
+    fn missing(&self) -> Vec<GroupId> {
+        let listed = self.first().broker.settings().data_groups;
+        let open = self.inner.open.read().unwrap_or_else(|p| p.into_inner());
+        (GroupId::FIRST.0 + 1..=listed).map(GroupId).filter(|id| !open.contains_key(id)).collect()
+    }
+
+    /// Opens the replicas of data groups the metadata adds while the node runs (a job: the only
+    /// one that opens replicas after start, so no two open the same group).
+    pub async fn follow_metadata(self) {
+        let mut back_off = OPEN_BACK_OFF;
+        loop {
+            let mut failed = false;
+            for id in self.missing() {
+                match self.open_replica(id).await {
+                    Ok(_) => tracing::info!(group = id.0, "opened a replica of a data group the metadata added"),
+                    Err(e) => {
+                        tracing::warn!(group = id.0, error = %e, "opening a data group's replica failed; trying again");
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if failed {
+                tokio::time::sleep(back_off).await;
+                back_off = (back_off * 2).min(MAX_OPEN_BACK_OFF);
+            } else {
+                back_off = OPEN_BACK_OFF;
+                tokio::time::sleep(FOLLOW_EVERY).await;
+            }
+        }
+    }
+
+    /// Opens group `id`'s storage under its directory, starts its Raft, registers it with the
+    /// Raft and peer services, and starts its jobs.
+    async fn open_replica(&self, id: GroupId) -> Result<Replica, OpenError> {
+        let Context { config, layout, dialer, jobs, meters, plugins, sessions } = &self.inner.context;
+        let dir = layout.group(id.0);
+        let log_store = LogStore::open(config.log_config(dir.log()))?;
+        let broker = Broker::open(
+            BrokerOptions {
+                dir: dir.broker(),
+                cq_records_per_file: config.storage.consume_queue_records_per_file,
+                message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
+                checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
+            },
+            log_store.commit_log(),
+        )?;
+        let log = log_store.commit_log();
+        let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
+            .map_err(OpenError::Snapshot)?
+            .with_meters(meters.clone());
+        let network = Network { dialer: dialer.clone(), group: id };
+        let group =
+            Group::start(&group_options(config), network, log_store, state_machine).await.map_err(OpenError::Raft)?;
+        let options = ClusterOptions {
+            node_id: config.node_id,
+            max_entry_bytes: max_entry_bytes(config.storage.segment_size),
+            plugins: Arc::clone(plugins),
+            dialer: dialer.clone(),
+            election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
+            meters: meters.clone(),
+            sessions: Arc::clone(sessions),
+            data_dir: config.data_dir.clone(),
+            watermarks: config.storage.watermarks(),
+        };
+        let cluster = Cluster::new(group, broker.clone(), options);
+        self.inner.raft.insert(id, cluster.group().raft().clone(), cluster.leader_contact());
+        self.inner.clusters.insert(id, cluster.clone());
+
+        jobs.spawn("checkpoints", in_group(id, crate::jobs::checkpoints(broker.clone())));
+        let storage = &config.storage;
+        let retention = RetentionOptions {
+            max_age: Duration::from_secs_f64(storage.retention_hours.max(0.0) * 3600.0),
+            check_every: Duration::from_secs_f64(storage.retention_check_secs.max(0.1)),
+            disk_budget_bytes: storage.disk_budget_bytes,
+        };
+        let health = crate::jobs::watch_health(cluster.group().clone(), broker.clone(), log.clone(), jobs.clone());
+        jobs.spawn("health", in_group(id, health));
+        let purging = crate::jobs::retention(cluster.clone(), broker.clone(), meters.clone(), log.clone(), retention);
+        jobs.spawn("retention", in_group(id, purging));
+        jobs.spawn("leaders", in_group(id, crate::jobs::watch_leaders(cluster.clone(), meters.clone())));
+        let leadership = jobs.follow_leadership(&cluster);
+        let replica = Replica { cluster, broker, log, leadership };
+        self.spawn_data_jobs(&replica);
+        self.inner.open.write().unwrap_or_else(|p| p.into_inner()).insert(id, replica.clone());
+        Ok(replica)
+    }
+
+    /// The leader-only jobs of the group that holds the metadata: the first key for receipt
+    /// handles, and starting the data groups the metadata adds.
+    fn spawn_metadata_jobs(&self, replica: &Replica) {
+        let jobs = &self.inner.context.jobs;
+        let (keyed, keys, id) = (replica.cluster.clone(), replica.broker.clone(), replica.cluster.group().id());
+        jobs.spawn_leader("handle key", replica.leadership.clone(), move || {
+            in_group(id, crate::jobs::first_handle_key(keyed.clone(), keys.clone()))
+        });
+        let (first, metadata, clusters) = (replica.cluster.clone(), replica.broker.clone(), self.clusters());
+        jobs.spawn_leader("data groups", replica.leadership.clone(), move || {
+            in_group(id, crate::jobs::start_data_groups(first.clone(), metadata.clone(), clusters.clone()))
+        });
+    }
+
+    /// The leader-only jobs of a group that holds queues: its timers, its metadata placement, its
+    /// lite topics' upkeep, its transactions' checks, and handing its leadership to the node
+    /// whose turn it is.
+    fn spawn_data_jobs(&self, replica: &Replica) {
+        let Context { config, jobs, meters, plugins, .. } = &self.inner.context;
+        let (leadership, id) = (&replica.leadership, replica.cluster.group().id());
+        let (timers, held, counted) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
+        jobs.spawn_leader("timers", leadership.clone(), move || {
+            in_group(id, crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone()))
+        });
+        let placing = replica.cluster.clone();
+        jobs.spawn_leader("placement", leadership.clone(), move || {
+            in_group(id, crate::jobs::placement(placing.clone()))
+        });
+        let (lite, lites) = (replica.cluster.clone(), replica.broker.clone());
+        jobs.spawn_leader("lite topics", leadership.clone(), move || {
+            in_group(id, crate::jobs::lite_upkeep(lite.clone(), lites.clone()))
+        });
+        let broker_config = &config.broker;
+        let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
+            Arc::clone(plugins),
+            replica.broker.clone(),
+            Duration::from_secs(broker_config.transaction_max_age_secs),
+            broker_config.transaction_max_checks,
+        ));
+        let checks = CheckOptions {
+            interval: Duration::from_secs(broker_config.transaction_check_interval_secs.max(1)),
+            max_age: Duration::from_secs(broker_config.transaction_max_age_secs),
+        };
+        let (checking, halves, checked) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
+        jobs.spawn_leader("transaction checks", leadership.clone(), move || {
+            let (checker, checks) = (Arc::clone(&checker), checks.clone());
+            in_group(
+                id,
+                crate::jobs::check_transactions(checking.clone(), halves.clone(), checked.clone(), checker, checks),
+            )
+        });
+        // The metadata: the first group's state (this replica's own, for the first group).
+        let metadata = match id {
+            GroupId::FIRST => replica.broker.clone(),
+            _ => {
+                let (following, first) = (replica.cluster.clone(), self.first().cluster);
+                jobs.spawn_leader("members", leadership.clone(), move || {
+                    in_group(id, crate::jobs::follow_membership(following.clone(), first.clone()))
+                });
+                self.first().broker
+            }
+        };
+        let balancing = replica.cluster.clone();
+        jobs.spawn_leader("leader balance", leadership.clone(), move || {
+            in_group(id, crate::jobs::balance_leaders(balancing.clone(), metadata.clone()))
+        });
+    }
+}
+
+/// The largest command one log entry holds: a segment, less the segment file's header (64 bytes,
+/// private to `store/`) and one record header.
+fn max_entry_bytes(segment_size: u64) -> u64 {
+    segment_size.saturating_sub(64 + HEADER_LEN as u64)
+}
+
+fn group_options(config: &NodeConfig) -> GroupOptions {
+    GroupOptions {
+        node_id: config.node_id,
+        name: config.group.clone(),
+        heartbeat_ms: config.raft.heartbeat_ms,
+        election_timeout_min_ms: config.raft.election_timeout_min_ms,
+        election_timeout_max_ms: config.raft.election_timeout_max_ms,
+    }
+}
+
+/// A group's job, its log lines naming the group when debug logging is on (`RUST_LOG=debug`;
+/// at the default level the lines that matter name it themselves: a span of that level would log
+/// a line each time a leader job stops).
+fn in_group<F>(id: GroupId, job: F) -> tracing::instrument::Instrumented<F> {
+    tracing::Instrument::instrument(job, tracing::debug_span!("group", id = id.0))
+}

@@ -36,22 +36,16 @@ use tonic::service::interceptor::InterceptedService;
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error(transparent)]
-    Log(#[from] crate::store::StoreError),
-    #[error(transparent)]
     Replica(#[from] crate::replicas::OpenError),
     #[error(transparent)]
     Layout(#[from] crate::store::layout::LayoutError),
     #[error(transparent)]
     Broker(#[from] crate::broker::BrokerError),
-    #[error("{0}")]
-    Snapshot(#[source] std::io::Error),
     #[error(transparent)]
     Tls(#[from] crate::auth::tls::TlsError),
     /// The TLS settings a listener was given were refused (`what`: the setting).
     #[error("{what}: {source}")]
     Listener { what: &'static str, source: tonic::transport::Error },
-    #[error("starting raft: {0}")]
-    Raft(#[source] crate::raft::GroupError),
     #[error(transparent)]
     Plugins(#[from] crate::plugin::PluginError),
     /// An address setting that is not an address.

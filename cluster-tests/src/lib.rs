@@ -73,6 +73,9 @@ pub struct Cluster {
     /// The nodes' private network, for a cluster started with `Options::network` where the
     /// kernel allows it: partitions go through it.
     pub network: Option<Network>,
+    /// The data groups the cluster was started with (1 unless `Options::data_groups` or the
+    /// environment said more): `digest` covers each.
+    pub data_groups: u32,
     bin: PathBuf,
     /// Unmounted before `_dir` goes (fields drop in order), after `drop` stopped the nodes.
     _mounts: Vec<SmallDisk>,
@@ -113,6 +116,10 @@ pub struct Options {
     /// say): unpacked before the nodes start, which then resume that cluster instead of
     /// initialising a new one. Its members' addresses are in its log: give its `port_bases`.
     pub existing_data: Option<PathBuf>,
+    /// Data groups the new cluster runs (`cluster init --data-groups`); unset: the
+    /// `ROCKRAFT_TEST_DATA_GROUPS` environment variable, else one. The cluster is handed over
+    /// once every node sees every group led.
+    pub data_groups: Option<u32>,
 }
 
 /// A tmpfs mounted for one node's data, unmounted when dropped.
@@ -353,8 +360,18 @@ impl Cluster {
             );
             std::fs::write(node.dir.join("config.toml"), config).expect("config");
         }
-        let mut cluster =
-            Cluster { nodes, secret, admin, tls_ca, ca, network, bin: node_binary(), _mounts: mounts, _dir: dir };
+        let mut cluster = Cluster {
+            nodes,
+            secret,
+            admin,
+            tls_ca,
+            ca,
+            network,
+            data_groups: 1,
+            bin: node_binary(),
+            _mounts: mounts,
+            _dir: dir,
+        };
         for id in 1..=n {
             cluster.spawn_with(id, options.failpoints.as_deref());
         }
@@ -374,11 +391,46 @@ impl Cluster {
             }
         }
         cluster.wait_for_leader(Duration::from_secs(30)).await;
+        let data_groups = options
+            .data_groups
+            .or_else(|| std::env::var("ROCKRAFT_TEST_DATA_GROUPS").ok().and_then(|v| v.parse().ok()));
+        if let Some(groups) = data_groups.filter(|&g| g > 1 && options.existing_data.is_none()) {
+            cluster.admin(pb::ConfigureRequest { data_groups: Some(groups), ..Default::default() }).await;
+            cluster.wait_for_groups(groups, Duration::from_secs(60)).await;
+            cluster.data_groups = groups;
+        }
         // Every node must have heard from the leader before a test starts talking to it.
         for id in 1..=n {
             cluster.wait_caught_up(id, Duration::from_secs(30)).await;
         }
         cluster
+    }
+
+    /// Waits until every running node runs groups 1 to `groups`, each with a leader it knows.
+    pub async fn wait_for_groups(&mut self, groups: u32, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let ids: Vec<u64> = self.nodes.iter().map(|n| n.id).collect();
+        loop {
+            let mut ready = true;
+            for &id in &ids {
+                if !self.is_running(id) {
+                    continue;
+                }
+                let led = match self.status(id).await {
+                    Some(s) => s.groups.iter().filter(|g| g.id <= groups && g.leader.is_some()).count(),
+                    None => 0,
+                };
+                ready &= led == groups as usize;
+            }
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the {groups} data groups did not all elect a leader within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// A node whose process has exited, with the end of its log.
@@ -530,10 +582,21 @@ impl Cluster {
         }
     }
 
-    /// This node's applied index and state digest, if it answers.
+    /// This node's applied index and state digest, if it answers; with several data groups,
+    /// of all of them together (the sum of their applied indexes, a digest of their digests),
+    /// so two nodes' agree only if each group's replicas do.
     pub async fn digest(&self, id: u64) -> Option<rockraft::admin::api::StateDigest> {
-        let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest {}).await.ok()?;
-        Some(rockraft::admin::api::StateDigest { applied: d.applied, digest: d.digest })
+        let mut applied: Option<u64> = None;
+        let mut digest = 0u64;
+        for group in 1..=self.data_groups {
+            let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest { group }).await.ok()?;
+            if self.data_groups == 1 {
+                return Some(rockraft::admin::api::StateDigest { applied: d.applied, digest: d.digest });
+            }
+            applied = Some(applied.unwrap_or(0) + d.applied.unwrap_or(0));
+            digest = digest.rotate_left(17) ^ d.digest ^ u64::from(group).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        Some(rockraft::admin::api::StateDigest { applied, digest })
     }
 
     /// All client endpoints, comma-separated: the official Rust client's `access_url`.

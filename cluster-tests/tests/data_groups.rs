@@ -97,3 +97,203 @@ async fn a_node_removed_from_the_cluster_leaves_every_data_group() {
         panic!("group 3 did not leave node 3: {seen:?}");
     }
 }
+
+/// Every group's replicas agree: the same digest at the same applied index on every node.
+async fn wait_replicas_agree(cluster: &Cluster, groups: u32) {
+    for group in 1..=groups {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut seen = Vec::new();
+            for id in 1..=3 {
+                let d = cluster.call(&cluster.admin_addr(id), pb::GetDigestRequest { group }).await;
+                seen.push(d.ok().map(|d| (d.applied, d.digest)));
+            }
+            if seen.iter().all(|d| d.is_some() && *d == seen[0]) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "group {group}'s replicas did not agree: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// A topic's queues spread over three data groups, each queue's messages in its own group's
+/// log: the official client sends to all of them, receives and acks every message through a
+/// node that leads only one group, the group's lag goes to zero, a message given up goes to the
+/// dead-letter queue of the group that held it and is read from there, and every group's
+/// replicas agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queues_spread_over_the_data_groups_are_sent_to_and_consumed_through_any_node() {
+    use rocketmq::model::common::{FilterExpression, FilterType};
+    use rocketmq::model::message::MessageBuilder;
+    use rockraft::broker::TopicKind;
+    use rockraft_cluster_tests::clients::{consumer, producer};
+
+    let cluster = Cluster::start(3, Options { data_groups: Some(3), ..Default::default() }).await;
+    cluster.create_topic("Spread", 6, TopicKind::Normal).await;
+    cluster.create_group("readers", false, 16).await;
+    cluster.create_group("doomed", false, 1).await;
+    let topics = cluster.admin(pb::ListTopicsRequest::default()).await.topics;
+    let spread = topics.iter().find(|t| t.name == "Spread").expect("listed").groups.clone();
+    assert_eq!(spread.len(), 6, "a group per queue: {spread:?}");
+    assert_eq!(spread.iter().copied().collect::<std::collections::BTreeSet<_>>(), [1, 2, 3].into());
+
+    let p = producer(&cluster.access_url(), "Spread").await;
+    let mut sent = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let m = MessageBuilder::builder().set_topic("Spread").set_tag("t").set_body(format!("m-{i}").into_bytes());
+        sent.insert(p.send(m.build().unwrap()).await.expect("send").message_id().to_string());
+    }
+    // Each queue's messages are read from the group holding it, on every node: all of them
+    // together are exactly what was sent.
+    for id in 1..=3 {
+        let mut stored = std::collections::BTreeSet::new();
+        for q in 0..6 {
+            stored.extend(cluster.local_messages(id, "Spread", q).await.into_iter().map(|m| m.message_id));
+        }
+        assert_eq!(stored, sent, "node {id} holds every message in its queue's group");
+    }
+
+    // Node 2 leads group 2 only: a receive there pops from every group.
+    let all = FilterExpression::new(FilterType::Tag, "*");
+    let c = consumer(&cluster.client_addr(2), "readers", "Spread").await;
+    let mut received = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while received.len() < sent.len() && Instant::now() < deadline {
+        match c.receive_with("Spread", &all, 32, Duration::from_secs(20)).await {
+            Ok(batch) => {
+                for m in batch {
+                    c.ack(&m).await.expect("ack");
+                    received.insert(m.message_id().to_string());
+                }
+            }
+            Err(e) => eprintln!("receive failed (retrying): {e:?}"),
+        }
+    }
+    assert_eq!(received, sent, "every message received and acked once");
+    let lag = |groups: Vec<pb::Group>| {
+        let readers = groups.into_iter().find(|g| g.name == "readers").expect("listed");
+        readers.progress.iter().filter(|p| p.topic == "Spread").map(|p| p.lag).sum::<u64>()
+    };
+    assert_eq!(lag(cluster.groups(1).await), 0, "no lag left in any group");
+
+    // Given up after one attempt: each moved to the dead-letter queue of the group that held
+    // it (one message per queue, so each group gives one up), and all read from there.
+    cluster.create_topic("Poison", 3, TopicKind::Normal).await;
+    let p = producer(&cluster.access_url(), "Poison").await;
+    let mut poison = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let m = MessageBuilder::builder().set_topic("Poison").set_tag("t").set_body(format!("p-{i}").into_bytes());
+        poison.insert(p.send(m.build().unwrap()).await.expect("send").message_id().to_string());
+    }
+    let holding: std::collections::BTreeSet<u32> = {
+        let topics = cluster.admin(pb::ListTopicsRequest::default()).await.topics;
+        let t = topics.into_iter().find(|t| t.name == "Poison").expect("listed");
+        (0..3).filter(|q| t.queue_ranges.get(*q).is_some_and(|r| r.next > r.start)).map(|q| t.groups[q]).collect()
+    };
+    assert!(holding.len() > 1, "the poison messages are in several groups: {holding:?}");
+    let doomed = consumer(&cluster.client_addr(3), "doomed", "Poison").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut delivered = std::collections::BTreeSet::new();
+    while delivered.len() < 3 {
+        assert!(Instant::now() < deadline, "delivered {delivered:?} of {poison:?}");
+        let batch = doomed.receive_with("Poison", &all, 32, Duration::from_secs(1)).await.unwrap_or_default();
+        delivered.extend(batch.iter().map(|m| m.message_id().to_string()));
+    }
+    let dlq = consumer(&cluster.client_addr(1), "readers", "%DLQ%doomed").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut dead = std::collections::BTreeSet::new();
+    while dead.len() < 3 {
+        assert!(Instant::now() < deadline, "in the dead-letter topic: {dead:?} of {poison:?}");
+        // A receive for "doomed" finds the expired deliveries and gives them up.
+        let again = doomed.receive_with("Poison", &all, 32, Duration::from_secs(1)).await.unwrap_or_default();
+        assert!(again.is_empty(), "delivered past the group's one attempt");
+        for m in dlq.receive_with("%DLQ%doomed", &all, 32, Duration::from_secs(20)).await.unwrap_or_default() {
+            dlq.ack(&m).await.expect("ack from the dead-letter queue");
+            dead.insert(m.message_id().to_string());
+        }
+    }
+    assert_eq!(dead, poison, "every given-up message, from every group's dead-letter queue");
+
+    wait_replicas_agree(&cluster, 3).await;
+}
+
+/// Node `id`'s process has exited within `timeout`.
+async fn wait_exited(cluster: &mut Cluster, id: u64, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if !cluster.is_running(id) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A topic's creation and deletion span the groups: the metadata entry in the first group, then
+/// a placement in each data group. A data group's leader killed between the two (a crash point
+/// just before it proposes its placement) leaves it to the group's next leader: the topic's
+/// queues in that group take every send, and after the deletion hold nothing, and once the
+/// crashed node is back every group's replicas agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_data_group_leader_crashed_between_a_metadata_change_and_its_placement_loses_nothing() {
+    use rocketmq::model::message::MessageBuilder;
+    use rockraft::broker::TopicKind;
+    use rockraft_cluster_tests::clients::producer;
+
+    const POINT: &str = "placement::data_group::before_propose=return(abort)";
+    let mut cluster = Cluster::start(3, Options { data_groups: Some(3), ..Default::default() }).await;
+    let spread: BTreeMap<u32, Option<u64>> = [(1, Some(1)), (2, Some(2)), (3, Some(3))].into();
+    if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {
+        panic!("the groups' leaders were not spread over the nodes: {seen:?}");
+    }
+    // Node 2, leading group 2, crashes as it is about to place the new topic in group 2.
+    cluster.stop(2);
+    cluster.restart_with_crash_points(2, POINT);
+    if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {
+        panic!("node 2 did not lead group 2 again: {seen:?}");
+    }
+    cluster.create_topic("Across", 6, TopicKind::Normal).await;
+    assert!(wait_exited(&mut cluster, 2, Duration::from_secs(10)).await, "node 2 crashed before placing");
+
+    // Group 2's next leader places it: every queue takes sends, through the first node.
+    let p = producer(&cluster.client_addr(1), "Across").await;
+    let mut sent = std::collections::BTreeSet::new();
+    for i in 0..30 {
+        let m = MessageBuilder::builder().set_topic("Across").set_tag("t").set_body(format!("a-{i}").into_bytes());
+        sent.insert(p.send(m.build().unwrap()).await.expect("send").message_id().to_string());
+    }
+    cluster.restart(2);
+    cluster.wait_for_groups(3, Duration::from_secs(60)).await;
+    wait_replicas_agree(&cluster, 3).await;
+    for id in 1..=3 {
+        let mut stored = std::collections::BTreeSet::new();
+        for q in 0..6 {
+            stored.extend(cluster.local_messages(id, "Across", q).await.into_iter().map(|m| m.message_id));
+        }
+        assert_eq!(stored, sent, "node {id} holds every message sent");
+    }
+
+    // Node 3, leading group 3, crashes as it is about to drop the deleted topic from group 3.
+    if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {
+        panic!("the leaderships did not return: {seen:?}");
+    }
+    cluster.stop(3);
+    cluster.restart_with_crash_points(3, POINT);
+    if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {
+        panic!("node 3 did not lead group 3 again: {seen:?}");
+    }
+    cluster.admin(pb::DeleteTopicRequest { name: "Across".into() }).await;
+    assert!(wait_exited(&mut cluster, 3, Duration::from_secs(10)).await, "node 3 crashed before dropping");
+    cluster.restart(3);
+    cluster.wait_for_groups(3, Duration::from_secs(60)).await;
+    wait_replicas_agree(&cluster, 3).await;
+    // Gone from every group on every node: a topic of the same name starts empty.
+    cluster.create_topic("Across", 6, TopicKind::Normal).await;
+    for id in 1..=3 {
+        for q in 0..6 {
+            let left = cluster.local_messages(id, "Across", q).await;
+            assert!(left.is_empty(), "node {id} queue {q} kept {} messages of the deleted topic", left.len());
+        }
+    }
+}

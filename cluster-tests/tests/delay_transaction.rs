@@ -657,7 +657,9 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
         pb::ListMessagesRequest { topic: "Orders".into(), queue: line.queue, from: 0, limit: 10, local: false };
     let listed = typed.list_messages(listed).await.unwrap().into_inner();
     assert!(listed.messages.iter().any(|m| m.message_id == aged));
-    let digest = typed.get_digest(pb::GetDigestRequest {}).await.unwrap().into_inner();
+    // The checks that compare replicas ask about the group holding the queue (0: the first).
+    let group = of("Orders").groups.get(line.queue as usize).copied().unwrap_or(0);
+    let digest = typed.get_digest(pb::GetDigestRequest { group }).await.unwrap().into_inner();
     assert!(digest.applied.is_some() && digest.digest != 0);
     let settings = typed.get_settings(pb::GetSettingsRequest {}).await.unwrap().into_inner();
     assert_eq!(settings.dedupe_window_secs, 120);
@@ -665,7 +667,7 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     assert!(!history.failovers.is_empty(), "the first election at least is recorded");
     assert!(history.failovers.iter().all(|f| f.elected_ms <= f.first_commit_ms), "{history:?}");
     let applied = digest.applied.expect("applied");
-    let spans = typed.get_queue_spans(pb::GetQueueSpansRequest { upto: applied }).await.unwrap().into_inner();
+    let spans = typed.get_queue_spans(pb::GetQueueSpansRequest { upto: applied, group }).await.unwrap().into_inner();
     let span = spans.spans.iter().find(|s| s.topic == "Orders" && s.queue == line.queue).expect("the queue");
     assert!(span.end > span.start, "{span:?}");
     let asked = pb::GetQueueChecksumsRequest {
@@ -674,6 +676,7 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
         from: span.start,
         to: span.end,
         chunk: 1,
+        group,
     };
     let sums = typed.get_queue_checksums(asked).await.unwrap().into_inner();
     assert_eq!(sums.checksums.len() as u64, span.end - span.start, "one checksum per record");

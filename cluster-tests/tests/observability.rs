@@ -361,3 +361,48 @@ async fn cli_listings_page_past_the_node_s_page_and_say_where_a_cut_one_goes_on(
     let (ok, out, _) = cli(&admin, &["topic", "list", "--after", "Many"]).await;
     assert!(ok && out.starts_with("Other\t") && out.lines().count() == 1, "{out}");
 }
+
+/// With several data groups, the status page has a row per group with its leader and small
+/// charts of what the group stores, what is consumed from it and its lag, so an imbalance shows
+/// at a glance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_page_charts_each_data_group_s_traffic_in_a_browser() {
+    let cluster = Cluster::start(3, Options { data_groups: Some(3), ..Default::default() }).await;
+    cluster.create_topic("Charted", 6, TopicKind::Normal).await;
+    let url = format!("http://{}/", cluster.http_addr(2));
+    if rendered(&url).is_none() {
+        eprintln!("SKIPPED: no Chromium here (scripts/setup.sh installs Debian's `chromium` as root)");
+        return;
+    }
+    let p = producer(&cluster.access_url(), "Charted").await;
+    // Sends over at least two samples (every 5 s), into every group's queues.
+    let until = Instant::now() + Duration::from_secs(11);
+    let mut i = 0;
+    while Instant::now() < until {
+        let m = MessageBuilder::builder().set_topic("Charted").set_tag("t").set_body(format!("c-{i}").into_bytes());
+        p.send(m.build().unwrap()).await.expect("send");
+        i += 1;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let page = rendered(&url).expect("chromium is still here");
+        if (1..=3).all(|g| page.contains(&format!("id=\"group-{g}-sends\""))) || Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let table = page.split("id=\"raft-groups\"").nth(1).and_then(|t| t.split("</table>").next());
+    let table = table.unwrap_or_else(|| panic!("a table of the Raft groups: {page}"));
+    for g in 1..=3 {
+        for chart in ["sends", "consumed", "lag"] {
+            assert!(table.contains(&format!("id=\"group-{g}-{chart}\"")), "group {g}'s {chart} chart: {table}");
+        }
+    }
+    // Every group stored some of the messages: its sends chart is a line, not flat at zero.
+    for g in 1..=3 {
+        let chart = table.split(&format!("id=\"group-{g}-sends\"")).nth(1).and_then(|c| c.split("</svg>").next());
+        let points = chart.and_then(|c| c.split("points=\"").nth(1)).and_then(|p| p.split('"').next()).unwrap_or("");
+        let heights: Vec<f64> = points.split_whitespace().filter_map(|xy| xy.split(',').nth(1)?.parse().ok()).collect();
+        assert!(heights.iter().any(|y| *y < 23.0), "group {g} stored messages, its chart shows it: {points:?}");
+    }
+}

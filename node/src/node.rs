@@ -127,7 +127,8 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     // The node's own jobs, whatever groups it runs.
     let Replica { cluster, broker, log, .. } = replicas.first();
     let renewals = Arc::new(Renewals::default());
-    jobs.spawn("renewals", crate::jobs::renewals(cluster.clone(), Arc::clone(&renewals)));
+    jobs.spawn("renewals", crate::jobs::renewals(replicas.groups(), Arc::clone(&renewals)));
+    jobs.spawn("group traffic", crate::jobs::group_traffic(replicas.groups(), meters.clone()));
     jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone(), broker.clone(), Arc::clone(&plugins)));
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
     jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
@@ -257,7 +258,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         meters: p.meters.clone(),
         sessions: Arc::clone(&p.sessions),
     };
-    let proxy = Proxy::new(cluster.clone(), parts, proxy_options, Arc::clone(&node.renewals));
+    let proxy = Proxy::new(node.replicas.groups(), parts, proxy_options, Arc::clone(&node.renewals));
     let messaging = MessagingServiceServer::new(proxy)
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
     let client_server = secured()?

@@ -127,6 +127,11 @@ impl Replicas {
         self.inner.clusters.clone()
     }
 
+    /// The groups as the data path finds them.
+    pub fn groups(&self) -> crate::cluster::Groups {
+        crate::cluster::Groups::new(self.clusters()).expect("the first group is opened first")
+    }
+
     /// The data groups the metadata lists that this node does not run yet.
     fn missing(&self) -> Vec<GroupId> {
         let listed = self.first().broker.settings().data_groups;
@@ -172,6 +177,7 @@ impl Replicas {
                 cq_records_per_file: config.storage.consume_queue_records_per_file,
                 message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
                 checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
+                partition: crate::broker::position::PartitionId(id.0),
             },
             log_store.commit_log(),
         )?;
@@ -192,6 +198,7 @@ impl Replicas {
             sessions: Arc::clone(sessions),
             data_dir: config.data_dir.clone(),
             watermarks: config.storage.watermarks(),
+            metadata: (id != GroupId::FIRST).then(|| self.first().broker),
         };
         let cluster = Cluster::new(group, broker.clone(), options);
         self.inner.raft.insert(id, cluster.group().raft().clone(), cluster.leader_contact());
@@ -236,22 +243,34 @@ impl Replicas {
     fn spawn_data_jobs(&self, replica: &Replica) {
         let Context { config, jobs, meters, plugins, .. } = &self.inner.context;
         let (leadership, id) = (&replica.leadership, replica.cluster.group().id());
+        // The metadata: the first group's state (this replica's own, for the first group).
+        let metadata = match id {
+            GroupId::FIRST => replica.broker.clone(),
+            _ => {
+                let (following, first) = (replica.cluster.clone(), self.first().cluster);
+                jobs.spawn_leader("members", leadership.clone(), move || {
+                    in_group(id, crate::jobs::follow_membership(following.clone(), first.clone()))
+                });
+                self.first().broker
+            }
+        };
+        let (placing, placed_from) = (replica.cluster.clone(), metadata.clone());
+        jobs.spawn_leader("placement", leadership.clone(), move || {
+            in_group(id, crate::jobs::placement(placing.clone(), placed_from.clone()))
+        });
         let (timers, held, counted) = (replica.cluster.clone(), replica.broker.clone(), meters.clone());
         jobs.spawn_leader("timers", leadership.clone(), move || {
             in_group(id, crate::jobs::fire_timers(timers.clone(), held.clone(), counted.clone()))
-        });
-        let placing = replica.cluster.clone();
-        jobs.spawn_leader("placement", leadership.clone(), move || {
-            in_group(id, crate::jobs::placement(placing.clone()))
         });
         let (lite, lites) = (replica.cluster.clone(), replica.broker.clone());
         jobs.spawn_leader("lite topics", leadership.clone(), move || {
             in_group(id, crate::jobs::lite_upkeep(lite.clone(), lites.clone()))
         });
         let broker_config = &config.broker;
+        // Its plugin bindings are in the metadata.
         let checker: Arc<dyn TransactionChecker> = Arc::new(PluginChecker::new(
             Arc::clone(plugins),
-            replica.broker.clone(),
+            metadata.clone(),
             Duration::from_secs(broker_config.transaction_max_age_secs),
             broker_config.transaction_max_checks,
         ));
@@ -267,17 +286,6 @@ impl Replicas {
                 crate::jobs::check_transactions(checking.clone(), halves.clone(), checked.clone(), checker, checks),
             )
         });
-        // The metadata: the first group's state (this replica's own, for the first group).
-        let metadata = match id {
-            GroupId::FIRST => replica.broker.clone(),
-            _ => {
-                let (following, first) = (replica.cluster.clone(), self.first().cluster);
-                jobs.spawn_leader("members", leadership.clone(), move || {
-                    in_group(id, crate::jobs::follow_membership(following.clone(), first.clone()))
-                });
-                self.first().broker
-            }
-        };
         let balancing = replica.cluster.clone();
         jobs.spawn_leader("leader balance", leadership.clone(), move || {
             in_group(id, crate::jobs::balance_leaders(balancing.clone(), metadata.clone()))

@@ -38,6 +38,7 @@ fn options(dir: &Path) -> BrokerOptions {
         cq_records_per_file: 4,
         message_index_entries_per_file: 8,
         checkpoint_interval: Duration::from_secs(3600),
+        partition: rockraft::broker::position::PartitionId::FIRST,
     }
 }
 
@@ -88,9 +89,9 @@ impl Replica {
     fn commit(&mut self, command: &Command) {
         self.commit_one(command);
         if command.needs_placement() {
-            let changes = self.broker.placement();
-            if !changes.is_empty() {
-                self.commit_one(&Command::Place(rockraft::broker::partition::Placement { changes }));
+            let placement = self.broker.placement();
+            if !placement.changes.is_empty() {
+                self.commit_one(&Command::Place(placement));
             }
         }
     }

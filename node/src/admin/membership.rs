@@ -193,21 +193,30 @@ impl AdminServer {
         Ok(format!("leadership handed to node {to}"))
     }
 
-    /// This node's applied index and a digest of its replicated state.
-    pub(super) fn digest(&self) -> Result<StateDigest, AdminError> {
-        let (applied, digest) = self.parts.broker.digest()?;
+    /// This node's replica of Raft group `group` (0: the first), for the checks that compare
+    /// replicas group by group.
+    fn replica(&self, group: u32) -> Result<crate::broker::Broker, AdminError> {
+        let id = crate::raft::GroupId(group.max(crate::raft::GroupId::FIRST.0));
+        let cluster = self.parts.groups.get(id);
+        cluster.map(|c| c.broker().clone()).ok_or_else(|| AdminError::NotFound(format!("this node runs no group {id}")))
+    }
+
+    /// This node's applied index and a digest of its replicated state, of group `group`.
+    pub(super) fn digest(&self, group: u32) -> Result<StateDigest, AdminError> {
+        let (applied, digest) = self.replica(group)?.digest()?;
         Ok(StateDigest { applied, digest })
     }
 
-    /// Each queue's ConsumeQueue span up to log index `upto` on this node.
-    pub(super) async fn queue_spans(&self, upto: u64) -> Result<Vec<QueueSpan>, AdminError> {
-        let broker = self.parts.broker.clone();
+    /// Each queue's ConsumeQueue span up to log index `upto` of group `group` on this node.
+    pub(super) async fn queue_spans(&self, group: u32, upto: u64) -> Result<Vec<QueueSpan>, AdminError> {
+        let broker = self.replica(group)?;
         Ok(tokio::task::spawn_blocking(move || broker.queue_spans(upto)).await.map_err(AdminError::fault)??)
     }
 
     /// Checksums of the records of `from..to` of a queue and their messages, one per `chunk`.
     pub(super) async fn queue_checksums(
         &self,
+        group: u32,
         topic: String,
         queue: u32,
         from: u64,
@@ -221,7 +230,7 @@ impl AdminServer {
                 "at most {MAX_CHECKSUMMED_RECORDS} records and {MAX_CHECKSUMS} checksums a request"
             )));
         }
-        let broker = self.parts.broker.clone();
+        let broker = self.replica(group)?;
         let sums = tokio::task::spawn_blocking(move || broker.queue_checksums(&topic, queue, from, to, chunk));
         Ok(sums.await.map_err(AdminError::fault)??)
     }

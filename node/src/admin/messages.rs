@@ -4,6 +4,7 @@ use crate::admin::AdminServer;
 use crate::admin::api::MessageLine;
 use crate::admin::error::AdminError;
 use crate::broker::HeldEntry;
+use crate::broker::timer::parse_recall_handle;
 use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
 use crate::broker::{Command, StoredEntry};
 
@@ -36,7 +37,10 @@ impl AdminServer {
         from: u64,
         limit: usize,
     ) -> Result<(Vec<MessageLine>, Option<u64>), AdminError> {
-        let broker = &self.parts.broker;
+        // The queue's messages are in the data group holding it.
+        let Some(config) = self.parts.broker.topic(topic) else { return Ok((Vec::new(), None)) };
+        let group = self.data().of_queue(&config, queue)?;
+        let broker = group.broker();
         let (start, end) = broker.queue_status(topic).get(queue as usize).map_or((0, 0), |q| (q.start, q.next));
         let mut out = Vec::new();
         let mut offset = from.max(start);
@@ -49,17 +53,24 @@ impl AdminServer {
         Ok((out, (offset < end).then_some(offset)))
     }
 
+    /// The message `id`, stored or held, in whichever data group holds it.
     pub(super) fn get_message(&self, id: &str) -> Result<Option<Found>, AdminError> {
-        let broker = &self.parts.broker;
-        if let Some(found) = broker.find(id)? {
-            return Ok(Some(Found::Stored(line(found))));
+        for group in self.data().all() {
+            let broker = group.broker();
+            if let Some(found) = broker.find(id)? {
+                return Ok(Some(Found::Stored(line(found))));
+            }
+            // Not delivered (yet): a pending timer or a half.
+            if let Some(held) = broker.find_held(id)? {
+                return Ok(Some(Found::Held(held)));
+            }
         }
-        // Not delivered (yet): a pending timer or a half.
-        Ok(broker.find_held(id)?.map(Found::Held))
+        Ok(None)
     }
 
     /// Pending timers (`timers`) or halves (open ones unless `all`), after the one whose handle
-    /// is `after`, at most `limit`.
+    /// is `after`, at most `limit`: group by group, each in its own order (a handle names its
+    /// group, so a page goes on in the group where the last one ended).
     pub(super) fn list_held(
         &self,
         timers: bool,
@@ -68,15 +79,44 @@ impl AdminServer {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<HeldEntry>, AdminError> {
-        Ok(self.parts.broker.held(timers, topic, all, after, limit)?)
+        let after_in = match after {
+            None => None,
+            Some(h) => {
+                let partition = match timers {
+                    true => parse_recall_handle(h).map(|(p, _)| p),
+                    false => parse_transaction_id(h).map(|(p, _)| p),
+                };
+                Some((partition.ok_or_else(|| AdminError::invalid(format!("{h:?} is not a handle")))?, h))
+            }
+        };
+        let mut out = Vec::new();
+        for group in self.data().all() {
+            let broker = group.broker();
+            let after = match after_in {
+                Some((p, _)) if broker.partition() < p => continue,
+                Some((p, h)) if broker.partition() == p => Some(h),
+                _ => None,
+            };
+            out.extend(broker.held(timers, topic, all, after, limit - out.len())?);
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Commits or rolls back a transactional half by message id, as an operator (a half the
     /// checker rolled back can still be committed while its message is kept).
     pub(super) async fn resolve_transaction(&self, message_id: String, commit: bool) -> Result<String, AdminError> {
-        let half = self.parts.broker.find_held(&message_id)?.filter(|h| h.kind == "half");
-        let half =
-            half.ok_or_else(|| AdminError::NotFound(format!("no transactional half with message id {message_id}")))?;
+        let mut found = None;
+        for group in self.data().all() {
+            if let Some(half) = group.broker().find_held(&message_id)?.filter(|h| h.kind == "half") {
+                found = Some((group, half));
+                break;
+            }
+        }
+        let (group, half) =
+            found.ok_or_else(|| AdminError::NotFound(format!("no transactional half with message id {message_id}")))?;
         let (_, position) = parse_transaction_id(&half.handle)
             .ok_or_else(|| AdminError::Fault(format!("bad transaction id {}", half.handle)))?;
         let command = TransactionCommand::Resolve {
@@ -87,6 +127,6 @@ impl AdminServer {
             commit,
             by: Resolver::Operator,
         };
-        self.write(Command::Transaction(command)).await
+        self.write_in(&group, Command::Transaction(command)).await
     }
 }

@@ -63,14 +63,24 @@ impl AdminServer {
     /// follower answers once it has applied the write as well, so the operator's next listing on
     /// this node shows it (the leader applied it before answering).
     pub(super) async fn write(&self, command: Command) -> Result<String, AdminError> {
-        let answer = applied(self.cluster.write(&command).await?);
-        if !self.cluster.is_leader()
-            && let Err(e) = self.cluster.catch_up().await
+        self.write_in(&self.cluster, command).await
+    }
+
+    /// [`AdminServer::write`] through the log of `group` (a data group's, for its queues' state).
+    pub(super) async fn write_in(&self, group: &Cluster, command: Command) -> Result<String, AdminError> {
+        let answer = applied(group.write(&command).await?);
+        if !group.is_leader()
+            && let Err(e) = group.catch_up().await
         {
             // The write is done either way; only this node's view of it may lag a moment.
             tracing::debug!(error = %e, "an admin write is committed but not applied here yet");
         }
         answer
+    }
+
+    /// The groups this node runs, as the data path finds them.
+    pub(super) fn data(&self) -> crate::cluster::Groups {
+        crate::cluster::Groups::new(self.parts.groups.clone()).expect("the first group is opened first")
     }
 
     /// Serves a request only the leader answers, through the cluster's router: `here` when this

@@ -4,6 +4,7 @@ use crate::admin::AdminServer;
 use crate::admin::api::{GroupInfo, TopicInfo};
 use crate::admin::error::AdminError;
 use crate::broker::group::GroupConfig;
+use crate::broker::held::HeldCounts;
 use crate::broker::lite::LiteTopicInfo;
 use crate::broker::pop::ConsumeCommand;
 use crate::broker::{AdminCommand, Command, TopicConfig};
@@ -20,17 +21,35 @@ impl AdminServer {
         self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await
     }
 
-    /// Every topic with its queues' spans and held counts, as this node has applied them.
+    /// Every topic with its queues' spans and held counts, as this node has applied them: each
+    /// queue as the data group holding it has it (a dead-letter queue, kept by every data group,
+    /// summed over them), held messages summed over the groups.
     pub fn list_topics(&self) -> Vec<TopicInfo> {
-        let broker = &self.parts.broker;
-        let held = broker.held_counts();
-        broker
+        let data = self.data();
+        let groups = data.all();
+        let held: Vec<_> = groups.iter().flat_map(|g| g.broker().held_counts()).collect();
+        self.parts
+            .broker
             .topics()
             .into_iter()
             .map(|config| {
-                let queues =
-                    broker.queue_status(&config.name).into_iter().map(|q| (q.queue_id, q.start, q.next)).collect();
-                let held = held.iter().find(|(t, _)| *t == config.name).map(|(_, c)| *c).unwrap_or_default();
+                let mut queues: Vec<(u32, u64, u64)> = (0..config.queues).map(|q| (q, 0, 0)).collect();
+                for group in data.holding(&config) {
+                    let here = group.broker().partition().0;
+                    let dead_letters = crate::broker::group::is_dead_letter_topic(&config.name);
+                    for q in group.broker().queue_status(&config.name) {
+                        let Some(row) = queues.get_mut(q.queue_id as usize) else { continue };
+                        if dead_letters || config.group_of(q.queue_id) == here {
+                            row.1 += q.start;
+                            row.2 += q.next;
+                        }
+                    }
+                }
+                let mine = held.iter().filter(|(t, _)| *t == config.name).map(|(_, c)| c);
+                let held = mine.fold(HeldCounts::default(), |sum, c| HeldCounts {
+                    timers: sum.timers + c.timers,
+                    open_halves: sum.open_halves + c.open_halves,
+                });
                 TopicInfo { config, queues, held }
             })
             .collect()
@@ -47,7 +66,12 @@ impl AdminServer {
     ) -> Result<(Vec<LiteTopicInfo>, Option<String>), AdminError> {
         let limit = limit.clamp(1, MAX_LITE_LISTING);
         // One more than shown: whether another page follows, and where it starts.
-        let mut rows = self.parts.broker.lite_topics(parent, group, from, limit + 1)?;
+        // A lite topic's lite topics are kept in the one group holding its queues.
+        let holder = match self.parts.broker.topic(parent) {
+            Some(config) => self.data().of_queue(&config, 0)?,
+            None => self.cluster.clone(),
+        };
+        let mut rows = holder.broker().lite_topics(parent, group, from, limit + 1)?;
         let next = if rows.len() > limit { rows.pop().map(|r| r.lite) } else { None };
         Ok((rows, next))
     }
@@ -62,11 +86,23 @@ impl AdminServer {
         self.write(Command::Admin(AdminCommand::DeleteGroup { name })).await
     }
 
-    /// Every group with its progress per topic, as this node has applied them.
+    /// Every group with its progress per topic, as this node has applied them, summed over the
+    /// data groups.
     pub fn list_groups(&self) -> Vec<GroupInfo> {
-        let broker = &self.parts.broker;
-        let progress = broker.group_progress();
-        broker
+        let mut progress: Vec<crate::broker::GroupProgress> = Vec::new();
+        for group in self.data().all() {
+            for p in group.broker().group_progress() {
+                match progress.iter_mut().find(|q| q.group == p.group && q.topic == p.topic) {
+                    Some(q) => {
+                        q.lag += p.lag;
+                        q.inflight += p.inflight;
+                    }
+                    None => progress.push(p),
+                }
+            }
+        }
+        self.parts
+            .broker
             .groups()
             .into_iter()
             .map(|config| GroupInfo {
@@ -76,8 +112,9 @@ impl AdminServer {
             .collect()
     }
 
-    /// On the leader, whose state is current: moves the group to each queue's first offset at or
-    /// after the time; says where each queue now starts.
+    /// On the leader of each data group holding the topic, whose state is current: moves the
+    /// group to each queue's first offset at or after the time; says where each queue now
+    /// starts. One entry per data group (each moves its own queues).
     pub(super) async fn reset_offset(&self, group: String, topic: String, time_ms: i64) -> Result<String, AdminError> {
         let broker = &self.parts.broker;
         let no_topic = || AdminError::NotFound(format!("topic {topic} does not exist"));
@@ -85,13 +122,21 @@ impl AdminServer {
         if broker.group(&group).is_none() {
             return Err(AdminError::NotFound(format!("group {group} does not exist")));
         }
-        let mut positions = Vec::new();
-        for q in 0..config.queues {
-            positions.push((q, broker.offset_at_time(&topic, q, time_ms)?));
-        }
-        let summary = positions.iter().map(|(q, o)| format!("queue {q} → {o}")).collect::<Vec<_>>().join(", ");
         let topic_epoch = broker.topic_epoch(&topic).ok_or_else(no_topic)?;
-        self.write(Command::Consume(ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions })).await?;
-        Ok(summary)
+        let mut summary = Vec::new();
+        let dead_letters = crate::broker::group::is_dead_letter_topic(&topic);
+        for holder in self.data().holding(&config) {
+            let here = holder.broker().partition().0;
+            let mut positions = Vec::new();
+            for q in (0..config.queues).filter(|q| dead_letters || config.group_of(*q) == here) {
+                positions.push((q, holder.broker().offset_at_time(&topic, q, time_ms)?));
+            }
+            summary.extend(positions.iter().map(|(q, o)| (*q, *o)));
+            let (group, topic) = (group.clone(), topic.clone());
+            let command = Command::Consume(ConsumeCommand::ResetOffset { group, topic, topic_epoch, positions });
+            self.write_in(&holder, command).await?;
+        }
+        summary.sort_unstable();
+        Ok(summary.iter().map(|(q, o)| format!("queue {q} → {o}")).collect::<Vec<_>>().join(", "))
     }
 }

@@ -93,6 +93,7 @@ impl AdminService for AdminServer {
                 timers: t.held.timers,
                 open_halves: t.held.open_halves,
                 lite_ttl_minutes: t.config.lite_ttl_minutes,
+                groups: t.config.groups.clone(),
                 queue_ranges: t
                     .queues
                     .iter()
@@ -257,8 +258,8 @@ impl AdminService for AdminServer {
         self.on_leader(req, async |mut l, r| l.transfer_leader(r).await, here).await
     }
 
-    async fn get_digest(&self, _: Request<pb::GetDigestRequest>) -> Reply<pb::DigestReply> {
-        let d = self.digest()?;
+    async fn get_digest(&self, req: Request<pb::GetDigestRequest>) -> Reply<pb::DigestReply> {
+        let d = self.digest(req.into_inner().group)?;
         Ok(Response::new(pb::DigestReply { applied: d.applied, digest: d.digest }))
     }
 
@@ -268,8 +269,9 @@ impl AdminService for AdminServer {
     }
 
     async fn get_queue_spans(&self, req: Request<pb::GetQueueSpansRequest>) -> Reply<pb::QueueSpansReply> {
+        let r = req.into_inner();
         let spans = self
-            .queue_spans(req.into_inner().upto)
+            .queue_spans(r.group, r.upto)
             .await?
             .into_iter()
             .map(|s| pb::QueueSpan { topic: s.topic, queue: s.queue_id, start: s.start, end: s.end })
@@ -279,7 +281,7 @@ impl AdminService for AdminServer {
 
     async fn get_queue_checksums(&self, req: Request<pb::GetQueueChecksumsRequest>) -> Reply<pb::QueueChecksumsReply> {
         let r = req.into_inner();
-        let checksums = self.queue_checksums(r.topic, r.queue, r.from, r.to, r.chunk).await?;
+        let checksums = self.queue_checksums(r.group, r.topic, r.queue, r.from, r.to, r.chunk).await?;
         Ok(Response::new(pb::QueueChecksumsReply { checksums }))
     }
 

@@ -19,6 +19,7 @@ use crate::broker::group::{dead_letter_topic, dead_letter_topic_config};
 use crate::broker::lite::LiteCommand;
 use crate::broker::metadata::Metadata;
 use crate::broker::partition::Partition;
+use crate::broker::placement::Placement;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::settings::SettingsChange;
@@ -66,15 +67,18 @@ impl State {
             if dead_letter_copy(d).is_some() && !self.meta.topics.contains_key(&dead_letter_topic(&d.group)) {
                 let dlq = dead_letter_topic_config(&d.group);
                 self.meta.topics.insert(dlq.name.clone(), dlq);
-                self.data.apply_placement(&self.meta.placement_for(&self.data), fx);
+                let changes = self.meta.placement_for(&self.data);
+                self.data.apply_placement(&Placement { changes, through: Some(at.index) }, fx);
             }
         }
         if !command.is_metadata() {
             return self.data.apply(at, command, fx);
         }
         let reply = self.meta.apply(at, command);
+        fx.metadata_changed = true;
         if combined {
-            self.data.apply_placement(&self.meta.placement_for(&self.data), fx);
+            let changes = self.meta.placement_for(&self.data);
+            self.data.apply_placement(&Placement { changes, through: Some(at.index) }, fx);
         }
         reply
     }
@@ -111,11 +115,12 @@ impl Metadata {
             return Reply::Rejected(e.to_string());
         }
         match self.topics.get(&t.name) {
-            Some(existing) if *existing == t => Reply::Applied,
+            Some(existing) if existing.same_request(&t) => Reply::Applied,
             Some(_) => Reply::TopicExists(t.name),
             None => {
                 self.topic_epochs.insert(t.name.clone(), index);
-                self.topics.insert(t.name.clone(), t);
+                let placed = t.spread(index, self.settings.data_groups);
+                self.topics.insert(placed.name.clone(), placed);
                 Reply::Applied
             }
         }
@@ -227,7 +232,8 @@ impl Partition {
             Command::DeadLetter(d) => self.apply_dead_letter(at, d, fx),
             Command::Lite(l) => self.apply_lite(index, l, fx),
             Command::Place(p) => {
-                self.apply_placement(&p.changes, fx);
+                // One of older metadata than the partition has is answered alike: nothing to do.
+                self.apply_placement(&p, fx);
                 Reply::Applied
             }
             Command::Admin(

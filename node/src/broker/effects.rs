@@ -34,6 +34,8 @@ pub(crate) struct Effects {
     pub wakes: Vec<String>,
     /// Reading a table kept on disk failed: the state may be wrong, so the node must stop.
     pub failure: Option<String>,
+    /// A metadata command applied: the data groups have something to place.
+    pub metadata_changed: bool,
 }
 
 impl Effects {

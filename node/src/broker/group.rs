@@ -71,6 +71,12 @@ pub fn dead_letter_topic(group: &str) -> String {
     format!("%DLQ%{group}")
 }
 
+/// Whether `topic` is named as a dead-letter topic is: each data group keeps its own copy of
+/// its queue (see `cluster::groups`).
+pub fn is_dead_letter_topic(topic: &str) -> bool {
+    topic.starts_with("%DLQ%")
+}
+
 /// The dead-letter topic's configuration: one queue, normal messages.
 pub fn dead_letter_topic_config(group: &str) -> TopicConfig {
     TopicConfig::new(dead_letter_topic(group), 1, TopicKind::Normal)

@@ -28,6 +28,8 @@ pub struct BrokerOptions {
     pub message_index_entries_per_file: u32,
     /// How often applied state is made durable.
     pub checkpoint_interval: Duration,
+    /// The data partition (Raft group) this state is of, which handles and ids name.
+    pub partition: crate::broker::position::PartitionId,
 }
 
 /// Sled keys besides the tables' rows.
@@ -61,6 +63,8 @@ pub(crate) struct Inner {
     pub options: BrokerOptions,
     /// Per topic, bumped whenever something a waiting receiver may want is applied.
     pub watchers: Mutex<HashMap<String, tokio::sync::watch::Sender<u64>>>,
+    /// Bumped whenever a metadata command applies: data groups place it without polling.
+    pub metadata_changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// A cheap, cloneable handle on the broker state.
@@ -135,6 +139,7 @@ impl Broker {
             snapshot_target: AtomicU64::new(0),
             options,
             watchers: Mutex::new(HashMap::new()),
+            metadata_changes: tokio::sync::watch::channel(0).0,
             entries,
         };
         let broker = Broker { inner: Arc::new(inner) };
@@ -151,7 +156,7 @@ impl Broker {
 
     /// The data partition this broker holds: today a cluster's one.
     pub fn partition(&self) -> crate::broker::position::PartitionId {
-        crate::broker::position::PartitionId::FIRST
+        self.inner.options.partition
     }
 
     pub(crate) fn state(&self) -> RwLockReadGuard<'_, State> {
@@ -210,6 +215,9 @@ impl Broker {
         for topic in &fx.wakes {
             self.wake(topic);
         }
+        if fx.metadata_changed {
+            self.inner.metadata_changes.send_modify(|v| *v += 1);
+        }
         Ok(reply)
     }
 
@@ -241,6 +249,11 @@ impl Broker {
     pub fn watch(&self, topic: &str) -> tokio::sync::watch::Receiver<u64> {
         let mut watchers = self.inner.watchers.lock().expect("watchers lock");
         watchers.entry(topic.to_string()).or_insert_with(|| tokio::sync::watch::channel(0).0).subscribe()
+    }
+
+    /// A receiver whose value moves whenever a metadata command applies here.
+    pub fn watch_metadata(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.metadata_changes.subscribe()
     }
 
     fn wake(&self, topic: &str) {

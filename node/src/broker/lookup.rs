@@ -73,8 +73,8 @@ impl Broker {
             }
             keyed.push((DedupeKey::of_message(&batch.topic, &m.message_id, &m.sender), m.message_id));
         }
+        let queues = self.topic(&batch.topic)?.queues;
         let state = self.state();
-        let queues = state.meta.topics.get(&batch.topic)?.queues;
         if !batch.queues_match() || batch.queues().iter().any(|&q| q >= queues) {
             return None;
         }

@@ -41,7 +41,7 @@ impl DataGroup {
         if changes.is_empty() {
             return None;
         }
-        Some(self.apply(Command::Place(Placement { changes })).1)
+        Some(self.apply(Command::Place(Placement { changes, through: None })).1)
     }
 
     fn next_offset(&self, topic: &str, queue: u32) -> u64 {
@@ -88,7 +88,8 @@ fn two_data_partitions_follow_one_metadata_through_creation_deletion_and_a_crash
     assert!(b.place(&meta).is_none());
     // Applying the same placement again changes nothing.
     let before = b.partition.clone();
-    let (_, fx) = b.apply(Command::Place(Placement { changes: vec![PlacementChange::DropTopic("T".into())] }));
+    let (_, fx) =
+        b.apply(Command::Place(Placement { changes: vec![PlacementChange::DropTopic("T".into())], through: None }));
     assert!(fx.removed_topics.is_empty());
     assert_eq!(b.partition, before);
     assert_eq!(b.apply(send("T", 0, 3, &["late"])).0, Reply::TopicNotFound("T".into()));
@@ -120,10 +121,10 @@ fn a_placement_that_did_not_follow_is_proposed_from_the_state_and_replays_alike(
     let mut n = node(dir.path());
     n.commit_only(&create("T", 1));
     assert_eq!(n.commit(&send("T", 0, 1, &["m"])), Reply::TopicNotFound("T".into()));
-    assert!(!n.broker.placement().is_empty());
-    let changes = n.broker.placement();
-    n.commit(&Command::Place(Placement { changes }));
-    assert!(n.broker.placement().is_empty());
+    assert!(!n.broker.placement().changes.is_empty());
+    let placement = n.broker.placement();
+    n.commit(&Command::Place(placement));
+    assert!(n.broker.placement().changes.is_empty());
     assert!(matches!(n.commit(&send("T", 0, 2, &["m"])), Reply::Sent(_)));
     let live = n.broker.state().digest().unwrap();
     let replayed = n.broker.state_at(n.next_index - 1, None, &crate::broker::state_test::no_membership).unwrap();
@@ -141,7 +142,7 @@ fn a_metadata_entry_of_the_previous_format_places_in_the_same_step() {
     let mut payload = create("T", 1).encode().to_vec();
     payload[1] = crate::broker::command::envelope::FIRST_MARKED_FORMAT;
     assert_eq!(n.commit_bytes(Bytes::from(payload)).unwrap(), Reply::Applied);
-    assert!(n.broker.placement().is_empty());
+    assert!(n.broker.placement().changes.is_empty());
     assert!(matches!(n.commit(&send("T", 0, 1, &["m"])), Reply::Sent(_)));
 }
 
@@ -201,4 +202,39 @@ fn a_snapshot_of_a_newer_format_is_refused() {
     json["format"] = serde_json::json!(crate::broker::state::SNAPSHOT_FORMAT + 1);
     let e = serde_json::from_value::<State>(json).unwrap_err().to_string();
     assert!(e.contains("upgrade this node"), "{e}");
+}
+
+/// A data group's leader that reads a replica of the metadata older than the one its predecessor
+/// placed from cannot undo what that one placed: its placement names the older metadata's index
+/// and is ignored, on every replica alike and after a restart of one.
+#[test]
+fn a_placement_worked_out_from_older_metadata_changes_nothing() {
+    let topic = crate::broker::topic::TopicConfig::new("T", 1, crate::broker::topic::TopicKind::Normal);
+    let mut b = DataGroup::new();
+    let newer =
+        Placement { changes: vec![PlacementChange::PlaceTopic { config: topic, epoch: Some(9) }], through: Some(9) };
+    b.apply(Command::Place(newer));
+    assert!(matches!(b.apply(send("T", 0, 1, &["m"])).0, Reply::Sent(_)));
+    // Worked out from the metadata at index 5, before T was created: it would drop T.
+    let older = Placement { changes: vec![PlacementChange::DropTopic("T".into())], through: Some(5) };
+    let (_, fx) = b.apply(Command::Place(older.clone()));
+    assert!(fx.removed_topics.is_empty());
+    assert!(matches!(b.apply(send("T", 0, 2, &["n"])).0, Reply::Sent(_)), "T is still placed");
+    assert_eq!(b.partition.placed_through, Some(9));
+
+    // The index taken is kept by checkpoints: a replica restarted from one ignores it alike.
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("Earlier", 1));
+    n.commit(&create("T", 1));
+    let through = n.broker.state().data.placed_through;
+    assert!(through.is_some(), "the placement that followed the creation named its metadata");
+    n.broker.checkpoint().unwrap();
+    let mut n = n.restart(dir.path());
+    assert_eq!(n.broker.state().data.placed_through, through);
+    let before_creation = through.map(|t| t - 1);
+    let stale = Placement { changes: vec![PlacementChange::DropTopic("T".into())], through: before_creation };
+    n.commit(&Command::Place(stale));
+    let sent = n.commit(&send("T", 0, 3, &["o"]));
+    assert!(matches!(sent, Reply::Sent(_)), "the restarted replica kept T too: {sent:?}");
 }

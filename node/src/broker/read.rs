@@ -97,9 +97,23 @@ pub struct StoredView<'a> {
 
 impl Broker {
     /// What this node's partition lacks of the metadata: the placement a leader proposes.
-    pub fn placement(&self) -> Vec<crate::broker::partition::PlacementChange> {
+    /// The placement that brings this replica's partition up to its own metadata.
+    pub fn placement(&self) -> crate::broker::partition::Placement {
         let state = self.state();
-        state.meta.placement_for(&state.data)
+        let changes = state.meta.placement_for(&state.data);
+        crate::broker::partition::Placement { changes, through: state.last_applied.map(|p| p.index) }
+    }
+
+    /// The placement that brings this replica's partition (a data group's) up to `metadata`'s
+    /// (the first group's replica on this node; this replica's own if it is the first group's).
+    pub fn placement_from(&self, metadata: &Broker) -> crate::broker::partition::Placement {
+        if std::sync::Arc::ptr_eq(&self.inner, &metadata.inner) {
+            return self.placement();
+        }
+        let meta = metadata.state();
+        let state = self.state();
+        let changes = meta.meta.placement_for(&state.data);
+        crate::broker::partition::Placement { changes, through: meta.last_applied.map(|p| p.index) }
     }
 
     pub fn last_applied(&self) -> Option<LogPosition> {
@@ -144,8 +158,17 @@ impl Broker {
         Ok((state.last_applied.map(|l| l.index), digest))
     }
 
+    /// Whether this state holds the cluster's metadata (the first group's does). A data
+    /// group's holds only what placements copied into its partition: its reads of topics and
+    /// consumer groups answer from those copies.
+    fn holds_metadata(&self) -> bool {
+        self.partition() == crate::broker::position::PartitionId::FIRST
+    }
+
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {
-        self.state().meta.topics.get(&name.to_string()).cloned()
+        let state = self.state();
+        let topics = if self.holds_metadata() { &state.meta.topics } else { &state.data.topics };
+        topics.get(&name.to_string()).cloned()
     }
 
     /// Reads the users and access rules as this node has applied them (a short read lock: the
@@ -155,7 +178,9 @@ impl Broker {
     }
 
     pub fn topics(&self) -> Vec<TopicConfig> {
-        self.state().meta.topics.values().cloned().collect()
+        let state = self.state();
+        let topics = if self.holds_metadata() { &state.meta.topics } else { &state.data.topics };
+        topics.values().cloned().collect()
     }
 
     fn range(&self, topic: &str, queue_id: u32) -> QueueRange {
@@ -163,8 +188,8 @@ impl Broker {
     }
 
     pub fn queue_status(&self, topic: &str) -> Vec<QueueStatus> {
+        let Some(t) = self.topic(topic) else { return Vec::new() };
         let state = self.state();
-        let Some(t) = state.meta.topics.get(&topic.to_string()) else { return Vec::new() };
         (0..t.queues)
             .map(|q| {
                 let r = state.data.queues.get(&(topic.to_string(), q)).copied().unwrap_or_default();
@@ -320,11 +345,15 @@ impl Broker {
     }
 
     pub fn group(&self, name: &str) -> Option<GroupConfig> {
-        self.state().meta.groups.get(&name.to_string()).cloned()
+        let state = self.state();
+        let groups = if self.holds_metadata() { &state.meta.groups } else { &state.data.consumption.groups };
+        groups.get(&name.to_string()).cloned()
     }
 
     pub fn groups(&self) -> Vec<GroupConfig> {
-        self.state().meta.groups.values().cloned().collect()
+        let state = self.state();
+        let groups = if self.holds_metadata() { &state.meta.groups } else { &state.data.consumption.groups };
+        groups.values().cloned().collect()
     }
 
     /// Each group's progress on each topic it has consumed.

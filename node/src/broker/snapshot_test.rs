@@ -283,6 +283,7 @@ fn follower(dir: &Path, leader: &Node) -> Broker {
         cq_records_per_file: 8,
         message_index_entries_per_file: 16,
         checkpoint_interval: std::time::Duration::from_secs(3600),
+        partition: crate::broker::position::PartitionId::FIRST,
     };
     crate::broker::state_test::open_broker(options, leader.log.reader())
 }

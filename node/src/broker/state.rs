@@ -138,6 +138,9 @@ pub(crate) struct Applied {
     /// the metadata at all (absent in state an earlier release wrote: see [`State::upgrade`]).
     #[serde(default)]
     pub placed_settings: Option<ClusterSettings>,
+    /// The index of the metadata the partition's last placement was worked out from.
+    #[serde(default)]
+    pub placed_through: Option<u64>,
 }
 
 impl State {
@@ -158,6 +161,7 @@ impl State {
             dedupe_clock: self.data.dedupe_clock,
             settings: self.meta.settings,
             placed_settings: self.data.settings,
+            placed_through: self.data.placed_through,
         }
     }
 
@@ -167,6 +171,7 @@ impl State {
         self.data.dedupe_clock = a.dedupe_clock;
         self.meta.settings = a.settings;
         self.data.settings = a.placed_settings;
+        self.data.placed_through = a.placed_through;
     }
 
     /// Sets up what apply needs besides the tables (after a load, for a replay, for an install):
@@ -217,6 +222,7 @@ impl State {
                 &applied.dedupe_clock,
                 &applied.settings,
                 &applied.placed_settings,
+                &applied.placed_through,
             ),
         )?;
         for (prefix, table) in self.meta.tables_ref().into_iter().chain(self.data.tables_ref()) {

@@ -33,6 +33,7 @@ fn options(dir: &Path) -> BrokerOptions {
         cq_records_per_file: 8,
         message_index_entries_per_file: 16,
         checkpoint_interval: Duration::from_secs(3600),
+        partition: crate::broker::position::PartitionId::FIRST,
     }
 }
 
@@ -66,9 +67,9 @@ impl Node {
     pub fn commit(&mut self, command: &Command) -> Reply {
         let reply = self.commit_only(command);
         if command.needs_placement() {
-            let changes = self.broker.placement();
-            if !changes.is_empty() {
-                self.commit_only(&Command::Place(crate::broker::partition::Placement { changes }));
+            let placement = self.broker.placement();
+            if !placement.changes.is_empty() {
+                self.commit_only(&Command::Place(placement));
             }
         }
         reply
@@ -689,7 +690,7 @@ fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_resta
 #[test]
 fn an_entry_of_a_newer_release_stops_the_apply() {
     for (payload, says) in [
-        (&b"R\x07\x01"[..], "is of format 7; this release reads formats 1 to 5"),
+        (&b"R\x07\x01"[..], "is of format 7; this release reads formats 1 to 6"),
         (b"R\x02\x63", "is of kind 99 (format 2), which this release does not know"),
         // An admin command of a variant added later (its protobuf field 99).
         (b"R\x02\x02\x9a\x06\x01x", "is of a variant of admin commands this release does not know"),
@@ -716,13 +717,13 @@ fn an_entry_of_a_newer_release_stops_the_apply() {
 fn a_refused_entry_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut n = node(dir.path());
-    let newer = Bytes::from_static(b"R\x06\x02");
+    let newer = Bytes::from_static(b"R\x07\x02");
     let index = n.next_index;
     let first = n.commit_bytes(newer.clone()).unwrap_err().to_string();
     assert_eq!(n.broker.last_applied(), None);
     let again = n.broker.apply(lid(index), newer).unwrap_err().to_string();
     assert_eq!(first, again);
-    assert!(first.starts_with(&format!("log entry {index} is of format 6")), "{first}");
+    assert!(first.starts_with(&format!("log entry {index} is of format 7")), "{first}");
     assert!(n.broker.topics().is_empty());
 }
 
@@ -748,4 +749,28 @@ fn entries_of_the_previous_format_apply() {
     let n = n.restart(dir.path());
     assert_eq!(n.broker.queue_status("T")[0].next, 3);
     assert_eq!(all(&n), expected);
+}
+
+/// With several data groups, a new topic's queues are spread over them at its creation, the same
+/// on every replica and in the partition's copy; asking for the topic again is answered as done,
+/// and topics created before keep their queues where they were.
+#[test]
+fn a_new_topic_s_queues_are_spread_over_the_data_groups() {
+    use crate::broker::settings::SettingsChange;
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    assert_eq!(n.commit(&create("Before", 2)), Reply::Applied);
+    let three = SettingsChange { data_groups: Some(3), ..Default::default() };
+    assert_eq!(n.commit(&Command::Admin(AdminCommand::Configure(three))), Reply::Applied);
+    let index = n.next_index;
+    assert_eq!(n.commit(&create("T", 4)), Reply::Applied);
+    let state = n.broker.state();
+    let placed = state.meta.topics.get("T").unwrap().clone();
+    let expected: Vec<u32> = (0..4).map(|q| 1 + ((index + q) % 3) as u32).collect();
+    assert_eq!(placed.groups, expected);
+    assert_eq!(state.data.topics.get("T"), Some(&placed), "the partition's copy names the same groups");
+    assert!(state.meta.topics.get("Before").unwrap().groups.is_empty(), "an earlier topic stays in group 1");
+    drop(state);
+    assert_eq!(n.commit(&create("T", 4)), Reply::Applied, "the same request again");
+    assert_eq!(n.commit(&create("T", 5)), Reply::TopicExists("T".into()));
 }

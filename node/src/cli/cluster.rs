@@ -117,20 +117,41 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
     Ok(())
 }
 
-/// Asks every member for its state digest until they report the same applied index (writes may
-/// be going on), then compares the digests.
+/// Compares the members' replicas of each Raft group in turn (each group its own log and
+/// state); says which groups differ.
 async fn verify(admin: &Admin) -> Result<(), CliError> {
     let here = status_at(admin, &admin.endpoint).await?;
     let mut members = member_endpoints(&here);
     if members.is_empty() {
         members.push((here.id, admin.endpoint.clone()));
     }
+    let groups = admin.send(pb::GetSettingsRequest {}).await?.data_groups.max(1);
+    let mut failed = Vec::new();
+    for group in 1..=groups {
+        if groups > 1 {
+            println!("group {group}:");
+        }
+        if let Err(e) = verify_group(admin, &members, group).await {
+            println!("{e}");
+            failed.push(group.to_string());
+        }
+    }
+    match failed.is_empty() {
+        true => Ok(()),
+        false if groups == 1 => Err(CliError::Verify("the replicas do not agree".into())),
+        false => Err(CliError::Verify(format!("the replicas of group(s) {} do not agree", failed.join(", ")))),
+    }
+}
+
+/// Asks every member for its state digest of `group` until they report the same applied index
+/// (writes may be going on), then compares the digests.
+async fn verify_group(admin: &Admin, members: &[(u64, String)], group: u32) -> Result<(), CliError> {
     let mut last = Vec::new();
     for _ in 0..50 {
         last.clear();
-        for (id, addr) in &members {
+        for (id, addr) in members {
             let answer =
-                tokio::time::timeout(Duration::from_secs(2), admin.send_at(addr, pb::GetDigestRequest {})).await;
+                tokio::time::timeout(Duration::from_secs(2), admin.send_at(addr, pb::GetDigestRequest { group })).await;
             match answer {
                 Ok(Ok(d)) => last.push((*id, Some(StateDigest { applied: d.applied, digest: d.digest }))),
                 _ => last.push((*id, None)),
@@ -160,7 +181,7 @@ async fn verify(admin: &Admin) -> Result<(), CliError> {
     // The queues' records and messages, up to the index every member has applied.
     let upto = answers.iter().filter_map(|d| d.applied).min();
     if let Some(upto) = upto {
-        match compare_queues(admin, &members, upto).await? {
+        match compare_queues(admin, members, group, upto).await? {
             QueueComparison::Same { queues, records } => {
                 let queues = if queues == 1 { "1 queue".to_string() } else { format!("{queues} queues") };
                 println!("ConsumeQueues agree up to index {upto}: {records} records and messages in {queues}")
@@ -203,7 +224,12 @@ type MemberSums = Vec<(u64, Vec<u32>)>;
 /// Compares every member's ConsumeQueue records, and the messages they point at, written by
 /// entries up to `upto`, over the offsets all of them still hold: per queue in chunks, then the
 /// first differing chunk in smaller ones, down to the record.
-async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> Result<QueueComparison, CliError> {
+async fn compare_queues(
+    admin: &Admin,
+    members: &[(u64, String)],
+    group: u32,
+    upto: u64,
+) -> Result<QueueComparison, CliError> {
     use std::collections::BTreeMap;
     const WAIT: Duration = Duration::from_secs(120);
     async fn ask<R: AdminCall>(admin: &Admin, addr: &str, req: R) -> Result<R::Reply, CliError> {
@@ -215,7 +241,7 @@ async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> 
     // (topic, queue) -> each member's (start, end).
     let mut spans: BTreeMap<(String, u32), BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
     for (id, addr) in members {
-        for s in ask(admin, addr, pb::GetQueueSpansRequest { upto }).await?.spans {
+        for s in ask(admin, addr, pb::GetQueueSpansRequest { upto, group }).await?.spans {
             spans.entry((s.topic, s.queue)).or_default().insert(*id, (s.start, s.end));
         }
     }
@@ -240,6 +266,7 @@ async fn compare_queues(admin: &Admin, members: &[(u64, String)], upto: u64) -> 
                             from: lo,
                             to: hi,
                             chunk,
+                            group,
                         };
                         own.extend(ask(admin, addr, req).await?.checksums);
                     }

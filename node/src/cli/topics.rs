@@ -94,13 +94,14 @@ pub(super) async fn topic(admin: &Admin, cmd: TopicCmd) -> Result<(), CliError> 
             return admin
                 .page_through(listing.after, listing.limit, "--after", ask, rows, |t| {
                     println!(
-                        "{}\t{}\tqueues={}\tmessages={}\ttimers={}\topen_halves={}",
+                        "{}\t{}\tqueues={}\tmessages={}\ttimers={}\topen_halves={}{}",
                         t.name,
                         t.kind.to_lowercase(),
                         t.queues,
                         t.messages,
                         t.timers,
-                        t.open_halves
+                        t.open_halves,
+                        groups_column(&t.groups)
                     )
                 })
                 .await;
@@ -172,5 +173,14 @@ fn print_group(g: pb::Group) {
     println!("{name}\t{kind}\tmax_attempts={attempts}\tpriority_factor={factor}{lite}");
     for p in g.progress {
         println!("  topic={}\tlag={}\tinflight={}", p.topic, p.lag, p.inflight);
+    }
+}
+
+/// `\tgroups=2,3,1,2` (queue 0's group first) when a topic's queues are spread over data groups;
+/// nothing when they are all in the first.
+fn groups_column(groups: &[u32]) -> String {
+    match groups.is_empty() {
+        true => String::new(),
+        false => format!("\tgroups={}", groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
     }
 }

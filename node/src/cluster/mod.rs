@@ -15,6 +15,7 @@ mod coalesce;
 pub mod disk;
 mod error;
 pub mod failover;
+pub mod groups;
 pub mod leadership;
 pub mod lite;
 mod members;
@@ -42,6 +43,7 @@ use bytes::Bytes;
 pub use clock::{LeaderClock, now_ms};
 use coalesce::{Coalescer, Round};
 pub use error::ClusterError;
+pub use groups::Groups;
 use peer::Peers;
 use pop::PopLocks;
 pub use producers::AskProducer;
@@ -79,6 +81,10 @@ pub struct ClusterOptions {
     pub watermarks: crate::store::free_space::Watermarks,
     /// The producers whose Telemetry streams this node holds (the proxy registers them).
     pub sessions: Arc<ProducerSessions>,
+    /// This node's replica of the metadata (the first group's state) for a data group, whose
+    /// own state holds only what placements copied of it (not plugins, keys or access); `None`
+    /// for the first group, which holds it itself.
+    pub metadata: Option<Broker>,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -222,7 +228,12 @@ impl Cluster {
         &self.inner.options.plugins
     }
 
-    pub(in crate::cluster) fn broker(&self) -> &Broker {
+    /// This node's replica of the metadata: plugin bindings, handle keys, access.
+    pub fn metadata(&self) -> &Broker {
+        self.inner.options.metadata.as_ref().unwrap_or(&self.inner.broker)
+    }
+
+    pub fn broker(&self) -> &Broker {
         &self.inner.broker
     }
 

@@ -13,7 +13,6 @@
 //! waits for it to end and works out its own afresh.
 
 use crate::broker::Command;
-use crate::broker::partition::Placement;
 use crate::cluster::{Cluster, ClusterError, Proposed};
 
 /// Lets one placement at a time be worked out and proposed; the others wait for it to end. Not
@@ -59,12 +58,28 @@ impl Cluster {
     /// On the leader: proposes the placement changes the partition lacks, if any, and waits
     /// until they apply. Worked out once no other placement is under way on this node.
     pub async fn place(&self) -> Result<(), ClusterError> {
+        let own = self.broker().clone();
+        self.place_from(&own).await
+    }
+
+    /// On the leader of a data group: proposes what the partition lacks of `metadata` (this
+    /// node's replica of the first group), worked out against the index that replica applied, so
+    /// a later leader reading an older replica cannot undo it.
+    pub async fn place_from(&self, metadata: &crate::broker::Broker) -> Result<(), ClusterError> {
         let _placing = self.inner.placing.enter().await;
-        let changes = self.broker().placement();
-        if changes.is_empty() {
+        let placement = self.broker().placement_from(metadata);
+        if placement.changes.is_empty() {
             return Ok(());
         }
-        let command = Command::Place(Placement { changes });
+        if self.group().id() != crate::raft::GroupId::FIRST {
+            // Between the two steps of a metadata change, for a group other than the one that
+            // holds the metadata: the crash the data groups' tests make.
+            const POINT: &str = "placement::data_group::before_propose";
+            fail::fail_point!(POINT, |arg: Option<String>| {
+                Err(ClusterError::Raft(crate::failpoint::injected(POINT, arg.as_deref()).to_string()))
+            });
+        }
+        let command = Command::Place(placement);
         match self.propose(|_| command.encode()).await? {
             Proposed::Applied(_) => Ok(()),
             Proposed::NotLeader(_) => Err(ClusterError::NoLeader),

@@ -157,7 +157,7 @@ impl Cluster {
         let illegal = |e: PluginError| PopError::IllegalFilter(e.to_string());
         blocking(|| {
             let compiled = Subscription::compile(host, order.filter_kind, &order.filter).map_err(illegal)?;
-            compiled.with_group_filter(host, self.broker(), &order.group).map_err(|e| match e {
+            compiled.with_group_filter(host, self.metadata(), &order.group).map_err(|e| match e {
                 PluginError::Quarantined { .. } => PopError::Quarantined(e.to_string()),
                 e => PopError::FilterUnavailable(format!("the filter of group {}: {e}", order.group)),
             })

@@ -36,7 +36,7 @@ impl Cluster {
         let Ok(Some((message, store_ms))) = self.broker().message_at(ask.position) else { return false };
         // Sealed for the topic and message, as the id the producer got from its send was.
         // Without a key yet there is no id to give it: the half is checked again later.
-        let Some(keys) = self.broker().access(crate::auth::handles::HandleKeys::of) else { return false };
+        let Some(keys) = self.metadata().access(crate::auth::handles::HandleKeys::of) else { return false };
         let id =
             keys.seal(&transaction_id(self.broker().partition(), ask.position), &[&ask.topic, &message.message_id]);
         self.sessions().ask(&ask.topic, self.broker(), |resource| {

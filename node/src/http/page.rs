@@ -14,6 +14,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_perc
 use crate::admin::api::{GroupInfo, NodeStatus, PluginInfo, Role, TopicInfo};
 use crate::broker::failover::Failover;
 use crate::cluster::leadership::LeaderChange;
+use crate::metrics::traffic::Rates;
 use crate::store::free_space::DiskLevel;
 
 use super::HttpState;
@@ -100,6 +101,8 @@ pub(super) struct View {
     plugins: Vec<PluginInfo>,
     changes: Vec<LeaderChange>,
     failovers: Vec<Failover>,
+    /// Each Raft group's traffic over the last minutes, oldest first.
+    traffic: std::collections::BTreeMap<u32, Vec<Rates>>,
     now_ms: i64,
     insecure: Vec<String>,
 }
@@ -123,11 +126,33 @@ impl View {
             groups: state.admin.list_groups(),
             plugins: state.admin.list_plugins(),
             changes: state.cluster.leader_changes().recent(),
+            traffic: state.parts.meters.traffic().rates(),
             now_ms: crate::cluster::now_ms(),
             insecure: state.insecure.clone(),
             own,
         }
     }
+}
+
+/// The latest of `values` and a small line chart of them all (oldest first), scaled to their
+/// largest; an inline SVG, so the page stays one document.
+fn chart(id: &str, values: impl Iterator<Item = f64>) -> String {
+    const WIDTH: f64 = 120.0;
+    const HEIGHT: f64 = 24.0;
+    let values: Vec<f64> = values.collect();
+    let Some(last) = values.last() else { return "<span class=muted>-</span>".into() };
+    let top = values.iter().copied().fold(0.0f64, f64::max).max(1.0);
+    let step = if values.len() > 1 { WIDTH / (values.len() - 1) as f64 } else { 0.0 };
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{:.1},{:.1}", i as f64 * step, HEIGHT - v / top * (HEIGHT - 2.0) - 1.0))
+        .collect();
+    format!(
+        "<svg id={id} class=chart width={WIDTH} height={HEIGHT} viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=img \
+         aria-label=\"{id}\"><polyline fill=none stroke=currentColor stroke-width=1.5 points=\"{points}\"/></svg> {last:.0}",
+        points = points.join(" "),
+    )
 }
 
 /// `text` with the five HTML-special characters escaped.
@@ -242,21 +267,31 @@ pub(super) fn render(v: &View, at: &At) -> String {
     if own.groups.len() > 1 {
         h.push_str(
             "<h2>Raft groups</h2><div class=scroll><table id=raft-groups><tr><th>group</th><th>leader</th>\
-             <th>term</th><th>this node</th><th>committed</th><th>applied here</th></tr>",
+             <th>term</th><th>this node</th><th>committed</th><th>applied here</th>\
+             <th>sends/s</th><th>consumed/s</th><th>lag</th></tr>",
         );
         for g in &own.groups {
+            let traffic = v.traffic.get(&g.id).map(Vec::as_slice).unwrap_or_default();
             let _ = write!(
                 h,
-                "<tr><td>{id}</td><td>{leader}</td><td>{term}</td><td>{role}</td><td>{committed}</td><td>{applied}</td></tr>",
+                "<tr><td>{id}</td><td>{leader}</td><td>{term}</td><td>{role}</td><td>{committed}</td><td>{applied}</td>\
+                 <td>{sends}</td><td>{consumed}</td><td>{lag}</td></tr>",
                 id = g.id,
                 leader = g.leader.map_or_else(|| "<span class=bad>none</span>".to_string(), |l| format!("node {l}")),
                 term = g.term,
                 role = role(g.role),
                 committed = g.committed.unwrap_or(0),
                 applied = g.applied.unwrap_or(0),
+                sends = chart(&format!("group-{}-sends", g.id), traffic.iter().map(|r| r.sends_per_sec)),
+                consumed = chart(&format!("group-{}-consumed", g.id), traffic.iter().map(|r| r.consumed_per_sec)),
+                lag = chart(&format!("group-{}-lag", g.id), traffic.iter().map(|r| r.lag as f64)),
             );
         }
         h.push_str("</table></div>");
+        h.push_str(
+            "<p class=muted>Per group over the last five minutes, from this node's replica: messages stored and \
+             acked per second, and messages not acked yet.</p>",
+        );
     }
 
     h.push_str("<h2>Leadership changes</h2>");
@@ -468,6 +503,7 @@ mod tests {
             plugins: vec![],
             changes: vec![],
             failovers: vec![],
+            traffic: Default::default(),
             now_ms: 0,
             insecure: vec![],
             refusing: Default::default(),
@@ -497,5 +533,22 @@ mod tests {
         let page = render(&view, &At::default());
         assert!(page.contains("<tr><td>2</td><td>node 3</td>"), "{page}");
         assert!(page.contains("<tr><td>3</td><td><span class=bad>none</span></td>"), "{page}");
+        assert!(page.contains("<td><span class=muted>-</span></td>"), "no traffic sampled yet: {page}");
+    }
+
+    #[test]
+    fn each_group_s_traffic_is_a_small_chart_with_its_latest_value() {
+        use crate::admin::api::GroupRow;
+        let mut view = empty_view();
+        let row = |id| GroupRow { id, role: Role::Follower, leader: Some(1), term: 2, committed: None, applied: None };
+        view.own.groups = vec![row(1), row(2)];
+        let rates = |sends: f64| Rates { at_ms: 0, sends_per_sec: sends, consumed_per_sec: sends / 2.0, lag: 7 };
+        view.traffic = [(2, vec![rates(0.0), rates(100.0), rates(50.0)])].into();
+        let page = render(&view, &At::default());
+        assert!(page.contains("<svg id=group-2-sends class=chart"), "{page}");
+        // Scaled to the largest value: 100/s at the top, 0 at the bottom, the latest shown.
+        assert!(page.contains("points=\"0.0,23.0 60.0,1.0 120.0,12.0\"/></svg> 50"), "{page}");
+        assert!(page.contains("<svg id=group-2-lag class=chart"), "{page}");
+        assert!(!page.contains("group-1-sends"), "group 1 sampled nothing yet: no chart");
     }
 }

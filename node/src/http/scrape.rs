@@ -84,29 +84,24 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
     });
     s.gauges("raft_replication_lag_entries", "On the leader: entries each follower has yet to store", lag);
 
-    let broker = &state.parts.broker;
-    let held = broker.held_counts();
-    let topics = broker.topics();
+    // Summed over the data groups holding each topic's queues.
+    let topics = state.admin.list_topics();
     let mut stored = Vec::new();
     let mut queues = Vec::new();
+    let (mut timers, mut halves) = (Vec::new(), Vec::new());
     for t in &topics {
-        let total: u64 = broker.queue_status(&t.name).iter().map(|q| q.next - q.start).sum();
-        stored.push((vec![("topic", t.name.clone())], total as i64));
-        queues.push((vec![("topic", t.name.clone())], t.queues as i64));
+        let total: u64 = t.queues.iter().map(|(_, start, next)| next.saturating_sub(*start)).sum();
+        let topic = || vec![("topic", t.config.name.clone())];
+        stored.push((topic(), total as i64));
+        queues.push((topic(), t.config.queues as i64));
+        timers.push((topic(), t.held.timers as i64));
+        halves.push((topic(), t.held.open_halves as i64));
     }
     s.gauges("topic_queues", "Queues of each topic", queues);
     s.gauges("topic_stored_messages", "Messages each topic holds (not yet purged)", stored);
-    s.gauges(
-        "topic_pending_timers",
-        "Delayed messages and retries waiting for their time, by topic",
-        held.iter().map(|(t, c)| (vec![("topic", t.clone())], c.timers as i64)),
-    );
-    s.gauges(
-        "topic_open_transactions",
-        "Half messages waiting for a commit or rollback, by topic",
-        held.iter().map(|(t, c)| (vec![("topic", t.clone())], c.open_halves as i64)),
-    );
-    let progress = broker.group_progress();
+    s.gauges("topic_pending_timers", "Delayed messages and retries waiting for their time, by topic", timers);
+    s.gauges("topic_open_transactions", "Half messages waiting for a commit or rollback, by topic", halves);
+    let progress: Vec<_> = state.admin.list_groups().into_iter().flat_map(|g| g.progress).collect();
     let group_topic = |p: &crate::broker::GroupProgress| vec![("group", p.group.clone()), ("topic", p.topic.clone())];
     s.gauges(
         "consumer_lag_messages",
@@ -117,6 +112,23 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
         "consumer_inflight_messages",
         "Messages delivered to a group and not yet acknowledged or returned",
         progress.iter().map(|p| (group_topic(p), p.inflight as i64)),
+    );
+
+    // Per Raft group, as this node's replica of each last showed it (sampled every few seconds).
+    let latest = state.parts.meters.traffic().latest();
+    let per_group = |f: fn(&crate::metrics::traffic::Sample) -> u64| {
+        latest.iter().map(move |(g, s)| (vec![("group", g.to_string())], f(s) as i64)).collect::<Vec<_>>()
+    };
+    s.gauges("group_stored_messages", "Messages ever stored in each Raft group's queues", per_group(|s| s.stored));
+    s.gauges(
+        "group_consumed_messages",
+        "Messages acked from each Raft group's queues, summed over the consumer groups",
+        per_group(|s| s.consumed),
+    );
+    s.gauges(
+        "group_lag_messages",
+        "Messages of each Raft group's queues not acked yet, summed over the consumer groups",
+        per_group(|s| s.lag),
     );
 
     let plugins = state.admin.list_plugins();

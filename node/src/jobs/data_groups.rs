@@ -26,17 +26,27 @@ const RECENTLY: Duration = Duration::from_secs(1);
 /// On the first group's leader: starts every data group the metadata lists whose replica here has
 /// not been started, with the first group's voters. Starting a group on more than one node with
 /// the same voters is harmless (each writes the same first membership entry).
+/// Groups found started are remembered and not asked again; the job looks again when the
+/// metadata changes (a group added), or every [`START_EVERY`] while one is not started yet.
 pub async fn start_data_groups(first: Cluster, metadata: Broker, clusters: GroupRegistry<Cluster>) {
+    let mut started = std::collections::BTreeSet::new();
+    let mut changes = metadata.watch_metadata();
     loop {
+        changes.borrow_and_update();
         let listed = metadata.settings().data_groups;
         let voters: BTreeMap<NodeId, NodeInfo> =
             first.group().status().members.into_iter().filter(|m| m.voter).map(|m| (m.id, m.info)).collect();
-        for id in (GroupId::FIRST.0 + 1..=listed).map(GroupId) {
+        let waiting: Vec<GroupId> =
+            (GroupId::FIRST.0 + 1..=listed).map(GroupId).filter(|id| !started.contains(id)).collect();
+        for id in waiting {
             // Opened by every node as it applies the change (`Replicas::follow_metadata`).
             let Some(cluster) = clusters.get(id) else { continue };
             let group = cluster.group();
             match group.is_initialized().await {
-                Ok(true) => continue,
+                Ok(true) => {
+                    started.insert(id);
+                    continue;
+                }
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(group = id.0, error = %e, "data group: state unknown");
@@ -50,7 +60,12 @@ pub async fn start_data_groups(first: Cluster, metadata: Broker, clusters: Group
                 Err(e) => tracing::debug!(group = id.0, error = %e, "starting a data group failed; trying again"),
             }
         }
-        tokio::time::sleep(START_EVERY).await;
+        if (GroupId::FIRST.0 + 1..=listed).all(|id| started.contains(&GroupId(id))) {
+            // All started: nothing to do until the metadata adds a group.
+            let _ = changes.changed().await;
+        } else {
+            tokio::time::sleep(START_EVERY).await;
+        }
     }
 }
 

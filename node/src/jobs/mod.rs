@@ -13,6 +13,7 @@
 //! - leader only, with several data groups: `data_groups` starts the data groups the metadata
 //!   adds (on the first group's leader) and hands each group's leadership to the node whose turn
 //!   it is;
+//! - `group_traffic`: samples each group's stored, consumed and lag counts for the status page;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
 //! - `disk_space`: reads the voters' free space; below a mark the leader refuses what would
 //!   fill a disk further;
@@ -26,6 +27,7 @@ mod checkpoint;
 mod clock_skew;
 mod data_groups;
 mod disk_space;
+mod group_traffic;
 mod handle_key;
 mod health;
 mod leaders;
@@ -48,6 +50,7 @@ pub use checkpoint::checkpoints;
 pub use clock_skew::watch_clocks;
 pub use data_groups::{balance_leaders, follow_membership, start_data_groups, turn};
 pub use disk_space::watch_disks;
+pub use group_traffic::group_traffic;
 pub use handle_key::first_handle_key;
 pub use health::watch_health;
 pub use leaders::watch_leaders;

@@ -5,20 +5,26 @@ use std::time::Duration;
 
 use crate::cluster::Cluster;
 
-/// How often the leader looks; the look is a walk over the topics and groups, done under the
-/// state's read lock and released before proposing.
+/// How often the leader looks when no metadata change wakes it; the look is a walk over the
+/// topics and groups, done under the state's read lock and released before proposing.
 const EVERY: Duration = Duration::from_secs(1);
 /// Pause after a failed proposal, doubled up to [`MAX_BACK_OFF`].
 const BACK_OFF: Duration = Duration::from_secs(1);
 const MAX_BACK_OFF: Duration = Duration::from_secs(30);
 
-pub async fn placement(cluster: Cluster) {
+/// `metadata`: this node's replica of the first group (the group's own for the first group).
+/// A data group's leader places each metadata change as soon as this node's replica of the
+/// metadata applies it, so a topic's queues in that group take sends within moments of its
+/// creation.
+pub async fn placement(cluster: Cluster, metadata: crate::broker::Broker) {
     let mut back_off = BACK_OFF;
+    let mut changes = metadata.watch_metadata();
     loop {
-        match cluster.place().await {
+        changes.borrow_and_update();
+        match cluster.place_from(&metadata).await {
             Ok(()) => {
                 back_off = BACK_OFF;
-                tokio::time::sleep(EVERY).await;
+                let _ = tokio::time::timeout(EVERY, changes.changed()).await;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "placing metadata in the partition failed; trying again");

@@ -7,6 +7,8 @@
 //! fixed words: a name a client made up is counted under `topic=""`, so no client can grow the
 //! label sets without bound.
 
+pub mod traffic;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +74,8 @@ struct Inner {
     leader_changes: Counter,
     disk_refusals: Counter,
     status_page_gathers: Counter,
+    /// Each Raft group's traffic over the last minutes, for the status page.
+    traffic: traffic::GroupTraffic,
 }
 
 impl Default for Meters {
@@ -87,6 +91,11 @@ impl std::fmt::Debug for Meters {
 }
 
 impl Meters {
+    /// Each Raft group's traffic over the last minutes (`traffic`).
+    pub fn traffic(&self) -> &traffic::GroupTraffic {
+        &self.inner.traffic
+    }
+
     pub fn new() -> Meters {
         let mut registry = Registry::with_prefix("rockraft");
         let sends = Family::<TopicStatus, Counter>::default();
@@ -177,6 +186,7 @@ impl Meters {
             leader_changes,
             disk_refusals,
             status_page_gathers,
+            traffic: traffic::GroupTraffic::default(),
         };
         Meters { inner: Arc::new(inner) }
     }

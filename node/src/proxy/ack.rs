@@ -3,6 +3,7 @@
 //! receipt handles (all of an `AckMessage`'s in one entry); a handle that is not current changes
 //! nothing and gets INVALID_RECEIPT_HANDLE.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rockraft_proto::rocketmq::{
@@ -12,6 +13,7 @@ use rockraft_proto::rocketmq::{
 
 use crate::broker::Refusal;
 use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::position::PartitionId;
 use crate::cluster::now_ms;
 use crate::cluster::pop::PopError;
 use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
@@ -40,17 +42,16 @@ fn outcome_status(outcome: Result<ConsumeOutcome, Refusal>) -> Status {
     }
 }
 
-/// The answer to `req`: per entry, the next of `statuses` if its handle was `current`, else stale.
-fn answer(req: &AckMessageRequest, current: impl Iterator<Item = bool>, statuses: Vec<Status>) -> AckMessageResponse {
-    let mut statuses = statuses.into_iter();
+/// The answer to `req`: per entry, its status if its handle was current, else stale.
+fn answer(req: &AckMessageRequest, statuses: Vec<Option<Status>>) -> AckMessageResponse {
     let entries: Vec<AckMessageResultEntry> = req
         .entries
         .iter()
-        .zip(current)
-        .map(|(e, current)| AckMessageResultEntry {
+        .zip(statuses)
+        .map(|(e, status)| AckMessageResultEntry {
             message_id: e.message_id.clone(),
             receipt_handle: e.receipt_handle.clone(),
-            status: Some(if current { statuses.next().unwrap_or_else(stale) } else { stale() }),
+            status: Some(status.unwrap_or_else(stale)),
         })
         .collect();
     // The overall status is the first failure: clients that send one entry read only this.
@@ -95,19 +96,40 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return AckMessageResponse { status: Some(s), entries: vec![] },
         };
-        let receipts: Vec<Option<Receipt>> = req
-            .entries
-            .iter()
-            .map(|e| receipt::decode(&keys, self.broker.partition(), &e.receipt_handle, &group, &topic))
-            .collect();
-        let current: Vec<&Receipt> = receipts.iter().flatten().collect();
+        let receipts: Vec<Option<(PartitionId, Receipt)>> =
+            req.entries.iter().map(|e| receipt::decode(&keys, &e.receipt_handle, &group, &topic)).collect();
+        // Per partition (the group that made the deliveries), in the request's order.
+        let mut by_partition: BTreeMap<PartitionId, Vec<usize>> = BTreeMap::new();
+        for (i, r) in receipts.iter().enumerate() {
+            if let Some((partition, _)) = r {
+                by_partition.entry(*partition).or_default().push(i);
+            }
+        }
+        let mut statuses: Vec<Option<Status>> = vec![None; receipts.len()];
+        for (partition, positions) in by_partition {
+            let current: Vec<&Receipt> =
+                positions.iter().filter_map(|&i| receipts[i].as_ref().map(|(_, r)| r)).collect();
+            let answers = self.ack_in(partition, &current).await;
+            for (&i, status) in positions.iter().zip(answers) {
+                statuses[i] = Some(status);
+            }
+        }
+        answer(req, statuses)
+    }
+
+    /// Acks `current` (deliveries the group of `partition` made) in as few entries as it takes.
+    async fn ack_in(&self, partition: PartitionId, current: &[&Receipt]) -> Vec<Status> {
+        let cluster = match self.groups.partition(partition) {
+            Ok(cluster) => cluster,
+            Err(e) => return vec![write_failed(&e, 0); current.len()],
+        };
         let mut statuses = Vec::with_capacity(current.len());
         for chunk in current.chunks(MAX_ACKS_PER_ENTRY) {
             let command = match chunk {
                 [one] => ConsumeCommand::Ack((*one).clone()),
                 many => ConsumeCommand::Acks { receipts: many.iter().map(|r| (*r).clone()).collect() },
             };
-            let answers = match self.cluster.request(command).await {
+            let answers = match cluster.request(command).await {
                 Ok(Ok(ConsumeOutcome::Each(outcomes))) if outcomes.len() == chunk.len() => {
                     outcomes.into_iter().map(|o| outcome_status(Ok(o))).collect()
                 }
@@ -116,12 +138,12 @@ impl Proxy {
             };
             for (r, status) in chunk.iter().zip(&answers) {
                 if status.code == Code::Ok as i32 {
-                    self.renewals.settled(r);
+                    self.renewals.settled(partition, r);
                 }
             }
             statuses.extend(answers);
         }
-        answer(req, receipts.iter().map(Option::is_some), statuses)
+        statuses
     }
 
     pub(super) async fn change_invisible(
@@ -146,8 +168,12 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return refuse(s),
         };
-        let Some(receipt) = receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) else {
+        let Some((partition, receipt)) = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
             return refuse(stale());
+        };
+        let cluster = match self.groups.partition(partition) {
+            Ok(cluster) => cluster,
+            Err(e) => return refuse(write_failed(&e, 0)),
         };
         let command = ConsumeCommand::ChangeInvisible {
             receipt: receipt.clone(),
@@ -155,14 +181,14 @@ impl Proxy {
             now_ms: now_ms(),
             invisible_ms: invisible.as_millis() as i64,
         };
-        let reply = self.cluster.request(command).await;
+        let reply = cluster.request(command).await;
         if reply.is_ok() {
             // The client now decides this delivery's invisible time.
-            self.renewals.settled(&receipt);
+            self.renewals.settled(partition, &receipt);
         }
         match reply {
             Ok(Ok(ConsumeOutcome::Renewed(d))) => {
-                let receipt_handle = receipt::encode(&keys, self.broker.partition(), &d, &group, &topic);
+                let receipt_handle = receipt::encode(&keys, partition, &d, &group, &topic);
                 ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle }
             }
             Ok(outcome) => refuse(outcome_status(outcome)),
@@ -184,23 +210,28 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return s,
         };
-        let Some(receipt) = receipt::decode(&keys, self.broker.partition(), &req.receipt_handle, &group, &topic) else {
+        let Some((partition, receipt)) = receipt::decode(&keys, &req.receipt_handle, &group, &topic) else {
             return stale();
         };
+        let cluster = match self.groups.partition(partition) {
+            Ok(cluster) => cluster,
+            Err(e) => return write_failed(&e, 0),
+        };
+        // Into the dead-letter queue of the group that made the delivery (`cluster::groups`).
         let ended = match receipt.channel {
             // The leader builds the dead letter: it holds the message.
-            ChannelId::Queue(_) => self.cluster.dead_letter(&receipt).await,
+            ChannelId::Queue(_) => cluster.dead_letter(&receipt).await,
             // Copied from this node's store, which streamed it: a lite topic's message is found
             // by the lite topic's name, which the request carries.
             ChannelId::Lite(_) => {
                 let Some(lite) = req.lite_topic.as_deref().filter(|l| !l.is_empty()) else {
                     return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
                 };
-                let letter = match self.broker.lite_dead_letter_of(lite, &receipt, now_ms()) {
+                let letter = match cluster.broker().lite_dead_letter_of(lite, &receipt, now_ms()) {
                     Ok(letter) => letter,
                     Err(e) => return status(Code::InternalServerError, e.to_string()),
                 };
-                match self.cluster.request(letter).await {
+                match cluster.request(letter).await {
                     Ok(Ok(outcome)) => Ok(outcome),
                     Ok(Err(refusal)) => return refused(&refusal),
                     Err(e) => Err(PopError::Cluster(e)),
@@ -209,7 +240,7 @@ impl Proxy {
         };
         match ended {
             Ok(outcome) => {
-                self.renewals.settled(&receipt);
+                self.renewals.settled(partition, &receipt);
                 outcome_status(Ok(outcome))
             }
             Err(e) => pop_failed(&e),

@@ -87,12 +87,21 @@ impl Proxy {
         client: &str,
         by: LiteActor,
     ) -> Status {
-        match self.check_sync(req, ns, client, by).await {
-            Ok(command) => match self.cluster.request(command).await {
-                Ok(outcome) => outcome_status(outcome),
-                Err(e) => write_failed(&e, 0),
-            },
-            Err(Rejection(s)) => s,
+        let (command, parent) = match self.check_sync(req, ns, client, by).await {
+            Ok(checked) => checked,
+            Err(Rejection(s)) => return s,
+        };
+        // A lite topic's subscriptions live with its messages, in the group holding its queues.
+        let group = match self.groups.of_queue(&parent, 0) {
+            Ok(group) => group,
+            Err(e) => return write_failed(&e, 0),
+        };
+        if let LiteCommand::Sync { group: consumers, parent, .. } = &command {
+            self.placed(&group, parent, consumers).await;
+        }
+        match group.request(command).await {
+            Ok(outcome) => outcome_status(outcome),
+            Err(e) => write_failed(&e, 0),
         }
     }
 
@@ -102,7 +111,7 @@ impl Proxy {
         ns: &str,
         client: &str,
         by: LiteActor,
-    ) -> Result<LiteCommand, Rejection> {
+    ) -> Result<(LiteCommand, TopicConfig), Rejection> {
         if client.is_empty() {
             return Err(Rejection::new(Code::BadRequest, "a lite subscription needs the client's id (x-mq-client-id)"));
         }
@@ -164,7 +173,9 @@ impl Proxy {
                 ));
             }
         };
-        Ok(LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms(), by })
+        let command =
+            LiteCommand::Sync { group, parent: topic, client: client.to_string(), action, lites, now_ms: now_ms(), by };
+        Ok((command, parent))
     }
 }
 

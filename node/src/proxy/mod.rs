@@ -38,7 +38,7 @@ use crate::broker::access::{Action, ResourceKind};
 use crate::broker::lite::{LiteCommand, LiteOutcome};
 use crate::broker::timer::recall_handle;
 use crate::broker::transaction::transaction_id;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Groups};
 use crate::metrics::Meters;
 use crate::plugin::PluginHost;
 use crate::sessions::ProducerSessions;
@@ -77,8 +77,12 @@ pub struct ProxyParts {
 }
 
 pub struct Proxy {
+    /// The groups this node runs: each queue's messages are in the group its topic names.
+    groups: Groups,
+    /// The first group, which holds the metadata.
     cluster: Cluster,
-    /// This node's replica of the broker state, which receives and routes read.
+    /// This node's replica of the metadata (the first group's state), which requests are
+    /// checked against.
     broker: Broker,
     plugins: Arc<PluginHost>,
     meters: Meters,
@@ -96,14 +100,15 @@ pub(crate) use crate::sessions::timestamp;
 
 impl Proxy {
     /// `renewals` is shared with the job that renews what it holds.
-    pub fn new(cluster: Cluster, parts: ProxyParts, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
+    pub fn new(groups: Groups, parts: ProxyParts, options: ProxyOptions, renewals: Arc<renew::Renewals>) -> Proxy {
         let l = &options.limits;
         let polls =
             poll_slots::PollSlots::new(l.max_long_polls, l.max_long_polls_per_client, l.max_long_polls_per_user);
         let client_ids = client_ids::ClientIds::new(l.max_client_ids, l.max_client_ids_per_user);
         let ProxyParts { broker, plugins, meters, sessions } = parts;
         Proxy {
-            cluster,
+            cluster: groups.metadata().clone(),
+            groups,
             broker,
             plugins,
             meters,
@@ -132,6 +137,37 @@ impl Proxy {
             tracing::debug!(error = %e, "could not catch up before answering topic-not-found");
         }
         self.broker.topic(name)
+    }
+
+    /// Waits a moment, if need be, until this node's replica of `group` holds `topic` and the
+    /// consumer group `consumers` (both in the metadata already): a data group's leader places
+    /// each metadata change as its replica of the metadata applies it, so one created a moment
+    /// ago may not be there yet. Bounded; a request that still finds nothing is answered so.
+    async fn placed(&self, group: &Cluster, topic: &str, consumers: &str) {
+        let deadline = tokio::time::Instant::now() + MAX_PLACEMENT_WAIT;
+        let mut pause = PLACEMENT_RETRY;
+        let broker = group.broker();
+        while (broker.topic(topic).is_none() || broker.group(consumers).is_none())
+            && tokio::time::Instant::now() + pause < deadline
+        {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PLACEMENT_RETRY);
+        }
+    }
+
+    /// How a route lays `topic`'s queues over the members: at the leader of the group holding
+    /// each, for a topic spread over data groups (sends then go straight to it); else spread
+    /// from `start`, as any member forwards to the one group's leader.
+    fn layout(&self, topic: Option<&crate::broker::TopicConfig>, start: usize) -> route::Layout {
+        match topic.filter(|t| !t.groups.is_empty()) {
+            Some(t) => route::Layout::Leaders {
+                start,
+                leaders: (0..t.queues)
+                    .map(|q| self.groups.of_queue(t, q).ok().and_then(|g| g.leader()).map(|(id, _)| id))
+                    .collect(),
+            },
+            None => route::Layout::Spread { start },
+        }
     }
 
     /// `topic` if it exists, else the empty name: metrics label only what the cluster holds.
@@ -185,22 +221,22 @@ impl Proxy {
             _ => None,
         };
         let mut batches = plan.batches;
+        let topic_config = known.as_ref();
         let results = if batches.len() == 1 {
             // The common case (one queue): no join over one future.
             let (positions, batch) = batches.pop().expect("one batch");
-            vec![(positions, self.cluster.send(batch, hold).await)]
+            vec![(positions, self.send_batch(topic_config, batch, hold).await)]
         } else {
             let writes = batches
                 .into_iter()
-                .map(|(positions, batch)| async move { (positions, self.cluster.send(batch, hold).await) });
+                .map(|(positions, batch)| async move { (positions, self.send_batch(topic_config, batch, hold).await) });
             futures_util::future::join_all(writes).await
         };
         let mut entries = vec![SendResultEntry::default(); messages];
         let topic = known.as_ref().map(|k| k.name.as_str()).unwrap_or_default();
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
-        // The partition that stored them, which transaction ids and recall handles name.
-        let here = self.broker.partition();
-        for (positions, result) in results {
+        // `here`: the partition that stored them, which transaction ids and recall handles name.
+        for (positions, (here, result)) in results {
             let outcome = match result {
                 Ok(Ok(outcomes)) if outcomes.len() == positions.len() => Ok(outcomes),
                 Ok(Ok(outcomes)) => Err(status::status(
@@ -244,7 +280,49 @@ impl Proxy {
         }
         SendMessageResponse { status: Some(first_error.unwrap_or_else(ok)), entries }
     }
+
+    /// Stores `batch` in the group holding its queue, and names that group's partition. A group
+    /// that has not placed a topic created a moment ago yet (its leader places each metadata
+    /// change as its replica of the metadata applies it) answers topic-not-found and stores
+    /// nothing: the send is tried again, with back-off, within its hold.
+    async fn send_batch(
+        &self,
+        topic: Option<&crate::broker::TopicConfig>,
+        batch: rockraft_proto::rockraft::SendBatch,
+        hold: Duration,
+    ) -> (crate::broker::position::PartitionId, SendResult) {
+        let cluster = match topic.map(|t| self.groups.of_queue(t, batch.queue_id)) {
+            Some(Ok(cluster)) => cluster,
+            Some(Err(e)) => return (self.broker.partition(), Err(e)),
+            None => self.cluster.clone(),
+        };
+        let here = cluster.broker().partition();
+        let deadline = tokio::time::Instant::now() + hold;
+        let mut pause = PLACEMENT_RETRY;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let result = cluster.send(batch.clone(), left).await;
+            let unplaced = matches!(&result, Ok(Err(crate::broker::Refusal::TopicNotFound(_))))
+                && here != crate::broker::position::PartitionId::FIRST
+                && self.broker.topic(&batch.topic).is_some();
+            if !unplaced || tokio::time::Instant::now() + pause >= deadline {
+                return (here, result);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PLACEMENT_RETRY);
+        }
+    }
 }
+
+/// What storing one batch came to.
+type SendResult = Result<Result<Vec<crate::broker::SendOutcome>, crate::broker::Refusal>, crate::cluster::ClusterError>;
+
+/// Pause before sending again to a group that has not placed the topic yet, doubled up to
+/// [`MAX_PLACEMENT_RETRY`].
+const PLACEMENT_RETRY: Duration = Duration::from_millis(10);
+const MAX_PLACEMENT_RETRY: Duration = Duration::from_millis(200);
+/// The longest a request waits for a data group to place a topic created a moment ago.
+const MAX_PLACEMENT_WAIT: Duration = Duration::from_secs(3);
 
 /// What a request needs to be allowed: the caller may do each action on each named resource.
 type Needs<'a> = &'a [(Action, ResourceKind, &'a str)];
@@ -371,7 +449,7 @@ impl MessagingService for Proxy {
         let members = if config.is_some() { self.live_members().await } else { Vec::new() };
         let layout = match rust {
             true => route::Layout::Echo,
-            false => route::Layout::Spread { start: route::start_at(&members, self.cluster.id()) },
+            false => self.layout(config.as_ref(), route::start_at(&members, self.cluster.id())),
         };
         let reply = route::route(&req, config, &self.options.group, &members, layout).unwrap_or_else(|Rejection(s)| {
             tracing::debug!(code = s.code, message = %s.message, "QueryRoute refused");
@@ -438,7 +516,7 @@ impl MessagingService for Proxy {
         };
         // The same order on every node, whichever member a PushConsumer asks.
         let members = if config.is_some() { self.live_members().await } else { Vec::new() };
-        let layout = route::Layout::Spread { start: 0 };
+        let layout = self.layout(config.as_ref(), 0);
         let reply = route::assignment(&req, config, &self.options.group, &members, layout)
             .unwrap_or_else(|Rejection(s)| QueryAssignmentResponse { status: Some(s), assignments: vec![] });
         Ok(Response::new(reply))
@@ -572,16 +650,20 @@ impl MessagingService for Proxy {
         // They are replicated, so whose they are is checked at apply: the id being free on this
         // node does not make another user's client this caller's.
         let group = resource_name(&req.get_ref().group, &namespace(&req));
-        if !client.is_empty() && self.broker.group(&group).is_some_and(|g| g.lite.is_some()) {
+        let bound = self.broker.group(&group).and_then(|g| g.lite).and_then(|l| self.broker.topic(&l.topic));
+        if let Some(parent) = bound.filter(|_| !client.is_empty()) {
             let by = lite::actor(&Caller::of(&req));
-            let command = LiteCommand::Unsubscribe { group, client: client.clone(), by };
-            match self.cluster.request(command).await {
-                Ok(Ok(LiteOutcome::NotOwner(why))) => {
-                    let s = status::status(Code::Forbidden, why);
-                    return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
+            // In the group holding the bound topic's lite topics.
+            for holder in self.groups.holding(&parent) {
+                let command = LiteCommand::Unsubscribe { group: group.clone(), client: client.clone(), by: by.clone() };
+                match holder.request(command).await {
+                    Ok(Ok(LiteOutcome::NotOwner(why))) => {
+                        let s = status::status(Code::Forbidden, why);
+                        return Ok(Response::new(NotifyClientTerminationResponse { status: Some(s) }));
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "dropping a terminated client's lite subscriptions failed"),
                 }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "dropping a terminated client's lite subscriptions failed"),
             }
         }
         self.renewals.client_gone(&client);

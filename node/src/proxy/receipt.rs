@@ -24,9 +24,9 @@ pub fn encode(keys: &HandleKeys, partition: PartitionId, d: &Delivery, group: &s
     keys.seal(&format!("{version}.{partition}.{channel}.{}.{}", d.offset, d.generation), &[group, topic])
 }
 
-/// The delivery a handle names, if it is one sealed for `group` and `topic` of the partition
-/// `here` (a cluster has one today; a handle of another names nothing here).
-pub fn decode(keys: &HandleKeys, here: PartitionId, handle: &str, group: &str, topic: &str) -> Option<Receipt> {
+/// The delivery a handle names, and the partition that issued it, if it is one sealed for
+/// `group` and `topic`.
+pub fn decode(keys: &HandleKeys, handle: &str, group: &str, topic: &str) -> Option<(PartitionId, Receipt)> {
     let handle = keys.open(handle, &[group, topic])?;
     let mut parts = handle.split('.');
     let (lite, partition) = match parts.next()? {
@@ -36,9 +36,6 @@ pub fn decode(keys: &HandleKeys, here: PartitionId, handle: &str, group: &str, t
         LITE_WITHOUT_PARTITION => (true, PartitionId::FIRST),
         _ => return None,
     };
-    if partition != here {
-        return None;
-    }
     let channel =
         if lite { ChannelId::Lite(parts.next()?.parse().ok()?) } else { ChannelId::Queue(parts.next()?.parse().ok()?) };
     let offset = parts.next()?.parse().ok()?;
@@ -46,7 +43,7 @@ pub fn decode(keys: &HandleKeys, here: PartitionId, handle: &str, group: &str, t
     if parts.next().is_some() {
         return None;
     }
-    Some(Receipt { group: group.to_string(), topic: topic.to_string(), channel, offset, generation })
+    Some((partition, Receipt { group: group.to_string(), topic: topic.to_string(), channel, offset, generation }))
 }
 
 #[cfg(test)]
@@ -63,14 +60,15 @@ mod tests {
     fn handles_round_trip_and_garbage_does_not_parse() {
         let keys = crate::auth::handles::tests::test_keys();
         let d = delivery(ChannelId::Queue(3), 42, 1234);
-        let r = decode(&keys, P, &encode(&keys, P, &d, "g", "t"), "g", "t").unwrap();
+        let (p, r) = decode(&keys, &encode(&keys, P, &d, "g", "t"), "g", "t").unwrap();
         assert_eq!((r.channel, r.offset, r.generation, r.group.as_str()), (ChannelId::Queue(3), 42, 1234, "g"));
+        assert_eq!(p, P);
         // A handle of an earlier release (no partition) names the first partition.
         let old = keys.seal("r1.3.42.1234", &["g", "t"]);
-        assert_eq!(decode(&keys, P, &old, "g", "t").map(|r| r.offset), Some(42));
-        // One of another partition names nothing here.
+        assert_eq!(decode(&keys, &old, "g", "t").map(|(p, r)| (p, r.offset)), Some((P, 42)));
+        // One of another partition names that partition.
         let other = encode(&keys, PartitionId(2), &d, "g", "t");
-        assert!(decode(&keys, P, &other, "g", "t").is_none());
+        assert_eq!(decode(&keys, &other, "g", "t").map(|(p, _)| p), Some(PartitionId(2)));
         for bad in [
             "",
             "r1",
@@ -86,8 +84,8 @@ mod tests {
             "r2.1.1.2.3.4",
             "l2.1.1.2",
         ] {
-            assert!(decode(&keys, P, &keys.seal(bad, &["g", "t"]), "g", "t").is_none(), "{bad:?}");
-            assert!(decode(&keys, P, bad, "g", "t").is_none(), "unsealed {bad:?}");
+            assert!(decode(&keys, &keys.seal(bad, &["g", "t"]), "g", "t").is_none(), "{bad:?}");
+            assert!(decode(&keys, bad, "g", "t").is_none(), "unsealed {bad:?}");
         }
     }
 
@@ -95,11 +93,11 @@ mod tests {
     fn a_lite_handle_names_its_lite_topic_by_id() {
         let keys = crate::auth::handles::tests::test_keys();
         let d = delivery(ChannelId::Lite(7 << 40), 3, 99);
-        let r = decode(&keys, P, &encode(&keys, P, &d, "g", "t"), "g", "t").unwrap();
+        let (_, r) = decode(&keys, &encode(&keys, P, &d, "g", "t"), "g", "t").unwrap();
         assert_eq!((r.channel, r.offset, r.generation, r.topic.as_str()), (ChannelId::Lite(7 << 40), 3, 99, "t"));
         let old = keys.seal("l1.5.3.99", &["g", "t"]);
-        assert_eq!(decode(&keys, P, &old, "g", "t").map(|r| r.channel), Some(ChannelId::Lite(5)));
+        assert_eq!(decode(&keys, &old, "g", "t").map(|(_, r)| r.channel), Some(ChannelId::Lite(5)));
         // Sealed for its group and topic only.
-        assert!(decode(&keys, P, &encode(&keys, P, &d, "g", "t"), "h", "t").is_none());
+        assert!(decode(&keys, &encode(&keys, P, &d, "g", "t"), "h", "t").is_none());
     }
 }

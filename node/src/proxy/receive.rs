@@ -19,8 +19,12 @@ use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::LiteActor;
 use crate::broker::pop::{ChannelId, Delivery};
-use crate::cluster::now_ms;
+use std::sync::atomic::Ordering;
+
+use crate::broker::TopicConfig;
+use crate::broker::position::PartitionId;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
+use crate::cluster::{Cluster, now_ms};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::plugin::{PluginError, blocking};
 use crate::proxy::receipt;
@@ -243,12 +247,13 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return status_only(s),
         };
-        match self.poll(&params, deadline).await {
-            Ok(popped) if popped.deliveries.is_empty() => nothing(),
-            Ok(popped) => {
-                let (responses, streamed) = self.stream(&keys, &params, popped);
+        match self.poll(&params, &topic, deadline).await {
+            Ok(pops) if pops.is_empty() => nothing(),
+            Ok(pops) => {
+                let (responses, streamed) = self.stream(&keys, &params, pops);
                 if req.auto_renew {
-                    let receipts = streamed.iter().map(|d| d.receipt(&params.group, &params.topic_name)).collect();
+                    let receipts =
+                        streamed.iter().map(|(p, d)| (*p, d.receipt(&params.group, &params.topic_name))).collect();
                     self.renewals.track(client, receipts, params.invisible);
                 }
                 responses
@@ -258,8 +263,11 @@ impl Proxy {
     }
 
     /// Pops until something is delivered or the deadline passes, waking when the topic changes
-    /// here or the earliest invisible delivery falls due.
-    async fn poll(&self, p: &ReceiveParams, deadline: Instant) -> Result<Popped, PopError> {
+    /// in a group holding its queues or the earliest invisible delivery falls due. Each round
+    /// asks the groups holding the topic's queues in turn, from a different one each time, for
+    /// what the batch still lacks; a group without a leader right now does not hold up the
+    /// others.
+    async fn poll(&self, p: &ReceiveParams, topic: &TopicConfig, deadline: Instant) -> Result<Pops, PopError> {
         let order = PopOrder {
             group: p.group.clone(),
             topic: p.topic_name.clone(),
@@ -272,47 +280,59 @@ impl Proxy {
             lite_by: p.lite_by.clone(),
         };
         loop {
-            let mut changes = self.broker.watch(&p.topic_name);
-            changes.borrow_and_update();
-            // Bounded: a pop that is still under way at the deadline is abandoned (its deliveries,
-            // if it commits, go to a retry with the same attempt_id, or come back after their
-            // invisible time).
-            let Ok(popped) = tokio::time::timeout_at(deadline, self.cluster.pop(&order)).await else {
-                return Ok(Popped::default());
-            };
-            let popped = match popped {
-                // An election, most likely: keep polling while the client waits.
-                Err(PopError::Cluster(why)) if why.is_transient() && Instant::now() + UNAVAILABLE_RETRY < deadline => {
-                    tracing::debug!(%why, "no leader for a pop yet; retrying");
-                    tokio::time::sleep(UNAVAILABLE_RETRY).await;
-                    continue;
+            let groups = self.groups.holding(topic);
+            let mut changes: Vec<_> = groups
+                .iter()
+                .map(|g| {
+                    let mut w = g.broker().watch(&p.topic_name);
+                    w.borrow_and_update();
+                    w
+                })
+                .collect();
+            let start = self.round_robin.fetch_add(1, Ordering::Relaxed) as usize % groups.len().max(1);
+            let mut round = Round::default();
+            for group in groups.iter().cycle().skip(start).take(groups.len()) {
+                let order = PopOrder { max_messages: p.batch.saturating_sub(round.delivered()), ..order.clone() };
+                // Bounded: a pop that is still under way at the deadline is abandoned (its
+                // deliveries, if it commits, go to a retry with the same attempt_id, or come back
+                // after their invisible time).
+                let Ok(popped) = tokio::time::timeout_at(deadline, group.pop(&order)).await else {
+                    return Ok(round.pops);
+                };
+                if !round.take(group, popped)? || round.delivered() >= p.batch {
+                    break;
                 }
-                // A filter plugin that could not be run passed over nothing; it may run again soon
-                // (or be quarantined, which is answered with its own status).
-                Err(PopError::FilterUnavailable(why)) if Instant::now() + UNAVAILABLE_RETRY < deadline => {
-                    tracing::debug!(%why, "a filter could not be run; retrying");
-                    tokio::time::sleep(UNAVAILABLE_RETRY).await;
-                    continue;
-                }
-                other => other?,
-            };
-            if !popped.deliveries.is_empty() {
-                return Ok(popped);
             }
-            if popped.passed_over {
+            if round.delivered() > 0 {
+                return Ok(round.pops);
+            }
+            if let Some(why) = round.retry {
+                if Instant::now() + UNAVAILABLE_RETRY >= deadline {
+                    return Err(why);
+                }
+                tracing::debug!(%why, "a group could not take a pop yet; retrying");
+                tokio::time::sleep(UNAVAILABLE_RETRY).await;
+                continue;
+            }
+            if round.passed_over {
                 // A sparse filter: the plan's scan limit ended before anything matched.
                 continue;
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(Popped::default());
+                return Ok(Pops::new());
             }
-            let wake = popped
+            let wake = round
                 .next_due_in_ms
                 .map(|due| now + Duration::from_millis(due).max(MIN_WAIT))
                 .map_or(deadline, |w| w.min(deadline));
+            if changes.is_empty() {
+                tokio::time::sleep_until(wake).await;
+                continue;
+            }
+            let changed = futures_util::future::select_all(changes.iter_mut().map(|w| Box::pin(w.changed())));
             tokio::select! {
-                _ = changes.changed() => {}
+                _ = changed => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -322,33 +342,31 @@ impl Proxy {
     /// queue, or of a lite topic (its message names the lite topic: the clients need it to ack).
     /// One this node cannot read (it has not applied it yet, or retention took it) is left to
     /// come back after its invisible time.
-    fn stream(
-        &self,
-        keys: &HandleKeys,
-        p: &ReceiveParams,
-        popped: Popped,
-    ) -> (Vec<ReceiveMessageResponse>, Vec<Delivery>) {
+    fn stream(&self, keys: &HandleKeys, p: &ReceiveParams, pops: Pops) -> (Vec<ReceiveMessageResponse>, Vec<Streamed>) {
         let mut out = vec![ReceiveMessageResponse { content: Some(Content::Status(ok())) }];
         let mut streamed = Vec::new();
-        for d in popped.deliveries {
-            let read = match d.channel {
-                ChannelId::Queue(queue_id) => self.broker.read(&p.topic_name, queue_id, d.offset),
-                ChannelId::Lite(id) => match popped.lite_topics.get(&id) {
-                    Some(lite) => self.broker.read_lite(&p.topic_name, lite, id, d.offset),
-                    None => Ok(None),
-                },
-            };
-            match read {
-                Ok(Some(e)) => {
-                    let handle = receipt::encode(keys, self.broker.partition(), &d, &p.group, &p.topic_name);
-                    out.push(ReceiveMessageResponse {
-                        content: Some(Content::Message(message(&p.topic, e, &d, handle, p.invisible))),
-                    });
-                    streamed.push(d);
+        for (group, popped) in pops {
+            let (broker, partition) = (group.broker(), group.broker().partition());
+            for d in popped.deliveries {
+                let read = match d.channel {
+                    ChannelId::Queue(queue_id) => broker.read(&p.topic_name, queue_id, d.offset),
+                    ChannelId::Lite(id) => match popped.lite_topics.get(&id) {
+                        Some(lite) => broker.read_lite(&p.topic_name, lite, id, d.offset),
+                        None => Ok(None),
+                    },
+                };
+                match read {
+                    Ok(Some(e)) => {
+                        let handle = receipt::encode(keys, partition, &d, &p.group, &p.topic_name);
+                        out.push(ReceiveMessageResponse {
+                            content: Some(Content::Message(message(&p.topic, e, &d, handle, p.invisible))),
+                        });
+                        streamed.push((partition, d));
+                    }
+                    // Retention took it between plan and delivery: nothing to hand out.
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered message failed"),
                 }
-                // Retention took it between plan and delivery: nothing to hand out.
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, offset = d.offset, "reading a delivered message failed"),
             }
         }
         if streamed.is_empty() {
@@ -356,6 +374,68 @@ impl Proxy {
         }
         out.push(ReceiveMessageResponse { content: Some(Content::DeliveryTimestamp(timestamp(now_ms()))) });
         (out, streamed)
+    }
+}
+
+/// What a receive popped: each group's pop, with the group (whose store its messages are read
+/// from, whose partition its handles name).
+type Pops = Vec<(Cluster, Popped)>;
+
+/// A delivery streamed, with the partition that made it.
+type Streamed = (PartitionId, Delivery);
+
+/// One round of pops over the groups holding a topic's queues.
+#[derive(Default)]
+struct Round {
+    pops: Pops,
+    next_due_in_ms: Option<u64>,
+    passed_over: bool,
+    /// Why a group could not take its pop now (no leader yet, a filter that could not run): the
+    /// receive asks again while the client waits, if nothing else was delivered.
+    retry: Option<PopError>,
+}
+
+impl Round {
+    fn delivered(&self) -> usize {
+        self.pops.iter().map(|(_, p)| p.deliveries.len()).sum()
+    }
+
+    /// Takes one group's answer; `Ok(false)` to end the round (what was delivered so far is
+    /// streamed), `Err` if the receive fails with nothing delivered.
+    fn take(&mut self, group: &Cluster, popped: Result<Popped, PopError>) -> Result<bool, PopError> {
+        match popped {
+            Ok(popped) => {
+                self.passed_over |= popped.passed_over;
+                self.next_due_in_ms = match (self.next_due_in_ms, popped.next_due_in_ms) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if !popped.deliveries.is_empty() {
+                    self.pops.push((group.clone(), popped));
+                }
+                Ok(true)
+            }
+            Err(PopError::Cluster(why)) if why.is_transient() => {
+                self.retry.get_or_insert(PopError::Cluster(why));
+                Ok(true)
+            }
+            Err(PopError::FilterUnavailable(why)) => {
+                self.retry.get_or_insert(PopError::FilterUnavailable(why));
+                Ok(true)
+            }
+            // A data group whose leader has not placed a topic or group created a moment ago:
+            // it holds nothing of them yet (the metadata, checked first, has them).
+            Err(PopError::TopicNotFound(_) | PopError::GroupNotFound(_))
+                if group.group().id() != crate::raft::GroupId::FIRST =>
+            {
+                Ok(true)
+            }
+            Err(e) if self.pops.is_empty() => Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "a group's pop failed; streaming what others delivered");
+                Ok(false)
+            }
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::broker::pop::{ChannelId, Receipt};
+use crate::broker::position::PartitionId;
 
 /// How long one delivery is kept invisible at most, renewals included.
 pub const MAX_RENEWED: Duration = Duration::from_secs(3600);
@@ -30,9 +31,11 @@ fn renewal_due(now: Instant, invisible: Duration) -> Instant {
 /// A client not heard from (heartbeat or receive) for this long is gone: its renewals stop.
 const CLIENT_SILENCE: Duration = Duration::from_secs(60);
 
-type Key = (String, String, ChannelId, u64);
+/// A delivery: the partition that made it, and its group, topic, channel and offset.
+type Key = (PartitionId, String, String, ChannelId, u64);
 
 struct Renewal {
+    partition: PartitionId,
     receipt: Receipt,
     client: String,
     invisible: Duration,
@@ -47,33 +50,36 @@ pub struct Renewals {
     clients: Mutex<HashMap<String, Instant>>,
 }
 
-fn key(r: &Receipt) -> Key {
-    (r.group.clone(), r.topic.clone(), r.channel, r.offset)
+fn key(partition: PartitionId, r: &Receipt) -> Key {
+    (partition, r.group.clone(), r.topic.clone(), r.channel, r.offset)
 }
 
 impl Renewals {
-    pub fn track(&self, client: &str, receipts: Vec<Receipt>, invisible: Duration) {
+    /// `receipts`: each with the partition that made the delivery.
+    pub fn track(&self, client: &str, receipts: Vec<(PartitionId, Receipt)>, invisible: Duration) {
         let now = Instant::now();
         self.seen(client);
         let mut deliveries = self.deliveries.lock().expect("renewals lock");
-        for receipt in receipts {
+        for (partition, receipt) in receipts {
             let renewal = Renewal {
+                partition,
                 client: client.to_string(),
                 invisible,
                 due: renewal_due(now, invisible),
                 stop: now + MAX_RENEWED,
                 receipt,
             };
-            deliveries.insert(key(&renewal.receipt), renewal);
+            deliveries.insert(key(partition, &renewal.receipt), renewal);
         }
     }
 
     /// The delivery `r` names ended (acked, given a new invisible time, dead-lettered) or was
     /// found stale. A receipt of another delivery of the same message leaves it alone.
-    pub fn settled(&self, r: &Receipt) {
+    pub fn settled(&self, partition: PartitionId, r: &Receipt) {
         let mut deliveries = self.deliveries.lock().expect("renewals lock");
-        if deliveries.get(&key(r)).is_some_and(|d| d.receipt.generation == r.generation) {
-            deliveries.remove(&key(r));
+        let key = key(partition, r);
+        if deliveries.get(&key).is_some_and(|d| d.receipt.generation == r.generation) {
+            deliveries.remove(&key);
         }
     }
 
@@ -90,7 +96,7 @@ impl Renewals {
 
     /// Deliveries to renew now; those past their limit or of silent clients are dropped. The
     /// renewal job (`jobs::renewals`) asks every second.
-    pub fn due(&self) -> Vec<(Receipt, Duration)> {
+    pub fn due(&self) -> Vec<(PartitionId, Receipt, Duration)> {
         let now = Instant::now();
         let alive: std::collections::HashSet<String> = {
             let mut clients = self.clients.lock().expect("renewals lock");
@@ -104,7 +110,7 @@ impl Renewals {
             .filter(|r| r.due <= now)
             .map(|r| {
                 r.due = renewal_due(now, r.invisible);
-                (r.receipt.clone(), r.invisible)
+                (r.partition, r.receipt.clone(), r.invisible)
             })
             .collect()
     }
@@ -114,6 +120,8 @@ impl Renewals {
 mod tests {
     use super::*;
 
+    const P: PartitionId = PartitionId::FIRST;
+
     fn receipt(offset: u64) -> Receipt {
         Receipt { group: "g".into(), topic: "t".into(), channel: ChannelId::Queue(0), offset, generation: 7 }
     }
@@ -121,18 +129,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn deliveries_are_renewed_two_thirds_in_until_settled_or_the_client_is_gone() {
         let r = Renewals::default();
-        r.track("c1", vec![receipt(1), receipt(2)], Duration::from_secs(30));
+        r.track("c1", vec![(P, receipt(1)), (P, receipt(2)), (PartitionId(2), receipt(1))], Duration::from_secs(30));
         assert!(r.due().is_empty());
         tokio::time::advance(Duration::from_secs(21)).await;
         r.seen("c1");
-        assert_eq!(r.due().len(), 2);
+        assert_eq!(r.due().len(), 3, "one delivery per partition");
         assert!(r.due().is_empty(), "not due again until two thirds of the new invisible time");
-        r.settled(&receipt(1));
+        r.settled(P, &receipt(1));
+        r.settled(PartitionId(2), &receipt(1));
         // A receipt of an earlier delivery of message 2 does not stop the current one's renewal.
-        r.settled(&Receipt { generation: 3, ..receipt(2) });
+        r.settled(P, &Receipt { generation: 3, ..receipt(2) });
         tokio::time::advance(Duration::from_secs(20)).await;
         r.seen("c1");
-        assert_eq!(r.due().iter().map(|(x, _)| x.offset).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(r.due().iter().map(|(_, x, _)| x.offset).collect::<Vec<_>>(), vec![2]);
         r.client_gone("c1");
         tokio::time::advance(Duration::from_secs(20)).await;
         assert!(r.due().is_empty());
@@ -141,7 +150,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_short_invisible_time_is_renewed_a_tick_and_a_commit_before_it_runs_out() {
         let r = Renewals::default();
-        r.track("c1", vec![receipt(1)], Duration::from_secs(2));
+        r.track("c1", vec![(P, receipt(1))], Duration::from_secs(2));
         tokio::time::advance(Duration::from_millis(400)).await;
         assert!(r.due().is_empty());
         tokio::time::advance(Duration::from_millis(100)).await;
@@ -152,7 +161,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_client_loses_its_renewals() {
         let r = Renewals::default();
-        r.track("quiet", vec![receipt(1)], Duration::from_secs(30));
+        r.track("quiet", vec![(P, receipt(1))], Duration::from_secs(30));
         tokio::time::advance(CLIENT_SILENCE + Duration::from_secs(1)).await;
         assert!(r.due().is_empty());
     }

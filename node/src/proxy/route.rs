@@ -10,6 +10,10 @@
 //! decides only where a client sends, never what the queue holds: the queue count and ids are the
 //! same whatever the liveness, and FIFO message groups map to queues on the server (`send.rs`).
 //!
+//! With several data groups, a topic whose queues are spread over them is routed by its groups'
+//! leaders instead (`Layout::Leaders`): each queue under the member leading its group, while
+//! those leaders cover every live member.
+//!
 //! Three layouts, for what the clients do with routes (see docs/consumption.md, "Clients and node
 //! failures"):
 //! - Routes start at the answering node: queue i is on live member (k + i) mod n, k this node's
@@ -44,10 +48,15 @@ use crate::raft::{NodeId, NodeInfo};
 pub type RouteMember = (NodeId, String);
 
 /// How the queues of a route are laid over the members.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
     /// Queue i on member (start + i) mod n, each member a broker of its own.
     Spread { start: usize },
+    /// Queue i on the member leading the data group that holds it (`leaders[i]`), so clients
+    /// send straight to it; a queue whose group has no live leader known is spread as above.
+    /// While the leaders do not cover every live member (at start, while a failed node's groups
+    /// move), every queue is spread as above instead, so a client learns every live member.
+    Leaders { start: usize, leaders: Vec<Option<NodeId>> },
     /// One broker named after the group, at the endpoints the client asked with, as they were
     /// sent (the Rust client); spread from the first member if the request names none.
     Echo,
@@ -129,7 +138,7 @@ pub fn route(
     }
     let asked = req.endpoints.as_ref().filter(|e| !e.addresses.is_empty());
     // Broker id 0: the Python client only uses the "master".
-    let brokers: Vec<Broker> = match (layout, asked) {
+    let brokers: Vec<Broker> = match (&layout, asked) {
         (Layout::Echo, Some(asked)) => vec![Broker { name: group.to_string(), id: 0, endpoints: Some(asked.clone()) }],
         _ => members
             .iter()
@@ -140,10 +149,21 @@ pub fn route(
             })
             .collect(),
     };
-    let start = match layout {
-        Layout::Spread { start } => start,
-        Layout::Echo => 0,
+    let (start, leaders) = match &layout {
+        Layout::Spread { start } => (*start, &[][..]),
+        Layout::Leaders { start, leaders } => (*start, &leaders[..]),
+        Layout::Echo => (0, &[][..]),
     };
+    let spread = |id: u32| (start + id as usize) % brokers.len();
+    let at_leader = |id: u32| {
+        let leader = leaders.get(id as usize).copied().flatten()?;
+        members.iter().position(|(m, _)| *m == leader).filter(|i| *i < brokers.len())
+    };
+    // Only while the leaders cover every live member: a client that was given one endpoint
+    // learns the others from its route, and its retries go to them when that one dies.
+    let covered: BTreeSet<usize> = (0..topic.queues).filter_map(at_leader).collect();
+    let by_leader = !leaders.is_empty() && covered.len() == brokers.len();
+    let placed = |id: u32| if by_leader { at_leader(id) } else { None };
     let message_queues = (0..topic.queues)
         .map(|id| MessageQueue {
             topic: Some(Resource {
@@ -152,7 +172,7 @@ pub fn route(
             }),
             id: id as i32,
             permission: Permission::ReadWrite as i32,
-            broker: Some(brokers[(start + id as usize) % brokers.len()].clone()),
+            broker: Some(brokers[placed(id).unwrap_or_else(|| spread(id))].clone()),
             accept_message_types: topic.kind.accepted_message_types().into_iter().map(|t| t as i32).collect(),
         })
         .collect();
@@ -239,6 +259,22 @@ mod tests {
             assert_eq!(q.broker.as_ref().unwrap().id, 0, "the Python client only uses broker id 0");
             assert_eq!(q.accept_message_types, vec![rockraft_proto::rocketmq::MessageType::Fifo as i32]);
         }
+    }
+
+    #[test]
+    fn a_queue_in_a_data_group_is_routed_to_the_group_s_leader_or_spread_without_a_live_one() {
+        // Queue 0's group led by node 3, queue 1's by node 1, queue 2's by a node not live, queue
+        // 3's by none known.
+        let leaders = vec![Some(3), Some(1), Some(9), None, Some(2)];
+        let r = route(&req(), topic(5), "g", &three(), Layout::Leaders { start: 1, leaders }).unwrap();
+        let names: Vec<String> = layout(&r).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["g-3", "g-1", "g-1", "g-2", "g-2"]);
+        // Every group led by node 1 (the groups have just started): spread, so a client given
+        // node 1 alone learns the others.
+        let leaders = vec![Some(1); 5];
+        let r = route(&req(), topic(5), "g", &three(), Layout::Leaders { start: 1, leaders }).unwrap();
+        let names: Vec<String> = layout(&r).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["g-2", "g-3", "g-1", "g-2", "g-3"]);
     }
 
     #[test]

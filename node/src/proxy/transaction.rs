@@ -41,10 +41,13 @@ impl Proxy {
             Err(s) => return s,
         };
         let opened = keys.open(&req.transaction_id, &[&topic, &req.message_id]);
-        // An id of another partition names nothing here (a cluster has one partition today).
-        let here = self.broker.partition();
-        let Some((_, position)) = opened.and_then(parse_transaction_id).filter(|(p, _)| *p == here) else {
+        // The id names the partition (the group) that holds the half.
+        let Some((partition, position)) = opened.and_then(parse_transaction_id) else {
             return status(Code::InvalidTransactionId, format!("{:?} is not a transaction id", req.transaction_id));
+        };
+        let cluster = match self.groups.partition(partition) {
+            Ok(cluster) => cluster,
+            Err(e) => return write_failed(&e, 1),
         };
         let commit = match TransactionResolution::try_from(req.resolution) {
             Ok(TransactionResolution::Commit) => true,
@@ -58,7 +61,7 @@ impl Proxy {
         };
         let command =
             TransactionCommand::Resolve { now_ms: 0, topic, position, message_id: req.message_id.clone(), commit, by };
-        match self.cluster.request(command).await {
+        match cluster.request(command).await {
             Ok(Ok(TransactionOutcome::Done)) => ok(),
             Ok(Ok(TransactionOutcome::Unknown)) => status(
                 Code::InvalidTransactionId,
@@ -82,13 +85,17 @@ impl Proxy {
             Ok(k) => k,
             Err(s) => return answer(s, String::new()),
         };
-        let here = self.broker.partition();
         let recall = keys.open(&req.recall_handle, &[&topic]).and_then(parse_recall_handle);
-        let Some((_, timer)) = recall.filter(|(p, _)| *p == here) else {
+        let Some((partition, timer)) = recall else {
             return answer(status(Code::BadRequest, "not a recall handle"), String::new());
         };
+        // The handle names the partition (the group) that holds the timer.
+        let cluster = match self.groups.partition(partition) {
+            Ok(cluster) => cluster,
+            Err(e) => return answer(write_failed(&e, 1), String::new()),
+        };
         let command = TimerCommand::Recall { now_ms: 0, topic, timer };
-        match self.cluster.request(command).await {
+        match cluster.request(command).await {
             Ok(Ok(TimerOutcome::Recalled { message_id })) => answer(ok(), message_id),
             Ok(Ok(TimerOutcome::AlreadyDue)) => {
                 answer(status(Code::MessageNotFound, "the message is due and being delivered"), String::new())

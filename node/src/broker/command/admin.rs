@@ -94,7 +94,13 @@ pub(super) fn topic_to_proto(t: &TopicConfig) -> pb::TopicConfig {
         TopicKind::Priority => pb::TopicKind::Priority,
         TopicKind::Lite => pb::TopicKind::Lite,
     };
-    pb::TopicConfig { name: t.name.clone(), queues: t.queues, kind: kind as i32, lite_ttl_minutes: t.lite_ttl_minutes }
+    pb::TopicConfig {
+        name: t.name.clone(),
+        queues: t.queues,
+        kind: kind as i32,
+        lite_ttl_minutes: t.lite_ttl_minutes,
+        groups: t.groups.clone(),
+    }
 }
 
 pub(super) fn topic_from_proto(t: pb::TopicConfig) -> Result<TopicConfig, DecodeError> {
@@ -107,5 +113,5 @@ pub(super) fn topic_from_proto(t: pb::TopicConfig) -> Result<TopicConfig, Decode
         pb::TopicKind::Priority => Some(TopicKind::Priority),
         pb::TopicKind::Lite => Some(TopicKind::Lite),
     })?;
-    Ok(TopicConfig { name: t.name, queues: t.queues, kind, lite_ttl_minutes: t.lite_ttl_minutes })
+    Ok(TopicConfig { name: t.name, queues: t.queues, kind, lite_ttl_minutes: t.lite_ttl_minutes, groups: t.groups })
 }

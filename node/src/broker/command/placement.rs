@@ -28,7 +28,7 @@ pub(super) fn to_proto(p: &Placement) -> pb::Placement {
         };
         pb::PlacementChange { change: Some(change) }
     };
-    pb::Placement { changes: p.changes.iter().map(change).collect() }
+    pb::Placement { changes: p.changes.iter().map(change).collect(), through: p.through }
 }
 
 pub(super) fn from_proto(p: pb::Placement) -> Result<Placement, DecodeError> {
@@ -50,5 +50,5 @@ pub(super) fn from_proto(p: pb::Placement) -> Result<Placement, DecodeError> {
             Change::DropGroup(name) => PlacementChange::DropGroup(name),
         })
     };
-    Ok(Placement { changes: p.changes.into_iter().map(change).collect::<Result<_, _>>()? })
+    Ok(Placement { changes: p.changes.into_iter().map(change).collect::<Result<_, _>>()?, through: p.through })
 }

@@ -122,6 +122,7 @@ fn samples() -> Vec<Command> {
                 PlacementChange::PlaceGroup { config: placed_group, epoch: 12 },
                 PlacementChange::DropGroup("H".into()),
             ],
+            through: Some(41),
         }),
         Command::Consume(ConsumeCommand::Pop(pop)),
         Command::Consume(ConsumeCommand::Ack(receipt(1))),
@@ -400,6 +401,7 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
             queues: 1,
             kind: 40,
             lite_ttl_minutes: 0,
+            groups: vec![],
         })),
     };
     let e = Command::decode(framed_raw(FORMAT, Kind::Admin as u8, &topic.encode_to_vec())).unwrap_err();
@@ -419,7 +421,7 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
     let e = Command::decode(framed_raw(7, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 5");
+    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 6");
 }
 
 proptest! {
@@ -523,12 +525,17 @@ fn settings_of_format_4_name_no_data_groups() {
                 data_groups: None,
             })),
         }],
+        through: None,
     };
     let decoded = Command::decode(framed_raw(4, Kind::Placement as u8, &placed.encode_to_vec()));
     let settings = ClusterSettings { dedupe_window_secs: 60, max_module_bytes: 5, data_groups: 1 };
-    assert_eq!(decoded, Ok(Command::Place(Placement { changes: vec![PlacementChange::Settings(settings)] })));
-    // This release writes format 5: a release of format 4 would drop the number unread.
+    assert_eq!(
+        decoded,
+        Ok(Command::Place(Placement { changes: vec![PlacementChange::Settings(settings)], through: None }))
+    );
+    // Written in format 5 or later: a release of format 4 would drop the number unread.
     let written =
         Command::Admin(AdminCommand::Configure(SettingsChange { data_groups: Some(3), ..Default::default() }));
-    assert_eq!(&written.encode()[..2], &[MARKER, 5]);
+    assert_eq!(&written.encode()[..2], &[MARKER, FORMAT]);
+    const { assert!(FORMAT >= 5) };
 }

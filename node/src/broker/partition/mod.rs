@@ -40,6 +40,10 @@ pub struct Partition {
     /// wrote, until `State::upgrade` copies them.
     #[serde(default)]
     pub settings: Option<ClusterSettings>,
+    /// The index of the metadata the last placement taken was worked out from (see
+    /// [`Placement::through`]).
+    #[serde(default)]
+    pub placed_through: Option<u64>,
     /// What the dedupe window is measured by.
     #[serde(default)]
     pub dedupe_clock: DedupeClock,
@@ -112,10 +116,19 @@ impl Partition {
         self.settings.unwrap_or_default()
     }
 
-    /// Applies placement changes: each sets the partition's copy to what the metadata says, so
-    /// applying one again changes nothing.
-    pub(crate) fn apply_placement(&mut self, changes: &[PlacementChange], fx: &mut Effects) {
-        for change in changes {
+    /// Applies a placement: each change sets the partition's copy to what the metadata says, so
+    /// applying one again changes nothing. One worked out from metadata older than the last one
+    /// taken changes nothing either. Whether it was taken.
+    pub(crate) fn apply_placement(&mut self, placement: &Placement, fx: &mut Effects) -> bool {
+        if let (Some(through), Some(placed)) = (placement.through, self.placed_through)
+            && through < placed
+        {
+            return false;
+        }
+        if placement.through.is_some() {
+            self.placed_through = placement.through;
+        }
+        for change in &placement.changes {
             match change {
                 PlacementChange::Settings(s) => self.settings = Some(*s),
                 PlacementChange::PlaceTopic { config, epoch } => self.place_topic(config, *epoch, fx),
@@ -124,6 +137,7 @@ impl Partition {
                 PlacementChange::DropGroup(name) => self.drop_group(name),
             }
         }
+        true
     }
 
     fn place_topic(&mut self, config: &TopicConfig, epoch: Option<u64>, fx: &mut Effects) {

@@ -31,6 +31,16 @@ pub struct ProduceOptions {
     pub mark_every: Option<u64>,
     /// Lite messages to this many lite topics (see [`lite_topic`]).
     pub lite_topics: Option<u64>,
+    /// Worker w sends to queue w mod N; each queue's longest time without an acknowledged send
+    /// is reported.
+    pub queue_gaps: Option<u32>,
+}
+
+/// Per queue: when a send to it was last acknowledged, and the longest time between two.
+#[derive(Default)]
+struct QueueGap {
+    last: Option<Instant>,
+    longest: Duration,
 }
 
 /// The lite topic of message `i` among `n`: `i mod n` times Knuth's multiplier (a prime, so
@@ -67,6 +77,8 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(setup)?));
+    let gaps: Arc<std::sync::Mutex<Vec<QueueGap>>> =
+        Arc::new(std::sync::Mutex::new((0..o.queue_gaps.unwrap_or(0)).map(|_| QueueGap::default()).collect()));
     let bar = ProgressBar::new(o.messages);
     bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} messages {per_sec} eta {eta}").map_err(setup)?);
     let run = format!("{:x}", std::process::id());
@@ -76,6 +88,7 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
         let mut client = clients[worker % clients.len()].clone();
         let (next, failed, latencies, bar, body, topic, run) =
             (next.clone(), failed.clone(), latencies.clone(), bar.clone(), body.clone(), o.topic.clone(), run.clone());
+        let (gaps, queue) = (gaps.clone(), o.queue_gaps.map(|n| (worker % n as usize) as i32));
         let (total, batch, mark_every, lite_topics) = (o.messages, o.batch as u64, o.mark_every, o.lite_topics);
         tasks.push(tokio::spawn(async move {
             loop {
@@ -99,9 +112,9 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
                                 None => MessageType::Normal as i32,
                             },
                             lite_topic: lite_topics.map(|n| lite_topic(i, n)),
-                            // No queue of its own choosing: the broker spreads messages over the
-                            // topic's queues (0 would name queue 0).
-                            queue_id: -1,
+                            // No queue of its own choosing unless asked: the broker spreads
+                            // messages over the topic's queues (0 would name queue 0).
+                            queue_id: queue.unwrap_or(-1),
                             ..Default::default()
                         }),
                         body: body.clone(),
@@ -114,6 +127,14 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
                 };
                 if ok {
                     let _ = latencies.lock().await.record(sent.elapsed().as_micros() as u64);
+                    if let Some(q) = queue {
+                        let now = Instant::now();
+                        let mut gaps = gaps.lock().unwrap_or_else(|p| p.into_inner());
+                        let gap = &mut gaps[q as usize];
+                        let since = gap.last.map_or(Duration::ZERO, |last| now.saturating_duration_since(last));
+                        gap.longest = gap.longest.max(since);
+                        gap.last = Some(now);
+                    }
                 } else {
                     failed.fetch_add(n, Ordering::Relaxed);
                 }
@@ -145,6 +166,9 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
         ms(h.value_at_quantile(0.999)),
         ms(h.max())
     );
+    for (q, gap) in gaps.lock().unwrap_or_else(|p| p.into_inner()).iter().enumerate() {
+        println!("queue {q}: longest time without an acknowledged send {:.0} ms", gap.longest.as_secs_f64() * 1000.0);
+    }
     if failed > 0 { Err(BenchError::Short(format!("{failed} messages failed"))) } else { Ok(()) }
 }
 

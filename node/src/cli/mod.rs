@@ -104,6 +104,10 @@ enum BenchCmd {
         /// i mod N, so N messages or more create N lite topics in random order.
         #[arg(long)]
         lite_topics: Option<u64>,
+        /// Send worker w's messages to queue w mod N of the topic's N queues, and report each
+        /// queue's longest time without an acknowledged send (what a failover costs each queue).
+        #[arg(long)]
+        queue_gaps: Option<u32>,
     },
     /// Receive and ack (POP) with `--concurrency` long polls, until `--messages` are acked.
     Consume {
@@ -294,7 +298,17 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
 
 async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), bench::BenchError> {
     match cmd {
-        BenchCmd::Produce { topic, messages, size, concurrency, batch, endpoints, mark_every, lite_topics } => {
+        BenchCmd::Produce {
+            topic,
+            messages,
+            size,
+            concurrency,
+            batch,
+            endpoints,
+            mark_every,
+            lite_topics,
+            queue_gaps,
+        } => {
             let endpoints = admin.client_endpoints(endpoints);
             bench::produce(bench::ProduceOptions {
                 endpoints,
@@ -305,6 +319,7 @@ async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), bench::BenchError> {
                 batch: batch.max(1),
                 mark_every: mark_every.map(|n| n.max(1)),
                 lite_topics: lite_topics.map(|n| n.max(1)),
+                queue_gaps: queue_gaps.map(|n| n.max(1)),
             })
             .await
         }

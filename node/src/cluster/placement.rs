@@ -74,9 +74,9 @@ impl Cluster {
         if self.group().id() != crate::raft::GroupId::FIRST {
             // Between the two steps of a metadata change, for a group other than the one that
             // holds the metadata: the crash the data groups' tests make.
-            const POINT: &str = "placement::data_group::before_propose";
-            fail::fail_point!(POINT, |arg: Option<String>| {
-                Err(ClusterError::Raft(crate::failpoint::injected(POINT, arg.as_deref()).to_string()))
+            fail::fail_point!("placement::data_group::before_propose", |arg: Option<String>| {
+                let name = "placement::data_group::before_propose";
+                Err(ClusterError::Raft(crate::failpoint::injected(name, arg.as_deref()).to_string()))
             });
         }
         let command = Command::Place(placement);

@@ -6,10 +6,13 @@
 #
 #   bash bench/data_groups.sh                       # 100,000 1 KiB messages, 12 queues
 #   GROUPS_LIST="1 3" MESSAGES=50000 bash bench/data_groups.sh
+#   FOLLOW_ROUTES=1 bash bench/data_groups.sh       # producers send where the routes say
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), MESSAGES,
 # CONCURRENCY (produce, default 512), CONSUMERS (consume long polls, default 64), QUEUES
-# (default 12: 4, 2 and 2 queues per group with 3 and 6 groups), GROUPS_LIST.
+# (default 12: 4, 2 and 2 queues per group with 3 and 6 groups), GROUPS_LIST, FOLLOW_ROUTES (1:
+# each producer worker sends to one queue at the endpoint the topic's route names for it, as the
+# official clients do; with several groups, that is the queue's group leader).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 MESSAGES="${MESSAGES:-100000}"
@@ -25,6 +28,8 @@ export ROCKRAFT_BIN
 B="$ROCKRAFT_BIN"
 hz="$(getconf CLK_TCK)"
 endpoints=127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083
+routes=()
+[ "${FOLLOW_ROUTES:-0}" = 1 ] && routes=(--follow-routes)
 
 ticks() { awk '{print $14 + $15}' "/proc/$(cat "$ROCKRAFT_DATA/node$1/pid")/stat"; }
 all_ticks() { for n in 1 2 3; do ticks "$n"; done; }
@@ -70,7 +75,7 @@ for groups in $GROUPS_LIST; do
     --concurrency "$CONSUMERS" --idle-secs 5 > /dev/null
   before=($(all_ticks))
   rate="$("$B" bench produce --endpoints "$endpoints" --topic BenchTopic --messages "$MESSAGES" \
-    --concurrency "$CONCURRENCY" | sed -n 1p | grep -o '[0-9]* messages/s')"
+    --concurrency "$CONCURRENCY" "${routes[@]}" | sed -n 1p | grep -o '[0-9]* messages/s')"
   after=($(all_ticks))
   report "$groups data group(s), produce" "$rate" "${before[@]}" "${after[@]}"
   before=($(all_ticks))

@@ -16,7 +16,8 @@ use crate::auth::signature::SignRequests;
 use rockraft_proto::rocketmq::receive_message_response::Content;
 use rockraft_proto::rocketmq::{
     AckMessageEntry, AckMessageRequest, Code, LiteSubscriptionAction, Message, MessageQueue, MessageType,
-    ReceiveMessageRequest, Resource, SendMessageRequest, SyncLiteSubscriptionRequest, SystemProperties,
+    QueryRouteRequest, ReceiveMessageRequest, Resource, SendMessageRequest, SyncLiteSubscriptionRequest,
+    SystemProperties,
 };
 use tokio::sync::Mutex;
 
@@ -34,6 +35,9 @@ pub struct ProduceOptions {
     /// Worker w sends to queue w mod N; each queue's longest time without an acknowledged send
     /// is reported.
     pub queue_gaps: Option<u32>,
+    /// Worker w sends to queue w mod (the topic's queues), at the endpoint the topic's route
+    /// names for it, as the official clients do.
+    pub follow_routes: bool,
 }
 
 /// Per queue: when a send to it was last acknowledged, and the longest time between two.
@@ -73,22 +77,37 @@ pub(super) fn setup(e: impl std::fmt::Display) -> BenchError {
 
 pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
     let clients = connect(&o.endpoints).await?;
+    let routed = match o.follow_routes {
+        true => Some(routed_clients(&o.endpoints, &clients[0], &o.topic).await?),
+        false => None,
+    };
     let body = Bytes::from(vec![b'r'; o.size]);
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3).map_err(setup)?));
+    let queues = routed.as_ref().map_or(0, Vec::len).max(o.queue_gaps.unwrap_or(0) as usize);
     let gaps: Arc<std::sync::Mutex<Vec<QueueGap>>> =
-        Arc::new(std::sync::Mutex::new((0..o.queue_gaps.unwrap_or(0)).map(|_| QueueGap::default()).collect()));
+        Arc::new(std::sync::Mutex::new((0..queues).map(|_| QueueGap::default()).collect()));
     let bar = ProgressBar::new(o.messages);
     bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} messages {per_sec} eta {eta}").map_err(setup)?);
     let run = format!("{:x}", std::process::id());
     let start = Instant::now();
     let mut tasks = Vec::new();
     for worker in 0..o.concurrency {
-        let mut client = clients[worker % clients.len()].clone();
+        // Each worker to one queue, at the endpoint its route names; or to one queue of
+        // `--queue-gaps`; or the broker picks the queue.
+        let (mut client, queue) = match (&routed, o.queue_gaps) {
+            (Some(routed), _) => {
+                let (queue, client) = &routed[worker % routed.len()];
+                (client.clone(), Some(*queue))
+            }
+            (None, Some(n)) => (clients[worker % clients.len()].clone(), Some((worker % n as usize) as i32)),
+            (None, None) => (clients[worker % clients.len()].clone(), None),
+        };
         let (next, failed, latencies, bar, body, topic, run) =
             (next.clone(), failed.clone(), latencies.clone(), bar.clone(), body.clone(), o.topic.clone(), run.clone());
-        let (gaps, queue) = (gaps.clone(), o.queue_gaps.map(|n| (worker % n as usize) as i32));
+        let reporting = o.queue_gaps.is_some();
+        let gaps = gaps.clone();
         let (total, batch, mark_every, lite_topics) = (o.messages, o.batch as u64, o.mark_every, o.lite_topics);
         tasks.push(tokio::spawn(async move {
             loop {
@@ -127,13 +146,14 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
                 };
                 if ok {
                     let _ = latencies.lock().await.record(sent.elapsed().as_micros() as u64);
-                    if let Some(q) = queue {
+                    if let Some(q) = queue.filter(|_| reporting) {
                         let now = Instant::now();
                         let mut gaps = gaps.lock().unwrap_or_else(|p| p.into_inner());
-                        let gap = &mut gaps[q as usize];
-                        let since = gap.last.map_or(Duration::ZERO, |last| now.saturating_duration_since(last));
-                        gap.longest = gap.longest.max(since);
-                        gap.last = Some(now);
+                        if let Some(gap) = gaps.get_mut(q as usize) {
+                            let since = gap.last.map_or(Duration::ZERO, |last| now.saturating_duration_since(last));
+                            gap.longest = gap.longest.max(since);
+                            gap.last = Some(now);
+                        }
                     }
                 } else {
                     failed.fetch_add(n, Ordering::Relaxed);
@@ -166,7 +186,8 @@ pub async fn produce(o: ProduceOptions) -> Result<(), BenchError> {
         ms(h.value_at_quantile(0.999)),
         ms(h.max())
     );
-    for (q, gap) in gaps.lock().unwrap_or_else(|p| p.into_inner()).iter().enumerate() {
+    let gaps = gaps.lock().unwrap_or_else(|p| p.into_inner());
+    for (q, gap) in gaps.iter().enumerate().filter(|_| o.queue_gaps.is_some()) {
         println!("queue {q}: longest time without an acknowledged send {:.0} ms", gap.longest.as_secs_f64() * 1000.0);
     }
     if failed > 0 { Err(BenchError::Short(format!("{failed} messages failed"))) } else { Ok(()) }
@@ -358,6 +379,35 @@ pub async fn consume(o: ConsumeOptions) -> Result<(), BenchError> {
     } else {
         Ok(())
     }
+}
+
+/// The topic's queues, each with a client of the endpoint its route names (asked of `first`),
+/// in queue order: where the official clients send each queue's messages.
+async fn routed_clients(endpoints: &Endpoints, first: &Client, topic: &str) -> Result<Vec<(i32, Client)>, BenchError> {
+    let asked = QueryRouteRequest { topic: resource(topic), endpoints: None };
+    let route = first.clone().query_route(asked).await.map_err(setup)?.into_inner();
+    if route.status.as_ref().is_none_or(|s| s.code != Code::Ok as i32) {
+        return Err(BenchError::Refused(format!("QueryRoute of {topic}: {:?}", route.status)));
+    }
+    let mut by_addr: std::collections::BTreeMap<String, Client> = std::collections::BTreeMap::new();
+    let mut routed = Vec::new();
+    for q in route.message_queues {
+        let address = q.broker.and_then(|b| b.endpoints).and_then(|e| e.addresses.into_iter().next());
+        let Some(a) = address else { return Err(setup(format!("queue {} has no endpoint in its route", q.id))) };
+        let addr = format!("{}:{}", a.host, a.port);
+        if !by_addr.contains_key(&addr) {
+            let one =
+                Endpoints { addrs: vec![addr.clone()], sign: endpoints.sign.clone(), tls_ca: endpoints.tls_ca.clone() };
+            let client = connect(&one).await?.remove(0);
+            by_addr.insert(addr.clone(), client);
+        }
+        routed.push((q.id, by_addr[&addr].clone()));
+    }
+    routed.sort_by_key(|(q, _)| *q);
+    if routed.is_empty() {
+        return Err(setup(format!("the route of {topic} has no queue")));
+    }
+    Ok(routed)
 }
 
 /// The client endpoints load goes to, and how to reach them: signed as the official clients

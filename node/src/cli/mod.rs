@@ -108,6 +108,11 @@ enum BenchCmd {
         /// queue's longest time without an acknowledged send (what a failover costs each queue).
         #[arg(long)]
         queue_gaps: Option<u32>,
+        /// Send worker w's messages to queue w mod (the topic's queues), at the endpoint the
+        /// topic's route (asked of the first endpoint) names for that queue, as the official
+        /// clients do: with several data groups, straight to each queue's group leader.
+        #[arg(long)]
+        follow_routes: bool,
     },
     /// Receive and ack (POP) with `--concurrency` long polls, until `--messages` are acked.
     Consume {
@@ -308,6 +313,7 @@ async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), bench::BenchError> {
             mark_every,
             lite_topics,
             queue_gaps,
+            follow_routes,
         } => {
             let endpoints = admin.client_endpoints(endpoints);
             bench::produce(bench::ProduceOptions {
@@ -320,6 +326,7 @@ async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), bench::BenchError> {
                 mark_every: mark_every.map(|n| n.max(1)),
                 lite_topics: lite_topics.map(|n| n.max(1)),
                 queue_gaps: queue_gaps.map(|n| n.max(1)),
+                follow_routes,
             })
             .await
         }

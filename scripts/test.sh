@@ -25,11 +25,9 @@ done
 cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads=1 2>&1 | tee -a "$log"
 # The official clients, plugins and the nemesis again, on clusters of three data groups with
 # every topic's queues spread over them (the tests that check one group's route layout, one
-# group's log or leadership are left out; so are the crash points, which once did not converge
-# within their minute at snapshot::build::after_save with three groups:
-# `ROCKRAFT_TEST_DATA_GROUPS=3 ROCKRAFT_CRASH_SEED=1592642302` runs that case).
+# group's log or leadership are left out).
 ROCKRAFT_TEST_DATA_GROUPS=3 cargo test --locked --no-fail-fast -p rockraft-cluster-tests "${features[@]}" \
-  --test consume --test consume_protocol --test produce --test delay_transaction --test plugins \
+  --test consume --test consume_protocol --test crash_points --test produce --test delay_transaction --test plugins \
   --test observability --test protocol --test limits --test node_client --test python_client \
   --test nemesis -- --test-threads=1 \
   --skip a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leader \

@@ -599,6 +599,17 @@ impl Cluster {
         Some(rockraft::admin::api::StateDigest { applied, digest })
     }
 
+    /// Each data group's applied index on node `id` (`None` where the group does not answer):
+    /// says which group lags when [`Cluster::digest`] differs.
+    pub async fn applied_by_group(&self, id: u64) -> Vec<(u32, Option<u64>)> {
+        let mut out = Vec::new();
+        for group in 1..=self.data_groups {
+            let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest { group }).await.ok();
+            out.push((group, d.and_then(|d| d.applied)));
+        }
+        out
+    }
+
     /// All client endpoints, comma-separated: the official Rust client's `access_url`.
     pub fn access_url(&self) -> String {
         self.nodes.iter().map(|n| n.client_addr.as_str()).collect::<Vec<_>>().join(",")

@@ -194,7 +194,13 @@ async fn assert_converged(cluster: &mut Cluster, acked: &Acked, what: &str) {
         if agreed {
             break d;
         }
-        assert!(Instant::now() < deadline, "{what}: the nodes did not reach the same index: {d:?}");
+        if Instant::now() >= deadline {
+            let mut by_group = Vec::new();
+            for id in 1..=3 {
+                by_group.push((id, cluster.applied_by_group(id).await));
+            }
+            panic!("{what}: the nodes did not reach the same index: {d:?}; per group: {by_group:?}");
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(digests.windows(2).all(|w| w[0] == w[1]), "{what}: replicas at the same index differ: {digests:?}");

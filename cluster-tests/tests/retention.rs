@@ -77,3 +77,53 @@ async fn a_follower_behind_the_purge_point_catches_up_by_snapshot() {
     assert_eq!(on_follower.last().map(|m| m.offset), on_leader.last().map(|m| m.offset));
     assert!(purged > left_at);
 }
+
+/// A node that stopped just after saving a snapshot, before its log was purged up to it, purges
+/// the log once restarted, and does not write an entry at every retention check meanwhile: once
+/// the sends stop, its log stays still.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_saved_just_before_a_crash_still_purges_the_log_after_restart() {
+    let options =
+        Options { storage: "retention_hours = 0.0003\nretention_check_secs = 0.3\n".into(), ..Default::default() };
+    let mut cluster = Cluster::start(1, options).await;
+    cluster.create_topic("Retained", 1, TopicKind::Normal).await;
+    cluster.kill(1);
+    cluster.restart_with_crash_points(1, "snapshot::build::after_save=return(abort)");
+    cluster.wait_for_leader(Duration::from_secs(30)).await;
+    let mut po = ProducerOption::default();
+    po.set_topics(vec!["Retained"]);
+    let mut co = ClientOption::default();
+    co.set_access_url(cluster.client_addr(1));
+    co.set_enable_tls(false);
+    let mut p = Producer::new(po, co).unwrap();
+    p.start().await.unwrap();
+    // A little over one 1 MiB segment, then nothing: the one sealed segment expires, and the
+    // snapshot at its purge point is the only one there is to take.
+    for _ in 0..140 {
+        let msg = MessageBuilder::builder().set_topic("Retained").set_body(vec![b'x'; 8 << 10]).build().unwrap();
+        if p.send(msg).await.is_err() {
+            break;
+        }
+    }
+    drop(p);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cluster.is_running(1) {
+        assert!(Instant::now() < deadline, "the node never built a snapshot");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.restart(1);
+    cluster.wait_for_leader(Duration::from_secs(30)).await;
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.status(1).await.and_then(|s| s.purged).is_none() {
+        assert!(Instant::now() < deadline, "the log was never purged up to the snapshot saved before the crash");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Sealed segments written before the crash expire within the retention time (a second):
+    // each purge writes one entry. After that, nothing may.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let last = async || cluster.status(1).await.and_then(|s| s.last_log_index);
+    let before = last().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(last().await, before, "the log grew with nothing sent");
+}

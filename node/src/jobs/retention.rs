@@ -18,6 +18,11 @@ use crate::store::retention::{pressure_budget, purge_point};
 
 /// How often retention looks while the disk is under pressure.
 const UNDER_PRESSURE_EVERY: Duration = Duration::from_secs(1);
+/// Pause before the same purge point is asked for again (the purge it asked for may be under
+/// way: openraft waits for replication reading those entries), doubled up to
+/// [`MAX_REPEAT_AFTER`].
+const REPEAT_AFTER: Duration = Duration::from_secs(5);
+const MAX_REPEAT_AFTER: Duration = Duration::from_secs(300);
 
 pub struct RetentionOptions {
     /// Segments whose newest record is older than this are purged.
@@ -33,6 +38,8 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
     let mut last_check: Option<Instant> = None;
     // The held entry last reported as keeping a pressure purge back (said once, not every second).
     let mut reported_hold = None;
+    // The last purge asked for, when, and the pause before asking for the same one again.
+    let mut asked: Option<(u64, Instant, Duration)> = None;
     loop {
         tick.tick().await;
         let free = cluster.disk_here().free_bytes;
@@ -85,7 +92,15 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
         if first > point {
             continue;
         }
-        meters.purged(point + 1 - first);
+        let (repeat, repeat_after) = match asked {
+            Some((p, at, pause)) if p == point && at.elapsed() < pause => continue,
+            Some((p, _, pause)) if p == point => (true, (pause * 2).min(MAX_REPEAT_AFTER)),
+            _ => (false, REPEAT_AFTER),
+        };
+        asked = Some((point, Instant::now(), repeat_after));
+        if !repeat {
+            meters.purged(point + 1 - first);
+        }
         if forced {
             tracing::warn!(
                 node = cluster.id(),
@@ -101,6 +116,11 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
         broker.set_snapshot_target(point);
         if cluster.group().snapshot().await.is_err() {
             return; // Raft has stopped.
+        }
+        // Also when the snapshot at `point` was there already: openraft purges after a snapshot
+        // it builds, not after one a node found at start.
+        if cluster.group().purge_log(point).await.is_err() {
+            return;
         }
         if cluster.is_leader() {
             // What held the purged entries back is done with: forget it, on every replica.

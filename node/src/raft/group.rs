@@ -339,6 +339,13 @@ impl Group {
         self.raft.trigger().snapshot().await.map_err(|e| GroupError::Raft(e.to_string()))
     }
 
+    /// Purges the log up to `upto`, as far as the current snapshot covers it (at once, or once
+    /// the replication still reading those entries is done). A snapshot found at start, built
+    /// by a node that stopped before openraft took it, purges nothing by itself.
+    pub async fn purge_log(&self, upto: u64) -> Result<(), GroupError> {
+        self.raft.trigger().purge_log(upto).await.map_err(|e| GroupError::Raft(e.to_string()))
+    }
+
     pub async fn is_initialized(&self) -> Result<bool, GroupError> {
         self.raft.is_initialized().await.map_err(|e| GroupError::Raft(e.to_string()))
     }

@@ -31,6 +31,7 @@ ROCKRAFT_TEST_DATA_GROUPS=3 cargo test --locked --no-fail-fast -p rockraft-clust
   --test observability --test protocol --test limits --test node_client --test python_client \
   --test nemesis -- --test-threads=1 \
   --skip a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leader \
-  --skip a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_once_as_leader 2>&1 | tee -a "$log"
+  --skip a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_once_as_leader \
+  --skip a_send_forwarded_again_while_the_leader_is_slow_is_written_to_the_log_once 2>&1 | tee -a "$log"
 # One closing line for the whole suite.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -394,13 +394,17 @@ impl Cluster {
         let data_groups = options
             .data_groups
             .or_else(|| std::env::var("ROCKRAFT_TEST_DATA_GROUPS").ok().and_then(|v| v.parse().ok()));
-        if let Some(groups) = data_groups.filter(|&g| g > 1 && options.existing_data.is_none()) {
-            cluster.admin(pb::ConfigureRequest { data_groups: Some(groups), ..Default::default() }).await;
+        if options.existing_data.is_none() {
+            let groups = data_groups.unwrap_or(1).max(1);
+            if groups > 1 {
+                cluster.admin(pb::ConfigureRequest { data_groups: Some(groups), ..Default::default() }).await;
+            }
             cluster.wait_for_groups(groups, Duration::from_secs(60)).await;
             cluster.data_groups = groups;
         }
-        // Every node must have heard from the leader before a test starts talking to it.
+        // Every node must have heard from the leaders before a test starts talking to it.
         for id in 1..=n {
+            cluster.wait_caught_up_in(None, id, Duration::from_secs(30)).await;
             cluster.wait_caught_up(id, Duration::from_secs(30)).await;
         }
         cluster
@@ -417,7 +421,7 @@ impl Cluster {
                     continue;
                 }
                 let led = match self.status(id).await {
-                    Some(s) => s.groups.iter().filter(|g| g.id <= groups && g.leader.is_some()).count(),
+                    Some(s) => s.groups.iter().filter(|g| (1..=groups).contains(&g.id) && g.leader.is_some()).count(),
                     None => 0,
                 };
                 ready &= led == groups as usize;
@@ -582,28 +586,25 @@ impl Cluster {
         }
     }
 
-    /// This node's applied index and state digest, if it answers; with several data groups,
-    /// of all of them together (the sum of their applied indexes, a digest of their digests),
+    /// This node's applied index and state digest, if it answers: of the metadata group and
+    /// every data group together (the sum of their applied indexes, a digest of their digests),
     /// so two nodes' agree only if each group's replicas do.
     pub async fn digest(&self, id: u64) -> Option<rockraft::admin::api::StateDigest> {
         let mut applied: Option<u64> = None;
         let mut digest = 0u64;
-        for group in 1..=self.data_groups {
+        for group in 0..=self.data_groups {
             let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest { group }).await.ok()?;
-            if self.data_groups == 1 {
-                return Some(rockraft::admin::api::StateDigest { applied: d.applied, digest: d.digest });
-            }
             applied = Some(applied.unwrap_or(0) + d.applied.unwrap_or(0));
             digest = digest.rotate_left(17) ^ d.digest ^ u64::from(group).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
         Some(rockraft::admin::api::StateDigest { applied, digest })
     }
 
-    /// Each data group's applied index on node `id` (`None` where the group does not answer):
-    /// says which group lags when [`Cluster::digest`] differs.
+    /// Each group's applied index on node `id` (`None` where the group does not answer), the
+    /// metadata group's first: says which group lags when [`Cluster::digest`] differs.
     pub async fn applied_by_group(&self, id: u64) -> Vec<(u32, Option<u64>)> {
         let mut out = Vec::new();
-        for group in 1..=self.data_groups {
+        for group in 0..=self.data_groups {
             let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest { group }).await.ok();
             out.push((group, d.and_then(|d| d.applied)));
         }
@@ -646,8 +647,15 @@ impl Cluster {
         self.node(id).child.as_ref().map(|c| c.id())
     }
 
+    /// Node `id`'s status, its top figures of the first data group (the one a cluster of one
+    /// data group keeps every queue in): "the leader" of these tests is that group's.
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        let status = self.call(&self.node(id).admin_addr, pb::GetStatusRequest {}).await.ok()?;
+        self.status_of(id, Some(rockraft::raft::GroupId::FIRST.0)).await
+    }
+
+    /// Node `id`'s status, its top figures of `group` (`None`: the group holding the metadata).
+    pub async fn status_of(&self, id: u64, group: Option<u32>) -> Option<NodeStatus> {
+        let status = self.call(&self.node(id).admin_addr, pb::GetStatusRequest { group }).await.ok()?;
         NodeStatus::try_from(status).ok()
     }
 
@@ -657,11 +665,16 @@ impl Cluster {
     /// as leader until it hears of the newer one, and an isolated leader keeps its role. So the
     /// leader is the one of the highest term that a majority of voters name, in that term.
     pub async fn wait_for_leader(&self, timeout: Duration) -> u64 {
+        self.wait_for_leader_of(Some(rockraft::raft::GroupId::FIRST.0), timeout).await
+    }
+
+    /// [`Cluster::wait_for_leader`] of Raft group `group` (`None`: the group holding the metadata).
+    pub async fn wait_for_leader_of(&self, group: Option<u32>, timeout: Duration) -> u64 {
         let deadline = Instant::now() + timeout;
         loop {
             let mut statuses = Vec::new();
             for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-                if let Some(s) = self.status(n.id).await {
+                if let Some(s) = self.status_of(n.id, group).await {
                     statuses.push(s);
                 }
             }
@@ -680,7 +693,7 @@ impl Cluster {
         }
     }
 
-    /// Hands leadership to node `id` and waits until it leads.
+    /// Hands the first data group's leadership to node `id` and waits until it leads.
     pub async fn make_leader(&self, id: u64) {
         let deadline = Instant::now() + Duration::from_secs(30);
         // Leading with a quorum behind it: a node that restarts as leader of its old term
@@ -691,7 +704,10 @@ impl Cluster {
                 return;
             }
             assert!(Instant::now() < deadline, "node {id} did not become leader");
-            self.admin(pb::TransferLeaderRequest { to: id }).await;
+            // Asked of the group's leader: a data group's hand-over is not passed on.
+            let leader = self.wait_for_leader(Duration::from_secs(10)).await;
+            let group = Some(rockraft::raft::GroupId::FIRST.0);
+            let _ = self.call(&self.node(leader).admin_addr, pb::TransferLeaderRequest { to: id, group }).await;
             for _ in 0..30 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if leads().await {
@@ -701,12 +717,18 @@ impl Cluster {
         }
     }
 
-    /// Waits until node `id` has applied everything the leader has committed.
+    /// Waits until node `id` has applied everything the leader has committed, in the first
+    /// data group.
     pub async fn wait_caught_up(&self, id: u64, timeout: Duration) {
+        self.wait_caught_up_in(Some(rockraft::raft::GroupId::FIRST.0), id, timeout).await
+    }
+
+    /// [`Cluster::wait_caught_up`] in Raft group `group` (`None`: the group holding the metadata).
+    pub async fn wait_caught_up_in(&self, group: Option<u32>, id: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            let leader = self.wait_for_leader(timeout).await;
-            if let (Some(l), Some(n)) = (self.status(leader).await, self.status(id).await)
+            let leader = self.wait_for_leader_of(group, timeout).await;
+            if let (Some(l), Some(n)) = (self.status_of(leader, group).await, self.status_of(id, group).await)
                 && l.committed.is_some()
                 && n.applied >= l.committed
             {
@@ -771,6 +793,14 @@ impl Cluster {
     }
 
     /// Where node `id` keeps data group `group`'s log, state and snapshot.
+    /// The data group holding `topic`'s queue `queue`, as node 1 lists it.
+    pub async fn queue_group(&self, topic: &str, queue: u32) -> u32 {
+        let listed = self.admin(pb::ListTopicsRequest { after: String::new(), limit: 1000 }).await;
+        let topic = listed.topics.iter().find(|t| t.name == topic).expect("the topic is listed");
+        // None named: every queue in the first data group.
+        topic.groups.get(queue as usize).copied().unwrap_or(1)
+    }
+
     pub fn group_dir(&self, id: u64, group: u32) -> PathBuf {
         self.node(id).data_dir.join(data_group_dir(group))
     }

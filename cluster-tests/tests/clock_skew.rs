@@ -103,7 +103,7 @@ async fn a_node_whose_clock_is_off_does_not_lead() {
     }
 
     // Leadership handed to it does not stay.
-    cluster.admin(pb::TransferLeaderRequest { to: ahead }).await;
+    cluster.admin(pb::TransferLeaderRequest { to: ahead, group: None }).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     assert_ne!(leader, ahead, "the node a day ahead leads");

@@ -1,4 +1,4 @@
-//! Data groups: Raft groups of their own beside the first, on every node. Adding them starts a
+//! Data groups: Raft groups of their own beside the metadata group, on every node. Adding them starts a
 //! replica on each node, each node comes to lead its share, a killed node's groups elect
 //! another leader while the others keep theirs, and once it is back the leaderships return.
 
@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use rockraft_cluster_tests::{Cluster, Options};
 use rockraft_proto::rockraft as pb;
 
-/// Each group's leader as node `id` sees them (groups it does not run are absent).
+/// Each data group's leader as node `id` sees them (groups it does not run are absent).
 async fn leaders_seen_by(cluster: &Cluster, id: u64) -> BTreeMap<u32, Option<u64>> {
     match cluster.status(id).await {
-        Some(s) => s.groups.iter().map(|g| (g.id, g.leader)).collect(),
+        Some(s) => s.groups.iter().filter(|g| g.id != 0).map(|g| (g.id, g.leader)).collect(),
         None => BTreeMap::new(),
     }
 }
@@ -230,7 +230,7 @@ async fn wait_exited(cluster: &mut Cluster, id: u64, timeout: Duration) -> bool 
     false
 }
 
-/// A topic's creation and deletion span the groups: the metadata entry in the first group, then
+/// A topic's creation and deletion span the groups: the metadata entry in the metadata group, then
 /// a placement in each data group. A data group's leader killed between the two (a crash point
 /// just before it proposes its placement) leaves it to the group's next leader: the topic's
 /// queues in that group take every send, and after the deletion hold nothing, and once the

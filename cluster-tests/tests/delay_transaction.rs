@@ -657,13 +657,14 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
         pb::ListMessagesRequest { topic: "Orders".into(), queue: line.queue, from: 0, limit: 10, local: false };
     let listed = typed.list_messages(listed).await.unwrap().into_inner();
     assert!(listed.messages.iter().any(|m| m.message_id == aged));
-    // The checks that compare replicas ask about the group holding the queue (0: the first).
-    let group = of("Orders").groups.get(line.queue as usize).copied().unwrap_or(0);
+    // The checks that compare replicas ask about the group holding the queue (none named: the
+    // first data group).
+    let group = of("Orders").groups.get(line.queue as usize).copied().unwrap_or(1);
     let digest = typed.get_digest(pb::GetDigestRequest { group }).await.unwrap().into_inner();
     assert!(digest.applied.is_some() && digest.digest != 0);
     let settings = typed.get_settings(pb::GetSettingsRequest {}).await.unwrap().into_inner();
     assert_eq!(settings.dedupe_window_secs, 120);
-    let history = typed.get_failover_history(pb::GetFailoverHistoryRequest {}).await.unwrap().into_inner();
+    let history = typed.get_failover_history(pb::GetFailoverHistoryRequest::default()).await.unwrap().into_inner();
     assert!(!history.failovers.is_empty(), "the first election at least is recorded");
     assert!(history.failovers.iter().all(|f| f.elected_ms <= f.first_commit_ms), "{history:?}");
     let applied = digest.applied.expect("applied");

@@ -205,7 +205,8 @@ fn rendered(url: &str) -> Option<String> {
 async fn the_status_page_shows_a_failover_in_a_browser() {
     let mut cluster = Cluster::start(3, Options::default()).await;
     cluster.create_topic("Orders", 2, TopicKind::Normal).await;
-    let old = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    // The page's leader and failovers are the metadata group's.
+    let old = cluster.wait_for_leader_of(None, Duration::from_secs(10)).await;
     let watcher = (1..=3).find(|&id| id != old).expect("a follower");
     let url = format!("http://{}/", cluster.http_addr(watcher));
     let Some(before) = rendered(&url) else {
@@ -218,7 +219,7 @@ async fn the_status_page_shows_a_failover_in_a_browser() {
 
     cluster.kill(old);
     let new = loop {
-        let now = cluster.wait_for_leader(Duration::from_secs(30)).await;
+        let now = cluster.wait_for_leader_of(None, Duration::from_secs(30)).await;
         if now != old {
             break now;
         }
@@ -298,7 +299,8 @@ async fn cluster_verify_names_the_first_queue_record_that_differs() {
     // One follower's ConsumeQueue record of offset 7 gets another tag code behind its back.
     let follower = (1..=3).find(|&id| id != leader).expect("a follower");
     cluster.stop(follower);
-    let file = cluster.group_dir(follower, 1).join("broker/queues/Ledger/0/00000000000000000000.cq");
+    let group = cluster.queue_group("Ledger", 0).await;
+    let file = cluster.group_dir(follower, group).join("broker/queues/Ledger/0/00000000000000000000.cq");
     let mut bytes = std::fs::read(&file).expect("the queue's first file");
     bytes[7 * 20 + 12] ^= 0xff;
     std::fs::write(&file, bytes).expect("written back");

@@ -65,7 +65,7 @@ const SERVER_DRAIN: Duration = Duration::from_secs(2);
 /// A node, opened: Raft runs for each group it holds a replica of, and the jobs are started;
 /// [`run`] serves it.
 pub struct Node {
-    /// The first group's replica: the way to its leader, what the proxy and the operator API use.
+    /// The metadata group's replica: the way to its leader, what the proxy and the operator API use.
     pub cluster: Cluster,
     /// Every group this node runs a replica of; the Raft and peer services serve each.
     pub replicas: Replicas,
@@ -75,7 +75,7 @@ pub struct Node {
     pub jobs: Jobs,
     /// Deliveries to renew: filled by the proxy, worked through by the renewal job.
     renewals: Arc<Renewals>,
-    /// The first group's log, read by the status page and metrics.
+    /// The metadata group's log, read by the status page and metrics.
     log: crate::store::LogReader,
 }
 
@@ -125,7 +125,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     jobs.spawn("replicas", replicas.clone().follow_metadata());
 
     // The node's own jobs, whatever groups it runs.
-    let Replica { cluster, broker, log, .. } = replicas.first();
+    let Replica { cluster, broker, log, .. } = replicas.metadata();
     let renewals = Arc::new(Renewals::default());
     jobs.spawn("renewals", crate::jobs::renewals(replicas.groups(), Arc::clone(&renewals)));
     jobs.spawn("group traffic", crate::jobs::group_traffic(replicas.groups(), meters.clone()));

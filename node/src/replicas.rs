@@ -1,12 +1,14 @@
-//! The Raft groups this node holds a replica of: the first group (the cluster's metadata and the
-//! first data partition) and every further data group the metadata lists
-//! (`ClusterSettings::data_groups`, only ever growing).
+//! The Raft groups this node holds a replica of: the metadata group (group 0: topics, consumer
+//! groups, access, plugins, settings) and every data group the metadata lists (groups 1 to
+//! `ClusterSettings::data_groups`, only ever growing). A data directory of layout 2, written
+//! before the metadata had a group of its own, keeps the metadata in group 1 with the first
+//! data partition (`store::layout`).
 //!
 //! Each replica has its own directory (`store::layout`), its own Raft (its own ticks, heartbeats
 //! and elections, so one group's snapshot or slow disk does not stall another's), its own cluster
 //! handle and its own jobs. A node opens the replicas its copy of the metadata lists when it
-//! starts, and those the metadata adds while it runs ([`Replicas::follow_metadata`]); the first
-//! group's leader starts each new group with the first group's voters, and each group's leader
+//! starts, and those the metadata adds while it runs ([`Replicas::follow_metadata`]); the metadata
+//! group's leader starts each new group with the metadata group's voters, and each group's leader
 //! hands the leadership to the node whose turn it is ([`crate::jobs::balance_leaders`]).
 
 use std::collections::BTreeMap;
@@ -79,33 +81,42 @@ struct Inner {
     raft: RaftGroups,
     /// What the peer service serves each group with.
     clusters: GroupRegistry<Cluster>,
+    /// This node's free space and the cluster's disk alarm, for every group.
+    disk: Arc<crate::cluster::disk::DiskWatch>,
+    /// The group holding the metadata here (`DataLayout::metadata_group`).
+    metadata: GroupId,
     /// Every replica opened, by group. Written only after a replica is open: no lock is held
     /// while one opens.
     open: RwLock<BTreeMap<GroupId, Replica>>,
 }
 
 impl Replicas {
-    /// Opens the first group's replica, then those of the data groups its metadata lists.
+    /// Opens the metadata group's replica, then those of the data groups its metadata lists.
     pub async fn open(context: Context) -> Result<Replicas, OpenError> {
+        let metadata = GroupId(context.layout.metadata_group());
+        let config = &context.config;
+        let disk = Arc::new(crate::cluster::disk::DiskWatch::new(config.data_dir.clone(), config.storage.watermarks()));
         let replicas = Replicas {
             inner: Arc::new(Inner {
+                metadata,
+                disk,
                 context,
                 raft: RaftGroups::default(),
                 clusters: GroupRegistry::default(),
                 open: RwLock::default(),
             }),
         };
-        let first = replicas.open_replica(GroupId::FIRST).await?;
-        replicas.spawn_metadata_jobs(&first);
+        let replica = replicas.open_replica(metadata).await?;
+        replicas.spawn_metadata_jobs(&replica);
         for id in replicas.missing() {
             replicas.open_replica(id).await?;
         }
         Ok(replicas)
     }
 
-    /// The first group's replica.
-    pub fn first(&self) -> Replica {
-        self.get(GroupId::FIRST).expect("the first group is opened first")
+    /// The replica of the group holding the metadata.
+    pub fn metadata(&self) -> Replica {
+        self.get(self.inner.metadata).expect("the metadata group is opened first")
     }
 
     pub fn get(&self, id: GroupId) -> Option<Replica> {
@@ -129,14 +140,14 @@ impl Replicas {
 
     /// The groups as the data path finds them.
     pub fn groups(&self) -> crate::cluster::Groups {
-        crate::cluster::Groups::new(self.clusters()).expect("the first group is opened first")
+        crate::cluster::Groups::new(self.clusters(), self.inner.metadata).expect("the metadata group is opened first")
     }
 
     /// The data groups the metadata lists that this node does not run yet.
     fn missing(&self) -> Vec<GroupId> {
-        let listed = self.first().broker.settings().data_groups;
+        let listed = self.metadata().broker.settings().data_groups;
         let open = self.inner.open.read().unwrap_or_else(|p| p.into_inner());
-        (GroupId::FIRST.0 + 1..=listed).map(GroupId).filter(|id| !open.contains_key(id)).collect()
+        (GroupId::FIRST.0..=listed).map(GroupId).filter(|id| !open.contains_key(id)).collect()
     }
 
     /// Opens the replicas of data groups the metadata adds while the node runs (a job: the only
@@ -178,6 +189,7 @@ impl Replicas {
                 message_index_entries_per_file: crate::store::DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE,
                 checkpoint_interval: Duration::from_millis(config.broker.checkpoint_interval_ms),
                 partition: crate::broker::position::PartitionId(id.0),
+                holds_metadata: id == self.inner.metadata,
             },
             log_store.commit_log(),
         )?;
@@ -196,9 +208,8 @@ impl Replicas {
             election_timeout_max: Duration::from_millis(config.raft.election_timeout_max_ms),
             meters: meters.clone(),
             sessions: Arc::clone(sessions),
-            data_dir: config.data_dir.clone(),
-            watermarks: config.storage.watermarks(),
-            metadata: (id != GroupId::FIRST).then(|| self.first().broker),
+            disk: Arc::clone(&self.inner.disk),
+            metadata: (id != self.inner.metadata).then(|| self.metadata().broker),
         };
         let cluster = Cluster::new(group, broker.clone(), options);
         self.inner.raft.insert(id, cluster.group().raft().clone(), cluster.leader_contact());
@@ -218,7 +229,9 @@ impl Replicas {
         jobs.spawn("leaders", in_group(id, crate::jobs::watch_leaders(cluster.clone(), meters.clone())));
         let leadership = jobs.follow_leadership(&cluster);
         let replica = Replica { cluster, broker, log, leadership };
-        self.spawn_data_jobs(&replica);
+        if id != GroupId::METADATA {
+            self.spawn_data_jobs(&replica);
+        }
         self.inner.open.write().unwrap_or_else(|p| p.into_inner()).insert(id, replica.clone());
         Ok(replica)
     }
@@ -231,9 +244,9 @@ impl Replicas {
         jobs.spawn_leader("handle key", replica.leadership.clone(), move || {
             in_group(id, crate::jobs::first_handle_key(keyed.clone(), keys.clone()))
         });
-        let (first, metadata, clusters) = (replica.cluster.clone(), replica.broker.clone(), self.clusters());
+        let (starting, metadata, clusters) = (replica.cluster.clone(), replica.broker.clone(), self.clusters());
         jobs.spawn_leader("data groups", replica.leadership.clone(), move || {
-            in_group(id, crate::jobs::start_data_groups(first.clone(), metadata.clone(), clusters.clone()))
+            in_group(id, crate::jobs::start_data_groups(starting.clone(), metadata.clone(), clusters.clone()))
         });
     }
 
@@ -243,15 +256,15 @@ impl Replicas {
     fn spawn_data_jobs(&self, replica: &Replica) {
         let Context { config, jobs, meters, plugins, .. } = &self.inner.context;
         let (leadership, id) = (&replica.leadership, replica.cluster.group().id());
-        // The metadata: the first group's state (this replica's own, for the first group).
-        let metadata = match id {
-            GroupId::FIRST => replica.broker.clone(),
-            _ => {
-                let (following, first) = (replica.cluster.clone(), self.first().cluster);
+        // The metadata: the metadata group's state (this replica's own, in layout 2's group 1).
+        let metadata = match id == self.inner.metadata {
+            true => replica.broker.clone(),
+            false => {
+                let (following, members) = (replica.cluster.clone(), self.metadata().cluster);
                 jobs.spawn_leader("members", leadership.clone(), move || {
-                    in_group(id, crate::jobs::follow_membership(following.clone(), first.clone()))
+                    in_group(id, crate::jobs::follow_membership(following.clone(), members.clone()))
                 });
-                self.first().broker
+                self.metadata().broker
             }
         };
         let (placing, placed_from) = (replica.cluster.clone(), metadata.clone());

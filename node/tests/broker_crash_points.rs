@@ -39,6 +39,7 @@ fn options(dir: &Path) -> BrokerOptions {
         message_index_entries_per_file: 8,
         checkpoint_interval: Duration::from_secs(3600),
         partition: rockraft::broker::position::PartitionId::FIRST,
+        holds_metadata: true,
     }
 }
 

@@ -408,15 +408,16 @@ async fn serves_only_whom_it_should(node: &mut Started, what: &str) {
         }),
         tls_ca: None,
     };
-    let unsigned = call(&node.addr(1), &CallOptions::default(), GetStatusRequest {}).await.expect_err("unsigned");
+    let unsigned =
+        call(&node.addr(1), &CallOptions::default(), GetStatusRequest::default()).await.expect_err("unsigned");
     assert!(unsigned.to_string().contains("authentication is required"), "{what}: {unsigned}");
-    let wrong = call(&node.addr(1), &admin("not-the-admin-secret"), GetStatusRequest {}).await;
+    let wrong = call(&node.addr(1), &admin("not-the-admin-secret"), GetStatusRequest::default()).await;
     assert!(wrong.is_err(), "{what}: a wrong admin secret is refused");
-    let served = call(&node.addr(1), &admin(ADMIN_SECRET), GetStatusRequest {}).await;
+    let served = call(&node.addr(1), &admin(ADMIN_SECRET), GetStatusRequest::default()).await;
     assert!(served.is_ok(), "{what}: the admin is served: {served:?}");
     // The raft port: not even the admin gets in without the cluster secret.
     for options in [CallOptions::default(), admin(ADMIN_SECRET)] {
-        let member = call(&node.addr(2), &options, GetStatusRequest {}).await.expect_err("not a member");
+        let member = call(&node.addr(2), &options, GetStatusRequest::default()).await.expect_err("not a member");
         assert!(member.to_string().contains("not a member"), "{what}: {member}");
     }
     // The client port: an unsigned send is UNAUTHORIZED.

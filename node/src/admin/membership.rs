@@ -13,7 +13,8 @@ use crate::broker::settings::{ClusterSettings, SettingsChange};
 use crate::broker::{AdminCommand, Command, QueueSpan};
 use crate::raft::{NodeId, NodeInfo};
 
-/// How long `cluster init` waits for the first handle key (an election and one entry).
+/// How long `cluster init` waits for the first handle key (an election and one entry), and then
+/// for each data group's first leader.
 const INIT_KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long `AddNode` waits for the new learner to take the log before it gives up.
@@ -30,8 +31,31 @@ fn role(role: crate::raft::Role) -> Role {
 }
 
 impl AdminServer {
+    /// This node's status, its top figures of the group holding the metadata.
     pub fn status(&self) -> NodeStatus {
-        let m = self.cluster.status();
+        self.status_with(&self.cluster)
+    }
+
+    /// This node's status, its top figures of Raft group `group` (unset or 0: the group holding
+    /// the metadata).
+    pub fn status_of(&self, group: Option<u32>) -> Result<NodeStatus, AdminError> {
+        Ok(self.status_with(&self.cluster_of(group)?))
+    }
+
+    /// This node's replica of Raft group `group` (unset or 0: the group holding the metadata).
+    fn cluster_of(&self, group: Option<u32>) -> Result<crate::cluster::Cluster, AdminError> {
+        match group {
+            None | Some(0) => Ok(self.cluster.clone()),
+            Some(n) => self
+                .parts
+                .groups
+                .get(crate::raft::GroupId(n))
+                .ok_or_else(|| AdminError::NotFound(format!("this node runs no group {n}"))),
+        }
+    }
+
+    fn status_with(&self, cluster: &crate::cluster::Cluster) -> NodeStatus {
+        let m = cluster.status();
         NodeStatus {
             id: m.id,
             role: role(m.role),
@@ -105,13 +129,35 @@ impl AdminServer {
         group.initialize(members).await.map_err(|e| AdminError::Refused(e.to_string()))?;
         // The first leader proposes the first handle key; until it is in place no receive or
         // send that is handed a handle is served, so init answers once it is (or says it is not).
-        Ok(match self.wait_for_handle_key().await {
-            true => format!("initialized a group of {n}"),
-            false => format!(
+        let keyed = self.wait_for_handle_key().await;
+        // The metadata group's leader starts the data groups: sends wait for their leaders.
+        let led = self.wait_for_data_groups().await;
+        Ok(match (keyed, led) {
+            (true, true) => format!("initialized a group of {n}"),
+            (false, _) => format!(
                 "initialized a group of {n}; its first handle key is not in place yet (sends and receives that need \
                  one are refused until it is)"
             ),
+            (true, false) => format!(
+                "initialized a group of {n}; a data group has no leader yet (sends to its queues wait until it has)"
+            ),
         })
+    }
+
+    /// Whether every data group this node runs has a leader, waiting up to [`INIT_KEY_WAIT`].
+    async fn wait_for_data_groups(&self) -> bool {
+        let deadline = tokio::time::Instant::now() + INIT_KEY_WAIT;
+        let metadata = self.cluster.group().id();
+        loop {
+            let groups = self.parts.groups.all();
+            if groups.iter().filter(|(id, _)| *id != metadata).all(|(_, c)| c.status().leader.is_some()) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     /// Whether this node has applied a handle key, waiting up to [`INIT_KEY_WAIT`] for one.
@@ -188,17 +234,26 @@ impl AdminServer {
         Ok(format!("node {id} removed"))
     }
 
-    pub(super) async fn transfer_leader(&self, to: NodeId) -> Result<String, AdminError> {
-        self.cluster.group().transfer_leader(to).await.map_err(|e| AdminError::Refused(e.to_string()))?;
-        Ok(format!("leadership handed to node {to}"))
+    /// Hands group `group`'s leadership (unset: the metadata's) to node `to`; on the node
+    /// leading that group.
+    pub(super) async fn transfer_leader(&self, to: NodeId, group: Option<u32>) -> Result<String, AdminError> {
+        let cluster = self.cluster_of(group)?;
+        let status = cluster.status();
+        if status.role != crate::raft::Role::Leader {
+            let led_by = status.leader.map_or("no node known here".to_string(), |l| format!("node {l}"));
+            return Err(AdminError::Refused(format!(
+                "this node does not lead group {}: ask its leader ({led_by})",
+                cluster.group().id()
+            )));
+        }
+        cluster.group().transfer_leader(to).await.map_err(|e| AdminError::Refused(e.to_string()))?;
+        Ok(format!("leadership of group {} handed to node {to}", cluster.group().id()))
     }
 
-    /// This node's replica of Raft group `group` (0: the first), for the checks that compare
-    /// replicas group by group.
+    /// This node's replica of Raft group `group` (0: the group holding the metadata, also in a
+    /// data directory of layout 2), for the checks that compare replicas group by group.
     fn replica(&self, group: u32) -> Result<crate::broker::Broker, AdminError> {
-        let id = crate::raft::GroupId(group.max(crate::raft::GroupId::FIRST.0));
-        let cluster = self.parts.groups.get(id);
-        cluster.map(|c| c.broker().clone()).ok_or_else(|| AdminError::NotFound(format!("this node runs no group {id}")))
+        Ok(self.cluster_of(Some(group))?.broker().clone())
     }
 
     /// This node's applied index and a digest of its replicated state, of group `group`.
@@ -243,8 +298,13 @@ impl AdminServer {
         self.write(Command::Admin(AdminCommand::Configure(change))).await
     }
 
-    /// The failover history as this node has applied it, newest first.
+    /// The metadata group's failover history as this node has applied it, newest first.
     pub fn history(&self) -> Vec<Failover> {
         self.parts.broker.failovers()
+    }
+
+    /// Group `group`'s failover history (unset or 0: the metadata group's), newest first.
+    pub fn history_of(&self, group: Option<u32>) -> Result<Vec<Failover>, AdminError> {
+        Ok(self.cluster_of(group)?.broker().failovers())
     }
 }

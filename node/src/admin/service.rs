@@ -80,7 +80,8 @@ impl AdminServer {
 
     /// The groups this node runs, as the data path finds them.
     pub(super) fn data(&self) -> crate::cluster::Groups {
-        crate::cluster::Groups::new(self.parts.groups.clone()).expect("the first group is opened first")
+        crate::cluster::Groups::new(self.parts.groups.clone(), self.cluster.group().id())
+            .expect("the metadata group is opened first")
     }
 
     /// Serves a request only the leader answers, through the cluster's router: `here` when this

@@ -122,11 +122,13 @@ impl AdminServer {
         if broker.group(&group).is_none() {
             return Err(AdminError::NotFound(format!("group {group} does not exist")));
         }
-        let topic_epoch = broker.topic_epoch(&topic).ok_or_else(no_topic)?;
         let mut summary = Vec::new();
         let dead_letters = crate::broker::group::is_dead_letter_topic(&topic);
         for holder in self.data().holding(&config) {
             let here = holder.broker().partition().0;
+            // The epoch the group placed the topic with: a reset names it, so one worked out
+            // before a deletion and re-creation changes nothing.
+            let topic_epoch = holder.broker().topic_epoch(&topic).ok_or_else(no_topic)?;
             let mut positions = Vec::new();
             for q in (0..config.queues).filter(|q| dead_letters || config.group_of(*q) == here) {
                 positions.push((q, holder.broker().offset_at_time(&topic, q, time_ms)?));

@@ -59,8 +59,8 @@ fn invalid(e: impl std::fmt::Display) -> Status {
 
 #[tonic::async_trait]
 impl AdminService for AdminServer {
-    async fn get_status(&self, _: Request<pb::GetStatusRequest>) -> Reply<pb::NodeStatusReply> {
-        Ok(Response::new(self.status().into()))
+    async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Reply<pb::NodeStatusReply> {
+        Ok(Response::new(self.status_of(req.into_inner().group)?.into()))
     }
 
     async fn init(&self, _: Request<pb::InitRequest>) -> Reply<pb::AdminDone> {
@@ -254,7 +254,13 @@ impl AdminService for AdminServer {
     }
 
     async fn transfer_leader(&self, req: Request<pb::TransferLeaderRequest>) -> Reply<pb::AdminDone> {
-        let here = async |r: pb::TransferLeaderRequest| done(AdminServer::transfer_leader(self, r.to).await);
+        let group = req.get_ref().group.filter(|&g| g != 0);
+        if group.is_some() {
+            // A data group's leader is not the metadata's: this node answers for itself.
+            let r = req.into_inner();
+            return done(AdminServer::transfer_leader(self, r.to, group).await);
+        }
+        let here = async |r: pb::TransferLeaderRequest| done(AdminServer::transfer_leader(self, r.to, None).await);
         self.on_leader(req, async |mut l, r| l.transfer_leader(r).await, here).await
     }
 
@@ -263,8 +269,15 @@ impl AdminService for AdminServer {
         Ok(Response::new(pb::DigestReply { applied: d.applied, digest: d.digest }))
     }
 
-    async fn get_failover_history(&self, _: Request<pb::GetFailoverHistoryRequest>) -> Reply<pb::FailoverHistoryReply> {
-        let failovers = self.history().iter().map(rockraft_proto::rockraft::log::Failover::from).collect();
+    async fn get_failover_history(
+        &self,
+        req: Request<pb::GetFailoverHistoryRequest>,
+    ) -> Reply<pb::FailoverHistoryReply> {
+        let failovers = self
+            .history_of(req.into_inner().group)?
+            .iter()
+            .map(rockraft_proto::rockraft::log::Failover::from)
+            .collect();
         Ok(Response::new(pb::FailoverHistoryReply { failovers }))
     }
 

@@ -28,8 +28,13 @@ pub struct BrokerOptions {
     pub message_index_entries_per_file: u32,
     /// How often applied state is made durable.
     pub checkpoint_interval: Duration,
-    /// The data partition (Raft group) this state is of, which handles and ids name.
+    /// The data partition (Raft group) this state is of, which handles and ids name
+    /// ([`PartitionId::NONE`](crate::broker::position::PartitionId::NONE) for the metadata group).
     pub partition: crate::broker::position::PartitionId,
+    /// Whether this group holds the cluster's metadata: the metadata group, or in a data
+    /// directory of layout 2 the first data group. The others read topics and consumer groups
+    /// from what placements copied into their partition.
+    pub holds_metadata: bool,
 }
 
 /// Sled keys besides the tables' rows.

@@ -26,7 +26,7 @@ pub enum PlacementChange {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub changes: Vec<PlacementChange>,
-    /// The index of the metadata (in the first group's log) the changes were worked out from:
+    /// The index of the metadata (in the log of the group holding it) the changes were worked out from:
     /// a partition that took a placement of a later one ignores this one, which a leader reading
     /// a replica of the metadata behind its predecessor's would otherwise use to undo newer
     /// changes. `None` in entries before format 6: always applied.

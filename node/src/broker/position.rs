@@ -4,15 +4,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::RecordMeta;
 
-/// A data partition's number. Today one Raft group carries the only one,
-/// [`PartitionId::FIRST`]. Whatever names a message or a delivery outside its partition — a
-/// transaction id, a recall handle, a receipt handle — names the partition too, so that with many
-/// partitions each finds its group; a position inside a partition is its log's (index, ordinal).
+/// A data partition's number: the number of the data group (Raft group) that carries it.
+/// Whatever names a message or a delivery outside its partition — a transaction id, a recall
+/// handle, a receipt handle — names the partition too, so that each finds its group; a position
+/// inside a partition is its log's (index, ordinal). [`PartitionId::NONE`] is the metadata
+/// group's: it holds no queues, and nothing names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PartitionId(pub u32);
 
 impl PartitionId {
-    /// The partition of a cluster of one group, and the one handles of earlier releases name.
+    /// The metadata group's state: no queues.
+    pub const NONE: PartitionId = PartitionId(0);
+    /// The first data group's partition, and the one handles of earlier releases name.
     pub const FIRST: PartitionId = PartitionId(1);
 }
 

@@ -105,7 +105,7 @@ impl Broker {
     }
 
     /// The placement that brings this replica's partition (a data group's) up to `metadata`'s
-    /// (the first group's replica on this node; this replica's own if it is the first group's).
+    /// (the metadata's replica on this node; this replica's own if it holds the metadata).
     pub fn placement_from(&self, metadata: &Broker) -> crate::broker::partition::Placement {
         if std::sync::Arc::ptr_eq(&self.inner, &metadata.inner) {
             return self.placement();
@@ -158,11 +158,16 @@ impl Broker {
         Ok((state.last_applied.map(|l| l.index), digest))
     }
 
-    /// Whether this state holds the cluster's metadata (the first group's does). A data
-    /// group's holds only what placements copied into its partition: its reads of topics and
-    /// consumer groups answer from those copies.
-    fn holds_metadata(&self) -> bool {
-        self.partition() == crate::broker::position::PartitionId::FIRST
+    /// Whether this state holds the cluster's metadata (`BrokerOptions::holds_metadata`). A
+    /// data group's holds only what placements copied into its partition: its reads of topics
+    /// and consumer groups answer from those copies.
+    pub fn holds_metadata(&self) -> bool {
+        self.inner.options.holds_metadata
+    }
+
+    /// Whether this state holds queues: every data group's does, the metadata group's not.
+    pub fn holds_queues(&self) -> bool {
+        self.partition() != crate::broker::position::PartitionId::NONE
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicConfig> {

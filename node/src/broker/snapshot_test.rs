@@ -284,6 +284,7 @@ fn follower(dir: &Path, leader: &Node) -> Broker {
         message_index_entries_per_file: 16,
         checkpoint_interval: std::time::Duration::from_secs(3600),
         partition: crate::broker::position::PartitionId::FIRST,
+        holds_metadata: true,
     };
     crate::broker::state_test::open_broker(options, leader.log.reader())
 }

@@ -34,6 +34,7 @@ fn options(dir: &Path) -> BrokerOptions {
         message_index_entries_per_file: 16,
         checkpoint_interval: Duration::from_secs(3600),
         partition: crate::broker::position::PartitionId::FIRST,
+        holds_metadata: true,
     }
 }
 
@@ -773,4 +774,25 @@ fn a_new_topic_s_queues_are_spread_over_the_data_groups() {
     drop(state);
     assert_eq!(n.commit(&create("T", 4)), Reply::Applied, "the same request again");
     assert_eq!(n.commit(&create("T", 5)), Reply::TopicExists("T".into()));
+}
+
+/// The metadata group's state (no partition) knows the topics, but holds no queues: a send that
+/// reached it is refused, and nothing of it is stored.
+#[test]
+fn the_metadata_group_knows_topics_but_stores_no_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LogConfig::new(dir.path().join("log"));
+    config.segment_size = 1 << 20;
+    let log = CommitLog::open(config, None).unwrap();
+    let mut metadata = options(dir.path());
+    metadata.partition = crate::broker::position::PartitionId::NONE;
+    let broker = open_broker(metadata, log.reader());
+    let next_index = log.bounds().next_index();
+    let mut n = Node { log, broker, next_index, term: 1 };
+    assert!(n.broker.holds_metadata() && !n.broker.holds_queues());
+    n.commit_only(&create("T", 2));
+    assert!(n.broker.topic("T").is_some(), "the metadata has the topic");
+    let reply = n.commit_only(&send("T", 0, 1000, &["a"]));
+    assert!(matches!(reply, Reply::TopicNotFound(_)), "{reply:?}");
+    assert_eq!(n.broker.find("a").unwrap(), None, "nothing stored");
 }

@@ -14,8 +14,12 @@ use crate::store::free_space::DiskLevel;
 
 #[derive(Subcommand)]
 pub(super) enum ClusterCmd {
-    /// Each member's role, term, last/committed/applied index and lag.
-    Status,
+    /// Each member's role, term, last/committed/applied index and lag in the group holding the
+    /// metadata (or in `--group N`), and each group's leader.
+    Status {
+        #[arg(long)]
+        group: Option<u32>,
+    },
     /// Initialise the cluster from the answering node's `members` (once; repeating is harmless).
     Init {
         /// How many data groups to run (each a Raft group of its own on every node); more can be
@@ -29,9 +33,12 @@ pub(super) enum ClusterCmd {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
+    /// Hands the leadership of the group holding the metadata (or of `--group N`) to a node.
     TransferLeader {
         #[arg(long)]
         to: u64,
+        #[arg(long)]
+        group: Option<u32>,
     },
     /// Add a node: it joins as a learner, catches up, then becomes a voter.
     AddNode {
@@ -53,8 +60,12 @@ pub(super) enum ClusterCmd {
     /// under the key before it still work, older ones no longer do.
     RotateHandleKey,
     /// Every leadership change kept (the newest 64), with its phases: the old leader's last
-    /// heartbeat, the election, the first commit of the new term, every member following.
-    History,
+    /// heartbeat, the election, the first commit of the new term, every member following; of
+    /// the metadata group, or of `--group N`.
+    History {
+        #[arg(long)]
+        group: Option<u32>,
+    },
     /// Checks that the replicas agree: every member's digest of its replicated state, compared
     /// once they have applied the same index (exit code 1 if they differ).
     Verify,
@@ -72,10 +83,10 @@ pub(super) enum ClusterCmd {
 
 pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> {
     let message = match cmd {
-        ClusterCmd::Status => return status(admin).await,
+        ClusterCmd::Status { group } => return status(admin, group).await,
         ClusterCmd::Verify => return verify(admin).await,
-        ClusterCmd::History => {
-            let history = admin.send(pb::GetFailoverHistoryRequest {}).await?;
+        ClusterCmd::History { group } => {
+            let history = admin.send(pb::GetFailoverHistoryRequest { group }).await?;
             let history: Vec<Failover> = history.failovers.into_iter().map(Failover::from).collect();
             print!("{}", history_table(&history));
             return Ok(());
@@ -106,7 +117,19 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
             }
             done
         }
-        ClusterCmd::TransferLeader { to } => admin.send(pb::TransferLeaderRequest { to }).await?,
+        ClusterCmd::TransferLeader { to, group: None | Some(0) } => {
+            admin.send(pb::TransferLeaderRequest { to, group: None }).await?
+        }
+        ClusterCmd::TransferLeader { to, group: Some(g) } => {
+            // Asked of the node leading the group, as the answering node knows it.
+            let here = status_at(admin, &admin.endpoint, None).await?;
+            let leader = here.groups.iter().find(|r| r.id == g).and_then(|r| r.leader);
+            let leader =
+                leader.ok_or_else(|| CliError::Usage(format!("group {g} has no leader known to this node")))?;
+            let addr = member_endpoints(&here).into_iter().find(|(id, _)| *id == leader).map(|(_, a)| a);
+            let addr = addr.unwrap_or_else(|| admin.endpoint.clone());
+            admin.send_at(&addr, pb::TransferLeaderRequest { to, group: Some(g) }).await?
+        }
         ClusterCmd::AddNode { id, raft_addr, client_addr, admin_addr } => {
             admin.send(pb::AddNodeRequest { id, raft_addr, client_addr, admin_addr }).await?
         }
@@ -120,16 +143,23 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
 /// Compares the members' replicas of each Raft group in turn (each group its own log and
 /// state); says which groups differ.
 async fn verify(admin: &Admin) -> Result<(), CliError> {
-    let here = status_at(admin, &admin.endpoint).await?;
+    let here = status_at(admin, &admin.endpoint, None).await?;
     let mut members = member_endpoints(&here);
     if members.is_empty() {
         members.push((here.id, admin.endpoint.clone()));
     }
-    let groups = admin.send(pb::GetSettingsRequest {}).await?.data_groups.max(1);
+    // Every group this node runs: the metadata group and each data group.
+    let mut groups: Vec<u32> = here.groups.iter().map(|g| g.id).collect();
+    if groups.is_empty() {
+        groups = (1..=admin.send(pb::GetSettingsRequest {}).await?.data_groups.max(1)).collect();
+    }
     let mut failed = Vec::new();
-    for group in 1..=groups {
-        if groups > 1 {
-            println!("group {group}:");
+    for &group in &groups {
+        if groups.len() > 1 {
+            match group {
+                0 => println!("group 0 (metadata):"),
+                n => println!("group {n}:"),
+            }
         }
         if let Err(e) = verify_group(admin, &members, group).await {
             println!("{e}");
@@ -138,7 +168,7 @@ async fn verify(admin: &Admin) -> Result<(), CliError> {
     }
     match failed.is_empty() {
         true => Ok(()),
-        false if groups == 1 => Err(CliError::Verify("the replicas do not agree".into())),
+        false if groups.len() == 1 => Err(CliError::Verify("the replicas do not agree".into())),
         false => Err(CliError::Verify(format!("the replicas of group(s) {} do not agree", failed.join(", ")))),
     }
 }
@@ -411,16 +441,16 @@ fn member_endpoints(here: &NodeStatus) -> Vec<(u64, String)> {
     here.members.iter().filter(|m| !m.admin_addr.is_empty()).map(|m| (m.id, m.admin_addr.clone())).collect()
 }
 
-/// A node's status as it reports it.
-async fn status_at(admin: &Admin, addr: &str) -> Result<NodeStatus, CliError> {
-    Ok(NodeStatus::try_from(admin.send_at(addr, pb::GetStatusRequest {}).await?)?)
+/// A node's status as it reports it, its top figures of `group` (`None`: the metadata's).
+async fn status_at(admin: &Admin, addr: &str, group: Option<u32>) -> Result<NodeStatus, CliError> {
+    Ok(NodeStatus::try_from(admin.send_at(addr, pb::GetStatusRequest { group }).await?)?)
 }
 
-async fn status(admin: &Admin) -> Result<(), CliError> {
-    let here = status_at(admin, &admin.endpoint).await?;
+async fn status(admin: &Admin, group: Option<u32>) -> Result<(), CliError> {
+    let here = status_at(admin, &admin.endpoint, group).await?;
     let mut rows: Vec<(u64, String, Option<NodeStatus>)> = Vec::new();
     for (id, addr) in member_endpoints(&here) {
-        let status = tokio::time::timeout(Duration::from_secs(2), status_at(admin, &addr)).await;
+        let status = tokio::time::timeout(Duration::from_secs(2), status_at(admin, &addr, group)).await;
         let status = status.ok().and_then(Result::ok);
         rows.push((id, addr, status));
     }
@@ -481,24 +511,28 @@ async fn status(admin: &Admin) -> Result<(), CliError> {
         println!("{line}");
     }
     if here.groups.len() > 1 {
-        print!("\n{}", groups_table(&here));
+        print!("\n{}", groups_table(&here.groups, here.id));
     }
     Ok(())
 }
 
-/// Each Raft group with its leader, term and indexes, as node `here` sees them.
-fn groups_table(here: &NodeStatus) -> String {
+/// Each Raft group with its leader, term and indexes, as node `seen_by` sees them.
+fn groups_table(groups: &[crate::admin::api::GroupRow], seen_by: u64) -> String {
     use std::fmt::Write;
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
     let mut out = format!(
-        "{:<6} {:>6} {:>6} {:>10} {:>10}  (as node {} sees them)\n",
-        "group", "leader", "term", "committed", "applied", here.id
+        "{:<12} {:>6} {:>6} {:>10} {:>10}  (as node {} sees them)\n",
+        "group", "leader", "term", "committed", "applied", seen_by
     );
-    for g in &here.groups {
+    for g in groups {
+        let name = match g.id {
+            0 => "0 metadata".to_string(),
+            n => n.to_string(),
+        };
         let _ = writeln!(
             out,
-            "{:<6} {:>6} {:>6} {:>10} {:>10}",
-            g.id,
+            "{:<12} {:>6} {:>6} {:>10} {:>10}",
+            name,
             show(g.leader),
             g.term,
             show(g.committed),
@@ -511,6 +545,23 @@ fn groups_table(here: &NodeStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_groups_table_names_the_metadata_group_and_each_leader() {
+        let row = |id, leader| crate::admin::api::GroupRow {
+            id,
+            role: Role::Follower,
+            leader,
+            term: 3,
+            committed: Some(40),
+            applied: Some(39),
+        };
+        let table = groups_table(&[row(0, Some(2)), row(1, None)], 3);
+        let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert!(table.starts_with("group") && table.contains("as node 3 sees them"), "{table}");
+        assert_eq!(lines[1], ["0", "metadata", "2", "3", "40", "39"]);
+        assert_eq!(lines[2], ["1", "-", "3", "40", "39"]);
+    }
 
     #[test]
     fn the_history_table_shows_each_phase_and_who_did_not_follow() {

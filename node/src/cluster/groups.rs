@@ -1,5 +1,5 @@
-//! The data path's way to the group that holds what a request names. The first group holds the
-//! metadata (topics, consumer groups, access, settings); each of a topic's queues lives in the
+//! The data path's way to the group that holds what a request names. The metadata group holds
+//! the metadata (topics, consumer groups, access, settings); each of a topic's queues lives in the
 //! data group its configuration names (`TopicConfig::group_of`); receipts, transaction ids and
 //! recall handles name the partition (the group) that issued them.
 //!
@@ -18,23 +18,31 @@ use crate::raft::{GroupId, GroupRegistry};
 #[derive(Clone)]
 pub struct Groups {
     registry: GroupRegistry<Cluster>,
-    first: Cluster,
+    metadata: Cluster,
 }
 
 impl Groups {
-    /// `registry` holds the first group's handle already (it is opened first).
-    pub fn new(registry: GroupRegistry<Cluster>) -> Option<Groups> {
-        let first = registry.get(GroupId::FIRST)?;
-        Some(Groups { registry, first })
+    /// `registry` holds the handle of `metadata`, the group holding the metadata, already (it
+    /// is opened first).
+    pub fn new(registry: GroupRegistry<Cluster>, metadata: GroupId) -> Option<Groups> {
+        let metadata = registry.get(metadata)?;
+        Some(Groups { registry, metadata })
     }
 
-    /// The first group: the metadata, and the first data partition.
+    /// The group holding the metadata.
     pub fn metadata(&self) -> &Cluster {
-        &self.first
+        &self.metadata
     }
 
-    /// The group that issued a handle naming `partition`.
+    /// The group that issued a handle naming `partition`: a data group (the metadata group
+    /// issues none).
     pub fn partition(&self, partition: PartitionId) -> Result<Cluster, ClusterError> {
+        if partition == PartitionId::NONE {
+            return Err(ClusterError::Unreachable {
+                addr: "group 0".into(),
+                reason: "the metadata group holds no messages or deliveries".into(),
+            });
+        }
         self.group(partition.0)
     }
 
@@ -48,7 +56,7 @@ impl Groups {
     /// it is).
     pub fn holding(&self, topic: &TopicConfig) -> Vec<Cluster> {
         let mut ids: Vec<u32> = match is_dead_letter_topic(&topic.name) {
-            true => (1..=self.first.broker().settings().data_groups.max(1)).collect(),
+            true => (1..=self.metadata.broker().settings().data_groups.max(1)).collect(),
             false => (0..topic.queues).map(|q| topic.group_of(q)).collect(),
         };
         ids.sort_unstable();
@@ -56,9 +64,9 @@ impl Groups {
         ids.into_iter().filter_map(|id| self.registry.get(GroupId(id))).collect()
     }
 
-    /// Every group this node runs, in group order.
+    /// Every data group this node runs, in group order (the metadata group holds no queues).
     pub fn all(&self) -> Vec<Cluster> {
-        self.registry.all().into_iter().map(|(_, c)| c).collect()
+        self.registry.all().into_iter().map(|(_, c)| c).filter(|c| c.broker().holds_queues()).collect()
     }
 
     fn group(&self, id: u32) -> Result<Cluster, ClusterError> {

@@ -75,15 +75,14 @@ pub struct ClusterOptions {
     pub election_timeout_max: Duration,
     /// What this node counts (`/metrics`).
     pub meters: crate::metrics::Meters,
-    /// This node's data directory, whose filesystem's free space is watched.
-    pub data_dir: std::path::PathBuf,
-    /// This node's free-space marks.
-    pub watermarks: crate::store::free_space::Watermarks,
+    /// This node's free space and the cluster's disk alarm: one for every group on the node,
+    /// so each group's leader refuses what a low disk cannot take (`jobs::watch_disks` keeps it).
+    pub disk: Arc<disk::DiskWatch>,
     /// The producers whose Telemetry streams this node holds (the proxy registers them).
     pub sessions: Arc<ProducerSessions>,
-    /// This node's replica of the metadata (the first group's state) for a data group, whose
+    /// This node's replica of the metadata (the metadata group's state) for a data group, whose
     /// own state holds only what placements copied of it (not plugins, keys or access); `None`
-    /// for the first group, which holds it itself.
+    /// for the group that holds it itself.
     pub metadata: Option<Broker>,
 }
 
@@ -109,7 +108,7 @@ struct Inner {
     /// What this node knows of the members' clocks.
     skew: skew::ClockSkew,
     /// Every voter's free space, and the alarm it raises.
-    disk: disk::DiskWatch,
+    disk: Arc<disk::DiskWatch>,
     /// Held from stamping a command to handing it to Raft, so stamps grow in log order.
     proposing: tokio::sync::Mutex<()>,
     /// Rotates the queue pops start from.
@@ -153,7 +152,7 @@ enum Proposed {
 impl Cluster {
     pub fn new(group: Group, broker: Broker, options: ClusterOptions) -> Cluster {
         let peers = Peers::new(options.dialer.clone(), group.id());
-        let disk = disk::DiskWatch::new(options.data_dir.clone(), options.watermarks);
+        let disk = Arc::clone(&options.disk);
         Cluster {
             inner: Arc::new(Inner {
                 options,

@@ -56,14 +56,18 @@ impl Drop for Placing<'_> {
 
 impl Cluster {
     /// On the leader: proposes the placement changes the partition lacks, if any, and waits
-    /// until they apply. Worked out once no other placement is under way on this node.
+    /// until they apply. Worked out once no other placement is under way on this node. The
+    /// metadata group holds no partition: nothing to place.
     pub async fn place(&self) -> Result<(), ClusterError> {
+        if !self.broker().holds_queues() {
+            return Ok(());
+        }
         let own = self.broker().clone();
         self.place_from(&own).await
     }
 
     /// On the leader of a data group: proposes what the partition lacks of `metadata` (this
-    /// node's replica of the first group), worked out against the index that replica applied, so
+    /// node's replica of the metadata), worked out against the index that replica applied, so
     /// a later leader reading an older replica cannot undo it.
     pub async fn place_from(&self, metadata: &crate::broker::Broker) -> Result<(), ClusterError> {
         let _placing = self.inner.placing.enter().await;
@@ -71,7 +75,7 @@ impl Cluster {
         if placement.changes.is_empty() {
             return Ok(());
         }
-        if self.group().id() != crate::raft::GroupId::FIRST {
+        if !self.broker().holds_metadata() {
             // Between the two steps of a metadata change, for a group other than the one that
             // holds the metadata: the crash the data groups' tests make.
             fail::fail_point!("placement::data_group::before_propose", |arg: Option<String>| {

@@ -39,7 +39,8 @@ impl Cluster {
         let Some(keys) = self.metadata().access(crate::auth::handles::HandleKeys::of) else { return false };
         let id =
             keys.seal(&transaction_id(self.broker().partition(), ask.position), &[&ask.topic, &message.message_id]);
-        self.sessions().ask(&ask.topic, self.broker(), |resource| {
+        // Whether a producer may still publish is the metadata's to say (users and rules).
+        self.sessions().ask(&ask.topic, self.metadata(), |resource| {
             crate::sessions::recover_command(resource, message.clone(), store_ms, &id)
         })
     }

@@ -89,7 +89,7 @@ impl HttpState {
                 use rockraft_proto::rockraft as pb;
                 let channel = self.cluster.member_channel(&m.raft_addr).ok()?;
                 let mut member = pb::admin_service_client::AdminServiceClient::new(channel);
-                let reply = member.get_status(pb::GetStatusRequest {}).await.ok()?;
+                let reply = member.get_status(pb::GetStatusRequest::default()).await.ok()?;
                 NodeStatus::try_from(reply.into_inner()).ok()
             };
             (m.id, m.client_addr.clone(), tokio::time::timeout(MEMBER_WAIT, status).await.ok().flatten())

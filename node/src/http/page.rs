@@ -276,7 +276,10 @@ pub(super) fn render(v: &View, at: &At) -> String {
                 h,
                 "<tr><td>{id}</td><td>{leader}</td><td>{term}</td><td>{role}</td><td>{committed}</td><td>{applied}</td>\
                  <td>{sends}</td><td>{consumed}</td><td>{lag}</td></tr>",
-                id = g.id,
+                id = match g.id {
+                    0 => "0 (metadata)".to_string(),
+                    n => n.to_string(),
+                },
                 leader = g.leader.map_or_else(|| "<span class=bad>none</span>".to_string(), |l| format!("node {l}")),
                 term = g.term,
                 role = role(g.role),

@@ -1,5 +1,5 @@
-//! The data groups' lifecycle: the first group's leader starts each data group the metadata adds
-//! (with the first group's voters), and each group's leader hands its leadership to the node
+//! The data groups' lifecycle: the metadata group's leader starts each data group the metadata
+//! adds (with the metadata group's voters), and each group's leader hands its leadership to the node
 //! whose turn it is, so every node leads its share of the groups, also after failures heal and
 //! after nodes join.
 
@@ -10,7 +10,7 @@ use crate::broker::Broker;
 use crate::cluster::Cluster;
 use crate::raft::{GroupId, GroupRegistry, NodeId, NodeInfo};
 
-/// How often the first group's leader looks for data groups to start.
+/// How often the metadata group's leader looks for data groups to start.
 const START_EVERY: Duration = Duration::from_secs(1);
 /// How often a group's leader looks whether the leadership is some other node's turn; also how
 /// long a new leader keeps it before it looks (a leader just elected after a failure stays while
@@ -23,21 +23,23 @@ const MAX_BALANCE_BACK_OFF: Duration = Duration::from_secs(60);
 /// A member that has not acknowledged the leader for this long is not handed the leadership.
 const RECENTLY: Duration = Duration::from_secs(1);
 
-/// On the first group's leader: starts every data group the metadata lists whose replica here has
-/// not been started, with the first group's voters. Starting a group on more than one node with
-/// the same voters is harmless (each writes the same first membership entry).
+/// On the metadata group's leader (`metadata` its state): starts every data group the metadata
+/// lists whose replica here has not been started, with the metadata group's voters. Starting a
+/// group on more than one node with the same voters is harmless (each writes the same first
+/// membership entry).
 /// Groups found started are remembered and not asked again; the job looks again when the
 /// metadata changes (a group added), or every [`START_EVERY`] while one is not started yet.
-pub async fn start_data_groups(first: Cluster, metadata: Broker, clusters: GroupRegistry<Cluster>) {
-    let mut started = std::collections::BTreeSet::new();
+pub async fn start_data_groups(holding: Cluster, metadata: Broker, clusters: GroupRegistry<Cluster>) {
+    // In a data directory of layout 2 the metadata group is the first data group: started.
+    let mut started = std::collections::BTreeSet::from([holding.group().id()]);
     let mut changes = metadata.watch_metadata();
     loop {
         changes.borrow_and_update();
         let listed = metadata.settings().data_groups;
         let voters: BTreeMap<NodeId, NodeInfo> =
-            first.group().status().members.into_iter().filter(|m| m.voter).map(|m| (m.id, m.info)).collect();
+            holding.group().status().members.into_iter().filter(|m| m.voter).map(|m| (m.id, m.info)).collect();
         let waiting: Vec<GroupId> =
-            (GroupId::FIRST.0 + 1..=listed).map(GroupId).filter(|id| !started.contains(id)).collect();
+            (GroupId::FIRST.0..=listed).map(GroupId).filter(|id| !started.contains(id)).collect();
         for id in waiting {
             // Opened by every node as it applies the change (`Replicas::follow_metadata`).
             let Some(cluster) = clusters.get(id) else { continue };
@@ -60,7 +62,7 @@ pub async fn start_data_groups(first: Cluster, metadata: Broker, clusters: Group
                 Err(e) => tracing::debug!(group = id.0, error = %e, "starting a data group failed; trying again"),
             }
         }
-        if (GroupId::FIRST.0 + 1..=listed).all(|id| started.contains(&GroupId(id))) {
+        if (GroupId::FIRST.0..=listed).all(|id| started.contains(&GroupId(id))) {
             // All started: nothing to do until the metadata adds a group.
             let _ = changes.changed().await;
         } else {
@@ -69,19 +71,19 @@ pub async fn start_data_groups(first: Cluster, metadata: Broker, clusters: Group
     }
 }
 
-/// How often a data group's leader compares its members with the first group's.
+/// How often a data group's leader compares its members with the metadata group's.
 const MEMBERS_EVERY: Duration = Duration::from_secs(1);
 
-/// On a data group's leader: makes the group's members those of the first group, as this node's
-/// replica of the first group knows them: members added there join here as learners and then
-/// voters, members removed there leave. A node joins or leaves the cluster through the first
-/// group (`cluster add-node`, `remove-node`); each data group follows within about a second.
-pub async fn follow_membership(cluster: Cluster, first: Cluster) {
+/// On a data group's leader: makes the group's members those of the metadata group, as this
+/// node's replica of it knows them: members added there join here as learners and then voters,
+/// members removed there leave. A node joins or leaves the cluster through the metadata group
+/// (`cluster add-node`, `remove-node`); each data group follows within about a second.
+pub async fn follow_membership(cluster: Cluster, metadata: Cluster) {
     let id = cluster.group().id();
     let mut back_off = START_EVERY;
     loop {
         tokio::time::sleep(back_off).await;
-        let target = first.group().status();
+        let target = metadata.group().status();
         let here = cluster.group().status();
         let members: BTreeMap<NodeId, bool> = here.members.iter().map(|m| (m.id, m.voter)).collect();
         let result = async {
@@ -89,7 +91,7 @@ pub async fn follow_membership(cluster: Cluster, first: Cluster) {
                 tracing::info!(group = id.0, node = m.id, "a member of the cluster joins the data group");
                 cluster.group().add_learner(m.id, m.info.clone()).await?;
             }
-            // Where the first group is going: a member being removed may never see it arrive.
+            // Where the metadata group is going: a member being removed may never see it arrive.
             let voters = target.next_voters.clone();
             if voters != here.voters() && !voters.is_empty() {
                 tracing::info!(group = id.0, voters = ?voters, "the data group takes the cluster's voters");

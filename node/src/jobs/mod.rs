@@ -11,7 +11,7 @@
 //!   of clients that went away; `placement` finishes metadata changes the data partition has
 //!   not taken yet;
 //! - leader only, with several data groups: `data_groups` starts the data groups the metadata
-//!   adds (on the first group's leader) and hands each group's leadership to the node whose turn
+//!   adds (on the metadata group's leader) and hands each group's leadership to the node whose turn
 //!   it is;
 //! - `group_traffic`: samples each group's stored, consumed and lag counts for the status page;
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;

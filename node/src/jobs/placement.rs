@@ -12,7 +12,7 @@ const EVERY: Duration = Duration::from_secs(1);
 const BACK_OFF: Duration = Duration::from_secs(1);
 const MAX_BACK_OFF: Duration = Duration::from_secs(30);
 
-/// `metadata`: this node's replica of the first group (the group's own for the first group).
+/// `metadata`: this node's replica of the metadata (the group's own where it holds the metadata).
 /// A data group's leader places each metadata change as soon as this node's replica of the
 /// metadata applies it, so a topic's queues in that group take sends within moments of its
 /// creation.

@@ -79,9 +79,9 @@ pub struct ProxyParts {
 pub struct Proxy {
     /// The groups this node runs: each queue's messages are in the group its topic names.
     groups: Groups,
-    /// The first group, which holds the metadata.
+    /// The group holding the metadata.
     cluster: Cluster,
-    /// This node's replica of the metadata (the first group's state), which requests are
+    /// This node's replica of the metadata (that group's state), which requests are
     /// checked against.
     broker: Broker,
     plugins: Arc<PluginHost>,
@@ -294,7 +294,11 @@ impl Proxy {
         let cluster = match topic.map(|t| self.groups.of_queue(t, batch.queue_id)) {
             Some(Ok(cluster)) => cluster,
             Some(Err(e)) => return (self.broker.partition(), Err(e)),
-            None => self.cluster.clone(),
+            // Unknown also once this node caught up with the metadata: no group holds it.
+            None => {
+                let refusal = crate::broker::Refusal::TopicNotFound(batch.topic.clone());
+                return (self.broker.partition(), Ok(Err(refusal)));
+            }
         };
         let here = cluster.broker().partition();
         let deadline = tokio::time::Instant::now() + hold;
@@ -303,7 +307,7 @@ impl Proxy {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let result = cluster.send(batch.clone(), left).await;
             let unplaced = matches!(&result, Ok(Err(crate::broker::Refusal::TopicNotFound(_))))
-                && here != crate::broker::position::PartitionId::FIRST
+                && !cluster.broker().holds_metadata()
                 && self.broker.topic(&batch.topic).is_some();
             if !unplaced || tokio::time::Instant::now() + pause >= deadline {
                 return (here, result);

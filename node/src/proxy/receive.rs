@@ -425,9 +425,7 @@ impl Round {
             }
             // A data group whose leader has not placed a topic or group created a moment ago:
             // it holds nothing of them yet (the metadata, checked first, has them).
-            Err(PopError::TopicNotFound(_) | PopError::GroupNotFound(_))
-                if group.group().id() != crate::raft::GroupId::FIRST =>
-            {
+            Err(PopError::TopicNotFound(_) | PopError::GroupNotFound(_)) if !group.broker().holds_metadata() => {
                 Ok(true)
             }
             Err(e) if self.pops.is_empty() => Err(e),

@@ -59,7 +59,10 @@ impl fmt::Display for CommandBytes {
 pub struct GroupId(pub u32);
 
 impl GroupId {
-    /// The group a cluster of one group runs: metadata and the first data partition together.
+    /// The metadata group: topics, consumer groups, access, plugins, settings; no queues.
+    pub const METADATA: GroupId = GroupId(0);
+    /// The first data group. In a data directory of layout 2 (written before the metadata had a
+    /// group of its own) it holds the metadata too.
     pub const FIRST: GroupId = GroupId(1);
 }
 

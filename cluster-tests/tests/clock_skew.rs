@@ -102,10 +102,10 @@ async fn a_node_whose_clock_is_off_does_not_lead() {
         assert!(!clock.skewed, "node {id} is in step with a majority: {clock:?}");
     }
 
-    // Leadership handed to it does not stay.
+    // Leadership handed to it (the metadata group's) does not stay.
     cluster.admin(pb::TransferLeaderRequest { to: ahead, group: None }).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let leader = cluster.wait_for_leader_of(None, Duration::from_secs(10)).await;
     assert_ne!(leader, ahead, "the node a day ahead leads");
 
     let p = producer(&cluster.client_addr(ahead), "Timely").await;

@@ -163,7 +163,8 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
     let ca_path = cluster.tls_ca.clone().expect("a CA");
     let ca = cluster.ca.as_ref().expect("the CA");
     cluster.create_topic("Orders", 1, TopicKind::Normal).await;
-    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    // Nodes join through the metadata group: its leader adds them, its members are the cluster's.
+    let leader = cluster.wait_for_leader_of(None, Duration::from_secs(10)).await;
     assert_eq!(send(&cluster.client_addr(leader), &ca_path, "Orders", "m-1").await, Code::Ok as i32);
     let dir = tempfile::tempdir().expect("dir");
     // Signed by the cluster's CA, but for another name than the address it is added under.
@@ -195,7 +196,7 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
         }
         panic!("{added:?}");
     }
-    let committed = cluster.status(leader).await.and_then(|s| s.committed).expect("committed");
+    let committed = cluster.status_of(leader, None).await.and_then(|s| s.committed).expect("committed");
     retry(Duration::from_secs(30), || async {
         match metric(&named.http_addr, "rockraft_raft_applied_index").await {
             Some(applied) if applied >= committed as f64 => Ok(()),
@@ -216,7 +217,7 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
     let refusing = metric(&leader_http, "rockraft_member_refusing{member=\"4\"}").await;
     assert_eq!(refusing, Some(1.0), "the leader shows node 4 refusing");
     assert_eq!(metric(&leader_http, "rockraft_member_refusing{member=\"5\"}").await, Some(0.0));
-    let status = cluster.status(leader).await.expect("status");
+    let status = cluster.status_of(leader, None).await.expect("status");
     let voters: Vec<u64> = status.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
     assert_eq!(voters, vec![1, 2, 3, 5], "node 4 is no voter");
 }

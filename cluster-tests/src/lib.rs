@@ -704,10 +704,7 @@ impl Cluster {
                 return;
             }
             assert!(Instant::now() < deadline, "node {id} did not become leader");
-            // Asked of the group's leader: a data group's hand-over is not passed on.
-            let leader = self.wait_for_leader(Duration::from_secs(10)).await;
-            let group = Some(rockraft::raft::GroupId::FIRST.0);
-            let _ = self.call(&self.node(leader).admin_addr, pb::TransferLeaderRequest { to: id, group }).await;
+            self.hand_over(rockraft::raft::GroupId::FIRST.0, id).await;
             for _ in 0..30 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if leads().await {
@@ -715,6 +712,14 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// Asks data group `group`'s leader to hand its leadership to node `id` (asked of the
+    /// leader: a data group's hand-over is not passed on), without waiting for it to happen.
+    pub async fn hand_over(&self, group: u32, id: u64) {
+        let leader = self.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
+        let _ =
+            self.call(&self.node(leader).admin_addr, pb::TransferLeaderRequest { to: id, group: Some(group) }).await;
     }
 
     /// Waits until node `id` has applied everything the leader has committed, in the first

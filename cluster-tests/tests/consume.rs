@@ -1,7 +1,7 @@
 //! POP consumption with the official Rust SimpleConsumer against a real three-node cluster:
 //! receive, ack, tag filters, redelivery after the invisible time, the dead-letter topic, orderly
-//! message groups under concurrency, a replay from a point in time, and a leader killed between
-//! receive and ack.
+//! message groups under concurrency, a replay from a point in time, a leader killed between
+//! receive and ack, and acks through leadership handed over and over.
 
 use rockraft_proto::rockraft as pb;
 use std::collections::{BTreeMap, BTreeSet};
@@ -284,4 +284,45 @@ async fn a_sparse_filter_finds_its_message_behind_a_long_run_of_others_in_one_re
     let first = c.receive_with("Audit", &rare, 32, Duration::from_secs(30)).await.expect("receive");
     let ids: Vec<&str> = first.iter().map(|m| m.message_id()).collect();
     assert_eq!(ids, vec![wanted.as_str()], "the first receive brings the one match");
+}
+
+/// Acks sent through a follower while the leadership of the queue's group is handed from node to
+/// node (as the leader balancer does) all succeed: a moment with no leader is waited out, not
+/// answered with HA_NOT_AVAILABLE, which the official clients do not retry for an ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acks_through_leadership_handed_over_and_over_all_succeed() {
+    let cluster = Arc::new(Cluster::start(3, Options::default()).await);
+    cluster.create_topic("Handover", 1, TopicKind::Normal).await;
+    cluster.create_group("steady", false, 16).await;
+    let group = cluster.queue_group("Handover", 0).await;
+    let p = producer(&cluster.access_url(), "Handover").await;
+    let mut sent = BTreeSet::new();
+    for i in 0..150 {
+        sent.insert(send(&p, "Handover", "h", None, format!("h-{i}")).await);
+    }
+
+    let handing = {
+        let cluster = Arc::clone(&cluster);
+        tokio::spawn(async move {
+            for round in 0..10u64 {
+                let leader = cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
+                cluster.hand_over(group, (leader + round % 2) % 3 + 1).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let c = consumer(&cluster.client_addr(3), "steady", "Handover").await;
+    let mut acked = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while acked.len() < sent.len() || !handing.is_finished() {
+        assert!(Instant::now() < deadline, "acked {} of {}", acked.len(), sent.len());
+        for m in receive_n(&c, "Handover", &all(), 1, Duration::from_secs(30), Duration::from_secs(5)).await {
+            c.ack(&m).await.expect("an ack through a leadership hand-over");
+            acked.insert(m.message_id().to_string());
+            // Spread over the hand-overs.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    handing.await.expect("hand-overs");
+    assert_eq!(acked, sent, "every message acked once");
 }

@@ -61,6 +61,9 @@ const ELECTION_WAIT: Duration = Duration::from_secs(3);
 const FORWARD_ATTEMPT: Duration = Duration::from_secs(1);
 /// How long a held send waits for news of another leader before it tries again anyway.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long a write waits out a moment with no leader (an election, a leadership handed over by
+/// the balancer) before it answers `NoLeader`: about two elections, within a client's timeout.
+const WRITE_HOLD: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]
 pub struct ClusterOptions {
@@ -302,7 +305,24 @@ impl Cluster {
 
     /// Proposes `command` and returns its reply once it is committed and applied. The leader
     /// stamps its time into it; a follower forwards it to the leader.
+    ///
+    /// A moment without a leader is waited out for up to [`WRITE_HOLD`]: `NoLeader`, from this
+    /// node or from the one it forwarded to, means the command was not proposed (openraft refuses
+    /// a write before appending it), so trying again cannot apply it twice.
     pub async fn write(&self, command: &Command) -> Result<Reply, ClusterError> {
+        let deadline = tokio::time::Instant::now() + WRITE_HOLD;
+        loop {
+            let asked = self.leader().map(|(id, _)| id);
+            match self.write_once(command).await {
+                Err(ClusterError::NoLeader) if tokio::time::Instant::now() < deadline => {
+                    self.await_other_leader(asked, deadline).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn write_once(&self, command: &Command) -> Result<Reply, ClusterError> {
         let mut leader = None;
         if self.is_leader() {
             let stamped = |now| {

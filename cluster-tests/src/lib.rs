@@ -410,7 +410,8 @@ impl Cluster {
         cluster
     }
 
-    /// Waits until every running node runs groups 1 to `groups`, each with a leader it knows.
+    /// Waits until every running node runs groups 1 to `groups`, each it holds a replica of with
+    /// a leader it knows; from five nodes, also until each group has its three voters.
     pub async fn wait_for_groups(&mut self, groups: u32, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         let ids: Vec<u64> = self.nodes.iter().map(|n| n.id).collect();
@@ -421,10 +422,19 @@ impl Cluster {
                     continue;
                 }
                 let led = match self.status(id).await {
-                    Some(s) => s.groups.iter().filter(|g| (1..=groups).contains(&g.id) && g.leader.is_some()).count(),
+                    Some(s) => s
+                        .groups
+                        .iter()
+                        .filter(|g| (1..=groups).contains(&g.id) && (g.elsewhere || g.leader.is_some()))
+                        .count(),
                     None => 0,
                 };
                 ready &= led == groups as usize;
+            }
+            if ready && ids.len() >= 5 {
+                for group in 1..=groups {
+                    ready &= self.holders_now(group).await.is_some_and(|h| h.len() == 3);
+                }
             }
             if ready {
                 return;
@@ -693,6 +703,32 @@ impl Cluster {
         }
     }
 
+    /// The voters of data group `group`, as its leader has them (below five nodes, every node).
+    pub async fn holders(&self, group: u32) -> std::collections::BTreeSet<u64> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(holders) = self.holders_now(group).await {
+                return holders;
+            }
+            assert!(Instant::now() < deadline, "data group {group} has no leader to say who holds it");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// [`Self::holders`], if a node leads the group now.
+    async fn holders_now(&self, group: u32) -> Option<std::collections::BTreeSet<u64>> {
+        let mut best: Option<NodeStatus> = None;
+        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+            if let Some(s) = self.status_of(n.id, Some(group)).await
+                && s.role == Role::Leader
+                && best.as_ref().is_none_or(|b| b.term < s.term)
+            {
+                best = Some(s);
+            }
+        }
+        Some(best?.members.iter().filter(|m| m.voter).map(|m| m.id).collect())
+    }
+
     /// Hands the first data group's leadership to node `id` and waits until it leads.
     pub async fn make_leader(&self, id: u64) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -733,7 +769,12 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         loop {
             let leader = self.wait_for_leader_of(group, timeout).await;
-            if let (Some(l), Some(n)) = (self.status_of(leader, group).await, self.status_of(id, group).await)
+            let (l, n) = (self.status_of(leader, group).await, self.status_of(id, group).await);
+            // A node holding no replica of the group has nothing to catch up.
+            if l.as_ref().is_some_and(|l| !l.members.iter().any(|m| m.id == id)) {
+                return;
+            }
+            if let (Some(l), Some(n)) = (l, n)
                 && l.committed.is_some()
                 && n.applied >= l.committed
             {

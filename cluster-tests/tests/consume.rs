@@ -135,7 +135,8 @@ async fn official_consumer_receives_filters_acks_and_gets_what_it_did_not_ack_ag
     assert_eq!((orders.lag, orders.inflight), (0, 0), "everything acked or filtered out");
 
     // Replay from before the first send: everything that matches comes again, as new deliveries.
-    let reset = pb::ResetOffsetRequest { group: "billing".into(), topic: "Orders".into(), time_ms: 0 };
+    let reset =
+        pb::ResetOffsetRequest { group: "billing".into(), topic: "Orders".into(), time_ms: 0, data_group: None };
     cluster.admin(reset).await;
     let replay = receive_n(&c, "Orders", &paid, 10, Duration::from_secs(30), Duration::from_secs(30)).await;
     let replayed: BTreeSet<String> = replay.iter().map(|m| m.message_id().to_string()).collect();

@@ -1,6 +1,7 @@
-//! Data groups: Raft groups of their own beside the metadata group, on every node. Adding them starts a
-//! replica on each node, each node comes to lead its share, a killed node's groups elect
-//! another leader while the others keep theirs, and once it is back the leaderships return.
+//! Data groups: Raft groups of their own beside the metadata group, on every node below five
+//! nodes and on three of them from five. Adding them starts a replica on each node holding them,
+//! each node comes to lead its share, a killed node's groups elect another leader while the
+//! others keep theirs, and once it is back the leaderships return.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -98,13 +99,15 @@ async fn a_node_removed_from_the_cluster_leaves_every_data_group() {
     }
 }
 
-/// Every group's replicas agree: the same digest at the same applied index on every node.
+/// Every group's replicas agree: the same digest at the same applied index on every node holding
+/// the group.
 async fn wait_replicas_agree(cluster: &Cluster, groups: u32) {
     for group in 1..=groups {
+        let holders = cluster.holders(group).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut seen = Vec::new();
-            for id in 1..=3 {
+            for &id in &holders {
                 let d = cluster.call(&cluster.admin_addr(id), pb::GetDigestRequest { group }).await;
                 seen.push(d.ok().map(|d| (d.applied, d.digest)));
             }
@@ -296,4 +299,115 @@ async fn a_data_group_leader_crashed_between_a_metadata_change_and_its_placement
             assert!(left.is_empty(), "node {id} queue {q} kept {} messages of the deleted topic", left.len());
         }
     }
+}
+
+/// Five nodes, five data groups: each group's replicas on three nodes (each node holding three
+/// groups and coming to lead one), the official client sending to and consuming every queue
+/// through the routes, a send through a node that holds no replica of its queue's group passed
+/// to that group's leader, `topic list` and `group list` asked of any node counting every group,
+/// and each group's replicas agreeing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_nodes_hold_each_data_group_on_three_and_serve_every_queue_through_any_node() {
+    use rocketmq::model::common::{FilterExpression, FilterType};
+    use rocketmq::model::message::MessageBuilder;
+    use rockraft::broker::TopicKind;
+    use rockraft_cluster_tests::clients::{consumer, producer};
+    use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+    use rockraft_proto::rocketmq::{Code, Message, Resource, SendMessageRequest, SystemProperties};
+
+    let cluster = Cluster::start(5, Options { data_groups: Some(5), ..Default::default() }).await;
+    let mut held: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut holders = BTreeMap::new();
+    for group in 1..=5 {
+        let h = cluster.holders(group).await;
+        assert_eq!(h.len(), 3, "group {group} has three replicas: {h:?}");
+        for &id in &h {
+            *held.entry(id).or_default() += 1;
+        }
+        holders.insert(group, h);
+    }
+    assert_eq!(held, (1..=5).map(|id| (id, 3)).collect(), "each node holds three groups");
+    // The balancer hands each node one group to lead.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut leaders = Vec::new();
+        for group in 1..=5 {
+            leaders.push(cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await);
+        }
+        if leaders == [1, 2, 3, 4, 5] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the leaders stayed {leaders:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    cluster.create_topic("Wide", 10, TopicKind::Normal).await;
+    cluster.create_group("everyone", false, 16).await;
+    let p = producer(&cluster.access_url(), "Wide").await;
+    let mut sent = std::collections::BTreeSet::new();
+    for i in 0..50 {
+        let m = MessageBuilder::builder().set_topic("Wide").set_tag("t").set_body(format!("w-{i}").into_bytes());
+        sent.insert(p.send(m.build().unwrap()).await.expect("send").message_id().to_string());
+    }
+    // Each queue once through a node holding no replica of its group.
+    for queue in 0..10u32 {
+        let group = cluster.queue_group("Wide", queue).await;
+        let elsewhere = (1..=5).find(|id| !holders[&group].contains(id)).expect("two nodes hold no replica");
+        let mut c = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(elsewhere)))
+            .await
+            .expect("connect");
+        let id = format!("elsewhere-{queue}");
+        let message = Message {
+            topic: Some(Resource { resource_namespace: String::new(), name: "Wide".into() }),
+            user_properties: Default::default(),
+            system_properties: Some(SystemProperties {
+                message_id: id.clone(),
+                queue_id: queue as i32,
+                ..Default::default()
+            }),
+            body: b"passed on".to_vec().into(),
+        };
+        let r = c.send_message(SendMessageRequest { messages: vec![message] }).await.expect("rpc").into_inner();
+        let code = r.status.as_ref().map(|s| s.code);
+        assert_eq!(code, Some(Code::Ok as i32), "queue {queue} (group {group}) through node {elsewhere}: {r:?}");
+        sent.insert(id);
+    }
+    // Every node counts every group's messages, held here or not.
+    for id in 1..=5 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let topics = cluster.call(&cluster.admin_addr(id), pb::ListTopicsRequest::default()).await.expect("list");
+            let wide = topics.topics.iter().find(|t| t.name == "Wide").map_or(0, |t| t.messages);
+            if wide == sent.len() as u64 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id} counts {wide} messages of {}", sent.len());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    let all = FilterExpression::new(FilterType::Tag, "*");
+    let c = consumer(&cluster.access_url(), "everyone", "Wide").await;
+    let mut received = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while received.len() < sent.len() {
+        assert!(Instant::now() < deadline, "received {} of {}", received.len(), sent.len());
+        match c.receive_with("Wide", &all, 32, Duration::from_secs(20)).await {
+            Ok(batch) => {
+                for m in batch {
+                    c.ack(&m).await.expect("ack");
+                    received.insert(m.message_id().to_string());
+                }
+            }
+            Err(e) => eprintln!("receive failed (retrying): {e:?}"),
+        }
+    }
+    assert_eq!(received, sent, "every message received and acked once");
+    for id in [1, 5] {
+        let groups = cluster.call(&cluster.admin_addr(id), pb::ListGroupsRequest::default()).await.expect("list");
+        let everyone = groups.groups.iter().find(|g| g.name == "everyone").expect("listed");
+        let lag: u64 = everyone.progress.iter().map(|p| p.lag).sum();
+        assert_eq!(lag, 0, "no lag left, as node {id} counts it");
+    }
+    wait_replicas_agree(&cluster, 5).await;
 }

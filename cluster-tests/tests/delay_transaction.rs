@@ -596,11 +596,12 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     let of = |name: &str| topics.iter().find(|t| t.name == name).unwrap();
     assert_eq!(of("Scheduled").timers, 1);
     assert_eq!(of("Orders").open_halves, 2);
-    let found = cluster.admin(pb::GetMessageRequest { message_id: timer_id.clone(), local: false }).await;
+    let found =
+        cluster.admin(pb::GetMessageRequest { message_id: timer_id.clone(), local: false, data_group: None }).await;
     assert_eq!(found.held.map(|h| h.kind), Some("TIMER".into()), "GetMessage of a pending timer");
 
     // An operator rolls one back at once; the checker rolls the other back at 3 s of age.
-    cluster.admin(pb::ResolveTransactionRequest { message_id: stuck.clone(), commit: false }).await;
+    cluster.admin(pb::ResolveTransactionRequest { message_id: stuck.clone(), commit: false, data_group: None }).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     let rolled_back_by_checker = loop {
         let all = held(false, true).await;
@@ -618,7 +619,7 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
 
     // Resumed by the operator: delivered once; the one rolled back by the operator never.
     // An aged-out half can be resumed.
-    cluster.admin(pb::ResolveTransactionRequest { message_id: aged.clone(), commit: true }).await;
+    cluster.admin(pb::ResolveTransactionRequest { message_id: aged.clone(), commit: true, data_group: None }).await;
     let c = consumer(&url, "ops", "Orders").await;
     let got =
         collect(&c, "Orders", &["aged-out"], Duration::from_secs(3), Instant::now() + Duration::from_secs(20)).await;
@@ -631,7 +632,7 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     use rockraft_proto::rockraft as pb;
     let endpoint = format!("http://{}", cluster.admin_addr(2));
     let mut typed = pb::admin_service_client::AdminServiceClient::connect(endpoint).await.unwrap();
-    let by_id = |id: &str| pb::GetMessageRequest { message_id: id.to_string(), local: false };
+    let by_id = |id: &str| pb::GetMessageRequest { message_id: id.to_string(), local: false, data_group: None };
     let found = typed.get_message(by_id(&aged)).await.unwrap().into_inner();
     let line = found.message.expect("delivered: found as a stored message");
     assert_eq!((line.topic.as_str(), line.message_id.as_str()), ("Orders", aged.as_str()));

@@ -243,7 +243,7 @@ fn admin_rpcs() -> Vec<Rpc> {
         typed("/rockraft.v1.AdminService/DeleteTopic", pb::DeleteTopicRequest { name: "Fuzz".into() }.encode_to_vec()),
         typed(
             "/rockraft.v1.AdminService/GetMessage",
-            pb::GetMessageRequest { message_id: "fuzz-1".into(), local: false }.encode_to_vec(),
+            pb::GetMessageRequest { message_id: "fuzz-1".into(), local: false, data_group: None }.encode_to_vec(),
         ),
         typed(
             "/rockraft.v1.AdminService/ListMessages",
@@ -256,7 +256,8 @@ fn admin_rpcs() -> Vec<Rpc> {
         ),
         typed(
             "/rockraft.v1.AdminService/ResolveTransaction",
-            pb::ResolveTransactionRequest { message_id: "fuzz-1".into(), commit: true }.encode_to_vec(),
+            pb::ResolveTransactionRequest { message_id: "fuzz-1".into(), commit: true, data_group: None }
+                .encode_to_vec(),
         ),
         typed(
             "/rockraft.v1.AdminService/BindPlugin",

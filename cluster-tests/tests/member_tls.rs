@@ -174,7 +174,7 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
         id,
         raft_addr,
         client_addr: format!("127.0.0.1:{}", free_port()),
-        admin_addr: String::new(),
+        ..Default::default()
     };
     let leader_admin = cluster.admin_addr(leader);
     // The leader cannot reach it as a member: adding it fails, saying so, and it stays a learner.

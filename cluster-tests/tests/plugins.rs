@@ -810,6 +810,7 @@ async fn example_checker_plugin_resolves_transactions() {
             all: true,
             after: String::new(),
             limit: 100,
+            data_group: None,
         };
         let cluster = &cluster;
         async move { cluster.admin(req).await.held }

@@ -210,6 +210,7 @@ impl Replicas {
             sessions: Arc::clone(sessions),
             disk: Arc::clone(&self.inner.disk),
             metadata: (id != self.inner.metadata).then(|| self.metadata().broker),
+            cluster_members: (id != self.inner.metadata).then(|| self.metadata().cluster.group().clone()),
         };
         let cluster = Cluster::new(group, broker.clone(), options);
         self.inner.raft.insert(id, cluster.group().raft().clone(), cluster.leader_contact());
@@ -257,14 +258,14 @@ impl Replicas {
         let Context { config, jobs, meters, plugins, .. } = &self.inner.context;
         let (leadership, id) = (&replica.leadership, replica.cluster.group().id());
         // The metadata: the metadata group's state (this replica's own, in layout 2's group 1).
-        let metadata = match id == self.inner.metadata {
-            true => replica.broker.clone(),
+        let (metadata, members) = match id == self.inner.metadata {
+            true => (replica.broker.clone(), replica.cluster.clone()),
             false => {
                 let (following, members) = (replica.cluster.clone(), self.metadata().cluster);
                 jobs.spawn_leader("members", leadership.clone(), move || {
                     in_group(id, crate::jobs::follow_membership(following.clone(), members.clone()))
                 });
-                self.metadata().broker
+                (self.metadata().broker, self.metadata().cluster)
             }
         };
         let (placing, placed_from) = (replica.cluster.clone(), metadata.clone());
@@ -301,7 +302,7 @@ impl Replicas {
         });
         let balancing = replica.cluster.clone();
         jobs.spawn_leader("leader balance", leadership.clone(), move || {
-            in_group(id, crate::jobs::balance_leaders(balancing.clone(), metadata.clone()))
+            in_group(id, crate::jobs::balance_leaders(balancing.clone(), metadata.clone(), members.clone()))
         });
     }
 }

@@ -127,6 +127,8 @@ pub struct GroupRow {
     pub term: u64,
     pub committed: Option<u64>,
     pub applied: Option<u64>,
+    /// This node holds no replica of the group: `leader` is what a member last told it.
+    pub elsewhere: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -148,6 +150,7 @@ pub struct MemberInfo {
     pub client_addr: String,
     pub admin_addr: String,
     pub voter: bool,
+    pub rack: String,
 }
 
 #[derive(Debug, Clone)]
@@ -258,6 +261,7 @@ impl From<NodeStatus> for pb::NodeStatusReply {
                     client_addr: m.client_addr,
                     admin_addr: m.admin_addr,
                     voter: m.voter,
+                    rack: m.rack,
                 })
                 .collect(),
             clock_offsets_ms: s.clock.offsets_ms.into_iter().collect(),
@@ -276,6 +280,7 @@ impl From<NodeStatus> for pb::NodeStatusReply {
                     term: g.term,
                     committed: g.committed,
                     applied: g.applied,
+                    elsewhere: g.elsewhere,
                 })
                 .collect(),
         }
@@ -305,6 +310,7 @@ impl TryFrom<pb::NodeStatusReply> for NodeStatus {
                     client_addr: m.client_addr,
                     admin_addr: m.admin_addr,
                     voter: m.voter,
+                    rack: m.rack,
                 })
                 .collect(),
             clock: crate::cluster::skew::ClockReport {
@@ -327,6 +333,7 @@ impl TryFrom<pb::NodeStatusReply> for NodeStatus {
                         term: g.term,
                         committed: g.committed,
                         applied: g.applied,
+                        elsewhere: g.elsewhere,
                     })
                 })
                 .collect::<Result<_, UnknownWord>>()?,
@@ -373,6 +380,7 @@ mod tests {
                 client_addr: "a:2".into(),
                 admin_addr: "a:3".into(),
                 voter: true,
+                rack: "r1".into(),
             }],
             clock: crate::cluster::skew::ClockReport { offsets_ms: [(1, -40)].into(), skewed: true },
             disk: Box::new(NodeDisk {
@@ -387,6 +395,7 @@ mod tests {
                 term: 4,
                 committed: Some(7),
                 applied: Some(6),
+                elsewhere: false,
             }],
         };
         let back = NodeStatus::try_from(pb::NodeStatusReply::from(status.clone())).unwrap();

@@ -69,6 +69,10 @@ pub struct NodeConfig {
     /// address of `0.0.0.0`): what routes hand out for this node. Default: `client_addr`.
     #[serde(default)]
     pub advertised_client_addr: Option<String>,
+    /// The rack (or zone) this node runs in, as `cluster add-node --rack` records it; empty: none
+    /// named. From five nodes each data group has three replicas, on as many racks as there are.
+    #[serde(default)]
+    pub rack: String,
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
     /// The initial members, used by `rockraft cluster init`.
@@ -117,6 +121,9 @@ pub struct Member {
     /// Where operators reach this member's admin API.
     #[serde(default)]
     pub admin_addr: String,
+    /// The rack (or zone) this member runs in; empty: none named.
+    #[serde(default)]
+    pub rack: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -480,6 +487,7 @@ impl NodeConfig {
             raft_addr: self.raft_addr.clone(),
             client_addr: self.advertised_client_addr().to_string(),
             admin_addr: self.admin_addr.clone(),
+            rack: self.rack.clone(),
         }
     }
 

@@ -74,6 +74,7 @@ impl AdminServer {
                     client_addr: n.info.client_addr.clone(),
                     admin_addr: n.info.admin_addr.clone(),
                     voter: n.voter,
+                    rack: n.info.rack.clone(),
                 })
                 .collect(),
             clock: self.cluster.clock_report(),
@@ -93,10 +94,11 @@ impl AdminServer {
                     GroupRow {
                         id: id.0,
                         role: role(g.role),
-                        leader: g.leader,
+                        leader: cluster.leader().map(|(id, _)| id),
                         term: g.term,
                         committed: g.committed,
                         applied: g.applied,
+                        elsewhere: !cluster.holds_replica(),
                     }
                 })
                 .collect(),
@@ -120,6 +122,7 @@ impl AdminServer {
                         raft_addr: m.raft_addr.clone(),
                         client_addr: m.client_addr.clone(),
                         admin_addr: m.admin_addr.clone(),
+                        rack: m.rack.clone(),
                     };
                     (m.id, info)
                 })

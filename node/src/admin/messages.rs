@@ -7,6 +7,7 @@ use crate::broker::HeldEntry;
 use crate::broker::timer::parse_recall_handle;
 use crate::broker::transaction::{Resolver, TransactionCommand, parse_transaction_id};
 use crate::broker::{Command, StoredEntry};
+use crate::cluster::Cluster;
 
 /// A message found by id: stored in a queue, or held (a pending timer or a half).
 pub(super) enum Found {
@@ -53,9 +54,9 @@ impl AdminServer {
         Ok((out, (offset < end).then_some(offset)))
     }
 
-    /// The message `id`, stored or held, in whichever data group holds it.
-    pub(super) fn get_message(&self, id: &str) -> Result<Option<Found>, AdminError> {
-        for group in self.data().all() {
+    /// The message `id`, stored or held, in whichever of `groups` holds it.
+    pub(super) fn get_message(&self, id: &str, groups: &[Cluster]) -> Result<Option<Found>, AdminError> {
+        for group in groups {
             let broker = group.broker();
             if let Some(found) = broker.find(id)? {
                 return Ok(Some(Found::Stored(line(found))));
@@ -78,6 +79,7 @@ impl AdminServer {
         all: bool,
         after: Option<&str>,
         limit: usize,
+        groups: &[Cluster],
     ) -> Result<Vec<HeldEntry>, AdminError> {
         let after_in = match after {
             None => None,
@@ -90,7 +92,7 @@ impl AdminServer {
             }
         };
         let mut out = Vec::new();
-        for group in self.data().all() {
+        for group in groups {
             let broker = group.broker();
             let after = match after_in {
                 Some((p, _)) if broker.partition() < p => continue,
@@ -107,11 +109,17 @@ impl AdminServer {
 
     /// Commits or rolls back a transactional half by message id, as an operator (a half the
     /// checker rolled back can still be committed while its message is kept).
-    pub(super) async fn resolve_transaction(&self, message_id: String, commit: bool) -> Result<String, AdminError> {
+    /// Looks in `groups` only.
+    pub(super) async fn resolve_transaction(
+        &self,
+        message_id: String,
+        commit: bool,
+        groups: &[Cluster],
+    ) -> Result<String, AdminError> {
         let mut found = None;
-        for group in self.data().all() {
+        for group in groups {
             if let Some(half) = group.broker().find_held(&message_id)?.filter(|h| h.kind == "half") {
-                found = Some((group, half));
+                found = Some((group.clone(), half));
                 break;
             }
         }

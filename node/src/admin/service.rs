@@ -84,6 +84,40 @@ impl AdminServer {
             .expect("the metadata group is opened first")
     }
 
+    /// Data group `id`, as its handle on this node (which may hold no replica of it).
+    pub(super) fn data_group(&self, id: u32) -> Result<Cluster, AdminError> {
+        match id {
+            0 => Err(AdminError::invalid("group 0 holds the metadata, not messages")),
+            id => Ok(self.data().partition(crate::broker::position::PartitionId(id))?),
+        }
+    }
+
+    /// Every data group's id, in order.
+    pub(super) fn data_group_ids(&self) -> Vec<u32> {
+        self.data().all().iter().map(|g| g.group().id().0).collect()
+    }
+
+    /// The data groups this node holds a replica of.
+    pub(super) fn held_groups(&self) -> Vec<Cluster> {
+        self.data().all().into_iter().filter(Cluster::holds_replica).collect()
+    }
+
+    /// The data groups holding `topic`'s queues, by id.
+    pub(super) fn holders_of(&self, topic: &str) -> Result<Vec<u32>, AdminError> {
+        let config = self
+            .parts
+            .broker
+            .topic(topic)
+            .ok_or_else(|| AdminError::NotFound(format!("topic {topic} does not exist")))?;
+        let mut ids: Vec<u32> = match crate::broker::group::is_dead_letter_topic(topic) {
+            true => self.data_group_ids(),
+            false => (0..config.queues).map(|q| config.group_of(q)).collect(),
+        };
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     /// Serves a request only the leader answers, through the cluster's router: `here` when this
     /// node leads. Otherwise an operator's request is passed on once, by `there`, to the leader's
     /// admin service, and its answer passed back as it is; the request goes alone, since its
@@ -96,16 +130,31 @@ impl AdminServer {
         there: impl AsyncFnOnce(LeaderClient, R) -> Result<Response<T>, Status>,
         here: impl AsyncFnOnce(R) -> Result<Response<T>, Status>,
     ) -> Result<Response<T>, Status> {
+        self.on_leader_of(&self.cluster.clone(), request, there, here).await
+    }
+
+    /// [`Self::on_leader`] for the leader of `group` (a data group's, for what only its members
+    /// hold). A node that holds no replica of the group finds its leader first.
+    pub(super) async fn on_leader_of<R, T>(
+        &self,
+        group: &Cluster,
+        request: Request<R>,
+        there: impl AsyncFnOnce(LeaderClient, R) -> Result<Response<T>, Status>,
+        here: impl AsyncFnOnce(R) -> Result<Response<T>, Status>,
+    ) -> Result<Response<T>, Status> {
         let request = request.into_inner();
+        if self.plane == Plane::Operators && group.leader().is_none() {
+            group.find_leader().await;
+        }
         let answered = match self.plane {
-            Plane::Members => self.cluster.as_leader(async |_| here(request).await.map_err(AdminError::Answered)).await,
+            Plane::Members => group.as_leader(async |_| here(request).await.map_err(AdminError::Answered)).await,
             Plane::Operators => {
                 let here = async |_: &Cluster, r| here(r).await.map_err(AdminError::Answered);
                 let there = async |channel, r| {
                     let leader = AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX);
                     there(leader, r).await.map_err(AdminError::Answered)
                 };
-                self.cluster.on_leader_channel(request, here, there).await
+                group.on_leader_channel(request, here, there).await
             }
         };
         Ok(answered?)

@@ -7,7 +7,7 @@ use crate::broker::group::GroupConfig;
 use crate::broker::held::HeldCounts;
 use crate::broker::lite::LiteTopicInfo;
 use crate::broker::pop::ConsumeCommand;
-use crate::broker::{AdminCommand, Command, TopicConfig};
+use crate::broker::{AdminCommand, Command, GroupFigures, TopicConfig};
 
 /// The most lite topics one listing returns (it is paged by name).
 const MAX_LITE_LISTING: usize = 10_000;
@@ -21,35 +21,62 @@ impl AdminServer {
         self.write(Command::Admin(AdminCommand::DeleteTopic { name })).await
     }
 
-    /// Every topic with its queues' spans and held counts, as this node has applied them: each
-    /// queue as the data group holding it has it (a dead-letter queue, kept by every data group,
-    /// summed over them), held messages summed over the groups.
-    pub fn list_topics(&self) -> Vec<TopicInfo> {
-        let data = self.data();
-        let groups = data.all();
-        let held: Vec<_> = groups.iter().flat_map(|g| g.broker().held_counts()).collect();
+    /// Every topic with its queues' spans and held counts: each queue as the data group holding
+    /// it has it (a dead-letter queue, kept by every data group, summed over them), held messages
+    /// summed over the groups. A group this node holds a replica of is read here; another is
+    /// asked of its leader.
+    pub async fn list_topics(&self) -> Vec<TopicInfo> {
+        self.topics_from(&self.figures().await)
+    }
+
+    /// [`Self::list_topics`] over the data groups this node holds a replica of only (what its
+    /// `/metrics` report).
+    pub fn list_topics_here(&self) -> Vec<TopicInfo> {
+        self.topics_from(&self.figures_here())
+    }
+
+    /// The figures of each data group this node holds a replica of.
+    fn figures_here(&self) -> Vec<(u32, GroupFigures)> {
+        let held = self.data().all().into_iter().filter(|g| g.holds_replica());
+        held.map(|g| (g.group().id().0, g.broker().figures())).collect()
+    }
+
+    /// Each data group's figures: read from this node's replica, or asked of the group's leader
+    /// (a group that does not answer is left out).
+    async fn figures(&self) -> Vec<(u32, GroupFigures)> {
+        let mut out = Vec::new();
+        for group in self.data().all() {
+            let id = group.group().id().0;
+            match group.figures().await {
+                Ok(figures) => out.push((id, figures)),
+                Err(e) => tracing::debug!(group = id, error = %e, "a data group's figures could not be read"),
+            }
+        }
+        out
+    }
+
+    fn topics_from(&self, figures: &[(u32, GroupFigures)]) -> Vec<TopicInfo> {
         self.parts
             .broker
             .topics()
             .into_iter()
             .map(|config| {
                 let mut queues: Vec<(u32, u64, u64)> = (0..config.queues).map(|q| (q, 0, 0)).collect();
-                for group in data.holding(&config) {
-                    let here = group.broker().partition().0;
-                    let dead_letters = crate::broker::group::is_dead_letter_topic(&config.name);
-                    for q in group.broker().queue_status(&config.name) {
+                let dead_letters = crate::broker::group::is_dead_letter_topic(&config.name);
+                let mut held = HeldCounts::default();
+                for (here, f) in figures {
+                    for q in f.queues.iter().filter(|q| q.topic == config.name) {
                         let Some(row) = queues.get_mut(q.queue_id as usize) else { continue };
-                        if dead_letters || config.group_of(q.queue_id) == here {
+                        if dead_letters || config.group_of(q.queue_id) == *here {
                             row.1 += q.start;
                             row.2 += q.next;
                         }
                     }
+                    for (_, c) in f.held.iter().filter(|(t, _)| *t == config.name) {
+                        held.timers += c.timers;
+                        held.open_halves += c.open_halves;
+                    }
                 }
-                let mine = held.iter().filter(|(t, _)| *t == config.name).map(|(_, c)| c);
-                let held = mine.fold(HeldCounts::default(), |sum, c| HeldCounts {
-                    timers: sum.timers + c.timers,
-                    open_halves: sum.open_halves + c.open_halves,
-                });
                 TopicInfo { config, queues, held }
             })
             .collect()
@@ -86,19 +113,26 @@ impl AdminServer {
         self.write(Command::Admin(AdminCommand::DeleteGroup { name })).await
     }
 
-    /// Every group with its progress per topic, as this node has applied them, summed over the
-    /// data groups.
-    pub fn list_groups(&self) -> Vec<GroupInfo> {
+    /// Every group with its progress per topic, summed over the data groups (read as
+    /// [`Self::list_topics`] reads them).
+    pub async fn list_groups(&self) -> Vec<GroupInfo> {
+        self.groups_from(&self.figures().await)
+    }
+
+    /// [`Self::list_groups`] over the data groups this node holds a replica of only.
+    pub fn list_groups_here(&self) -> Vec<GroupInfo> {
+        self.groups_from(&self.figures_here())
+    }
+
+    fn groups_from(&self, figures: &[(u32, GroupFigures)]) -> Vec<GroupInfo> {
         let mut progress: Vec<crate::broker::GroupProgress> = Vec::new();
-        for group in self.data().all() {
-            for p in group.broker().group_progress() {
-                match progress.iter_mut().find(|q| q.group == p.group && q.topic == p.topic) {
-                    Some(q) => {
-                        q.lag += p.lag;
-                        q.inflight += p.inflight;
-                    }
-                    None => progress.push(p),
+        for p in figures.iter().flat_map(|(_, f)| f.progress.iter()) {
+            match progress.iter_mut().find(|q| q.group == p.group && q.topic == p.topic) {
+                Some(q) => {
+                    q.lag += p.lag;
+                    q.inflight += p.inflight;
                 }
+                None => progress.push(p.clone()),
             }
         }
         self.parts
@@ -115,7 +149,14 @@ impl AdminServer {
     /// On the leader of each data group holding the topic, whose state is current: moves the
     /// group to each queue's first offset at or after the time; says where each queue now
     /// starts. One entry per data group (each moves its own queues).
-    pub(super) async fn reset_offset(&self, group: String, topic: String, time_ms: i64) -> Result<String, AdminError> {
+    /// `only`: the queues of that data group alone.
+    pub(super) async fn reset_offset(
+        &self,
+        group: String,
+        topic: String,
+        time_ms: i64,
+        only: Option<u32>,
+    ) -> Result<String, AdminError> {
         let broker = &self.parts.broker;
         let no_topic = || AdminError::NotFound(format!("topic {topic} does not exist"));
         let config = broker.topic(&topic).ok_or_else(no_topic)?;
@@ -124,7 +165,8 @@ impl AdminServer {
         }
         let mut summary = Vec::new();
         let dead_letters = crate::broker::group::is_dead_letter_topic(&topic);
-        for holder in self.data().holding(&config) {
+        let holders = self.data().holding(&config).into_iter();
+        for holder in holders.filter(|h| only.is_none_or(|id| h.broker().partition().0 == id)) {
             let here = holder.broker().partition().0;
             // The epoch the group placed the topic with: a reset names it, so one worked out
             // before a deletion and re-creation changes nothing.

@@ -11,6 +11,7 @@ use crate::admin::AdminServer;
 use crate::admin::api::{BindTarget, MessageLine};
 use crate::admin::error::AdminError;
 use crate::admin::messages::Found;
+use crate::admin::service::LeaderClient;
 use crate::broker::HeldEntry;
 use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, FULL_PRIORITY, GroupConfig};
@@ -19,6 +20,7 @@ use crate::broker::plugins::PluginKind;
 use crate::broker::settings::SettingsChange;
 use crate::broker::transaction::{HalfState, Resolver};
 use crate::broker::{TopicConfig, TopicKind};
+use crate::cluster::Cluster;
 use crate::raft::NodeInfo;
 
 /// Rows a page holds when the request names no limit, and at most.
@@ -84,6 +86,7 @@ impl AdminService for AdminServer {
     async fn list_topics(&self, req: Request<pb::ListTopicsRequest>) -> Reply<pb::ListTopicsReply> {
         let r = req.into_inner();
         let rows = AdminServer::list_topics(self)
+            .await
             .into_iter()
             .map(|t| pb::Topic {
                 messages: t.queues.iter().map(|(_, start, next)| next.saturating_sub(*start)).sum(),
@@ -106,20 +109,27 @@ impl AdminService for AdminServer {
     }
 
     async fn list_lite_topics(&self, req: Request<pb::ListLiteTopicsRequest>) -> Reply<pb::ListLiteTopicsReply> {
-        let r = req.into_inner();
-        let group = Some(r.group.as_str()).filter(|g| !g.is_empty());
-        let (rows, next) = self.lite_topics(&r.parent, group, &r.from, page_limit(r.limit))?;
-        let topics = rows
-            .into_iter()
-            .map(|t| pb::LiteTopic {
-                name: t.lite,
-                messages: t.messages,
-                last_write_ms: t.last_write_ms,
-                backlog: t.backlog,
-                inflight: t.inflight as u64,
-            })
-            .collect();
-        Ok(Response::new(pb::ListLiteTopicsReply { topics, next_from: next.unwrap_or_default() }))
+        let here = async |r: pb::ListLiteTopicsRequest| {
+            let group = Some(r.group.as_str()).filter(|g| !g.is_empty());
+            let (rows, next) = self.lite_topics(&r.parent, group, &r.from, page_limit(r.limit))?;
+            let topics = rows
+                .into_iter()
+                .map(|t| pb::LiteTopic {
+                    name: t.lite,
+                    messages: t.messages,
+                    last_write_ms: t.last_write_ms,
+                    backlog: t.backlog,
+                    inflight: t.inflight as u64,
+                })
+                .collect();
+            Ok(Response::new(pb::ListLiteTopicsReply { topics, next_from: next.unwrap_or_default() }))
+        };
+        // Kept by the one data group holding the parent's queues: read where a replica of it is.
+        let holder = self.parts.broker.topic(&req.get_ref().parent).and_then(|t| self.data().of_queue(&t, 0).ok());
+        match holder.filter(|h| !h.holds_replica()) {
+            Some(holder) => self.on_leader_of(&holder, req, async |mut l, r| l.list_lite_topics(r).await, here).await,
+            None => here(req.into_inner()).await,
+        }
     }
 
     async fn create_group(&self, req: Request<pb::CreateGroupRequest>) -> Reply<pb::AdminDone> {
@@ -153,6 +163,7 @@ impl AdminService for AdminServer {
     async fn list_groups(&self, req: Request<pb::ListGroupsRequest>) -> Reply<pb::ListGroupsReply> {
         let r = req.into_inner();
         let rows = AdminServer::list_groups(self)
+            .await
             .into_iter()
             .map(|g| pb::Group {
                 name: g.config.name,
@@ -242,7 +253,8 @@ impl AdminService for AdminServer {
 
     async fn add_node(&self, req: Request<pb::AddNodeRequest>) -> Reply<pb::AdminDone> {
         let here = async |r: pb::AddNodeRequest| {
-            let info = NodeInfo { raft_addr: r.raft_addr, client_addr: r.client_addr, admin_addr: r.admin_addr };
+            let info =
+                NodeInfo { raft_addr: r.raft_addr, client_addr: r.client_addr, admin_addr: r.admin_addr, rack: r.rack };
             done(AdminServer::add_node(self, r.id, info).await)
         };
         self.on_leader(req, async |mut l, r| l.add_node(r).await, here).await
@@ -326,16 +338,21 @@ impl AdminService for AdminServer {
             let messages = lines.into_iter().map(message_line).collect();
             Ok(Response::new(pb::ListMessagesReply { messages, next_from: next.unwrap_or(0) }))
         };
-        match req.get_ref().local {
-            true => here(req.into_inner()).await,
-            false => self.on_leader(req, async |mut l, r| l.list_messages(r).await, here).await,
+        let r = req.get_ref();
+        // As the leader of the data group holding the queue has it.
+        let holder = self.parts.broker.topic(&r.topic).and_then(|t| self.data().of_queue(&t, r.queue).ok());
+        match (r.local, holder) {
+            (false, Some(holder)) => {
+                self.on_leader_of(&holder, req, async |mut l, r| l.list_messages(r).await, here).await
+            }
+            _ => here(req.into_inner()).await,
         }
     }
 
     async fn get_message(&self, req: Request<pb::GetMessageRequest>) -> Reply<pb::GetMessageReply> {
-        let here = async |r: pb::GetMessageRequest| {
+        let here = async |r: pb::GetMessageRequest, groups: Vec<Cluster>| {
             let id = r.message_id;
-            match AdminServer::get_message(self, &id)? {
+            match AdminServer::get_message(self, &id, &groups)? {
                 Some(Found::Stored(m)) => {
                     Ok(Response::new(pb::GetMessageReply { message: Some(message_line(m)), held: None }))
                 }
@@ -345,20 +362,61 @@ impl AdminService for AdminServer {
                 None => Err(AdminError::NotFound(format!("message {id} not found")).into()),
             }
         };
-        match req.get_ref().local {
-            true => here(req.into_inner()).await,
-            false => self.on_leader(req, async |mut l, r| l.get_message(r).await, here).await,
+        let r = req.into_inner();
+        if r.local {
+            let held = self.held_groups();
+            return here(r, held).await;
+        }
+        match r.data_group {
+            Some(id) => {
+                let holder = self.data_group(id)?;
+                let groups = vec![holder.clone()];
+                let there = async |mut l: LeaderClient, r| l.get_message(r).await;
+                self.on_leader_of(&holder, Request::new(r), there, async |r| here(r, groups).await).await
+            }
+            // Each data group at its leader, until one has it.
+            None => {
+                let mut failed = None;
+                for id in self.data_group_ids() {
+                    let ask = pb::GetMessageRequest { data_group: Some(id), ..r.clone() };
+                    match AdminService::get_message(self, Request::new(ask)).await {
+                        Ok(found) => return Ok(found),
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => failed = Some(s),
+                    }
+                }
+                let not_found = || AdminError::NotFound(format!("message {} not found", r.message_id)).into();
+                Err(failed.unwrap_or_else(not_found))
+            }
         }
     }
 
     async fn reset_offset(&self, req: Request<pb::ResetOffsetRequest>) -> Reply<pb::AdminDone> {
-        let here =
-            async |r: pb::ResetOffsetRequest| done(AdminServer::reset_offset(self, r.group, r.topic, r.time_ms).await);
-        self.on_leader(req, async |mut l, r| l.reset_offset(r).await, here).await
+        let r = req.into_inner();
+        match r.data_group {
+            Some(id) => {
+                let holder = self.data_group(id)?;
+                let here = async |r: pb::ResetOffsetRequest| {
+                    done(AdminServer::reset_offset(self, r.group, r.topic, r.time_ms, Some(id)).await)
+                };
+                let there = async |mut l: LeaderClient, r| l.reset_offset(r).await;
+                self.on_leader_of(&holder, Request::new(r), there, here).await
+            }
+            // Each data group holding the topic's queues, at its leader.
+            None => {
+                let holders = self.holders_of(&r.topic)?;
+                let mut said = Vec::new();
+                for id in holders {
+                    let ask = pb::ResetOffsetRequest { data_group: Some(id), ..r.clone() };
+                    said.push(AdminService::reset_offset(self, Request::new(ask)).await?.into_inner().message);
+                }
+                Ok(Response::new(pb::AdminDone { message: said.join("; ") }))
+            }
+        }
     }
 
     async fn list_held(&self, req: Request<pb::ListHeldRequest>) -> Reply<pb::ListHeldReply> {
-        let here = async |r: pb::ListHeldRequest| {
+        let here = async |r: pb::ListHeldRequest, groups: Vec<Cluster>| {
             let timers = match r.kind.to_ascii_uppercase().as_str() {
                 "TIMER" => true,
                 "HALF" => false,
@@ -367,21 +425,76 @@ impl AdminService for AdminServer {
             let limit = page_limit(r.limit);
             let topic = Some(r.topic.as_str()).filter(|t| !t.is_empty());
             let after = Some(r.after.as_str()).filter(|a| !a.is_empty());
-            let held = AdminServer::list_held(self, timers, topic, r.all, after, limit)?;
+            let held = AdminServer::list_held(self, timers, topic, r.all, after, limit, &groups)?;
             let next_after = match held.last() {
                 Some(last) if held.len() == limit => last.handle.clone(),
                 _ => String::new(),
             };
             Ok(Response::new(pb::ListHeldReply { held: held.into_iter().map(held_message).collect(), next_after }))
         };
-        self.on_leader(req, async |mut l, r| l.list_held(r).await, here).await
+        let r = req.into_inner();
+        match r.data_group {
+            Some(id) => {
+                let holder = self.data_group(id)?;
+                let groups = vec![holder.clone()];
+                let there = async |mut l: LeaderClient, r| l.list_held(r).await;
+                self.on_leader_of(&holder, Request::new(r), there, async |r| here(r, groups).await).await
+            }
+            // Group by group, each at its leader, until the page is full: a handle names its
+            // group, so a page goes on in the group where the last one ended.
+            None => {
+                let page = page_limit(r.limit);
+                let from = match r.after.as_str() {
+                    "" => 0,
+                    after => held_handle_group(&r.kind, after)
+                        .ok_or_else(|| invalid(format!("{after:?} is not a handle")))?,
+                };
+                let mut held = Vec::new();
+                for id in self.data_group_ids().into_iter().filter(|id| *id >= from) {
+                    let after = if id == from { r.after.clone() } else { String::new() };
+                    let limit = (page - held.len()) as u32;
+                    let ask = pb::ListHeldRequest { data_group: Some(id), after, limit, ..r.clone() };
+                    held.extend(AdminService::list_held(self, Request::new(ask)).await?.into_inner().held);
+                    if held.len() >= page {
+                        break;
+                    }
+                }
+                let next_after = match held.last() {
+                    Some(last) if held.len() == page => last.handle.clone(),
+                    _ => String::new(),
+                };
+                Ok(Response::new(pb::ListHeldReply { held, next_after }))
+            }
+        }
     }
 
     async fn resolve_transaction(&self, req: Request<pb::ResolveTransactionRequest>) -> Reply<pb::AdminDone> {
-        let here = async |r: pb::ResolveTransactionRequest| {
-            done(AdminServer::resolve_transaction(self, r.message_id, r.commit).await)
-        };
-        self.on_leader(req, async |mut l, r| l.resolve_transaction(r).await, here).await
+        let r = req.into_inner();
+        match r.data_group {
+            Some(id) => {
+                let holder = self.data_group(id)?;
+                let groups = vec![holder.clone()];
+                let here = async |r: pb::ResolveTransactionRequest| {
+                    done(AdminServer::resolve_transaction(self, r.message_id, r.commit, &groups).await)
+                };
+                let there = async |mut l: LeaderClient, r| l.resolve_transaction(r).await;
+                self.on_leader_of(&holder, Request::new(r), there, here).await
+            }
+            // Each data group at its leader, until one holds the half.
+            None => {
+                let mut failed = None;
+                for id in self.data_group_ids() {
+                    let ask = pb::ResolveTransactionRequest { data_group: Some(id), ..r.clone() };
+                    match AdminService::resolve_transaction(self, Request::new(ask)).await {
+                        Ok(done) => return Ok(done),
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => failed = Some(s),
+                    }
+                }
+                let none = || AdminError::NotFound(format!("no transactional half with message id {}", r.message_id));
+                Err(failed.unwrap_or_else(|| none().into()))
+            }
+        }
     }
 
     async fn register_plugin(&self, req: Request<pb::RegisterPluginRequest>) -> Reply<pb::AdminDone> {
@@ -450,6 +563,16 @@ fn message_line(m: MessageLine) -> pb::MessageLine {
         body_len: m.body_len as u64,
         store_timestamp_ms: m.store_timestamp_ms,
     }
+}
+
+/// The data group a page handle of `kind` (TIMER: a recall handle; HALF: a transaction id)
+/// names.
+fn held_handle_group(kind: &str, handle: &str) -> Option<u32> {
+    let partition = match kind.to_ascii_uppercase().as_str() {
+        "TIMER" => crate::broker::timer::parse_recall_handle(handle).map(|(p, _)| p),
+        _ => crate::broker::transaction::parse_transaction_id(handle).map(|(p, _)| p),
+    };
+    partition.map(|p| p.0)
 }
 
 fn held_message(h: HeldEntry) -> pb::HeldMessage {

@@ -85,7 +85,7 @@ pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use held_read::HeldEntry;
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
-pub use read::{GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
+pub use read::{GroupFigures, GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
 pub use reply::{Held, Reply, SendOutcome};
 pub use request::{Refusal, Request};
 pub use state::{LogPosition, MembershipRecord, Metadata, Partition, QueueRange, State};

@@ -43,6 +43,16 @@ pub struct GroupProgress {
     pub inflight: u64,
 }
 
+/// What the operator's listings read of one data group's state: every queue's span, the messages
+/// held per topic, and each consumer group's progress. A node that holds no replica of the group
+/// asks one that does for them (`PeerService.Figures`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupFigures {
+    pub queues: Vec<QueueStatus>,
+    pub held: Vec<(String, crate::broker::held::HeldCounts)>,
+    pub progress: Vec<GroupProgress>,
+}
+
 /// A message as stored, with where it sits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEntry {
@@ -359,6 +369,15 @@ impl Broker {
         let state = self.state();
         let groups = if self.holds_metadata() { &state.meta.groups } else { &state.data.consumption.groups };
         groups.values().cloned().collect()
+    }
+
+    /// This group's figures for the operator's listings.
+    pub fn figures(&self) -> GroupFigures {
+        GroupFigures {
+            queues: self.topics().iter().flat_map(|t| self.queue_status(&t.name)).collect(),
+            held: self.held_counts(),
+            progress: self.group_progress(),
+        }
     }
 
     /// Each group's progress on each topic it has consumed.

@@ -51,6 +51,10 @@ pub(super) enum ClusterCmd {
         /// Where operators reach the node's admin API (`cluster status` asks each member there).
         #[arg(long, default_value = "")]
         admin_addr: String,
+        /// The rack (or zone) the node runs in: from five nodes each data group's three replicas
+        /// are spread over the racks named.
+        #[arg(long, default_value = "")]
+        rack: String,
     },
     RemoveNode {
         #[arg(long)]
@@ -130,8 +134,8 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
             let addr = addr.unwrap_or_else(|| admin.endpoint.clone());
             admin.send_at(&addr, pb::TransferLeaderRequest { to, group: Some(g) }).await?
         }
-        ClusterCmd::AddNode { id, raft_addr, client_addr, admin_addr } => {
-            admin.send(pb::AddNodeRequest { id, raft_addr, client_addr, admin_addr }).await?
+        ClusterCmd::AddNode { id, raft_addr, client_addr, admin_addr, rack } => {
+            admin.send(pb::AddNodeRequest { id, raft_addr, client_addr, admin_addr, rack }).await?
         }
         ClusterCmd::RemoveNode { id } => admin.send(pb::RemoveNodeRequest { id }).await?,
         ClusterCmd::RotateHandleKey => admin.send(pb::RotateHandleKeyRequest {}).await?,
@@ -529,6 +533,10 @@ fn groups_table(groups: &[crate::admin::api::GroupRow], seen_by: u64) -> String 
             0 => "0 metadata".to_string(),
             n => n.to_string(),
         };
+        if g.elsewhere {
+            let _ = writeln!(out, "{:<12} {:>6}  (no replica on node {seen_by})", name, show(g.leader));
+            continue;
+        }
         let _ = writeln!(
             out,
             "{:<12} {:>6} {:>6} {:>10} {:>10}",
@@ -555,12 +563,15 @@ mod tests {
             term: 3,
             committed: Some(40),
             applied: Some(39),
+            elsewhere: false,
         };
-        let table = groups_table(&[row(0, Some(2)), row(1, None)], 3);
+        let elsewhere = crate::admin::api::GroupRow { elsewhere: true, ..row(2, Some(4)) };
+        let table = groups_table(&[row(0, Some(2)), row(1, None), elsewhere], 3);
         let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
         assert!(table.starts_with("group") && table.contains("as node 3 sees them"), "{table}");
         assert_eq!(lines[1], ["0", "metadata", "2", "3", "40", "39"]);
         assert_eq!(lines[2], ["1", "-", "3", "40", "39"]);
+        assert_eq!(lines[3], ["2", "4", "(no", "replica", "on", "node", "3)"]);
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub(super) async fn message(admin: &Admin, cmd: MessageCmd) -> Result<(), CliErr
                 .await
         }
         MessageCmd::Get { id, local } => {
-            let found = admin.send(pb::GetMessageRequest { message_id: id, local }).await?;
+            let found = admin.send(pb::GetMessageRequest { message_id: id, local, data_group: None }).await?;
             if let Some(m) = found.message {
                 println!(
                     "topic={} queue={} offset={} id={} tag={} keys={} body_len={} store_time_ms={}",
@@ -121,7 +121,7 @@ pub(super) async fn transaction(admin: &Admin, cmd: TransactionCmd) -> Result<()
         TransactionCmd::Commit { id } => (id, true),
         TransactionCmd::Rollback { id } => (id, false),
     };
-    println!("{}", admin.send(pb::ResolveTransactionRequest { message_id, commit }).await?.message);
+    println!("{}", admin.send(pb::ResolveTransactionRequest { message_id, commit, data_group: None }).await?.message);
     Ok(())
 }
 
@@ -140,6 +140,7 @@ async fn list_held(
         all,
         after: after.clone(),
         limit,
+        data_group: None,
     };
     let rows = |r: pb::ListHeldReply| (r.held, Some(r.next_after).filter(|n| !n.is_empty()));
     admin.page_through(after.unwrap_or_default(), limit, "--after", ask, rows, print_held).await

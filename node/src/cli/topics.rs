@@ -149,7 +149,7 @@ pub(super) async fn group(admin: &Admin, cmd: GroupCmd) -> Result<(), CliError> 
         GroupCmd::Delete { name } => admin.send(pb::DeleteGroupRequest { name }).await?,
         GroupCmd::ResetOffset { group, topic, to_time } => {
             let time_ms = parse_time(&to_time)?;
-            admin.send(pb::ResetOffsetRequest { group, topic, time_ms }).await?
+            admin.send(pb::ResetOffsetRequest { group, topic, time_ms, data_group: None }).await?
         }
         GroupCmd::List(listing) => {
             let ask = |after: &String, limit| pb::ListGroupsRequest { after: after.clone(), limit };

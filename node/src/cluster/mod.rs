@@ -23,6 +23,7 @@ mod peer;
 mod placement;
 pub mod pop;
 mod producers;
+pub mod replica_set;
 mod retries;
 mod router;
 mod service;
@@ -87,6 +88,10 @@ pub struct ClusterOptions {
     /// own state holds only what placements copied of it (not plugins, keys or access); `None`
     /// for the group that holds it itself.
     pub metadata: Option<Broker>,
+    /// The metadata group, whose voters say which nodes hold a data group's replicas
+    /// ([`replica_set::replica_set`]): where a node that holds none asks who leads it. `None` for
+    /// the group that holds the metadata.
+    pub cluster_members: Option<Group>,
 }
 
 /// This node's view of its Raft group, and the way to the leader. Clones share everything.
@@ -130,7 +135,15 @@ struct Inner {
     forward_failed: std::sync::Mutex<Option<ForwardFailure>>,
     /// The leadership changes this node saw.
     leader_changes: leadership::LeaderChanges,
+    /// On a node that holds no replica of this data group: its leader, as a member last said.
+    told_leader: std::sync::Mutex<Option<(NodeId, NodeInfo)>>,
+    /// [`Cluster::holds_replica`] as last worked out, for the memberships (this group's, the
+    /// metadata group's) it was worked out from.
+    holds: std::sync::Mutex<Option<(Memberships, bool)>>,
 }
+
+/// The log ids of this group's membership and of the metadata group's.
+type Memberships = (Option<crate::raft::LogId>, Option<crate::raft::LogId>);
 
 #[derive(Clone, Copy)]
 struct ForwardFailure {
@@ -176,6 +189,8 @@ impl Cluster {
                 contact: Arc::default(),
                 forward_failed: std::sync::Mutex::new(None),
                 leader_changes: Default::default(),
+                told_leader: Default::default(),
+                holds: Default::default(),
             }),
         }
     }
@@ -280,9 +295,81 @@ impl Cluster {
         self.group().status()
     }
 
-    /// The leader's id and address, as this node currently knows them.
+    /// The leader's id and address, as this node currently knows them: as a member of the group,
+    /// from its replica; else as a member last told it ([`Self::ask_leader`]).
     pub fn leader(&self) -> Option<(NodeId, NodeInfo)> {
-        self.group().leader()
+        match self.holds_replica() {
+            true => self.group().leader(),
+            // Not its replica's: a node removed from the group may still name the old leader.
+            false => self.inner.told_leader.lock().expect("told leader").clone(),
+        }
+    }
+
+    /// Whether this node is one of the group's voters: it holds the group's messages and state.
+    /// A node that is not (a group placed on other nodes, or one whose replica is still joining)
+    /// passes what it is asked to the group's leader and reads nothing from its own replica.
+    ///
+    /// Also the metadata must place the group here ([`replica_set::replica_set`]): a node removed
+    /// from a group may never hear of it (the leader stops replicating to it), and would go on
+    /// taking itself for a voter.
+    pub fn holds_replica(&self) -> bool {
+        let Some(members) = &self.inner.options.cluster_members else { return true };
+        let key = (self.group().membership_id(), members.membership_id());
+        let mut holds = self.inner.holds.lock().expect("holds");
+        match &*holds {
+            Some((at, answer)) if *at == key => *answer,
+            _ => {
+                let answer = self.group().is_voter()
+                    && replica_set::places(self.group().id(), &members.next_voters(), self.id());
+                *holds = Some((key, answer));
+                answer
+            }
+        }
+    }
+
+    /// Finds the group's leader if this node does not know it: a node holding no replica asks
+    /// the group's members; a member waits briefly for an election.
+    pub async fn find_leader(&self) -> Option<(NodeId, NodeInfo)> {
+        if let Some(known) = self.leader() {
+            return Some(known);
+        }
+        match self.holds_replica() {
+            true => {
+                let _ = self.group().wait_leader(ELECTION_WAIT, |l| l.is_some()).await;
+                self.leader()
+            }
+            false => self.ask_leader(None).await,
+        }
+    }
+
+    /// This group's figures for the operator's listings: this node's replica's, or, where it
+    /// holds none, its leader's.
+    pub async fn figures(&self) -> Result<crate::broker::GroupFigures, ClusterError> {
+        if self.holds_replica() {
+            return Ok(self.broker().figures());
+        }
+        let (_, leader) = self.find_leader().await.ok_or(ClusterError::NoLeader)?;
+        self.peers().figures(&leader.raft_addr).await
+    }
+
+    /// On a node that holds no replica: asks the nodes the metadata places the group on who leads
+    /// it, and keeps the first answer naming a leader other than `failed`.
+    async fn ask_leader(&self, failed: Option<NodeId>) -> Option<(NodeId, NodeInfo)> {
+        let voters = self.inner.options.cluster_members.as_ref()?.next_voters();
+        for id in replica_set::replica_set(self.group().id(), &voters) {
+            let Some(info) = voters.get(&id).filter(|_| id != self.id()) else { continue };
+            match self.peers().leader(&info.raft_addr).await {
+                Ok((leader, info)) if Some(leader) != failed => {
+                    *self.inner.told_leader.lock().expect("told leader") = Some((leader, info.clone()));
+                    return Some((leader, info));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(group = self.group().id().0, node = id, error = %e, "asking who leads failed")
+                }
+            }
+        }
+        None
     }
 
     pub fn is_leader(&self) -> bool {
@@ -404,6 +491,12 @@ impl Cluster {
     /// is over (the same leader may answer the next try: it was busy, not gone).
     async fn await_other_leader(&self, failed: Option<NodeId>, deadline: tokio::time::Instant) {
         let pause = (tokio::time::Instant::now() + RETRY_PAUSE).min(deadline);
+        if !self.holds_replica() {
+            if self.ask_leader(failed).await.is_none() {
+                tokio::time::sleep_until(pause).await;
+            }
+            return;
+        }
         let within = pause.saturating_duration_since(tokio::time::Instant::now());
         let changed = self.group().wait_leader(within, move |l| l.is_some() && l != failed).await;
         if changed.is_err() {
@@ -479,7 +572,16 @@ impl Cluster {
         // once this node stops following it (an election began or another leader is known), or
         // after one attempt's time, so the send is tried on the next leader well before the
         // client's deadline. Whatever the old leader did with it, a retry is deduplicated.
-        let deposed = self.group().wait_leader(FORWARD_ATTEMPT, move |l| l != Some(id));
+        let deposed = async {
+            match self.holds_replica() {
+                true => self.group().wait_leader(FORWARD_ATTEMPT, move |l| l != Some(id)).await,
+                // Nothing to follow here: give the leader the attempt's time.
+                false => {
+                    tokio::time::sleep(FORWARD_ATTEMPT).await;
+                    Err(GroupError::Timeout(FORWARD_ATTEMPT))
+                }
+            }
+        };
         let unanswered = |why: &str| ClusterError::Unreachable { addr: leader.raft_addr.clone(), reason: why.into() };
         let reply = tokio::select! {
             reply = forward => reply,

@@ -10,7 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use rockraft_proto::rockraft::peer as pb;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
-use rockraft_proto::rockraft::{ClockRequest, DiskSpaceRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{
+    ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest,
+};
 
 use crate::broker::Reply;
 use crate::broker::pop::{ConsumeOutcome, Receipt};
@@ -93,6 +95,18 @@ impl Peers {
     pub async fn live_members(&self, addr: &str) -> Result<std::collections::BTreeSet<NodeId>, ClusterError> {
         let reply = within(addr, self.client(addr)?.live_members(self.group.address(LiveMembersRequest {}))).await;
         answer(addr, reply).map(|live| live.0.into_iter().collect())
+    }
+
+    /// The group's leader as the member at `addr` knows it.
+    pub async fn leader(&self, addr: &str) -> Result<(NodeId, crate::raft::NodeInfo), ClusterError> {
+        let reply = within(addr, self.client(addr)?.leader(self.group.address(LeaderRequest {}))).await;
+        answer(addr, reply).map(|crate::cluster::wire::KnownLeader(id, info)| (id, info))
+    }
+
+    /// The group's figures as the member at `addr` has applied them.
+    pub async fn figures(&self, addr: &str) -> Result<crate::broker::GroupFigures, ClusterError> {
+        let reply = within(addr, self.client(addr)?.figures(self.group.address(FiguresRequest {}))).await;
+        answer(addr, reply)
     }
 
     /// The clock of the member at `addr`.

@@ -17,7 +17,7 @@ pub(crate) enum Route {
 impl Cluster {
     /// Where the group's leader is, as this node knows it now.
     pub(crate) fn route(&self) -> Result<Route, ClusterError> {
-        match self.group().leader() {
+        match self.leader() {
             Some((id, _)) if id == self.id() => Ok(Route::Here),
             Some((_, info)) => Ok(Route::Leader(info.raft_addr)),
             None => Err(ClusterError::NoLeader),

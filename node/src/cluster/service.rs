@@ -3,13 +3,15 @@
 //! instead of passing the call on, so a call takes at most one hop; the member retries.
 
 use rockraft_proto::rockraft::peer_service_server::PeerService;
-use rockraft_proto::rockraft::{ClockRequest, DiskSpaceRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest};
+use rockraft_proto::rockraft::{
+    ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest,
+};
 use rockraft_proto::rockraft::{log, peer as pb};
 use tonic::{Request, Response, Status};
 
 use crate::broker::pop::Receipt;
 use crate::cluster::pop::PopOrder;
-use crate::cluster::wire::{LiveMembers, ResultMessage};
+use crate::cluster::wire::{KnownLeader, LiveMembers, ResultMessage};
 use crate::cluster::{AskProducer, Cluster, ClusterError};
 use crate::raft::GroupRegistry;
 
@@ -68,6 +70,18 @@ impl PeerService for PeerServer {
 
     async fn disk_space(&self, req: Request<DiskSpaceRequest>) -> Result<Response<pb::DiskSpaceResult>, Status> {
         reply(Ok(self.groups.addressed(&req)?.disk_here()))
+    }
+
+    async fn leader(&self, req: Request<LeaderRequest>) -> Result<Response<pb::LeaderResult>, Status> {
+        // This node's own view as a member, never a leader it was told of.
+        let leader = self.groups.addressed(&req)?.group().leader().map(|(id, info)| KnownLeader(id, info));
+        reply(leader.ok_or(ClusterError::NoLeader))
+    }
+
+    async fn figures(&self, req: Request<FiguresRequest>) -> Result<Response<pb::FiguresResult>, Status> {
+        let cluster = self.groups.addressed(&req)?;
+        // Only a member's figures: a node holding no replica has none to give.
+        reply(if cluster.holds_replica() { Ok(cluster.broker().figures()) } else { Err(ClusterError::NoLeader) })
     }
 
     async fn live_members(&self, req: Request<LiveMembersRequest>) -> Result<Response<pb::LiveMembersResult>, Status> {

@@ -10,16 +10,19 @@ use std::convert::Infallible;
 
 use rockraft_proto::rockraft::peer as pb;
 
+use crate::broker::held::HeldCounts;
 use crate::broker::lite::LiteOutcome;
 use crate::broker::pop::{ChannelId, ConsumeOutcome, Delivery};
 use crate::broker::timer::TimerOutcome;
 use crate::broker::transaction::{HalfState, Resolver, TransactionOutcome};
+use crate::broker::{GroupFigures, GroupProgress, QueueStatus};
 use crate::broker::{Held, Reply, SendOutcome};
 use crate::broker::{actor_from_proto, actor_to_proto};
 use crate::cluster::disk::DiskReading;
 use crate::cluster::pop::{PopError, PopOrder, Popped};
 use crate::cluster::{AskProducer, ClusterError};
 use crate::plugin::subscription::FilterKind;
+use crate::raft::{NodeId, NodeInfo};
 use crate::store::free_space::{DiskLevel, Watermarks};
 
 /// Why a peer's message could not be read.
@@ -570,6 +573,74 @@ impl TryFrom<pb::LiveMembers> for LiveMembers {
     }
 }
 
+/// A group's leader as a member knows it.
+pub struct KnownLeader(pub NodeId, pub NodeInfo);
+
+impl From<KnownLeader> for pb::KnownLeader {
+    fn from(KnownLeader(id, info): KnownLeader) -> pb::KnownLeader {
+        pb::KnownLeader { id, raft_addr: info.raft_addr, client_addr: info.client_addr, admin_addr: info.admin_addr }
+    }
+}
+
+impl TryFrom<pb::KnownLeader> for KnownLeader {
+    type Error = DecodeError;
+    fn try_from(l: pb::KnownLeader) -> Result<KnownLeader, DecodeError> {
+        let info = NodeInfo {
+            raft_addr: l.raft_addr,
+            client_addr: l.client_addr,
+            admin_addr: l.admin_addr,
+            ..Default::default()
+        };
+        Ok(KnownLeader(l.id, info))
+    }
+}
+
+impl From<GroupFigures> for pb::GroupFigures {
+    fn from(f: GroupFigures) -> pb::GroupFigures {
+        use pb::group_figures::{Held, Progress, Queue};
+        pb::GroupFigures {
+            queues: f
+                .queues
+                .into_iter()
+                .map(|q| Queue { topic: q.topic, queue: q.queue_id, start: q.start, next: q.next })
+                .collect(),
+            held: f
+                .held
+                .into_iter()
+                .map(|(topic, c)| Held { topic, timers: c.timers, open_halves: c.open_halves })
+                .collect(),
+            progress: f
+                .progress
+                .into_iter()
+                .map(|p| Progress { group: p.group, topic: p.topic, lag: p.lag, inflight: p.inflight })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<pb::GroupFigures> for GroupFigures {
+    type Error = DecodeError;
+    fn try_from(f: pb::GroupFigures) -> Result<GroupFigures, DecodeError> {
+        Ok(GroupFigures {
+            queues: f
+                .queues
+                .into_iter()
+                .map(|q| QueueStatus { topic: q.topic, queue_id: q.queue, start: q.start, next: q.next })
+                .collect(),
+            held: f
+                .held
+                .into_iter()
+                .map(|h| (h.topic, HeldCounts { timers: h.timers, open_halves: h.open_halves }))
+                .collect(),
+            progress: f
+                .progress
+                .into_iter()
+                .map(|p| GroupProgress { group: p.group, topic: p.topic, lag: p.lag, inflight: p.inflight })
+                .collect(),
+        })
+    }
+}
+
 /// A peer call's answer: its value, or the typed error the call ended with.
 pub trait ResultMessage: Sized {
     type Ok;
@@ -609,4 +680,6 @@ result_message!(PopResult, pop_result, Popped, PopError);
 result_message!(DeadLetterResult, dead_letter_result, ConsumeOutcome, PopError);
 result_message!(ReadIndexResult, read_index_result, u64, ClusterError);
 result_message!(LiveMembersResult, live_members_result, LiveMembers, ClusterError);
+result_message!(LeaderResult, leader_result, KnownLeader, ClusterError);
+result_message!(FiguresResult, figures_result, GroupFigures, ClusterError);
 result_message!(DiskSpaceResult, disk_space_result, DiskReading, ClusterError);

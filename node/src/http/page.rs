@@ -122,8 +122,8 @@ impl View {
             members,
             refusing,
             failovers: state.admin.history(),
-            topics: state.admin.list_topics(),
-            groups: state.admin.list_groups(),
+            topics: state.admin.list_topics().await,
+            groups: state.admin.list_groups().await,
             plugins: state.admin.list_plugins(),
             changes: state.cluster.leader_changes().recent(),
             traffic: state.parts.meters.traffic().rates(),
@@ -271,6 +271,15 @@ pub(super) fn render(v: &View, at: &At) -> String {
              <th>sends/s</th><th>consumed/s</th><th>lag</th></tr>",
         );
         for g in &own.groups {
+            if g.elsewhere {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td colspan=7>no replica on this node</td></tr>",
+                    g.id,
+                    g.leader.map_or_else(|| "not known here".to_string(), |l| format!("node {l}"))
+                );
+                continue;
+            }
             let traffic = v.traffic.get(&g.id).map(Vec::as_slice).unwrap_or_default();
             let _ = write!(
                 h,
@@ -528,8 +537,15 @@ mod tests {
     fn several_groups_get_a_row_each_with_their_leader() {
         use crate::admin::api::GroupRow;
         let mut view = empty_view();
-        let row =
-            |id, leader| GroupRow { id, role: Role::Follower, leader, term: 2, committed: Some(9), applied: Some(9) };
+        let row = |id, leader| GroupRow {
+            id,
+            role: Role::Follower,
+            leader,
+            term: 2,
+            committed: Some(9),
+            applied: Some(9),
+            elsewhere: false,
+        };
         view.own.groups = vec![row(1, Some(1))];
         assert!(!render(&view, &At::default()).contains("raft-groups"), "one group: no table");
         view.own.groups = vec![row(1, Some(1)), row(2, Some(3)), row(3, None)];
@@ -543,7 +559,15 @@ mod tests {
     fn each_group_s_traffic_is_a_small_chart_with_its_latest_value() {
         use crate::admin::api::GroupRow;
         let mut view = empty_view();
-        let row = |id| GroupRow { id, role: Role::Follower, leader: Some(1), term: 2, committed: None, applied: None };
+        let row = |id| GroupRow {
+            id,
+            role: Role::Follower,
+            leader: Some(1),
+            term: 2,
+            committed: None,
+            applied: None,
+            elsewhere: false,
+        };
         view.own.groups = vec![row(1), row(2)];
         let rates = |sends: f64| Rates { at_ms: 0, sends_per_sec: sends, consumed_per_sec: sends / 2.0, lag: 7 };
         view.traffic = [(2, vec![rates(0.0), rates(100.0), rates(50.0)])].into();

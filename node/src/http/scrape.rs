@@ -84,8 +84,9 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
     });
     s.gauges("raft_replication_lag_entries", "On the leader: entries each follower has yet to store", lag);
 
-    // Summed over the data groups holding each topic's queues.
-    let topics = state.admin.list_topics();
+    // Summed over the data groups holding each topic's queues that this node holds a replica of
+    // (every group, below five voters).
+    let topics = state.admin.list_topics_here();
     let mut stored = Vec::new();
     let mut queues = Vec::new();
     let (mut timers, mut halves) = (Vec::new(), Vec::new());
@@ -101,7 +102,7 @@ pub(super) fn encode(state: &HttpState, out: &mut String) -> std::fmt::Result {
     s.gauges("topic_stored_messages", "Messages each topic holds (not yet purged)", stored);
     s.gauges("topic_pending_timers", "Delayed messages and retries waiting for their time, by topic", timers);
     s.gauges("topic_open_transactions", "Half messages waiting for a commit or rollback, by topic", halves);
-    let progress: Vec<_> = state.admin.list_groups().into_iter().flat_map(|g| g.progress).collect();
+    let progress: Vec<_> = state.admin.list_groups_here().into_iter().flat_map(|g| g.progress).collect();
     let group_topic = |p: &crate::broker::GroupProgress| vec![("group", p.group.clone()), ("topic", p.topic.clone())];
     s.gauges(
         "consumer_lag_messages",

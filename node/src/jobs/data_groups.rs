@@ -3,11 +3,12 @@
 //! whose turn it is, so every node leads its share of the groups, also after failures heal and
 //! after nodes join.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::broker::Broker;
 use crate::cluster::Cluster;
+use crate::cluster::replica_set::{SPREAD_FROM, replica_set};
 use crate::raft::{GroupId, GroupRegistry, NodeId, NodeInfo};
 
 /// How often the metadata group's leader looks for data groups to start.
@@ -74,10 +75,13 @@ pub async fn start_data_groups(holding: Cluster, metadata: Broker, clusters: Gro
 /// How often a data group's leader compares its members with the metadata group's.
 const MEMBERS_EVERY: Duration = Duration::from_secs(1);
 
-/// On a data group's leader: makes the group's members those of the metadata group, as this
-/// node's replica of it knows them: members added there join here as learners and then voters,
-/// members removed there leave. A node joins or leaves the cluster through the metadata group
-/// (`cluster add-node`, `remove-node`); each data group follows within about a second.
+/// On a data group's leader: makes the group's members those [`replica_set`] picks from the
+/// metadata group's voters, as this node's replica of it knows them. Below [`SPREAD_FROM`] voters
+/// that is every member (a node joining the cluster joins each group as a learner first, then as
+/// a voter); from that many, the group's three, each joining as a learner, then the
+/// voters replaced, then any other learner removed. A node joins or leaves the cluster through the
+/// metadata group (`cluster add-node`, `remove-node`); each data group follows within about a
+/// second.
 pub async fn follow_membership(cluster: Cluster, metadata: Cluster) {
     let id = cluster.group().id();
     let mut back_off = START_EVERY;
@@ -85,17 +89,37 @@ pub async fn follow_membership(cluster: Cluster, metadata: Cluster) {
         tokio::time::sleep(back_off).await;
         let target = metadata.group().status();
         let here = cluster.group().status();
-        let members: BTreeMap<NodeId, bool> = here.members.iter().map(|m| (m.id, m.voter)).collect();
         let result = async {
-            for m in target.members.iter().filter(|m| !members.contains_key(&m.id)) {
-                tracing::info!(group = id.0, node = m.id, "a member of the cluster joins the data group");
-                cluster.group().add_learner(m.id, m.info.clone()).await?;
-            }
             // Where the metadata group is going: a member being removed may never see it arrive.
-            let voters = target.next_voters.clone();
-            if voters != here.voters() && !voters.is_empty() {
-                tracing::info!(group = id.0, voters = ?voters, "the data group takes the cluster's voters");
-                cluster.group().change_voters(voters).await?;
+            let voters = metadata.group().next_voters();
+            let set: BTreeSet<NodeId> = replica_set(id, &voters).into_iter().collect();
+            let every_member = voters.len() < SPREAD_FROM;
+            let joining: BTreeMap<NodeId, NodeInfo> = target
+                .members
+                .iter()
+                .filter(|m| every_member || set.contains(&m.id))
+                .map(|m| (m.id, m.info.clone()))
+                .collect();
+            let members: BTreeSet<NodeId> = here.members.iter().map(|m| m.id).collect();
+            for (node, info) in joining.iter().filter(|(node, _)| !members.contains(node)) {
+                tracing::info!(group = id.0, node, "a member of the cluster joins the data group");
+                cluster.group().add_learner(*node, info.clone()).await?;
+            }
+            if set != here.voters() && !set.is_empty() {
+                tracing::info!(group = id.0, voters = ?set, "the data group takes its voters");
+                cluster.group().change_voters(set.clone()).await?;
+            }
+            let leaving: BTreeSet<NodeId> = cluster
+                .group()
+                .status()
+                .members
+                .iter()
+                .filter(|m| !m.voter && !joining.contains_key(&m.id))
+                .map(|m| m.id)
+                .collect();
+            if !leaving.is_empty() {
+                tracing::info!(group = id.0, nodes = ?leaving, "learners the data group no longer places leave it");
+                cluster.group().remove_learners(leaving).await?;
             }
             Ok::<(), crate::raft::GroupError>(())
         }
@@ -110,21 +134,11 @@ pub async fn follow_membership(cluster: Cluster, metadata: Cluster) {
     }
 }
 
-/// Whose turn it is to lead group `id` among `voters`: group 1 the first voter by id, group 2
-/// the second, and so on round the voters, so each node leads its share.
-pub fn turn(id: GroupId, voters: &[NodeId]) -> Option<NodeId> {
-    if voters.is_empty() {
-        return None;
-    }
-    let mut sorted = voters.to_vec();
-    sorted.sort_unstable();
-    Some(sorted[(id.0.saturating_sub(1) as usize) % sorted.len()])
-}
-
 /// On a group's leader, while the cluster runs more than one data group: hands the leadership to
-/// the voter whose turn it is once that voter is caught up and answering. Backs off while the
+/// the voter whose turn it is ([`replica_set`]'s first, from the metadata group's voters `members`
+/// knows) once that voter is one of the group's, caught up and answering. Backs off while the
 /// hand-over does not happen.
-pub async fn balance_leaders(cluster: Cluster, metadata: Broker) {
+pub async fn balance_leaders(cluster: Cluster, metadata: Broker, members: Cluster) {
     let id = cluster.group().id();
     let mut back_off = BALANCE_BACK_OFF;
     loop {
@@ -133,8 +147,10 @@ pub async fn balance_leaders(cluster: Cluster, metadata: Broker) {
             continue;
         }
         let status = cluster.group().status();
-        let voters: Vec<NodeId> = status.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
-        let Some(to) = turn(id, &voters).filter(|&to| to != status.id) else {
+        let cluster_voters = members.group().next_voters();
+        let voters = status.voters();
+        let whose_turn = replica_set(id, &cluster_voters).first().copied().filter(|to| voters.contains(to));
+        let Some(to) = whose_turn.filter(|&to| to != status.id) else {
             back_off = BALANCE_BACK_OFF;
             continue;
         };
@@ -150,21 +166,5 @@ pub async fn balance_leaders(cluster: Cluster, metadata: Broker) {
         // Still leading after this pause: the hand-over did not happen.
         tokio::time::sleep(back_off).await;
         back_off = (back_off * 2).min(MAX_BALANCE_BACK_OFF);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_node_leads_its_share_of_the_groups() {
-        let voters = [3, 1, 2];
-        let leaders: Vec<NodeId> = (1..=6).map(|g| turn(GroupId(g), &voters).unwrap()).collect();
-        assert_eq!(leaders, [1, 2, 3, 1, 2, 3]);
-        assert_eq!(turn(GroupId(1), &[]), None);
-        // Five voters, five groups: one each.
-        let five: Vec<NodeId> = (1..=5).map(|g| turn(GroupId(g), &[1, 2, 3, 4, 5]).unwrap()).collect();
-        assert_eq!(five, [1, 2, 3, 4, 5]);
     }
 }

@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::Cluster;
 pub use checkpoint::checkpoints;
 pub use clock_skew::watch_clocks;
-pub use data_groups::{balance_leaders, follow_membership, start_data_groups, turn};
+pub use data_groups::{balance_leaders, follow_membership, start_data_groups};
 pub use disk_space::watch_disks;
 pub use group_traffic::group_traffic;
 pub use handle_key::first_handle_key;

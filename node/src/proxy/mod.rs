@@ -142,8 +142,12 @@ impl Proxy {
     /// Waits a moment, if need be, until this node's replica of `group` holds `topic` and the
     /// consumer group `consumers` (both in the metadata already): a data group's leader places
     /// each metadata change as its replica of the metadata applies it, so one created a moment
-    /// ago may not be there yet. Bounded; a request that still finds nothing is answered so.
+    /// ago may not be there yet. Bounded; a request that still finds nothing is answered so. A
+    /// group this node holds no replica of is not waited for: its leader answers.
     async fn placed(&self, group: &Cluster, topic: &str, consumers: &str) {
+        if !group.holds_replica() {
+            return;
+        }
         let deadline = tokio::time::Instant::now() + MAX_PLACEMENT_WAIT;
         let mut pause = PLACEMENT_RETRY;
         let broker = group.broker();
@@ -159,14 +163,23 @@ impl Proxy {
     /// each, for a topic spread over data groups (sends then go straight to it); else spread
     /// from `start`, as any member forwards to the one group's leader.
     fn layout(&self, topic: Option<&crate::broker::TopicConfig>, start: usize) -> route::Layout {
-        match topic.filter(|t| !t.groups.is_empty()) {
-            Some(t) => route::Layout::Leaders {
-                start,
-                leaders: (0..t.queues)
-                    .map(|q| self.groups.of_queue(t, q).ok().and_then(|g| g.leader()).map(|(id, _)| id))
-                    .collect(),
-            },
-            None => route::Layout::Spread { start },
+        let Some(t) = topic.filter(|t| !t.groups.is_empty()) else {
+            return route::Layout::Spread { start };
+        };
+        // Where the groups are placed on some members only, which hold each queue.
+        let voters = self.groups.metadata().group().next_voters();
+        let holders = match voters.len() >= crate::cluster::replica_set::SPREAD_FROM {
+            true => (0..t.queues)
+                .map(|q| crate::cluster::replica_set::replica_set(crate::raft::GroupId(t.group_of(q)), &voters))
+                .collect(),
+            false => Vec::new(),
+        };
+        route::Layout::Leaders {
+            start,
+            leaders: (0..t.queues)
+                .map(|q| self.groups.of_queue(t, q).ok().and_then(|g| g.leader()).map(|(id, _)| id))
+                .collect(),
+            holders,
         }
     }
 

@@ -280,7 +280,9 @@ impl Proxy {
             lite_by: p.lite_by.clone(),
         };
         loop {
-            let groups = self.groups.holding(topic);
+            // Only groups this node holds a replica of: it streams what they deliver from its own
+            // store. Routes lead each queue's receives to its group's leader.
+            let groups: Vec<Cluster> = self.groups.holding(topic).into_iter().filter(Cluster::holds_replica).collect();
             let mut changes: Vec<_> = groups
                 .iter()
                 .map(|g| {

@@ -56,7 +56,10 @@ pub enum Layout {
     /// send straight to it; a queue whose group has no live leader known is spread as above.
     /// While the leaders do not cover every live member (at start, while a failed node's groups
     /// move), every queue is spread as above instead, so a client learns every live member.
-    Leaders { start: usize, leaders: Vec<Option<NodeId>> },
+    /// Where groups are placed on some members only (`holders[i]` names queue i's group's),
+    /// queue i is always on its leader, or on a live holder while none is known: only they read
+    /// the queue's messages.
+    Leaders { start: usize, leaders: Vec<Option<NodeId>>, holders: Vec<Vec<NodeId>> },
     /// One broker named after the group, at the endpoints the client asked with, as they were
     /// sent (the Rust client); spread from the first member if the request names none.
     Echo,
@@ -149,10 +152,10 @@ pub fn route(
             })
             .collect(),
     };
-    let (start, leaders) = match &layout {
-        Layout::Spread { start } => (*start, &[][..]),
-        Layout::Leaders { start, leaders } => (*start, &leaders[..]),
-        Layout::Echo => (0, &[][..]),
+    let (start, leaders, holders) = match &layout {
+        Layout::Spread { start } => (*start, &[][..], &[][..]),
+        Layout::Leaders { start, leaders, holders } => (*start, &leaders[..], &holders[..]),
+        Layout::Echo => (0, &[][..], &[][..]),
     };
     let spread = |id: u32| (start + id as usize) % brokers.len();
     let at_leader = |id: u32| {
@@ -163,7 +166,16 @@ pub fn route(
     // learns the others from its route, and its retries go to them when that one dies.
     let covered: BTreeSet<usize> = (0..topic.queues).filter_map(at_leader).collect();
     let by_leader = !leaders.is_empty() && covered.len() == brokers.len();
-    let placed = |id: u32| if by_leader { at_leader(id) } else { None };
+    let at_holder = |id: u32| {
+        let held: &Vec<NodeId> = holders.get(id as usize)?;
+        let live = |h: &NodeId| members.iter().position(|(m, _)| m == h).filter(|i| *i < brokers.len());
+        at_leader(id).or_else(|| held.iter().find_map(live))
+    };
+    let placed = |id: u32| match holders.get(id as usize).is_some_and(|h| !h.is_empty()) {
+        true => at_holder(id),
+        false if by_leader => at_leader(id),
+        false => None,
+    };
     let message_queues = (0..topic.queues)
         .map(|id| MessageQueue {
             topic: Some(Resource {
@@ -222,14 +234,7 @@ mod tests {
     }
 
     fn info(id: NodeId, client_addr: &str) -> (NodeId, NodeInfo) {
-        (
-            id,
-            NodeInfo {
-                raft_addr: format!("10.0.0.{id}:9081"),
-                client_addr: client_addr.into(),
-                admin_addr: String::new(),
-            },
-        )
+        (id, NodeInfo { raft_addr: format!("10.0.0.{id}:9081"), client_addr: client_addr.into(), ..Default::default() })
     }
 
     /// (broker name, its one address) of each queue, in queue order.
@@ -266,15 +271,28 @@ mod tests {
         // Queue 0's group led by node 3, queue 1's by node 1, queue 2's by a node not live, queue
         // 3's by none known.
         let leaders = vec![Some(3), Some(1), Some(9), None, Some(2)];
-        let r = route(&req(), topic(5), "g", &three(), Layout::Leaders { start: 1, leaders }).unwrap();
+        let r = route(&req(), topic(5), "g", &three(), Layout::Leaders { start: 1, leaders, holders: vec![] }).unwrap();
         let names: Vec<String> = layout(&r).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, vec!["g-3", "g-1", "g-1", "g-2", "g-2"]);
         // Every group led by node 1 (the groups have just started): spread, so a client given
         // node 1 alone learns the others.
         let leaders = vec![Some(1); 5];
-        let r = route(&req(), topic(5), "g", &three(), Layout::Leaders { start: 1, leaders }).unwrap();
+        let r = route(&req(), topic(5), "g", &three(), Layout::Leaders { start: 1, leaders, holders: vec![] }).unwrap();
         let names: Vec<String> = layout(&r).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, vec!["g-2", "g-3", "g-1", "g-2", "g-3"]);
+    }
+
+    #[test]
+    fn where_groups_are_on_some_members_each_queue_goes_to_its_leader_or_a_live_holder() {
+        let five: Vec<RouteMember> = (1..=5).map(|id| (id, format!("10.0.0.{id}:8081"))).collect();
+        // Two queues, far from covering five members: still each at its group's leader. Queue 2's
+        // group has no leader known: its first live holder; queue 3's holders are all down:
+        // spread.
+        let leaders = vec![Some(4), Some(2), None, None];
+        let holders = vec![vec![4, 5, 1], vec![2, 3, 4], vec![9, 3, 4], vec![8, 9, 7]];
+        let r = route(&req(), topic(4), "g", &five, Layout::Leaders { start: 0, leaders, holders }).unwrap();
+        let names: Vec<String> = layout(&r).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["g-4", "g-2", "g-3", "g-4"]);
     }
 
     #[test]

@@ -92,6 +92,7 @@ impl ToPb for Membership {
                     raft_addr: n.raft_addr.clone(),
                     client_addr: n.client_addr.clone(),
                     admin_addr: n.admin_addr.clone(),
+                    rack: n.rack.clone(),
                 })
                 .collect(),
         }
@@ -105,7 +106,8 @@ impl FromPb for Membership {
         let configs: Vec<BTreeSet<NodeId>> = pb.configs.into_iter().map(|c| c.ids.into_iter().collect()).collect();
         let mut nodes = BTreeMap::new();
         for n in pb.nodes {
-            let node = NodeInfo { raft_addr: n.raft_addr, client_addr: n.client_addr, admin_addr: n.admin_addr };
+            let node =
+                NodeInfo { raft_addr: n.raft_addr, client_addr: n.client_addr, admin_addr: n.admin_addr, rack: n.rack };
             if nodes.insert(n.id, node).is_some() {
                 return Err(invalid(format!("membership names node {} twice", n.id)));
             }

@@ -249,6 +249,26 @@ impl Group {
         m.current_leader == Some(m.id)
     }
 
+    /// The voters the group is going to (the last configuration of a joint one), with where each
+    /// is reached.
+    pub fn next_voters(&self) -> BTreeMap<NodeId, NodeInfo> {
+        let m = self.metrics.borrow_watched();
+        let membership = m.membership_config.membership();
+        let next = membership.get_joint_config().last().cloned().unwrap_or_default();
+        membership.nodes().filter(|(id, _)| next.contains(id)).map(|(id, info)| (*id, info.clone())).collect()
+    }
+
+    /// The log id of the membership in force here: it changes with every membership change.
+    pub fn membership_id(&self) -> Option<crate::raft::LogId> {
+        self.metrics.borrow_watched().membership_config.log_id().clone()
+    }
+
+    /// Whether this node is one of the group's voters (in any configuration of a joint one).
+    pub fn is_voter(&self) -> bool {
+        let m = self.metrics.borrow_watched();
+        m.membership_config.membership().voter_ids().any(|id| id == m.id)
+    }
+
     /// Why Raft stopped, if it did (a storage error).
     pub fn fatal(&self) -> Option<String> {
         self.metrics.borrow_watched().running_state.as_ref().err().map(|e| e.to_string())
@@ -364,6 +384,12 @@ impl Group {
     /// Makes `voters` the group's voters; other members stay learners.
     pub async fn change_voters(&self, voters: BTreeSet<NodeId>) -> Result<(), GroupError> {
         self.raft.change_membership(voters, false).await.map(drop).map_err(|e| GroupError::Raft(e.to_string()))
+    }
+
+    /// Removes the learners `ids` from the group.
+    pub async fn remove_learners(&self, ids: BTreeSet<NodeId>) -> Result<(), GroupError> {
+        let change = openraft::ChangeMembers::RemoveNodes(ids);
+        self.raft.change_membership(change, false).await.map(drop).map_err(|e| GroupError::Raft(e.to_string()))
     }
 
     pub async fn shutdown(&self) {

@@ -87,6 +87,10 @@ pub struct NodeInfo {
     /// by earlier releases).
     #[serde(default)]
     pub admin_addr: String,
+    /// The rack (or zone) the node runs in (empty: none named): from five nodes each data group
+    /// has three replicas, spread over the racks named.
+    #[serde(default)]
+    pub rack: String,
 }
 
 impl fmt::Display for NodeInfo {

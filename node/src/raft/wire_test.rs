@@ -46,8 +46,8 @@ fn log_id() -> impl Strategy<Value = LogId> {
 }
 
 fn node_info() -> impl Strategy<Value = NodeInfo> {
-    ("[a-z0-9.:]{0,16}", "[a-z0-9.:]{0,16}", "[a-z0-9.:]{0,16}")
-        .prop_map(|(raft_addr, client_addr, admin_addr)| NodeInfo { raft_addr, client_addr, admin_addr })
+    ("[a-z0-9.:]{0,16}", "[a-z0-9.:]{0,16}", "[a-z0-9.:]{0,16}", "[a-z0-9-]{0,8}")
+        .prop_map(|(raft_addr, client_addr, admin_addr, rack)| NodeInfo { raft_addr, client_addr, admin_addr, rack })
 }
 
 /// One voter set, or two (a joint config), and every voter's node plus some learners.
@@ -240,7 +240,7 @@ fn a_record_of_an_unknown_kind_or_with_a_garbled_membership_is_invalid_data() {
 /// A data directory of an earlier release holds JSON membership records: they still read.
 #[test]
 fn membership_records_of_earlier_releases_still_read() {
-    let node = |raft: &str| NodeInfo { raft_addr: raft.into(), client_addr: "c:1".into(), admin_addr: String::new() };
+    let node = |raft: &str| NodeInfo { raft_addr: raft.into(), client_addr: "c:1".into(), ..Default::default() };
     let m =
         Membership::new(vec![BTreeSet::from([1, 2])], BTreeMap::from([(1, node("a:1")), (2, node("b:1"))])).unwrap();
     // As earlier releases wrote it: no admin address yet.

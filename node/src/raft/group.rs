@@ -260,7 +260,7 @@ impl Group {
 
     /// The log id of the membership in force here: it changes with every membership change.
     pub fn membership_id(&self) -> Option<crate::raft::LogId> {
-        self.metrics.borrow_watched().membership_config.log_id().clone()
+        *self.metrics.borrow_watched().membership_config.log_id()
     }
 
     /// Whether this node is one of the group's voters (in any configuration of a joint one).

@@ -88,6 +88,10 @@ impl AdminServer {
     pub(super) fn data_group(&self, id: u32) -> Result<Cluster, AdminError> {
         match id {
             0 => Err(AdminError::invalid("group 0 holds the metadata, not messages")),
+            id if id > self.parts.broker.settings().data_groups => Err(AdminError::NotFound(format!(
+                "data group {id} does not exist: the cluster runs groups 1 to {}",
+                self.parts.broker.settings().data_groups
+            ))),
             id => Ok(self.data().partition(crate::broker::position::PartitionId(id))?),
         }
     }

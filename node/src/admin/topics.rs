@@ -41,18 +41,20 @@ impl AdminServer {
         held.map(|g| (g.group().id().0, g.broker().figures())).collect()
     }
 
-    /// Each data group's figures: read from this node's replica, or asked of the group's leader
-    /// (a group that does not answer is left out).
+    /// Each data group's figures: read from this node's replica, or asked of the group's leader,
+    /// all groups at once (a group that does not answer is left out).
     async fn figures(&self) -> Vec<(u32, GroupFigures)> {
-        let mut out = Vec::new();
-        for group in self.data().all() {
+        let asked = self.data().all().into_iter().map(async |group| {
             let id = group.group().id().0;
             match group.figures().await {
-                Ok(figures) => out.push((id, figures)),
-                Err(e) => tracing::debug!(group = id, error = %e, "a data group's figures could not be read"),
+                Ok(figures) => Some((id, figures)),
+                Err(e) => {
+                    tracing::debug!(group = id, error = %e, "a data group's figures could not be read");
+                    None
+                }
             }
-        }
-        out
+        });
+        futures_util::future::join_all(asked).await.into_iter().flatten().collect()
     }
 
     fn topics_from(&self, figures: &[(u32, GroupFigures)]) -> Vec<TopicInfo> {

@@ -24,14 +24,10 @@ done
 # One cluster at a time: each runs three nodes, and the machine may have two cores.
 cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads=1 2>&1 | tee -a "$log"
 # The official clients, plugins and the nemesis again, on clusters of three data groups with
-# every topic's queues spread over them (the tests that check one group's route layout, one
-# group's log or leadership are left out).
+# every topic's queues spread over them.
 ROCKRAFT_TEST_DATA_GROUPS=3 cargo test --locked --no-fail-fast -p rockraft-cluster-tests "${features[@]}" \
   --test consume --test consume_protocol --test crash_points --test produce --test delay_transaction --test plugins \
   --test observability --test protocol --test limits --test node_client --test python_client \
-  --test nemesis -- --test-threads=1 \
-  --skip a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leader \
-  --skip a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_once_as_leader \
-  --skip a_send_forwarded_again_while_the_leader_is_slow_is_written_to_the_log_once 2>&1 | tee -a "$log"
+  --test nemesis -- --test-threads=1 2>&1 | tee -a "$log"
 # One closing line for the whole suite.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -729,18 +729,32 @@ impl Cluster {
         Some(best?.members.iter().filter(|m| m.voter).map(|m| m.id).collect())
     }
 
-    /// Hands the first data group's leadership to node `id` and waits until it leads.
+    /// Makes node `id` the leader of "the leader" of these tests: of the first data group, and
+    /// with several data groups of every one it holds, with the leader balancer switched off so
+    /// the leaderships stay there. Waits until it leads them.
     pub async fn make_leader(&self, id: u64) {
+        if self.data_groups > 1 {
+            self.admin(pb::ConfigureRequest { balance_leaders: Some(false), ..Default::default() }).await;
+        }
+        for group in 1..=self.data_groups {
+            if self.holders(group).await.contains(&id) {
+                self.make_leader_of(group, id).await;
+            }
+        }
+    }
+
+    /// Hands data group `group`'s leadership to node `id` and waits until it leads.
+    pub async fn make_leader_of(&self, group: u32, id: u64) {
         let deadline = Instant::now() + Duration::from_secs(30);
         // Leading with a quorum behind it: a node that restarts as leader of its old term
         // reports the role until it hears of the newer one.
-        let leads = async || self.wait_for_leader(Duration::from_secs(10)).await == id;
+        let leads = async || self.wait_for_leader_of(Some(group), Duration::from_secs(10)).await == id;
         loop {
             if leads().await {
                 return;
             }
-            assert!(Instant::now() < deadline, "node {id} did not become leader");
-            self.hand_over(rockraft::raft::GroupId::FIRST.0, id).await;
+            assert!(Instant::now() < deadline, "node {id} did not become leader of group {group}");
+            self.hand_over(group, id).await;
             for _ in 0..30 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if leads().await {
@@ -758,10 +772,12 @@ impl Cluster {
             self.call(&self.node(leader).admin_addr, pb::TransferLeaderRequest { to: id, group: Some(group) }).await;
     }
 
-    /// Waits until node `id` has applied everything the leader has committed, in the first
-    /// data group.
+    /// Waits until node `id` has applied everything the leader has committed, in every data
+    /// group.
     pub async fn wait_caught_up(&self, id: u64, timeout: Duration) {
-        self.wait_caught_up_in(Some(rockraft::raft::GroupId::FIRST.0), id, timeout).await
+        for group in 1..=self.data_groups.max(1) {
+            self.wait_caught_up_in(Some(group), id, timeout).await
+        }
     }
 
     /// [`Cluster::wait_caught_up`] in Raft group `group` (`None`: the group holding the metadata).
@@ -838,7 +854,6 @@ impl Cluster {
         }
     }
 
-    /// Where node `id` keeps data group `group`'s log, state and snapshot.
     /// The data group holding `topic`'s queue `queue`, as node 1 lists it.
     pub async fn queue_group(&self, topic: &str, queue: u32) -> u32 {
         let listed = self.admin(pb::ListTopicsRequest { after: String::new(), limit: 1000 }).await;
@@ -847,6 +862,7 @@ impl Cluster {
         topic.groups.get(queue as usize).copied().unwrap_or(1)
     }
 
+    /// Where node `id` keeps data group `group`'s log, state and snapshot.
     pub fn group_dir(&self, id: u64, group: u32) -> PathBuf {
         self.node(id).data_dir.join(data_group_dir(group))
     }
@@ -1050,6 +1066,33 @@ pub mod clients {
         let mut c = SimpleConsumer::new(so, client_option(access_url)).expect("consumer");
         c.start().await.expect("consumer start");
         c
+    }
+
+    /// Receives and acks `topic`'s messages (every tag) through `c` until `want` ids have come,
+    /// failing the test after `within`; a receive that fails is tried again. The ids received.
+    pub async fn receive_all(
+        c: &SimpleConsumer,
+        topic: &str,
+        want: usize,
+        within: Duration,
+    ) -> std::collections::BTreeSet<String> {
+        use rocketmq::model::common::{FilterExpression, FilterType};
+        let all = FilterExpression::new(FilterType::Tag, "*");
+        let mut received = std::collections::BTreeSet::new();
+        let deadline = std::time::Instant::now() + within;
+        while received.len() < want {
+            assert!(std::time::Instant::now() < deadline, "received {} of {want}", received.len());
+            match c.receive_with(topic, &all, 32, Duration::from_secs(20)).await {
+                Ok(batch) => {
+                    for m in batch {
+                        c.ack(&m).await.expect("ack");
+                        received.insert(m.message_id().to_string());
+                    }
+                }
+                Err(e) => eprintln!("receive failed (retrying): {e:?}"),
+            }
+        }
+        received
     }
 }
 

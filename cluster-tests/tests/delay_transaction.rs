@@ -9,7 +9,7 @@
 //! message is never received before its delivery time, measured on the same clock after the
 //! receive returned) and generous about lateness.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -490,11 +490,19 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     let mut cluster = Cluster::start(3, options).await;
     cluster.create_topic("Later", 1, TopicKind::Delay).await;
     cluster.create_topic("Held", 1, TopicKind::Transaction).await;
-    cluster.create_topic("Filler", 1, TopicKind::Normal).await;
+    // A filler queue in every data group: segments roll and expire in each.
+    let groups = cluster.data_groups;
+    cluster.create_topic("Filler", groups, TopicKind::Normal).await;
     cluster.create_group("readers", false, 16).await;
     let (leader, lagging, _) = leader_and_followers(&cluster).await;
     cluster.wait_caught_up(lagging, Duration::from_secs(10)).await;
-    let left_at = cluster.status(lagging).await.unwrap().last_log_index.unwrap_or(0);
+    // Where the lagging node stopped in each group holding a timer or a half.
+    let mut left_at = BTreeMap::new();
+    for topic in ["Later", "Held"] {
+        let group = cluster.queue_group(topic, 0).await;
+        let last = cluster.status_of(lagging, Some(group)).await.unwrap().last_log_index.unwrap_or(0);
+        left_at.insert(group, last);
+    }
     cluster.kill(lagging);
 
     let url = cluster.client_addr(leader);
@@ -503,14 +511,14 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     let tp = tx_producer(&url, "Held", &checks, unknown).await;
     // Over 2 MiB past where the lagging node stopped: its segment can expire. Pending timers
     // and halves hold their own entries back from retention, so they go after this filler.
-    fill(&p, 20).await;
+    fill(&p, 20 * groups as usize).await;
 
     let base = now_secs();
     send_delayed(&p, "Later", "before-install", base + 2).await;
     send_delayed(&p, "Later", "after-install", base + 20).await;
     let tx = send_half(&tp, "Held", "held-order").await;
     let half_id = tx.message_id().to_string();
-    fill(&p, 10).await;
+    fill(&p, 10 * groups as usize).await;
 
     // The first timer fires under the old leader and is consumed there.
     let c = consumer(&url, "readers", "Later").await;
@@ -518,15 +526,18 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     let early = collect(&c, "Later", &["before-install"], Duration::ZERO, deadline).await;
     on_time(once(&early, "before-install"), base + 2, LATE);
 
-    // Once the leader has dropped the entries after `left_at`, only a snapshot can help.
+    // Once each group's leader has dropped the entries after `left_at`, only a snapshot can help.
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let purged = cluster.status(leader).await.and_then(|s| s.purged);
-        if purged.is_some_and(|p| p > left_at) {
-            break;
+    for (&group, &left_at) in &left_at {
+        loop {
+            let leads = cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
+            let purged = cluster.status_of(leads, Some(group)).await.and_then(|s| s.purged);
+            if purged.is_some_and(|p| p > left_at) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "group {group} never purged past {left_at} (purged: {purged:?})");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(Instant::now() < deadline, "the leader never purged past {left_at} (purged: {purged:?})");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     cluster.restart(lagging);
     cluster.wait_caught_up(lagging, Duration::from_secs(30)).await;

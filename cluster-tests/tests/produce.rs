@@ -153,8 +153,9 @@ async fn a_send_forwarded_again_while_the_leader_is_slow_is_written_to_the_log_o
     use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest, SystemProperties};
     let mut cluster = Cluster::start(3, Options::default()).await;
     cluster.create_topic("Slow", 1, TopicKind::Normal).await;
+    let group = cluster.queue_group("Slow", 0).await;
     // Every round the leader proposes waits 1.5 s first; a forward attempt gives up after 1 s.
-    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let leader = cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
     cluster.kill(leader);
     cluster.restart_with_crash_points(leader, "cluster::propose_round=return(1500)");
     cluster.make_leader(leader).await;
@@ -162,7 +163,7 @@ async fn a_send_forwarded_again_while_the_leader_is_slow_is_written_to_the_log_o
     let follower = (1..=3).find(|&id| id != leader).unwrap();
     cluster.wait_caught_up(follower, Duration::from_secs(30)).await;
     // A new leader writes an entry or two of its own at first: wait until its log is quiet.
-    let last = async || cluster.status(leader).await.and_then(|s| s.last_log_index).unwrap();
+    let last = async || cluster.status_of(leader, Some(group)).await.and_then(|s| s.last_log_index).unwrap();
     let mut before = last().await;
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -317,6 +317,7 @@ impl AdminService for AdminServer {
                 dedupe_window_secs: s.dedupe_window_secs,
                 max_module_bytes: s.max_module_bytes,
                 data_groups: s.data_groups,
+                balance_leaders: s.balance_leaders,
             }))
         };
         self.on_leader(req, async |mut l, r| l.get_settings(r).await, here).await
@@ -328,6 +329,7 @@ impl AdminService for AdminServer {
             dedupe_window_secs: r.dedupe_window_secs,
             max_module_bytes: r.max_module_bytes,
             data_groups: r.data_groups,
+            balance_leaders: r.balance_leaders,
         };
         done(AdminServer::configure(self, change).await)
     }

@@ -6,7 +6,8 @@
 //!
 //! What apply reads of them: `dedupe_window_secs` (whether a send is a retry) and
 //! `max_module_bytes` (whether a plugin registration is accepted). `data_groups` is what every
-//! node reads to know which data groups to run.
+//! node reads to know which data groups to run, `balance_leaders` whether each data group's
+//! leader hands its leadership to the node whose turn it is.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,11 +31,15 @@ pub struct ClusterSettings {
     pub max_module_bytes: u64,
     /// How many data groups the cluster runs (groups 1 to `data_groups`); only ever grows.
     pub data_groups: u32,
+    /// Whether each data group's leader hands the leadership to the node whose turn it is. Off,
+    /// a leadership stays where an election or `cluster transfer-leader` put it (while a node is
+    /// serviced, say).
+    pub balance_leaders: bool,
 }
 
 impl Default for ClusterSettings {
     fn default() -> Self {
-        ClusterSettings { dedupe_window_secs: 120, max_module_bytes: 1 << 20, data_groups: 1 }
+        ClusterSettings { dedupe_window_secs: 120, max_module_bytes: 1 << 20, data_groups: 1, balance_leaders: true }
     }
 }
 
@@ -44,6 +49,7 @@ pub struct SettingsChange {
     pub dedupe_window_secs: Option<u64>,
     pub max_module_bytes: Option<u64>,
     pub data_groups: Option<u32>,
+    pub balance_leaders: Option<bool>,
 }
 
 /// A setting out of its range; holds the value asked for. Its text goes into the replicated reply:
@@ -84,6 +90,9 @@ impl ClusterSettings {
             }
             next.data_groups = groups;
         }
+        if let Some(on) = change.balance_leaders {
+            next.balance_leaders = on;
+        }
         Ok(next)
     }
 }
@@ -106,8 +115,9 @@ mod tests {
         assert_eq!(refused, Err(SettingsError::DedupeWindow(0)));
         // The text is what the refusal's replicated reply holds: replicas compare their digests.
         assert_eq!(refused.unwrap_err().to_string(), "dedupe_window_secs must be 1-3600, not 0");
-        let both = SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20), data_groups: None };
-        let changed = ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20, data_groups: 1 };
+        let both =
+            SettingsChange { dedupe_window_secs: Some(600), max_module_bytes: Some(2 << 20), ..Default::default() };
+        let changed = ClusterSettings { dedupe_window_secs: 600, max_module_bytes: 2 << 20, ..Default::default() };
         assert_eq!(s.changed(&both), Ok(changed));
         // Data groups grow and never shrink.
         let three = s.changed(&SettingsChange { data_groups: Some(3), ..Default::default() }).unwrap();
@@ -117,5 +127,10 @@ mod tests {
             assert_eq!(refused, Err(SettingsError::DataGroups(3, bad)));
         }
         assert_eq!(three.changed(&SettingsChange { data_groups: Some(3), ..Default::default() }), Ok(three));
+        // Balancing is on until switched off, and switching it changes nothing else.
+        assert!(three.balance_leaders);
+        let off = three.changed(&SettingsChange { balance_leaders: Some(false), ..Default::default() }).unwrap();
+        assert_eq!(off, ClusterSettings { balance_leaders: false, ..three });
+        assert_eq!(off.changed(&SettingsChange { balance_leaders: Some(true), ..Default::default() }), Ok(three));
     }
 }

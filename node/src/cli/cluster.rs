@@ -82,6 +82,10 @@ pub(super) enum ClusterCmd {
         /// The largest plugin module `plugin register` accepts.
         #[arg(long)]
         max_module_bytes: Option<u64>,
+        /// Whether each data group's leadership is handed to the node whose turn it is (`false`:
+        /// leaderships stay where elections and `transfer-leader` put them).
+        #[arg(long)]
+        balance_leaders: Option<bool>,
     },
 }
 
@@ -95,14 +99,16 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
             print!("{}", history_table(&history));
             return Ok(());
         }
-        ClusterCmd::Configure { dedupe_window_secs, max_module_bytes } => {
-            if dedupe_window_secs.is_some() || max_module_bytes.is_some() {
-                admin.send(pb::ConfigureRequest { dedupe_window_secs, max_module_bytes, data_groups: None }).await?;
+        ClusterCmd::Configure { dedupe_window_secs, max_module_bytes, balance_leaders } => {
+            let change =
+                pb::ConfigureRequest { dedupe_window_secs, max_module_bytes, data_groups: None, balance_leaders };
+            if change != pb::ConfigureRequest::default() {
+                admin.send(change).await?;
             }
             let s = admin.send(pb::GetSettingsRequest {}).await?;
             println!(
-                "dedupe_window_secs = {}\nmax_module_bytes = {}\ndata_groups = {}",
-                s.dedupe_window_secs, s.max_module_bytes, s.data_groups
+                "dedupe_window_secs = {}\nmax_module_bytes = {}\ndata_groups = {}\nbalance_leaders = {}",
+                s.dedupe_window_secs, s.max_module_bytes, s.data_groups, s.balance_leaders
             );
             return Ok(());
         }

@@ -134,16 +134,17 @@ pub async fn follow_membership(cluster: Cluster, metadata: Cluster) {
     }
 }
 
-/// On a group's leader, while the cluster runs more than one data group: hands the leadership to
-/// the voter whose turn it is ([`replica_set`]'s first, from the metadata group's voters `members`
-/// knows) once that voter is one of the group's, caught up and answering. Backs off while the
-/// hand-over does not happen.
+/// On a group's leader, while the cluster runs more than one data group and balances leaders
+/// (`balance_leaders`): hands the leadership to the voter whose turn it is ([`replica_set`]'s
+/// first, from the metadata group's voters `members` knows) once that voter is one of the
+/// group's, caught up and answering. Backs off while the hand-over does not happen.
 pub async fn balance_leaders(cluster: Cluster, metadata: Broker, members: Cluster) {
     let id = cluster.group().id();
     let mut back_off = BALANCE_BACK_OFF;
     loop {
         tokio::time::sleep(BALANCE_EVERY).await;
-        if metadata.settings().data_groups <= 1 {
+        let settings = metadata.settings();
+        if settings.data_groups <= 1 || !settings.balance_leaders {
             continue;
         }
         let status = cluster.group().status();

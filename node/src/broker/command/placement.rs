@@ -16,6 +16,7 @@ pub(super) fn to_proto(p: &Placement) -> pb::Placement {
                 dedupe_window_secs: Some(s.dedupe_window_secs),
                 max_module_bytes: Some(s.max_module_bytes),
                 data_groups: Some(s.data_groups),
+                balance_leaders: Some(s.balance_leaders),
             }),
             PlacementChange::PlaceTopic { config, epoch } => {
                 Change::PlaceTopic(pb::PlaceTopic { config: Some(topic_to_proto(config)), epoch: *epoch })
@@ -39,6 +40,8 @@ pub(super) fn from_proto(p: pb::Placement) -> Result<Placement, DecodeError> {
                 max_module_bytes: required(s.max_module_bytes, "max_module_bytes")?,
                 // Absent before format 5: one data group.
                 data_groups: s.data_groups.unwrap_or(1),
+                // Absent before format 7: on.
+                balance_leaders: s.balance_leaders.unwrap_or(true),
             }),
             Change::PlaceTopic(t) => {
                 PlacementChange::PlaceTopic { config: topic_from_proto(required(t.config, "config")?)?, epoch: t.epoch }

@@ -104,6 +104,7 @@ fn samples() -> Vec<Command> {
             dedupe_window_secs: Some(60),
             max_module_bytes: None,
             data_groups: Some(3),
+            balance_leaders: Some(false),
         })),
         Command::Admin(AdminCommand::RecordFailover(failover)),
         Command::Admin(AdminCommand::CreateGroup(group)),
@@ -115,6 +116,7 @@ fn samples() -> Vec<Command> {
                     dedupe_window_secs: 60,
                     max_module_bytes: 5,
                     data_groups: 3,
+                    balance_leaders: false,
                 }),
                 PlacementChange::PlaceTopic { config: TopicConfig::new("T", 4, TopicKind::Fifo), epoch: Some(9) },
                 PlacementChange::PlaceTopic { config: TopicConfig::new("%DLQ%G", 1, TopicKind::Normal), epoch: None },
@@ -420,8 +422,8 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
-    let e = Command::decode(framed_raw(7, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 7; this release reads formats 1 to 6");
+    let e = Command::decode(framed_raw(8, 1, b"")).unwrap_err();
+    assert_eq!(e.to_string(), "is of format 8; this release reads formats 1 to 7");
 }
 
 proptest! {
@@ -522,13 +524,15 @@ fn settings_of_format_4_name_no_data_groups() {
             change: Some(pb::placement_change::Change::Settings(pb::SettingsChange {
                 dedupe_window_secs: Some(60),
                 max_module_bytes: Some(5),
-                data_groups: None,
+                ..Default::default()
             })),
         }],
         through: None,
     };
     let decoded = Command::decode(framed_raw(4, Kind::Placement as u8, &placed.encode_to_vec()));
-    let settings = ClusterSettings { dedupe_window_secs: 60, max_module_bytes: 5, data_groups: 1 };
+    // Absent before format 5 and 7: one data group, leaders balanced.
+    let settings =
+        ClusterSettings { dedupe_window_secs: 60, max_module_bytes: 5, data_groups: 1, balance_leaders: true };
     assert_eq!(
         decoded,
         Ok(Command::Place(Placement { changes: vec![PlacementChange::Settings(settings)], through: None }))
@@ -538,4 +542,9 @@ fn settings_of_format_4_name_no_data_groups() {
         Command::Admin(AdminCommand::Configure(SettingsChange { data_groups: Some(3), ..Default::default() }));
     assert_eq!(&written.encode()[..2], &[MARKER, FORMAT]);
     const { assert!(FORMAT >= 5) };
+    // Format 7 on: a release of format 6 would drop whether leaders are balanced unread.
+    let written =
+        Command::Admin(AdminCommand::Configure(SettingsChange { balance_leaders: Some(false), ..Default::default() }));
+    assert_eq!(&written.encode()[..2], &[MARKER, FORMAT]);
+    const { assert!(FORMAT >= 7) };
 }

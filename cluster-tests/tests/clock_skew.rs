@@ -107,6 +107,11 @@ async fn a_node_whose_clock_is_off_does_not_lead() {
     tokio::time::sleep(Duration::from_secs(8)).await;
     let leader = cluster.wait_for_leader_of(None, Duration::from_secs(10)).await;
     assert_ne!(leader, ahead, "the node a day ahead leads");
+    // Nor does it lead a data group, though with several it is one's turn to.
+    for group in 1..=cluster.data_groups {
+        let leader = cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
+        assert_ne!(leader, ahead, "the node a day ahead leads data group {group}");
+    }
 
     let p = producer(&cluster.client_addr(ahead), "Timely").await;
     let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;

@@ -131,7 +131,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     jobs.spawn("group traffic", crate::jobs::group_traffic(replicas.groups(), meters.clone()));
     jobs.spawn("plugin warmup", crate::jobs::plugin_warmup(cluster.clone(), broker.clone(), Arc::clone(&plugins)));
     let max_skew = Duration::from_millis(config.raft.max_clock_skew_ms);
-    jobs.spawn("clock skew", crate::jobs::watch_clocks(cluster.clone(), max_skew));
+    jobs.spawn("clock skew", crate::jobs::watch_clocks(replicas.groups(), max_skew));
     jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
     let parts = Parts { broker, plugins, meters, sessions };
     Ok(Node { cluster, replicas, parts, config, jobs, renewals, log })

@@ -8,11 +8,14 @@
 //! says so in the log and in `cluster status`, stops calling elections, hands leadership to
 //! another member if it has it, and proposes nothing meanwhile (writes wait for the next leader,
 //! as through an election). Members that do not answer count for neither side, so a node is
-//! never judged alone while the others are down. It leads again once its clock agrees.
+//! never judged alone while the others are down. It leads again once its clock agrees. A clock is
+//! the node's, not a group's: the metadata group's members judge it, and the judgement holds in
+//! every group the node runs; no group's leader hands its leadership to a member whose clock it
+//! reads as off.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +32,8 @@ pub struct ClockSkew {
     /// Per member: how far its clock is ahead of this node's (ms), at the last reading.
     offsets: Mutex<BTreeMap<NodeId, i64>>,
     skewed: AtomicBool,
+    /// The bound the last judgement used (0: none).
+    max_skew_ms: AtomicI64,
 }
 
 /// The clock readings as `cluster status` shows them.
@@ -48,6 +53,14 @@ impl ClockSkew {
     pub fn report(&self) -> ClockReport {
         ClockReport { offsets_ms: self.offsets.lock().expect("offsets lock").clone(), skewed: self.is_skewed() }
     }
+
+    /// Whether member `id`'s clock agrees with this node's, as last read (a member not read yet,
+    /// or no bound set, agrees), and this node's own is not off.
+    pub fn in_step(&self, id: NodeId) -> bool {
+        let max = self.max_skew_ms.load(Ordering::Acquire);
+        let offset = self.offsets.lock().expect("offsets lock").get(&id).copied();
+        !self.is_skewed() && (max == 0 || offset.is_none_or(|o| o.abs() <= max))
+    }
 }
 
 /// Whether a node whose peers' clocks are `offsets` ahead of its own is skewed, in a group of
@@ -58,9 +71,9 @@ pub fn is_skewed(offsets: &BTreeMap<NodeId, i64>, members: usize, max_skew_ms: i
 }
 
 impl Cluster {
-    /// Reads every other voter's clock, judges this node's, and acts on a change: stops or
-    /// resumes elections, and hands leadership away when skewed. `max_skew_ms` 0: never judged.
-    pub async fn check_clock(&self, max_skew_ms: i64) {
+    /// Reads every other voter's clock and judges this node's (`max_skew_ms` 0: never judged),
+    /// logging a change; [`Self::follow_clock`] acts on the judgement in each group.
+    pub async fn check_clock(&self, max_skew_ms: i64) -> ClockReport {
         // The voters decide who leads, so their clocks are the ones to agree with.
         let (voters, members) = self.voters_and_peers();
         let voters = voters.len();
@@ -75,9 +88,9 @@ impl Cluster {
         let skewed = max_skew_ms > 0 && is_skewed(&offsets, voters, max_skew_ms);
         let skew = &self.inner.skew;
         *skew.offsets.lock().expect("offsets lock") = offsets.clone();
+        skew.max_skew_ms.store(max_skew_ms, Ordering::Release);
         let was = skew.skewed.swap(skewed, Ordering::AcqRel);
         if skewed != was {
-            self.group().set_electable(!skewed);
             if skewed {
                 tracing::error!(
                     ?offsets,
@@ -88,23 +101,40 @@ impl Cluster {
                 tracing::warn!(?offsets, "this node's clock agrees with the members again: it may lead");
             }
         }
-        if skewed
-            && self.is_leader()
-            && let Some(to) = in_step_with_most(&offsets)
+        ClockReport { offsets_ms: offsets, skewed }
+    }
+
+    /// Acts on this node's clock as `clock` judged it, in this group: no elections while it is
+    /// off, and a leadership handed to the voter of the group whose clock is nearest the others'.
+    pub async fn follow_clock(&self, clock: &ClockReport) {
+        self.group().set_electable(!clock.skewed);
+        if !clock.skewed || !self.is_leader() {
+            return;
+        }
+        let voters = self.group().status().voters();
+        let candidates: BTreeMap<NodeId, i64> =
+            clock.offsets_ms.iter().filter(|(id, _)| voters.contains(id)).map(|(&id, &o)| (id, o)).collect();
+        if let Some(to) = in_step_with_most(&clock.offsets_ms, &candidates)
             && let Err(e) = self.group().transfer_leader(to).await
         {
-            tracing::warn!(error = %e, to, "handing leadership away from a skewed clock failed");
+            tracing::warn!(group = self.group().id().0, error = %e, to, "handing leadership away from a skewed clock failed");
         }
+    }
+
+    /// Whether member `id`'s clock agrees with this node's (read in the group holding the
+    /// metadata): the members a leadership may go to.
+    pub fn clock_in_step(&self, id: NodeId) -> bool {
+        self.inner.skew.in_step(id)
     }
 }
 
-/// The member whose clock is nearest the others' (the median offset): the one to hand
-/// leadership to, away from a skewed clock.
-fn in_step_with_most(offsets: &BTreeMap<NodeId, i64>) -> Option<NodeId> {
+/// Of `candidates`, the member whose clock is nearest the others' (the median of `offsets`):
+/// the one to hand leadership to, away from a skewed clock.
+fn in_step_with_most(offsets: &BTreeMap<NodeId, i64>, candidates: &BTreeMap<NodeId, i64>) -> Option<NodeId> {
     let mut sorted: Vec<i64> = offsets.values().copied().collect();
     sorted.sort_unstable();
     let median = *sorted.get(sorted.len() / 2)?;
-    offsets.iter().min_by_key(|(_, o)| o.abs_diff(median)).map(|(id, _)| *id)
+    candidates.iter().min_by_key(|(_, o)| o.abs_diff(median)).map(|(id, _)| *id)
 }
 
 #[cfg(test)]
@@ -132,7 +162,23 @@ mod tests {
         let day = 86_400_000;
         // Five voters, this one a day ahead of three of them; member 4 is off too.
         let offsets = BTreeMap::from([(1, -day), (2, -day + 20), (3, -day - 10), (4, 5_000)]);
-        assert!(matches!(in_step_with_most(&offsets), Some(1..=3)));
-        assert_eq!(in_step_with_most(&BTreeMap::new()), None);
+        assert!(matches!(in_step_with_most(&offsets, &offsets), Some(1..=3)));
+        assert_eq!(in_step_with_most(&BTreeMap::new(), &BTreeMap::new()), None);
+        // A group held by members 3, 4 and this one: of its voters, member 3.
+        let group = BTreeMap::from([(3, -day - 10), (4, 5_000)]);
+        assert_eq!(in_step_with_most(&offsets, &group), Some(3));
+    }
+
+    #[test]
+    fn a_member_whose_clock_is_off_is_not_in_step() {
+        let skew = ClockSkew::default();
+        // Nothing read yet: every member agrees.
+        assert!(skew.in_step(2));
+        *skew.offsets.lock().unwrap() = BTreeMap::from([(2, 30), (3, 86_400_000)]);
+        skew.max_skew_ms.store(1000, Ordering::Release);
+        assert!(skew.in_step(2) && !skew.in_step(3) && skew.in_step(4), "4 is not read yet");
+        // This node's own clock off: no member is in step with it.
+        skew.skewed.store(true, Ordering::Release);
+        assert!(!skew.in_step(2));
     }
 }

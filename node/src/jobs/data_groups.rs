@@ -137,7 +137,8 @@ pub async fn follow_membership(cluster: Cluster, metadata: Cluster) {
 /// On a group's leader, while the cluster runs more than one data group and balances leaders
 /// (`balance_leaders`): hands the leadership to the voter whose turn it is ([`replica_set`]'s
 /// first, from the metadata group's voters `members` knows) once that voter is one of the
-/// group's, caught up and answering. Backs off while the hand-over does not happen.
+/// group's, caught up, answering and with a clock in step. Backs off while the hand-over does not
+/// happen.
 pub async fn balance_leaders(cluster: Cluster, metadata: Broker, members: Cluster) {
     let id = cluster.group().id();
     let mut back_off = BALANCE_BACK_OFF;
@@ -155,6 +156,10 @@ pub async fn balance_leaders(cluster: Cluster, metadata: Broker, members: Cluste
             back_off = BALANCE_BACK_OFF;
             continue;
         };
+        // Never to a node whose clock is off: it would stamp its time into the group's commands.
+        if !members.clock_in_step(to) {
+            continue;
+        }
         let caught_up = status.replication.get(&to).copied().flatten().map(|(index, _)| index) >= status.committed;
         let answering = status.acknowledged.get(&to).copied().flatten().is_some_and(|ago| ago < RECENTLY);
         if !caught_up || !answering {

@@ -112,14 +112,27 @@ pub struct Rules {
     pub drained: BTreeSet<String>,
 }
 
-/// Judges `history` against what each node stores (`stores`: node id → its store). Every broken
-/// rule is returned (at most a few examples each), so one run shows all that went wrong.
+/// Judges `history` against what each node stores (`stores`: node id → its store, of the queues
+/// whose group it holds). Every broken rule is returned (at most a few examples each), so one run
+/// shows all that went wrong.
 pub fn check(history: &History, stores: &BTreeMap<u64, Stored>, rules: &Rules) -> Vec<Anomaly> {
     let mut out = Vec::new();
-    let Some((&first_node, reference)) = stores.iter().next() else {
+    if stores.is_empty() {
         return vec![Anomaly { rule: "replicas agree", detail: "no node's store was read".into() }];
-    };
-    replicas_agree(first_node, reference, stores, &mut out);
+    }
+    // Each queue as the first node holding it stores it.
+    let mut reference = Stored::new();
+    let mut first = BTreeMap::new();
+    for (&node, store) in stores {
+        for (queue, messages) in store {
+            if !reference.contains_key(queue) {
+                reference.insert(queue.clone(), messages.clone());
+                first.insert(queue.clone(), node);
+            }
+        }
+    }
+    let reference = &reference;
+    replicas_agree(&first, reference, stores, &mut out);
     dense(reference, &mut out);
     let placed = placements(reference);
     acknowledged_stored(history, &placed, &mut out);
@@ -141,19 +154,24 @@ fn report(out: &mut Vec<Anomaly>, rule: &'static str, examples: Vec<String>) {
     }
 }
 
-fn replicas_agree(first: u64, reference: &Stored, stores: &BTreeMap<u64, Stored>, out: &mut Vec<Anomaly>) {
+/// Every node holding a queue stores what its first holder (`first`) does.
+fn replicas_agree(
+    first: &BTreeMap<(String, u32), u64>,
+    reference: &Stored,
+    stores: &BTreeMap<u64, Stored>,
+    out: &mut Vec<Anomaly>,
+) {
     let mut examples = Vec::new();
-    for (&node, store) in stores.iter().skip(1) {
-        let queues: BTreeSet<&(String, u32)> = reference.keys().chain(store.keys()).collect();
-        for q in queues {
-            let (a, b) = (reference.get(q), store.get(q));
-            let offsets: BTreeSet<u64> = a.into_iter().chain(b).flat_map(|m| m.keys().copied()).collect();
+    for (&node, store) in stores {
+        for (q, b) in store.iter().filter(|(q, _)| first.get(*q) != Some(&node)) {
+            let a = &reference[q];
+            let offsets: BTreeSet<u64> = a.keys().chain(b.keys()).copied().collect();
             for o in offsets {
-                let (x, y) = (a.and_then(|m| m.get(&o)), b.and_then(|m| m.get(&o)));
+                let (x, y) = (a.get(&o), b.get(&o));
                 if x != y {
                     examples.push(format!(
-                        "{} queue {} offset {o}: node {first} stores {x:?}, node {node} {y:?}",
-                        q.0, q.1
+                        "{} queue {} offset {o}: node {} stores {x:?}, node {node} {y:?}",
+                        q.0, q.1, first[q]
                     ));
                     break;
                 }
@@ -386,6 +404,29 @@ mod tests {
     fn a_clean_history_breaks_no_rule() {
         let (h, s) = clean();
         assert_eq!(check(&h, &three(&s), &rules()), vec![]);
+    }
+
+    /// Groups of three from five nodes: each node stores only the queues whose group it holds,
+    /// and the queues' holders are compared with each other.
+    #[test]
+    fn each_queue_is_compared_among_the_nodes_that_hold_it() {
+        let (h, _) = clean();
+        let queue0 = store(&[(0, 0, "a"), (0, 1, "b")]);
+        let queue1 = store(&[(1, 0, "c")]);
+        let both: Stored = queue0.clone().into_iter().chain(queue1.clone()).collect();
+        let mut history = h.clone();
+        history.sends[2].queue = 1;
+        history.sends[2].offset = Some(0);
+        history.deliveries[2].queue = 1;
+        history.deliveries[2].offset = 0;
+        let stores: BTreeMap<u64, Stored> = [(1, queue0), (2, both), (3, queue1.clone())].into();
+        assert_eq!(check(&history, &stores, &rules()), vec![]);
+        // Node 3 disagrees with node 2, the first holding queue 1.
+        let mut bad = stores.clone();
+        bad.get_mut(&3).unwrap().get_mut(&("T".into(), 1)).unwrap().insert(0, "z".into());
+        let found = check(&history, &bad, &rules());
+        assert_eq!(found.iter().map(|a| a.rule).collect::<Vec<_>>(), vec!["replicas agree"]);
+        assert!(found[0].detail.contains("node 2") && found[0].detail.contains("node 3"), "{}", found[0]);
     }
 
     #[test]

@@ -321,7 +321,8 @@ async fn a_data_group_leader_crashed_between_a_metadata_change_and_its_placement
 /// groups and coming to lead one), the official client sending to and consuming every queue
 /// through the routes, a send through a node that holds no replica of its queue's group passed
 /// to that group's leader, `topic list` and `group list` asked of any node counting every group,
-/// and each group's replicas agreeing.
+/// a lite delivery dead-lettered through a node holding no replica, and each group's replicas
+/// agreeing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_nodes_hold_each_data_group_on_three_and_serve_every_queue_through_any_node() {
     use rocketmq::model::message::MessageBuilder;
@@ -418,5 +419,98 @@ async fn five_nodes_hold_each_data_group_on_three_and_serve_every_queue_through_
         })
         .await;
     }
+    lite_dead_letter_through_a_node_holding_no_replica(&cluster, &holders).await;
     wait_replicas_agree(&cluster, 5).await;
+}
+
+/// A lite delivery received where its group is held, then given up through a node that holds no
+/// replica of the group: the group's leader builds the dead letter, which is read from the
+/// consumer group's dead-letter queue.
+async fn lite_dead_letter_through_a_node_holding_no_replica(
+    cluster: &Cluster,
+    holders: &BTreeMap<u32, std::collections::BTreeSet<u64>>,
+) {
+    use futures_util::StreamExt;
+    use rockraft::broker::TopicKind;
+    use rockraft_cluster_tests::clients::{consumer, receive_all};
+    use rockraft_cluster_tests::signed_client;
+    use rockraft_proto::rocketmq::receive_message_response::Content;
+    use rockraft_proto::rocketmq::{
+        Code, ForwardMessageToDeadLetterQueueRequest, LiteSubscriptionAction, Message, MessageQueue, MessageType,
+        ReceiveMessageRequest, Resource, SendMessageRequest, SyncLiteSubscriptionRequest, SystemProperties,
+    };
+    let resource = |name: &str| Some(Resource { resource_namespace: String::new(), name: name.into() });
+    let seconds = |s: i64| Some(prost_types::Duration { seconds: s, nanos: 0 });
+
+    cluster.create_topic("Chats", 1, TopicKind::Lite).await;
+    let lite_group = pb::CreateGroupRequest {
+        name: "chatters".into(),
+        max_attempts: 16,
+        lite_bind_topic: "Chats".into(),
+        ..Default::default()
+    };
+    cluster.admin(lite_group).await;
+    cluster.create_group("undeliverable", false, 16).await;
+    let group = cluster.queue_group("Chats", 0).await;
+    let held_at = cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
+    let elsewhere = (1..=5).find(|id| !holders[&group].contains(id)).expect("two nodes hold no replica");
+
+    let mut c = signed_client(&cluster.client_addr(held_at), None);
+    let subscribe = SyncLiteSubscriptionRequest {
+        action: LiteSubscriptionAction::CompleteAdd as i32,
+        topic: resource("Chats"),
+        group: resource("chatters"),
+        lite_topic_set: vec!["room-1".into()],
+        version: None,
+        offset_option: None,
+    };
+    let r = c.sync_lite_subscription(subscribe).await.expect("rpc").into_inner();
+    assert_eq!(r.status.map(|s| s.code), Some(Code::Ok as i32));
+    let message = Message {
+        topic: resource("Chats"),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: "lite-1".into(),
+            message_type: MessageType::Lite as i32,
+            lite_topic: Some("room-1".into()),
+            ..Default::default()
+        }),
+        body: b"undeliverable".to_vec().into(),
+    };
+    let r = c.send_message(SendMessageRequest { messages: vec![message] }).await.expect("rpc").into_inner();
+    assert_eq!(r.status.as_ref().map(|s| s.code), Some(Code::Ok as i32), "{r:?}");
+    let receive = ReceiveMessageRequest {
+        group: resource("chatters"),
+        message_queue: Some(MessageQueue { topic: resource("Chats"), ..Default::default() }),
+        batch_size: 1,
+        invisible_duration: seconds(60),
+        long_polling_timeout: seconds(5),
+        ..Default::default()
+    };
+    let mut handle = None;
+    let mut frames = c.receive_message(receive).await.expect("rpc").into_inner();
+    while let Some(frame) = frames.next().await {
+        if let Some(Content::Message(m)) = frame.expect("frame").content {
+            handle = m.system_properties.and_then(|p| p.receipt_handle);
+        }
+    }
+    let handle = handle.expect("the lite message delivered where its group is held");
+
+    let forward = ForwardMessageToDeadLetterQueueRequest {
+        group: resource("chatters"),
+        topic: resource("Chats"),
+        receipt_handle: handle,
+        message_id: "lite-1".into(),
+        delivery_attempt: 1,
+        max_delivery_attempts: 16,
+        lite_topic: Some("room-1".into()),
+    };
+    let mut e = signed_client(&cluster.client_addr(elsewhere), None);
+    let r = e.forward_message_to_dead_letter_queue(forward).await.expect("rpc").into_inner();
+    let code = r.status.as_ref().map(|s| s.code);
+    assert_eq!(code, Some(Code::Ok as i32), "dead-lettered through node {elsewhere} (group {group}): {r:?}");
+
+    let dlq = consumer(&cluster.access_url(), "undeliverable", "%DLQ%chatters").await;
+    let dead = receive_all(&dlq, "%DLQ%chatters", 1, Duration::from_secs(30)).await;
+    assert_eq!(dead, ["lite-1".to_string()].into(), "the given-up lite message, in the dead-letter queue");
 }

@@ -19,7 +19,9 @@
 //! a rule. It also reports how soon sends were accepted again after each fault began and healed,
 //! and how long sends through a cut-off node took to be answered.
 //!
-//! `ROCKRAFT_NEMESIS_SECS` sets how long faults are injected (60 s unless given),
+//! `ROCKRAFT_NEMESIS_NODES=5` runs five nodes, each data group on three of them (five data groups
+//! unless `ROCKRAFT_TEST_DATA_GROUPS` says otherwise; each node's store is read for the queues
+//! whose group it holds). `ROCKRAFT_NEMESIS_SECS` sets how long faults are injected (60 s unless given),
 //! `ROCKRAFT_NEMESIS_SEED` the seed (the faults' order and timing follow it, the interleaving
 //! with the clients does not), and `ROCKRAFT_NEMESIS_FAULTS` which kinds of fault, by name
 //! (`kill,pause,terminate,isolate,bridge,deaf,mute,clock,fsync,torn`; all unless given). Partitions need root and network namespaces: where the kernel
@@ -408,13 +410,13 @@ async fn leader(cluster: &Cluster) -> u64 {
     cluster.wait_for_leader(Duration::from_secs(30)).await
 }
 
-/// How long node `id` takes to apply what the leader has committed now.
-async fn catch_up_time(cluster: &Cluster, id: u64) -> Option<u64> {
+/// How long node `id` takes to apply what the leader of data group `group` has committed now.
+async fn catch_up_time(cluster: &Cluster, id: u64, group: u32) -> Option<u64> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(30);
     let target = loop {
-        let leader = cluster.wait_for_leader(Duration::from_secs(30)).await;
-        if let Some(committed) = cluster.status(leader).await.and_then(|s| s.committed) {
+        let leader = cluster.wait_for_leader_of(Some(group), Duration::from_secs(30)).await;
+        if let Some(committed) = cluster.status_of(leader, Some(group)).await.and_then(|s| s.committed) {
             break committed;
         }
         if Instant::now() > deadline {
@@ -423,7 +425,7 @@ async fn catch_up_time(cluster: &Cluster, id: u64) -> Option<u64> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     while Instant::now() < deadline {
-        if cluster.status(id).await.and_then(|s| s.applied).is_some_and(|a| a >= target) {
+        if cluster.status_of(id, Some(group)).await.and_then(|s| s.applied).is_some_and(|a| a >= target) {
             return Some(started.elapsed().as_millis() as u64);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -480,8 +482,10 @@ impl Nemesis {
     }
 }
 
-/// Injects one fault on one node (the leader half the time), waits, heals it.
-async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault {
+/// Injects one fault on one node (the leader half the time), waits, heals it. `held`: the data
+/// groups each node holds.
+async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared, held: &Held) -> Fault {
+    let nodes = held.len() as u64;
     let chosen = std::env::var("ROCKRAFT_NEMESIS_FAULTS").unwrap_or_default();
     let kinds: Vec<Nemesis> = Nemesis::ALL
         .into_iter()
@@ -493,9 +497,9 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
     let leader_now = leader(cluster).await;
     let victim = match rng.below(2) {
         0 => leader_now,
-        _ => 1 + rng.below(3),
+        _ => 1 + rng.below(nodes),
     };
-    let other = [1, 2, 3].into_iter().find(|&n| n != victim).expect("three nodes");
+    let other = (1..=nodes).find(|&n| n != victim).expect("three nodes or more");
     let hold = rng.millis(600, 3_000);
     let began_ms = shared.now_ms();
     let mut cut_off = None;
@@ -524,13 +528,13 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
             // Longer than an election timeout, like a pause.
             let hold = hold + Duration::from_millis(1_500);
             let net = cluster.network.as_ref().expect("network");
-            let others = [1, 2, 3].into_iter().filter(|&n| n != victim);
+            let others = (1..=nodes).filter(|&n| n != victim);
             let what = match kind {
                 Nemesis::Isolate => {
                     net.isolate(victim);
                     format!("node {victim} isolated")
                 }
-                // The two cut apart are the victim and another; the third sees both.
+                // The two cut apart are the victim and another; the rest see both.
                 Nemesis::Bridge => {
                     net.cut(victim, other);
                     format!("nodes {victim} and {other} cut apart (the third a bridge)")
@@ -581,15 +585,32 @@ async fn inject(cluster: &mut Cluster, rng: &mut Rng, shared: &Shared) -> Fault 
         }
     };
     let healed_ms = shared.now_ms();
-    let caught_up_ms = catch_up_time(cluster, victim).await;
+    let group = held[&victim].iter().next().copied().expect("every node holds a data group");
+    let caught_up_ms = catch_up_time(cluster, victim, group).await;
     Fault { kind, on_leader: victim == leader_now, what, began_ms, healed_ms, cut_off, caught_up_ms }
 }
 
-/// Every message id node `id` stores in the two topics.
-async fn stored(cluster: &Cluster, id: u64) -> Stored {
+/// The data groups each node holds, by node.
+type Held = BTreeMap<u64, BTreeSet<u32>>;
+
+async fn held(cluster: &Cluster, nodes: u64) -> Held {
+    let mut held: Held = (1..=nodes).map(|id| (id, BTreeSet::new())).collect();
+    for group in 1..=cluster.data_groups {
+        for id in cluster.holders(group).await {
+            held.entry(id).or_default().insert(group);
+        }
+    }
+    held
+}
+
+/// Every message id node `id` stores in the three topics, in the queues whose group it holds.
+async fn stored(cluster: &Cluster, id: u64, held: &Held) -> Stored {
     let mut out = Stored::new();
     for (topic, queues) in [(TOPIC, QUEUES), (FIFO_TOPIC, 2), (DELAY_TOPIC, 2)] {
         for q in 0..queues {
+            if !held[&id].contains(&cluster.queue_group(topic, q).await) {
+                continue;
+            }
             let lines = cluster.local_messages(id, topic, q).await;
             out.insert((topic.to_string(), q), lines.into_iter().map(|m| (m.offset, m.message_id)).collect());
         }
@@ -603,14 +624,19 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     let secs: u64 = std::env::var("ROCKRAFT_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     eprintln!("nemesis: seed {seed}, {secs} s of faults");
     let mut rng = Rng(seed | 1);
-    let mut cluster = Cluster::start(3, Options { network: true, ..Options::default() }).await;
+    let nodes: u64 = std::env::var("ROCKRAFT_NEMESIS_NODES").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    // From five nodes, a data group per node unless the environment names a number.
+    let data_groups = (nodes >= 5 && std::env::var("ROCKRAFT_TEST_DATA_GROUPS").is_err()).then_some(nodes as u32);
+    let options = Options { network: true, data_groups, ..Options::default() };
+    let mut cluster = Cluster::start(nodes, options).await;
     cluster.create_topic(TOPIC, QUEUES, TopicKind::Normal).await;
     cluster.create_topic(DELAY_TOPIC, 2, TopicKind::Delay).await;
     cluster.create_topic(FIFO_TOPIC, 2, TopicKind::Fifo).await;
     cluster.create_group(GROUP, false, MAX_ATTEMPTS).await;
     cluster.create_group(FIFO_GROUP, true, MAX_ATTEMPTS).await;
+    let held = held(&cluster, nodes).await;
     let shared = Shared {
-        addrs: Arc::new((1..=3).map(|id| cluster.client_addr(id)).collect()),
+        addrs: Arc::new((1..=nodes).map(|id| cluster.client_addr(id)).collect()),
         history: Arc::default(),
         started: Instant::now(),
         stop_sending: Arc::default(),
@@ -637,12 +663,12 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
         tokio::time::sleep(rng.millis(300, 2_000)).await;
-        let fault = inject(&mut cluster, &mut rng, &shared).await;
+        let fault = inject(&mut cluster, &mut rng, &shared, &held).await;
         eprintln!("nemesis: {} (healed at {} ms)", fault.what, fault.healed_ms);
         faults.push(fault);
     }
     // Healed: every node up. Sends go on a little, then stop; the consumers drain.
-    for id in 1..=3 {
+    for id in 1..=nodes {
         if !cluster.is_running(id) {
             cluster.restart(id);
         }
@@ -651,11 +677,11 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     shared.stop_sending.store(true, Ordering::Relaxed);
     // The last delayed messages come due (5 s at most) before the drain counts what is stored.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    for id in 1..=3 {
+    let mut stored_ids = BTreeSet::new();
+    for id in 1..=nodes {
         cluster.wait_caught_up(id, Duration::from_secs(60)).await;
+        stored_ids.extend(stored(&cluster, id, &held).await.into_values().flat_map(|m| m.into_values()));
     }
-    let reference = stored(&cluster, 1).await;
-    let stored_ids: BTreeSet<String> = reference.values().flat_map(|m| m.values().cloned()).collect();
     // Drained once everything stored was delivered; stuck once 30 s pass with no progress (a long
     // run's FIFO backlog takes a while, a stuck group never moves).
     let (mut least_waiting, mut progress_at) = (usize::MAX, Instant::now());
@@ -677,17 +703,20 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     }
 
     let mut stores = BTreeMap::new();
-    for id in 1..=3 {
+    for id in 1..=nodes {
         cluster.wait_caught_up(id, Duration::from_secs(60)).await;
-        stores.insert(id, stored(&cluster, id).await);
+        stores.insert(id, stored(&cluster, id, &held).await);
     }
-    let digests: Vec<_> = {
+    // Each group's digest on each node holding it (the metadata group on every node).
+    let mut digests = BTreeMap::new();
+    for group in 0..=cluster.data_groups {
         let mut d = Vec::new();
-        for id in 1..=3 {
-            d.push(cluster.digest(id).await);
+        for id in (1..=nodes).filter(|id| group == 0 || held[id].contains(&group)) {
+            let req = rockraft_proto::rockraft::GetDigestRequest { group };
+            d.push(cluster.call(&cluster.admin_addr(id), req).await.ok().map(|d| (d.applied, d.digest)));
         }
-        d
-    };
+        digests.insert(group, d);
+    }
     let history = shared.history.lock().unwrap().clone();
     let rules = Rules {
         max_attempts: MAX_ATTEMPTS,
@@ -804,9 +833,11 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
         }
     }
     assert!(anomalies.is_empty(), "{} anomalies (seed {seed}); see above", anomalies.len());
-    let applied: BTreeSet<_> = digests.iter().map(|d| d.map(|d| d.applied)).collect();
-    if applied.len() == 1 {
-        assert!(digests.windows(2).all(|w| w[0] == w[1]), "replicas at the same index differ: {digests:?}");
+    for (group, d) in &digests {
+        let applied: BTreeSet<_> = d.iter().map(|d| d.map(|d| d.0)).collect();
+        if applied.len() == 1 {
+            assert!(d.windows(2).all(|w| w[0] == w[1]), "group {group}'s replicas at the same index differ: {d:?}");
+        }
     }
     assert!(count(Outcome::Ok) > 200, "the workload acknowledged only {} sends", count(Outcome::Ok));
     assert!(faults.len() >= 5, "only {} faults were injected", faults.len());

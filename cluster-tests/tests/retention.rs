@@ -31,10 +31,12 @@ async fn a_follower_behind_the_purge_point_catches_up_by_snapshot() {
     };
     let mut cluster = Cluster::start(3, options).await;
     cluster.create_topic("Retained", 1, TopicKind::Normal).await;
-    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    // The data group holding the queue: the log that grows and is purged.
+    let group = Some(cluster.queue_group("Retained", 0).await);
+    let leader = cluster.wait_for_leader_of(group, Duration::from_secs(10)).await;
     let lagging = (1..=3).find(|&id| id != leader).unwrap();
     cluster.wait_caught_up(lagging, Duration::from_secs(10)).await;
-    let left_at = cluster.status(lagging).await.unwrap().last_log_index.unwrap_or(0);
+    let left_at = cluster.status_of(lagging, group).await.unwrap().last_log_index.unwrap_or(0);
     cluster.kill(lagging);
 
     let mut po = ProducerOption::default();
@@ -49,7 +51,7 @@ async fn a_follower_behind_the_purge_point_catches_up_by_snapshot() {
 
     let deadline = Instant::now() + Duration::from_secs(30);
     let purged = loop {
-        let s = cluster.status(leader).await.expect("leader answers");
+        let s = cluster.status_of(leader, group).await.expect("leader answers");
         // Once the leader no longer has the entries after `left_at`, only a snapshot can help.
         if let Some(purged) = s.purged.filter(|&p| p > left_at + 100) {
             break purged;
@@ -87,6 +89,7 @@ async fn a_snapshot_saved_just_before_a_crash_still_purges_the_log_after_restart
         Options { storage: "retention_hours = 0.0003\nretention_check_secs = 0.3\n".into(), ..Default::default() };
     let mut cluster = Cluster::start(1, options).await;
     cluster.create_topic("Retained", 1, TopicKind::Normal).await;
+    let group = Some(cluster.queue_group("Retained", 0).await);
     cluster.kill(1);
     cluster.restart_with_crash_points(1, "snapshot::build::after_save=return(abort)");
     cluster.wait_for_leader(Duration::from_secs(30)).await;
@@ -115,14 +118,14 @@ async fn a_snapshot_saved_just_before_a_crash_still_purges_the_log_after_restart
     cluster.wait_for_leader(Duration::from_secs(30)).await;
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.status(1).await.and_then(|s| s.purged).is_none() {
+    while cluster.status_of(1, group).await.and_then(|s| s.purged).is_none() {
         assert!(Instant::now() < deadline, "the log was never purged up to the snapshot saved before the crash");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Sealed segments written before the crash expire within the retention time (a second):
     // each purge writes one entry. After that, nothing may.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let last = async || cluster.status(1).await.and_then(|s| s.last_log_index);
+    let last = async || cluster.status_of(1, group).await.and_then(|s| s.last_log_index);
     let before = last().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(last().await, before, "the log grew with nothing sent");

@@ -11,7 +11,8 @@ use bytes::Bytes;
 use rockraft_proto::rockraft::peer as pb;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
 use rockraft_proto::rockraft::{
-    ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest,
+    ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiteDeadLetterRequest, LiveMembersRequest,
+    ReadIndexRequest, WriteRequest,
 };
 
 use crate::broker::Reply;
@@ -128,6 +129,21 @@ impl Peers {
             self.client(addr)?.dead_letter(self.group.address(rockraft_proto::rockraft::log::Receipt::from(receipt))),
         )
         .await;
+        answer(addr, reply)
+    }
+
+    /// Asks the leader at `addr` to end a lite delivery into the dead-letter queue.
+    pub async fn lite_dead_letter(
+        &self,
+        addr: &str,
+        lite: &str,
+        receipt: &Receipt,
+    ) -> Result<ConsumeOutcome, PopError> {
+        let req = LiteDeadLetterRequest {
+            receipt: Some(rockraft_proto::rockraft::log::Receipt::from(receipt)),
+            lite_topic: lite.to_string(),
+        };
+        let reply = within(addr, self.client(addr)?.lite_dead_letter(self.group.address(req))).await;
         answer(addr, reply)
     }
 

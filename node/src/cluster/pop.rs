@@ -140,6 +140,26 @@ impl Cluster {
         .await
     }
 
+    /// Ends a lite delivery into the dead-letter queue: the group's leader builds the letter
+    /// from its store (this node may hold no replica of the group), finding the message by the
+    /// lite topic's name `lite`.
+    pub async fn lite_dead_letter(&self, lite: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+        self.on_leader(
+            async |c| c.lite_dead_letter_here(lite, receipt).await,
+            async |peers, addr| peers.lite_dead_letter(addr, lite, receipt).await,
+        )
+        .await
+    }
+
+    /// Builds a lite delivery's dead letter from this node's store (the leader's) and proposes it.
+    pub async fn lite_dead_letter_here(&self, lite: &str, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
+        let letter = self
+            .broker()
+            .lite_dead_letter_of(lite, receipt, now_ms())
+            .map_err(|e| PopError::Internal(e.to_string()))?;
+        self.request(letter).await?.map_err(|refusal| PopError::Internal(refusal.to_string()))
+    }
+
     /// Builds the dead letter from this node's store (the leader's) and proposes it.
     pub async fn dead_letter_here(&self, receipt: &Receipt) -> Result<ConsumeOutcome, PopError> {
         let broker = self.broker();

@@ -4,7 +4,8 @@
 
 use rockraft_proto::rockraft::peer_service_server::PeerService;
 use rockraft_proto::rockraft::{
-    ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiveMembersRequest, ReadIndexRequest, WriteRequest,
+    ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiteDeadLetterRequest, LiveMembersRequest,
+    ReadIndexRequest, WriteRequest,
 };
 use rockraft_proto::rockraft::{log, peer as pb};
 use tonic::{Request, Response, Status};
@@ -52,6 +53,16 @@ impl PeerService for PeerServer {
         let cluster = self.groups.addressed(&req)?;
         let receipt = Receipt::from(req.into_inner());
         reply(cluster.as_leader(async |c| c.dead_letter_here(&receipt).await).await)
+    }
+
+    async fn lite_dead_letter(
+        &self,
+        req: Request<LiteDeadLetterRequest>,
+    ) -> Result<Response<pb::DeadLetterResult>, Status> {
+        let cluster = self.groups.addressed(&req)?;
+        let r = req.into_inner();
+        let receipt = Receipt::from(r.receipt.ok_or_else(|| Status::invalid_argument("no receipt"))?);
+        reply(cluster.as_leader(async |c| c.lite_dead_letter_here(&r.lite_topic, &receipt).await).await)
     }
 
     async fn read_index(&self, req: Request<ReadIndexRequest>) -> Result<Response<pb::ReadIndexResult>, Status> {

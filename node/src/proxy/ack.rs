@@ -15,7 +15,6 @@ use crate::broker::Refusal;
 use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Receipt};
 use crate::broker::position::PartitionId;
 use crate::cluster::now_ms;
-use crate::cluster::pop::PopError;
 use crate::proxy::receive::{MAX_INVISIBLE, MIN_INVISIBLE};
 use crate::proxy::send::topic_name;
 use crate::proxy::status::{Rejection, ok, pop_failed, refused, status, write_failed};
@@ -217,25 +216,16 @@ impl Proxy {
             Ok(cluster) => cluster,
             Err(e) => return write_failed(&e, 0),
         };
-        // Into the dead-letter queue of the group that made the delivery (`cluster::groups`).
+        // Into the dead-letter queue of the group that made the delivery (`cluster::groups`). The
+        // group's leader builds the dead letter: it holds the message, which this node may not.
         let ended = match receipt.channel {
-            // The leader builds the dead letter: it holds the message.
             ChannelId::Queue(_) => cluster.dead_letter(&receipt).await,
-            // Copied from this node's store, which streamed it: a lite topic's message is found
-            // by the lite topic's name, which the request carries.
+            // A lite topic's message is found by the lite topic's name, which the request carries.
             ChannelId::Lite(_) => {
                 let Some(lite) = req.lite_topic.as_deref().filter(|l| !l.is_empty()) else {
                     return status(Code::BadRequest, "a lite delivery is dead-lettered with its lite_topic");
                 };
-                let letter = match cluster.broker().lite_dead_letter_of(lite, &receipt, now_ms()) {
-                    Ok(letter) => letter,
-                    Err(e) => return status(Code::InternalServerError, e.to_string()),
-                };
-                match cluster.request(letter).await {
-                    Ok(Ok(outcome)) => Ok(outcome),
-                    Ok(Err(refusal)) => return refused(&refusal),
-                    Err(e) => Err(PopError::Cluster(e)),
-                }
+                cluster.lite_dead_letter(lite, &receipt).await
             }
         };
         match ended {

@@ -86,11 +86,11 @@ impl AdminServer {
 
     /// Data group `id`, as its handle on this node (which may hold no replica of it).
     pub(super) fn data_group(&self, id: u32) -> Result<Cluster, AdminError> {
+        let runs = self.parts.broker.settings().data_groups;
         match id {
             0 => Err(AdminError::invalid("group 0 holds the metadata, not messages")),
-            id if id > self.parts.broker.settings().data_groups => Err(AdminError::NotFound(format!(
-                "data group {id} does not exist: the cluster runs groups 1 to {}",
-                self.parts.broker.settings().data_groups
+            id if id > runs => Err(AdminError::NotFound(format!(
+                "data group {id} does not exist: the cluster runs groups 1 to {runs}"
             ))),
             id => Ok(self.data().partition(crate::broker::position::PartitionId(id))?),
         }

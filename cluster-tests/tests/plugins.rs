@@ -877,6 +877,14 @@ async fn a_plugin_failing_every_call_is_quarantined_on_every_node_until_enabled(
     cluster.create_group("guarded", false, 16).await;
     cluster.admin(register("always-traps", PluginKind::Filter, module(PluginKind::Filter, TRAP, 1, ""))).await;
     cluster.admin(bind_group("guarded", "always-traps", "")).await;
+    if cluster.data_groups > 1 {
+        // The filter runs where the queue's pops are planned, on its data group's leader: make
+        // that a node that does not lead the metadata group, where the quarantine is written.
+        let metadata_leader = cluster.wait_for_leader_of(None, Duration::from_secs(10)).await;
+        let other = (1..=3).find(|&id| id != metadata_leader).expect("three nodes");
+        cluster.admin(pb::ConfigureRequest { balance_leaders: Some(false), ..Default::default() }).await;
+        cluster.make_leader_of(cluster.queue_group(TOPIC, 0).await, other).await;
+    }
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let url = cluster.client_addr(leader);
     let p = producer(&url, TOPIC).await;

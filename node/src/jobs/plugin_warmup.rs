@@ -1,6 +1,6 @@
 //! Compiles plugin modules in the background soon after their registration is applied, so no
-//! receive or check waits for a compilation (a 1 MiB module takes seconds in a debug build); and,
-//! on the leader, quarantines a registered plugin whose calls fail too often.
+//! receive or check waits for a compilation (a 1 MiB module takes seconds in a debug build); and
+//! quarantines a registered plugin whose calls fail too often here.
 //!
 //! It polls the plugin table every 500 ms rather than being told by apply: apply is broker code,
 //! which knows nothing of the plugin host, and a poll costs one short read of the table (at most
@@ -37,14 +37,14 @@ pub async fn plugin_warmup(cluster: Cluster, broker: Broker, host: Arc<PluginHos
                 Err(e) => tracing::error!(plugin = %name, error = %e, "compiling a plugin panicked"),
             }
         }
-        // Plugins run where pops are planned and halves checked: on the leader, which alone
-        // counts their failures.
-        if cluster.is_leader() {
-            for command in quarantines {
-                tracing::warn!(?command, "quarantining a plugin that fails too often");
-                if let Err(e) = cluster.write(&Command::Plugin(command)).await {
-                    tracing::warn!(error = %e, "proposing a plugin's quarantine failed; trying again");
-                }
+        // Plugins run where pops are planned and halves checked: on each data group's leader,
+        // which need not lead the metadata group. So whichever node counted the failures
+        // proposes; the write reaches the metadata group's leader, and a second proposal of the
+        // same quarantine applies as nothing.
+        for command in quarantines {
+            tracing::warn!(?command, "quarantining a plugin that fails too often");
+            if let Err(e) = cluster.write(&Command::Plugin(command)).await {
+                tracing::warn!(error = %e, "proposing a plugin's quarantine failed; trying again");
             }
         }
     }

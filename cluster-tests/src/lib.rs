@@ -245,7 +245,14 @@ pub fn node_binary() -> PathBuf {
 impl Cluster {
     /// Starts `n` nodes with 1 MiB segments (so bodies are capped at 512 KiB: a message must fit
     /// one segment), initialises the group and waits for a leader.
+    ///
+    /// `ROCKRAFT_TEST_NODES=5` starts five nodes where a test asks for three, so the suite runs
+    /// with each data group on three of five nodes (with `ROCKRAFT_TEST_DATA_GROUPS=5`).
     pub async fn start(n: u64, options: Options) -> Cluster {
+        let n = match std::env::var("ROCKRAFT_TEST_NODES").ok().and_then(|v| v.parse::<u64>().ok()) {
+            Some(more) if n == 3 && more > 3 => more,
+            _ => n,
+        };
         let dir = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=n).collect();
         let network = match options.network {

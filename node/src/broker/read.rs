@@ -68,6 +68,26 @@ pub struct StoredEntry {
 }
 
 impl StoredEntry {
+    /// The entry of a message `raw` (as stored) that another node read.
+    pub fn decoded(
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        store_timestamp_ms: i64,
+        raw: Bytes,
+    ) -> Result<Self, BrokerError> {
+        let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
+        Ok(StoredEntry {
+            topic: topic.to_string(),
+            queue_id,
+            offset,
+            store_timestamp_ms,
+            size: raw.len() as u32,
+            message,
+            raw,
+        })
+    }
+
     /// An entry for a message that is not read from the log (a half being checked, a message
     /// to evaluate a plugin on): encoded here, so its view reads what `message` says.
     pub fn new(topic: &str, queue_id: u32, offset: u64, store_timestamp_ms: i64, message: StoredMessage) -> Self {

@@ -74,7 +74,7 @@ impl Cluster {
         let outcome = self.request(LiteCommand::Pop(plan.pop)).await?;
         match outcome.map_err(|refusal| PopError::Internal(refusal.to_string()))? {
             LiteOutcome::Delivered { deliveries, names } => {
-                Ok(Popped { deliveries, lite_topics: names, next_due_in_ms, passed_over })
+                Ok(Popped { deliveries, lite_topics: names, next_due_in_ms, passed_over, messages: Vec::new() })
             }
             LiteOutcome::GroupNotFound(g) => Err(PopError::GroupNotFound(g)),
             LiteOutcome::NotOwner(why) => Err(PopError::Forbidden(why)),

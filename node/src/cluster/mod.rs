@@ -210,7 +210,14 @@ impl Cluster {
     ///
     /// Forwarding is tried again once the last failure is older than an election timeout, so
     /// a healed node serves again within about that.
+    ///
+    /// A node holding no replica of the group hears no leader of it whatever the network does,
+    /// and may know an old leader only: it is never judged cut off, and its sends are held and
+    /// passed on like through an election.
     pub fn cut_off(&self) -> bool {
+        if !self.holds_replica() {
+            return false;
+        }
         let long = self.inner.options.election_timeout_max * 2;
         let last = *self.inner.forward_failed.lock().expect("forward failures");
         let Some(f) = last else { return false };
@@ -350,6 +357,14 @@ impl Cluster {
         }
         let (_, leader) = self.find_leader().await.ok_or(ClusterError::NoLeader)?;
         self.peers().figures(&leader.raft_addr).await
+    }
+
+    /// On a node that holds no replica, after `failed` (the leader it knew, if any) did not
+    /// serve a request: asks the group's holders who leads now.
+    pub(crate) async fn forget_leader(&self, failed: Option<NodeId>) {
+        if self.ask_leader(failed).await.is_none() {
+            *self.inner.told_leader.lock().expect("told leader") = None;
+        }
     }
 
     /// On a node that holds no replica: asks the nodes the metadata places the group on who leads

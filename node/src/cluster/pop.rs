@@ -1,15 +1,15 @@
 //! One POP attempt: plan from the leader's state and propose the pop. A follower's receive asks
-//! the leader to do it (`PeerService.Pop`) and streams the messages from its own store, so pops
-//! of one group are planned in one place, one round at a time, and never race each other across
-//! nodes.
+//! the leader to do it (`PeerService.Pop`) and streams the messages from its own store (a node
+//! holding no replica of the group gets them with the answer), so pops of one group are planned
+//! in one place, one round at a time, and never race each other across nodes.
 //! (Apply checks each pop's expectations anyway; this keeps them from failing.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::broker::lite::LiteActor;
-use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
-use crate::broker::{Command, PopRequest};
+use crate::broker::pop::{ChannelId, ConsumeCommand, ConsumeOutcome, Delivery, Receipt};
+use crate::broker::{Broker, BrokerError, Command, PopRequest, StoredEntry};
 use crate::cluster::clock::now_ms;
 use crate::cluster::{Cluster, ClusterError};
 use crate::plugin::subscription::{FilterKind, Subscription};
@@ -33,6 +33,9 @@ pub struct PopOrder {
     /// A lite receive's caller: only the owner of the client's subscriptions (or an admin) may
     /// receive from them.
     pub lite_by: LiteActor,
+    /// Set by a receiving node that holds no replica of the group: the leader sends the
+    /// delivered messages along ([`Popped::messages`]).
+    pub with_messages: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,6 +50,60 @@ pub struct Popped {
     pub passed_over: bool,
     /// The names of the lite topics of lite deliveries, by id.
     pub lite_topics: BTreeMap<u64, String>,
+    /// Asked for with [`PopOrder::with_messages`]: each delivery's message as the leader read it
+    /// (`None`: retention took it), in the order of `deliveries`; otherwise empty.
+    pub messages: Vec<Option<CarriedMessage>>,
+}
+
+/// A delivered message as the group's leader read it, carried to a receiving node that holds no
+/// replica of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedMessage {
+    pub queue_id: u32,
+    pub offset: u64,
+    pub store_timestamp_ms: i64,
+    /// The message as stored.
+    pub raw: bytes::Bytes,
+}
+
+impl Popped {
+    /// The message of `deliveries[i]` from `broker`'s store, or as the leader carried it.
+    pub fn read(&self, broker: &Broker, topic: &str, i: usize) -> Result<Option<StoredEntry>, BrokerError> {
+        if !self.messages.is_empty() {
+            return match self.messages.get(i).cloned().flatten() {
+                Some(m) => StoredEntry::decoded(topic, m.queue_id, m.offset, m.store_timestamp_ms, m.raw).map(Some),
+                None => Ok(None),
+            };
+        }
+        let Some(d) = self.deliveries.get(i) else { return Ok(None) };
+        match d.channel {
+            ChannelId::Queue(queue_id) => broker.read(topic, queue_id, d.offset),
+            ChannelId::Lite(id) => match self.lite_topics.get(&id) {
+                Some(lite) => broker.read_lite(topic, lite, id, d.offset),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Reads each delivery's message from `broker`'s store into [`Self::messages`], for a node
+    /// that holds no replica of the group.
+    pub fn carry_messages(&mut self, broker: &Broker, topic: &str) {
+        let messages = (0..self.deliveries.len())
+            .map(|i| match self.read(broker, topic, i) {
+                Ok(found) => found.map(|e| CarriedMessage {
+                    queue_id: e.queue_id,
+                    offset: e.offset,
+                    store_timestamp_ms: e.store_timestamp_ms,
+                    raw: e.raw,
+                }),
+                Err(e) => {
+                    tracing::error!(error = %e, "reading a delivered message for another node failed");
+                    None
+                }
+            })
+            .collect();
+        self.messages = messages;
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,7 +169,23 @@ fn same_kind(a: &PopOrder, b: &PopOrder) -> bool {
 
 impl Cluster {
     /// Pops on the leader, wherever this node is; the deliveries are applied here when it returns.
+    /// A node holding no replica of the group gets the messages with the deliveries.
     pub async fn pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
+        if !self.holds_replica() {
+            let order = PopOrder { with_messages: true, ..order.clone() };
+            let asked = self.find_leader().await.map(|(id, _)| id);
+            let popped = self
+                .on_leader(async |c| c.pop_here(&order).await, async |peers, addr| peers.pop(addr, &order).await)
+                .await;
+            if let Err(PopError::Cluster(e)) = &popped
+                && e.is_transient()
+            {
+                // Nothing here tells this node of a new leader: ask the group's holders, so the
+                // receive's next try goes there.
+                self.forget_leader(asked).await;
+            }
+            return popped;
+        }
         self.on_leader(
             async |c| c.pop_here(order).await,
             async |peers, addr| {

@@ -46,7 +46,14 @@ impl PeerService for PeerServer {
     async fn pop(&self, req: Request<pb::PopOrder>) -> Result<Response<pb::PopResult>, Status> {
         let cluster = self.groups.addressed(&req)?;
         let order: PopOrder = request(req)?;
-        reply(cluster.as_leader(async |c| c.pop_here(&order).await).await)
+        let popped = cluster.as_leader(async |c| c.pop_here(&order).await).await;
+        let popped = popped.map(|mut p| {
+            if order.with_messages {
+                p.carry_messages(cluster.broker(), &order.topic);
+            }
+            p
+        });
+        reply(popped)
     }
 
     async fn dead_letter(&self, req: Request<log::Receipt>) -> Result<Response<pb::DeadLetterResult>, Status> {

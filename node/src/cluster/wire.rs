@@ -19,7 +19,7 @@ use crate::broker::{GroupFigures, GroupProgress, QueueStatus};
 use crate::broker::{Held, Reply, SendOutcome};
 use crate::broker::{actor_from_proto, actor_to_proto};
 use crate::cluster::disk::DiskReading;
-use crate::cluster::pop::{PopError, PopOrder, Popped};
+use crate::cluster::pop::{CarriedMessage, PopError, PopOrder, Popped};
 use crate::cluster::{AskProducer, ClusterError};
 use crate::plugin::subscription::FilterKind;
 use crate::raft::{NodeId, NodeInfo};
@@ -375,6 +375,7 @@ impl From<PopOrder> for pb::PopOrder {
             attempt_id: o.attempt_id,
             lite_client: o.lite_client,
             lite_by: actor_to_proto(&o.lite_by),
+            with_messages: o.with_messages,
         }
     }
 }
@@ -400,6 +401,7 @@ impl TryFrom<pb::PopOrder> for PopOrder {
             attempt_id: o.attempt_id,
             lite_client: o.lite_client,
             lite_by: actor_from_proto(o.lite_by),
+            with_messages: o.with_messages,
         })
     }
 }
@@ -411,6 +413,20 @@ impl From<Popped> for pb::Popped {
             next_due_in_ms: p.next_due_in_ms,
             passed_over: p.passed_over,
             lite_topics: p.lite_topics.into_iter().collect(),
+            messages: p
+                .messages
+                .into_iter()
+                .map(|m| match m {
+                    Some(m) => pb::CarriedMessage {
+                        found: true,
+                        queue_id: m.queue_id,
+                        offset: m.offset,
+                        store_timestamp_ms: m.store_timestamp_ms,
+                        raw: m.raw,
+                    },
+                    None => pb::CarriedMessage::default(),
+                })
+                .collect(),
         }
     }
 }
@@ -423,6 +439,18 @@ impl TryFrom<pb::Popped> for Popped {
             next_due_in_ms: p.next_due_in_ms,
             passed_over: p.passed_over,
             lite_topics: p.lite_topics.into_iter().collect(),
+            messages: p
+                .messages
+                .into_iter()
+                .map(|m| {
+                    m.found.then_some(CarriedMessage {
+                        queue_id: m.queue_id,
+                        offset: m.offset,
+                        store_timestamp_ms: m.store_timestamp_ms,
+                        raw: m.raw,
+                    })
+                })
+                .collect(),
         })
     }
 }

@@ -11,7 +11,7 @@ use crate::broker::timer::TimerOutcome;
 use crate::broker::transaction::{HalfState, Resolver, TransactionOutcome};
 use crate::broker::{Held, Reply, SendOutcome};
 use crate::cluster::disk::DiskReading;
-use crate::cluster::pop::{PopError, PopOrder, Popped};
+use crate::cluster::pop::{CarriedMessage, PopError, PopOrder, Popped};
 use crate::cluster::wire::{DecodeError, ResultMessage};
 use crate::cluster::{AskProducer, ClusterError};
 use crate::plugin::subscription::FilterKind;
@@ -168,13 +168,26 @@ fn popped() -> impl Strategy<Value = Popped> {
         proptest::option::of(any::<u64>()),
         any::<bool>(),
         proptest::collection::btree_map(any::<u64>(), text(), 0..3),
+        proptest::collection::vec(proptest::option::of(carried_message()), 0..3),
     )
-        .prop_map(|(deliveries, next_due_in_ms, passed_over, lite_topics)| Popped {
+        .prop_map(|(deliveries, next_due_in_ms, passed_over, lite_topics, messages)| Popped {
             deliveries,
             next_due_in_ms,
             passed_over,
             lite_topics,
+            messages,
         })
+}
+
+fn carried_message() -> impl Strategy<Value = CarriedMessage> {
+    (any::<u32>(), any::<u64>(), any::<i64>(), proptest::collection::vec(any::<u8>(), 0..16)).prop_map(
+        |(queue_id, offset, store_timestamp_ms, raw)| CarriedMessage {
+            queue_id,
+            offset,
+            store_timestamp_ms,
+            raw: raw.into(),
+        },
+    )
 }
 
 fn pop_order() -> impl Strategy<Value = PopOrder> {
@@ -182,9 +195,14 @@ fn pop_order() -> impl Strategy<Value = PopOrder> {
     (
         (text(), text(), text(), prop_oneof![Just(FilterKind::Tag), Just(FilterKind::Sql92)]),
         (any::<u32>(), any::<i64>(), proptest::option::of(text()), proptest::option::of(text()), actor),
+        any::<bool>(),
     )
         .prop_map(
-            |((group, topic, filter, filter_kind), (max, invisible_ms, attempt_id, lite_client, lite_by))| PopOrder {
+            |(
+                (group, topic, filter, filter_kind),
+                (max, invisible_ms, attempt_id, lite_client, lite_by),
+                with_messages,
+            )| PopOrder {
                 group,
                 topic,
                 filter,
@@ -194,6 +212,7 @@ fn pop_order() -> impl Strategy<Value = PopOrder> {
                 attempt_id,
                 lite_client,
                 lite_by,
+                with_messages,
             },
         )
 }
@@ -293,6 +312,7 @@ fn a_message_this_release_cannot_read_is_a_typed_error() {
         attempt_id: None,
         lite_client: None,
         lite_by: LiteActor::Open,
+        with_messages: false,
     });
     let unknown_kind = pb::PopOrder { filter_kind: 7, ..order.clone() };
     assert!(matches!(PopOrder::try_from(unknown_kind), Err(DecodeError::Unknown { what: "filter kind", value: 7 })));

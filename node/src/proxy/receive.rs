@@ -18,7 +18,7 @@ use crate::auth::handles::HandleKeys;
 use crate::broker::StoredEntry;
 use crate::broker::group::GroupConfig;
 use crate::broker::lite::LiteActor;
-use crate::broker::pop::{ChannelId, Delivery};
+use crate::broker::pop::Delivery;
 use std::sync::atomic::Ordering;
 
 use crate::broker::TopicConfig;
@@ -45,6 +45,9 @@ pub const MAX_FILTER_EXPRESSION_BYTES: usize = 4 << 10;
 const UNAVAILABLE_RETRY: Duration = Duration::from_millis(250);
 /// The shortest wait between two pops of one receive that found nothing.
 const MIN_WAIT: Duration = Duration::from_millis(20);
+/// How often a waiting receive asks again a group this node holds no replica of, whose changes
+/// it does not see: a message there waits this long at most.
+const REMOTE_POLL: Duration = Duration::from_millis(300);
 
 /// A checked receive request.
 #[derive(Debug)]
@@ -278,13 +281,18 @@ impl Proxy {
             attempt_id: p.attempt_id.clone(),
             lite_client: p.lite_client.clone(),
             lite_by: p.lite_by.clone(),
+            with_messages: false,
         };
         loop {
-            // Only groups this node holds a replica of: it streams what they deliver from its own
-            // store. Routes lead each queue's receives to its group's leader.
-            let groups: Vec<Cluster> = self.groups.holding(topic).into_iter().filter(Cluster::holds_replica).collect();
+            // What groups this node holds a replica of deliver is streamed from its own store; a
+            // group held elsewhere sends its messages with the deliveries. Routes lead each
+            // queue's receives to its group's leader, but some clients receive through the one
+            // node they were given whatever the routes say.
+            let groups: Vec<Cluster> = self.groups.holding(topic);
+            let elsewhere = groups.iter().any(|g| !g.holds_replica());
             let mut changes: Vec<_> = groups
                 .iter()
+                .filter(|g| g.holds_replica())
                 .map(|g| {
                     let mut w = g.broker().watch(&p.topic_name);
                     w.borrow_and_update();
@@ -324,10 +332,14 @@ impl Proxy {
             if now >= deadline {
                 return Ok(Pops::new());
             }
-            let wake = round
+            let mut wake = round
                 .next_due_in_ms
                 .map(|due| now + Duration::from_millis(due).max(MIN_WAIT))
                 .map_or(deadline, |w| w.min(deadline));
+            if elsewhere {
+                // No change of a group held elsewhere is seen here: ask it again soon.
+                wake = wake.min(now + REMOTE_POLL);
+            }
             if changes.is_empty() {
                 tokio::time::sleep_until(wake).await;
                 continue;
@@ -349,15 +361,8 @@ impl Proxy {
         let mut streamed = Vec::new();
         for (group, popped) in pops {
             let (broker, partition) = (group.broker(), group.broker().partition());
-            for d in popped.deliveries {
-                let read = match d.channel {
-                    ChannelId::Queue(queue_id) => broker.read(&p.topic_name, queue_id, d.offset),
-                    ChannelId::Lite(id) => match popped.lite_topics.get(&id) {
-                        Some(lite) => broker.read_lite(&p.topic_name, lite, id, d.offset),
-                        None => Ok(None),
-                    },
-                };
-                match read {
+            for (i, d) in popped.deliveries.iter().cloned().enumerate() {
+                match popped.read(broker, &p.topic_name, i) {
                     Ok(Some(e)) => {
                         let handle = receipt::encode(keys, partition, &d, &p.group, &p.topic_name);
                         out.push(ReceiveMessageResponse {

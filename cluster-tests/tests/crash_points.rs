@@ -52,6 +52,11 @@ impl Workload {
     /// acknowledged or a few seconds pass. Returns whether it was acknowledged.
     async fn send(&mut self, cluster: &mut Cluster, rng: &mut Rng, n: usize) -> bool {
         let queue = rng.below(QUEUES as u64) as u32;
+        self.send_to(cluster, rng, n, queue).await
+    }
+
+    /// [`Self::send`] to queue `queue`.
+    async fn send_to(&mut self, cluster: &mut Cluster, rng: &mut Rng, n: usize, queue: u32) -> bool {
         let messages: Vec<Message> = (0..n)
             .map(|i| Message {
                 topic: resource(TOPIC),
@@ -360,8 +365,16 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
 }
 
 /// Sends until the leader has purged its log past `left_at`: a node that stopped there can only
-/// catch up by installing a snapshot.
+/// catch up by installing a snapshot. "The leader" is the first data group's: the sends go to
+/// the queues that group holds, so that with several groups they all fill its log.
 async fn wait_purged_past(cluster: &mut Cluster, w: &mut Workload, rng: &mut Rng, left_at: u64) {
+    let mut first_group_queues = Vec::new();
+    for q in 0..QUEUES {
+        if cluster.queue_group(TOPIC, q).await == rockraft::raft::GroupId::FIRST.0 {
+            first_group_queues.push(q);
+        }
+    }
+    assert!(!first_group_queues.is_empty(), "the first data group holds none of {TOPIC}'s queues");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let leader = cluster.wait_for_leader(Duration::from_secs(30)).await;
@@ -370,7 +383,8 @@ async fn wait_purged_past(cluster: &mut Cluster, w: &mut Workload, rng: &mut Rng
         }
         assert!(Instant::now() < deadline, "the leader never purged past {left_at}");
         for _ in 0..8 {
-            w.send(cluster, rng, 16).await;
+            let queue = first_group_queues[rng.below(first_group_queues.len() as u64) as usize];
+            w.send_to(cluster, rng, 16, queue).await;
         }
     }
 }

@@ -396,6 +396,15 @@ impl Cluster {
         self.status().members.into_iter().map(|m| (m.id, m.info)).collect()
     }
 
+    /// Every member of the cluster (of the metadata group), with its addresses: from five nodes
+    /// a data group's own members are only the three holding its replicas.
+    pub fn cluster_members(&self) -> Vec<(NodeId, NodeInfo)> {
+        match &self.inner.options.cluster_members {
+            Some(metadata) => metadata.status().members.into_iter().map(|m| (m.id, m.info)).collect(),
+            None => self.members(),
+        }
+    }
+
     fn leader_addr(&self) -> Result<String, ClusterError> {
         self.leader().map(|(_, l)| l.raft_addr).ok_or(ClusterError::NoLeader)
     }

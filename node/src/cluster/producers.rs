@@ -1,6 +1,6 @@
 //! Reaching a producer to resolve an orphaned transaction: the leader's check job asks one
-//! connected to this node, else each other member in turn (`PeerService.AskProducer`), since a
-//! producer's Telemetry stream may be held by any node.
+//! connected to this node, else each other node of the cluster in turn
+//! (`PeerService.AskProducer`), since a producer's Telemetry stream may be held by any node.
 
 use crate::broker::transaction::transaction_id;
 use crate::cluster::Cluster;
@@ -18,7 +18,9 @@ impl Cluster {
         if self.ask_producer_here(ask) {
             return true;
         }
-        for (id, node) in self.members() {
+        // Every node of the cluster: a producer may be connected to one holding no replica of
+        // this group.
+        for (id, node) in self.cluster_members() {
             if id == self.id() {
                 continue;
             }

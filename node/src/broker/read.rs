@@ -254,16 +254,7 @@ impl Broker {
         let (index, ordinal) = split_position(record.position);
         let Some(batch) = self.batch_at(index)? else { return Ok(None) };
         let raw = message_in(&batch, index, ordinal)?;
-        let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
-        Ok(Some(StoredEntry {
-            topic: topic.to_string(),
-            queue_id,
-            offset,
-            store_timestamp_ms: batch.store_timestamp_ms,
-            size: raw.len() as u32,
-            message,
-            raw: raw.clone(),
-        }))
+        StoredEntry::decoded(topic, queue_id, offset, batch.store_timestamp_ms, raw.clone()).map(Some)
     }
 
     /// The messages stored by the entry at `index` (a send or a dead letter), or `None` if the log

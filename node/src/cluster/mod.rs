@@ -627,7 +627,7 @@ impl Cluster {
         reply
     }
 
-    fn max_entry_bytes(&self) -> usize {
+    pub(crate) fn max_entry_bytes(&self) -> usize {
         usize::try_from(self.inner.options.max_entry_bytes).unwrap_or(usize::MAX)
     }
 

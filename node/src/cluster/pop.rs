@@ -151,6 +151,9 @@ struct PopWaiter {
     answer: tokio::sync::oneshot::Sender<Result<Popped, PopError>>,
 }
 
+/// The most message bytes a pop answered to a node holding no replica of the group carries.
+const CARRIED_BYTES: usize = 64 << 20;
+
 /// The most messages one round plans, whatever the receives waiting ask for together.
 const MAX_MESSAGES_PER_ROUND: usize = 1024;
 
@@ -172,7 +175,10 @@ impl Cluster {
     /// A node holding no replica of the group gets the messages with the deliveries.
     pub async fn pop(&self, order: &PopOrder) -> Result<Popped, PopError> {
         if !self.holds_replica() {
-            let order = PopOrder { with_messages: true, ..order.clone() };
+            // Bounded, as the answer carries the messages: at most as many as fit the budget
+            // at the largest entry size (at least one).
+            let fit = (CARRIED_BYTES / self.max_entry_bytes().max(1)).max(1);
+            let order = PopOrder { with_messages: true, max_messages: order.max_messages.min(fit), ..order.clone() };
             let asked = self.find_leader().await.map(|(id, _)| id);
             let popped = self
                 .on_leader(async |c| c.pop_here(&order).await, async |peers, addr| peers.pop(addr, &order).await)

@@ -77,30 +77,26 @@ impl StoredEntry {
         raw: Bytes,
     ) -> Result<Self, BrokerError> {
         let message = StoredMessage::decode(raw.clone()).map_err(|e| BrokerError::CorruptEntry(e.to_string()))?;
-        Ok(StoredEntry {
-            topic: topic.to_string(),
-            queue_id,
-            offset,
-            store_timestamp_ms,
-            size: raw.len() as u32,
-            message,
-            raw,
-        })
+        Ok(Self::of(topic, queue_id, offset, store_timestamp_ms, message, raw))
     }
 
     /// An entry for a message that is not read from the log (a half being checked, a message
     /// to evaluate a plugin on): encoded here, so its view reads what `message` says.
     pub fn new(topic: &str, queue_id: u32, offset: u64, store_timestamp_ms: i64, message: StoredMessage) -> Self {
         let raw = Bytes::from(message.encode_to_vec());
-        StoredEntry {
-            topic: topic.to_string(),
-            queue_id,
-            offset,
-            store_timestamp_ms,
-            size: raw.len() as u32,
-            message,
-            raw,
-        }
+        Self::of(topic, queue_id, offset, store_timestamp_ms, message, raw)
+    }
+
+    fn of(
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        store_timestamp_ms: i64,
+        message: StoredMessage,
+        raw: Bytes,
+    ) -> Self {
+        let size = raw.len() as u32;
+        StoredEntry { topic: topic.to_string(), queue_id, offset, store_timestamp_ms, size, message, raw }
     }
 
     /// The message read in place, as filters see it.

@@ -21,11 +21,14 @@ plugin_target="${CARGO_TARGET_DIR:-$PWD/target}/plugin-workspaces"
 for dir in plugins examples/plugins/json-field-filter examples/plugins/order-checker; do
   (cd "$dir" && CARGO_TARGET_DIR="$plugin_target" cargo test --locked) 2>&1 | tee -a "$log"
 done
-# One cluster at a time: each runs three nodes, and the machine may have two cores. The
-# crash-point run of real nodes (crash_points.rs) runs once, below, on three data groups: each
-# group runs the same code as the one of a one-group cluster, beside the metadata group likewise.
+# One cluster at a time: each runs three nodes, and the machine may have two cores. Three suites
+# run once, below, on three data groups: the crash points of real nodes (crash_points.rs), the
+# nemesis and the official Python client. Each group there runs the same code as the one of a
+# one-group cluster, beside the metadata group likewise, and the Python client follows routes
+# that name several leaders instead of one.
 cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads=1 \
-  --skip crashes_at_every_crash_point_and_at_random_converge_without_losing_acknowledged_sends 2>&1 | tee -a "$log"
+  --skip crashes_at_every_crash_point_and_at_random_converge_without_losing_acknowledged_sends \
+  --skip under_faults_no_acknowledged_message_is_lost_and_every_rule_holds --skip python_ 2>&1 | tee -a "$log"
 # The official clients, plugins, crash points and the nemesis again, on clusters of three data
 # groups with every topic's queues spread over them.
 ROCKRAFT_TEST_DATA_GROUPS=3 cargo test --locked --no-fail-fast -p rockraft-cluster-tests "${features[@]}" \

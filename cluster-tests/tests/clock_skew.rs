@@ -66,7 +66,8 @@ async fn a_leader_whose_clock_ran_a_day_ahead_shifts_no_later_time_out() {
     let again = receive(&c, "Skew", "stamped-a-day-ahead", Duration::from_secs(60), deadline).await;
     assert_eq!(again.delivery_attempt(), 2, "offered again once its 3 s of invisibility passed");
 
-    let lines = cluster.local_messages(1, "Skew", 0).await;
+    let holder = cluster.queue_holders("Skew", 0).await[0];
+    let lines = cluster.local_messages(holder, "Skew", 0).await;
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[1].store_timestamp_ms >= lines[0].store_timestamp_ms,
@@ -116,7 +117,8 @@ async fn a_node_whose_clock_is_off_does_not_lead() {
     let p = producer(&cluster.client_addr(ahead), "Timely").await;
     let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     send(&p, "Timely", "through-the-skewed-node").await;
-    let lines = cluster.local_messages(1, "Timely", 0).await;
+    let holder = cluster.queue_holders("Timely", 0).await[0];
+    let lines = cluster.local_messages(holder, "Timely", 0).await;
     let stored = lines.first().expect("the send is stored").store_timestamp_ms;
     assert!((stored - before).abs() < 60_000, "stored at {stored}, sent at {before}: a skewed clock stamped it");
 }

@@ -41,6 +41,8 @@ fn resource(name: &str) -> Option<Resource> {
 struct Acked(BTreeMap<String, (u32, u64)>);
 
 struct Workload {
+    /// The queues of `TOPIC`: at least one in each data group.
+    queues: u32,
     next_id: u64,
     acked: Acked,
     /// Delayed sends acknowledged.
@@ -51,7 +53,7 @@ impl Workload {
     /// One send of `n` messages to some running node, retried (same ids) on others until it is
     /// acknowledged or a few seconds pass. Returns whether it was acknowledged.
     async fn send(&mut self, cluster: &mut Cluster, rng: &mut Rng, n: usize) -> bool {
-        let queue = rng.below(QUEUES as u64) as u32;
+        let queue = rng.below(self.queues as u64) as u32;
         self.send_to(cluster, rng, n, queue).await
     }
 
@@ -73,7 +75,7 @@ impl Workload {
         self.next_id += n as u64;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            let running: Vec<u64> = (1..=3).filter(|&id| cluster.is_running(id)).collect();
+            let running: Vec<u64> = nodes(cluster).into_iter().filter(|&id| cluster.is_running(id)).collect();
             let id = running[rng.below(running.len() as u64) as usize];
             let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
                 continue;
@@ -96,7 +98,7 @@ impl Workload {
     /// One delayed message, due 0.2–3 s from now, through some running node (not retried: the
     /// state digests compare its timer on every replica).
     async fn send_delayed(&mut self, cluster: &mut Cluster, rng: &mut Rng) {
-        let running: Vec<u64> = (1..=3).filter(|&id| cluster.is_running(id)).collect();
+        let running: Vec<u64> = nodes(cluster).into_iter().filter(|&id| cluster.is_running(id)).collect();
         let id = running[rng.below(running.len() as u64) as usize];
         let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
             return;
@@ -127,7 +129,7 @@ impl Workload {
 
     /// Receives a batch through some running node and acks it: POP state changes too.
     async fn consume(&mut self, cluster: &mut Cluster, rng: &mut Rng) {
-        let running: Vec<u64> = (1..=3).filter(|&id| cluster.is_running(id)).collect();
+        let running: Vec<u64> = nodes(cluster).into_iter().filter(|&id| cluster.is_running(id)).collect();
         let id = running[rng.below(running.len() as u64) as usize];
         let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
             return;
@@ -185,33 +187,51 @@ impl Workload {
     }
 }
 
-/// Waits until every node reports the same applied index and digest, then checks the
-/// acknowledged messages on each node.
-async fn assert_converged(cluster: &mut Cluster, acked: &Acked, what: &str) {
+/// Every node of the cluster (three, or five with `ROCKRAFT_TEST_NODES=5`).
+fn nodes(cluster: &Cluster) -> Vec<u64> {
+    cluster.nodes.iter().map(|n| n.id).collect()
+}
+
+/// Waits until the replicas of each Raft group report the same applied index and digest, then
+/// checks the acknowledged messages on each node holding their queue. The metadata group runs
+/// on every node; from five nodes a data group on three of them.
+async fn assert_converged(cluster: &mut Cluster, w: &Workload, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let digests = loop {
-        let mut d = Vec::new();
-        for id in 1..=3 {
-            d.push(cluster.digest(id).await);
+    let mut held: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+    for group in 0..=cluster.data_groups {
+        let holders: Vec<u64> =
+            if group == 0 { nodes(cluster) } else { cluster.holders(group).await.into_iter().collect() };
+        for &id in &holders {
+            held.entry(id).or_default().insert(group);
         }
-        let agreed =
-            d.iter().all(|x| x.is_some()) && d.windows(2).all(|w| w[0].map(|x| x.applied) == w[1].map(|x| x.applied));
-        if agreed {
-            break d;
-        }
-        if Instant::now() >= deadline {
-            let mut by_group = Vec::new();
-            for id in 1..=3 {
-                by_group.push((id, cluster.applied_by_group(id).await));
+        let digests = loop {
+            let mut d = Vec::new();
+            for &id in &holders {
+                d.push(cluster.group_digest(id, group).await);
             }
-            panic!("{what}: the nodes did not reach the same index: {d:?}; per group: {by_group:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert!(digests.windows(2).all(|w| w[0] == w[1]), "{what}: replicas at the same index differ: {digests:?}");
-    for id in 1..=3 {
+            let agreed = d.iter().all(|x| x.is_some())
+                && d.windows(2).all(|w| w[0].map(|x| x.applied) == w[1].map(|x| x.applied));
+            if agreed {
+                break d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the replicas of group {group} (nodes {holders:?}) did not reach the same index: {d:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(
+            digests.windows(2).all(|w| w[0] == w[1]),
+            "{what}: replicas of group {group} (nodes {holders:?}) at the same index differ: {digests:?}"
+        );
+    }
+    let mut queue_groups = BTreeMap::new();
+    for q in 0..w.queues {
+        queue_groups.insert(q, cluster.queue_group(TOPIC, q).await);
+    }
+    for id in nodes(cluster) {
         let mut ids_seen = BTreeSet::new();
-        for q in 0..QUEUES {
+        for q in (0..w.queues).filter(|q| held[&id].contains(&queue_groups[q])) {
             let stored = cluster.local_messages(id, TOPIC, q).await;
             // Retention may purge while the queue is listed: only offsets at or after the queue's
             // start once the listing is done were readable all along.
@@ -220,7 +240,7 @@ async fn assert_converged(cluster: &mut Cluster, acked: &Acked, what: &str) {
             for m in &stored {
                 assert!(ids_seen.insert(m.message_id.clone()), "{what}: node {id} stores {} twice", m.message_id);
             }
-            for (mid, (queue, offset)) in acked.0.iter().filter(|(_, (queue, _))| *queue == q) {
+            for (mid, (queue, offset)) in w.acked.0.iter().filter(|(_, (queue, _))| *queue == q) {
                 if *offset >= first {
                     assert_eq!(
                         by_offset.get(offset).copied(),
@@ -282,9 +302,11 @@ const POINTS: &[(&str, Victim)] = &[
     ("snapshot::install::after_batch", Victim::Lagging),
 ];
 
+/// A follower of the first data group (which the snapshot-install points fill and purge).
 async fn follower(cluster: &Cluster, rng: &mut Rng) -> u64 {
     let leader = cluster.wait_for_leader(Duration::from_secs(30)).await;
-    let followers: Vec<u64> = (1..=3).filter(|&id| id != leader).collect();
+    let holders = cluster.holders(rockraft::raft::GroupId::FIRST.0).await;
+    let followers: Vec<u64> = holders.into_iter().filter(|&id| id != leader).collect();
     followers[rng.below(followers.len() as u64) as usize]
 }
 
@@ -302,10 +324,11 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
         ..Default::default()
     };
     let mut cluster = Cluster::start(3, options).await;
-    cluster.create_topic(TOPIC, QUEUES, TopicKind::Normal).await;
+    let queues = QUEUES.max(cluster.data_groups);
+    cluster.create_topic(TOPIC, queues, TopicKind::Normal).await;
     cluster.create_topic(DELAY_TOPIC, 2, TopicKind::Delay).await;
     cluster.create_group(GROUP, false, 16).await;
-    let mut w = Workload { next_id: 0, acked: Acked::default(), delayed: 0 };
+    let mut w = Workload { queues, next_id: 0, acked: Acked::default(), delayed: 0 };
     for round in 0..rounds {
         for &(point, victim) in POINTS {
             let what = format!("round {round}, {point}");
@@ -330,7 +353,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
             let log = std::fs::read_to_string(cluster.nodes[id as usize - 1].dir.join("node.log")).unwrap_or_default();
             assert!(log.contains(&format!("crash point {point}: aborting")), "{what}: node {id} stopped elsewhere");
             cluster.restart(id);
-            assert_converged(&mut cluster, &w.acked, &what).await;
+            assert_converged(&mut cluster, &w, &what).await;
             eprintln!(
                 "{what}: node {id} crashed there and converged ({} messages acknowledged so far)",
                 w.acked.0.len()
@@ -339,14 +362,15 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
         // Crashes at random moments: any node, the leader included, killed mid-workload.
         for k in 0..3 {
             let what = format!("round {round}, random kill {k}");
-            let id = 1 + rng.below(3);
+            let all = nodes(&cluster);
+            let id = all[rng.below(all.len() as u64) as usize];
             let run_for = Duration::from_millis(200 + rng.below(1500));
             w.run_until(&mut cluster, &mut rng, run_for, |_| false).await;
             cluster.kill(id);
             let down_for = Duration::from_millis(500 + rng.below(1000));
             w.run_until(&mut cluster, &mut rng, down_for, |_| false).await;
             cluster.restart(id);
-            assert_converged(&mut cluster, &w.acked, &what).await;
+            assert_converged(&mut cluster, &w, &what).await;
             eprintln!("{what}: node {id} killed, restarted and converged");
         }
     }
@@ -358,7 +382,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
     let stopped = w.run_until(&mut cluster, &mut rng, Duration::from_secs(60), |c| !c.is_running(id)).await;
     assert!(stopped, "node {id} carried on after a failed fsync");
     cluster.restart(id);
-    assert_converged(&mut cluster, &w.acked, "after a failed fsync").await;
+    assert_converged(&mut cluster, &w, "after a failed fsync").await;
     eprintln!("a failed fsync stopped node {id}; restarted, it converged");
     assert!(w.acked.0.len() > 500, "the workload acknowledged only {} messages", w.acked.0.len());
     assert!(w.delayed > 100, "the workload set only {} timers", w.delayed);
@@ -369,7 +393,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
 /// the queues that group holds, so that with several groups they all fill its log.
 async fn wait_purged_past(cluster: &mut Cluster, w: &mut Workload, rng: &mut Rng, left_at: u64) {
     let mut first_group_queues = Vec::new();
-    for q in 0..QUEUES {
+    for q in 0..w.queues {
         if cluster.queue_group(TOPIC, q).await == rockraft::raft::GroupId::FIRST.0 {
             first_group_queues.push(q);
         }

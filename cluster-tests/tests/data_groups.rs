@@ -332,7 +332,9 @@ async fn five_nodes_hold_each_data_group_on_three_and_serve_every_queue_through_
     use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
     use rockraft_proto::rocketmq::{Code, Message, Resource, SendMessageRequest, SystemProperties};
 
-    let cluster = Cluster::start(5, Options { data_groups: Some(5), ..Default::default() }).await;
+    // Halves checked a second after they are stored, then every second.
+    let broker = "transaction_recovery_secs = 1\ntransaction_check_interval_secs = 1\n".to_string();
+    let cluster = Cluster::start(5, Options { data_groups: Some(5), broker, ..Default::default() }).await;
     let mut held: BTreeMap<u64, usize> = BTreeMap::new();
     let mut holders = BTreeMap::new();
     for group in 1..=5 {
@@ -422,12 +424,76 @@ async fn five_nodes_hold_each_data_group_on_three_and_serve_every_queue_through_
         .await;
     }
     lite_dead_letter_through_a_node_holding_no_replica(&cluster, &holders).await;
+    transaction_check_through_a_node_holding_no_replica(&cluster, &holders).await;
     wait_replicas_agree(&cluster, 5).await;
 }
 
 /// A lite delivery received where its group is held, then given up through a node that holds no
 /// replica of the group: the group's leader builds the dead letter, which is read from the
 /// consumer group's dead-letter queue.
+/// A producer whose Telemetry stream a node holding no replica of a half's group serves is asked
+/// about that half: the group's leader reads the half and asks through that node.
+async fn transaction_check_through_a_node_holding_no_replica(
+    cluster: &Cluster,
+    holders: &BTreeMap<u32, std::collections::BTreeSet<u64>>,
+) {
+    use futures_util::StreamExt;
+    use rockraft::broker::TopicKind;
+    use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
+    use rockraft_proto::rocketmq::{
+        Code, Message, MessageType, Publishing, Resource, SendMessageRequest, Settings, SystemProperties,
+        TelemetryCommand, settings, telemetry_command,
+    };
+    let topic = Resource { resource_namespace: String::new(), name: "Checked".into() };
+    cluster.create_topic("Checked", 1, TopicKind::Transaction).await;
+    let group = cluster.queue_group("Checked", 0).await;
+    let elsewhere = (1..=5).find(|id| !holders[&group].contains(id)).expect("two nodes hold no replica");
+    let mut c =
+        MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(elsewhere))).await.expect("connect");
+    // A producer of the topic, connected to that node alone.
+    let (commands, rx) = tokio::sync::mpsc::channel(4);
+    let publishing = settings::PubSub::Publishing(Publishing {
+        topics: vec![topic.clone()],
+        max_body_size: 0,
+        validate_message_type: false,
+    });
+    let hello = Settings { pub_sub: Some(publishing), ..Default::default() };
+    commands
+        .send(TelemetryCommand { status: None, command: Some(telemetry_command::Command::Settings(hello)) })
+        .await
+        .expect("queued");
+    let mut replies =
+        c.telemetry(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect("telemetry").into_inner();
+    let settled = replies.next().await.expect("a reply to the settings").expect("settings answered");
+    assert_eq!(settled.status.map(|s| s.code), Some(Code::Ok as i32));
+
+    let half = Message {
+        topic: Some(topic),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: "half-elsewhere".into(),
+            message_type: MessageType::Transaction as i32,
+            ..Default::default()
+        }),
+        body: b"undecided".to_vec().into(),
+    };
+    let r = c.send_message(SendMessageRequest { messages: vec![half] }).await.expect("rpc").into_inner();
+    assert_eq!(r.status.map(|s| s.code), Some(Code::Ok as i32), "the half is stored (group {group})");
+
+    // Never committed: the group's leader checks it within seconds and asks this producer.
+    let asked = tokio::time::timeout(Duration::from_secs(20), replies.next()).await;
+    let asked = asked.unwrap_or_else(|_| panic!("the producer on node {elsewhere} was never asked about the half"));
+    match asked.expect("a command").expect("a frame").command {
+        Some(telemetry_command::Command::RecoverOrphanedTransactionCommand(check)) => {
+            let id = check.message.and_then(|m| m.system_properties).map(|p| p.message_id);
+            assert_eq!(id.as_deref(), Some("half-elsewhere"));
+            assert!(!check.transaction_id.is_empty(), "the check names its transaction");
+        }
+        other => panic!("the producer was sent {other:?}"),
+    }
+    drop(commands);
+}
+
 async fn lite_dead_letter_through_a_node_holding_no_replica(
     cluster: &Cluster,
     holders: &BTreeMap<u32, std::collections::BTreeSet<u64>>,

@@ -222,6 +222,32 @@ async fn leader_and_followers(cluster: &Cluster) -> (u64, u64, u64) {
     (leader, f[0], f[1])
 }
 
+/// For a test that stops a node holding the timers and halves of `topics` (their queue 0) and
+/// then makes it their leader: (that node, a node to talk through meanwhile, those groups). On
+/// five nodes a group is held by three of them: the stopped node must hold every one, and
+/// two groups of three out of five always share a node.
+async fn holder_and_other(cluster: &Cluster, topics: &[&str]) -> (u64, u64, Vec<u32>) {
+    let mut groups = Vec::new();
+    for topic in topics {
+        let group = cluster.queue_group(topic, 0).await;
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    let mut holders: BTreeSet<u64> = cluster.nodes.iter().map(|n| n.id).collect();
+    for &group in &groups {
+        let of_group = cluster.holders(group).await;
+        holders.retain(|id| of_group.contains(id));
+    }
+    // A follower of the first group where one qualifies, as on three nodes.
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let held = holders.iter().copied().find(|&id| id != leader).or(holders.first().copied());
+    let held = held.expect("a node holds every group of the topics");
+    let other =
+        if held != leader { leader } else { cluster.nodes.iter().map(|n| n.id).find(|&id| id != held).unwrap() };
+    (held, other, groups)
+}
+
 async fn sleep_until_ms(at_ms: i64) {
     let wait = at_ms - now_ms();
     if wait > 0 {
@@ -437,12 +463,12 @@ async fn timers_due_around_a_leader_kill_fire_once_after_the_new_leader_takes_ov
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_once_as_leader() {
     let mut cluster = Cluster::start(3, options(QUICK_CHECKS)).await;
-    cluster.create_topic("Later", 2, TopicKind::Delay).await;
-    cluster.create_topic("Held", 2, TopicKind::Transaction).await;
+    cluster.create_topic("Later", 1, TopicKind::Delay).await;
+    cluster.create_topic("Held", 1, TopicKind::Transaction).await;
     cluster.create_group("readers", false, 16).await;
-    let (leader, stopped, _) = leader_and_followers(&cluster).await;
-    // Clients talk to the node that is never stopped.
-    let url = cluster.client_addr(leader);
+    let (stopped, talked_to, groups) = holder_and_other(&cluster, &["Later", "Held"]).await;
+    // Clients talk to a node that is never stopped.
+    let url = cluster.client_addr(talked_to);
     let p = producer(&url, &["Later"]).await;
     let checks: Checks = Arc::default();
     let tp = tx_producer(&url, "Held", &checks, unknown).await;
@@ -464,7 +490,7 @@ async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_on
     sleep_until_ms((base + 4) * 1000).await;
     cluster.restart(stopped);
     cluster.wait_caught_up(stopped, Duration::from_secs(30)).await;
-    cluster.make_leader(stopped).await;
+    cluster.make_leader_in(stopped, &groups).await;
     assert!(now_ms() < (base + 18) * 1000, "setup too slow: node {stopped} led only after the second timer was due");
 
     tx.commit().await.expect("commit of a half the new leader learnt before its restart");
@@ -476,7 +502,10 @@ async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_on
     let got = collector.await.unwrap();
     on_time(once(&got, "while-down"), base + 3, LATE);
     on_time(once(&got, "under-new-leader"), base + 18, LATE);
-    assert_eq!(cluster.wait_for_leader(Duration::from_secs(5)).await, stopped, "leadership stayed put");
+    for group in groups {
+        let leads = cluster.wait_for_leader_of(Some(group), Duration::from_secs(5)).await;
+        assert_eq!(leads, stopped, "leadership of group {group} stayed put");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -494,18 +523,17 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     let groups = cluster.data_groups;
     cluster.create_topic("Filler", groups, TopicKind::Normal).await;
     cluster.create_group("readers", false, 16).await;
-    let (leader, lagging, _) = leader_and_followers(&cluster).await;
+    let (lagging, talked_to, held_in) = holder_and_other(&cluster, &["Later", "Held"]).await;
     cluster.wait_caught_up(lagging, Duration::from_secs(10)).await;
     // Where the lagging node stopped in each group holding a timer or a half.
     let mut left_at = BTreeMap::new();
-    for topic in ["Later", "Held"] {
-        let group = cluster.queue_group(topic, 0).await;
+    for &group in &held_in {
         let last = cluster.status_of(lagging, Some(group)).await.unwrap().last_log_index.unwrap_or(0);
         left_at.insert(group, last);
     }
     cluster.kill(lagging);
 
-    let url = cluster.client_addr(leader);
+    let url = cluster.client_addr(talked_to);
     let p = producer(&url, &["Later", "Filler"]).await;
     let checks: Checks = Arc::default();
     let tp = tx_producer(&url, "Held", &checks, unknown).await;
@@ -541,7 +569,7 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     }
     cluster.restart(lagging);
     cluster.wait_caught_up(lagging, Duration::from_secs(30)).await;
-    cluster.make_leader(lagging).await;
+    cluster.make_leader_in(lagging, &held_in).await;
     assert!(now_ms() < (base + 20) * 1000, "setup too slow: node {lagging} led only after the pending timer was due");
 
     // Read through the new leader: the bodies must be there too, not just the timers.

@@ -69,7 +69,7 @@ async fn members_over_mutual_tls_need_no_secret_and_refuse_callers_without_a_clu
     // Through a follower: the send is forwarded to the leader over the raft port.
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
     assert_eq!(send(&cluster.client_addr(follower), &ca, "Orders", "m-1").await, Code::Ok as i32);
-    for id in 1..=3 {
+    for id in cluster.queue_holders("Orders", 0).await {
         cluster.wait_caught_up(id, Duration::from_secs(20)).await;
         assert_eq!(cluster.local_messages(id, "Orders", 0).await.len(), 1, "node {id} holds the send");
     }
@@ -102,7 +102,7 @@ async fn members_over_mutual_tls_need_no_secret_and_refuse_callers_without_a_clu
         }
     }
     assert_eq!(cluster.wait_for_leader(Duration::from_secs(10)).await, leader, "no leader was moved");
-    for id in 1..=3 {
+    for id in cluster.queue_holders("Orders", 0).await {
         cluster.wait_caught_up(id, Duration::from_secs(10)).await;
         let messages = cluster.local_messages(id, "Orders", 0).await;
         assert_eq!(messages.len(), 1, "node {id} stored a forged message: {messages:?}");

@@ -22,10 +22,14 @@ async fn producer(access_url: &str, topics: &[&str]) -> Producer {
 }
 
 /// message id → (queue, offset) as node `id` stores `topic`, asserting each id appears once and
-/// every queue's offsets are dense from 0.
+/// every queue's offsets are dense from 0. Only the queues whose data group the node holds: from
+/// five nodes, a group is held by three.
 async fn stored(cluster: &Cluster, id: u64, topic: &str, queues: u32) -> BTreeMap<String, (u32, u64)> {
     let mut out = BTreeMap::new();
     for q in 0..queues {
+        if !cluster.holds_queue(id, topic, q).await {
+            continue;
+        }
         let lines = cluster.local_messages(id, topic, q).await;
         for (i, m) in lines.iter().enumerate() {
             assert_eq!(m.offset, i as u64, "node {id}: queue {q} offsets are not dense");
@@ -66,23 +70,31 @@ async fn official_producer_sends_normal_and_fifo_messages_through_any_node() {
             fifo_sent.push((group, p.send(msg).await.expect("fifo send").message_id().to_string()));
         }
     }
-    for id in 1..=3 {
+    // Every holder of a queue stores the same messages at the same offsets, and together the
+    // nodes store exactly what was acknowledged.
+    let mut everywhere: BTreeMap<String, (u32, u64)> = BTreeMap::new();
+    let mut ledger_everywhere = BTreeMap::new();
+    for id in cluster.nodes.iter().map(|n| n.id) {
         cluster.wait_caught_up(id, Duration::from_secs(10)).await;
         let orders = stored(&cluster, id, "Orders", 4).await;
-        assert_eq!(
-            orders.keys().cloned().collect::<BTreeSet<_>>(),
-            sent,
-            "node {id} holds exactly what was acknowledged"
-        );
-        let ledger = stored(&cluster, id, "Ledger", 2).await;
-        // Per message group: one queue, in send order.
-        let mut last: BTreeMap<&str, (u32, u64)> = BTreeMap::new();
-        for (group, msg_id) in &fifo_sent {
-            let at = ledger[msg_id];
-            if let Some(prev) = last.insert(group, at) {
-                assert_eq!(prev.0, at.0, "group {group} stays on one queue");
-                assert!(prev.1 < at.1, "group {group} keeps its order");
-            }
+        for (msg_id, at) in orders {
+            assert!(sent.contains(&msg_id), "node {id} stores {msg_id}, which was never acknowledged");
+            let before = everywhere.insert(msg_id.clone(), at);
+            assert!(before.is_none_or(|b| b == at), "node {id} stores {msg_id} at {at:?}, another at {before:?}");
+        }
+        for (msg_id, at) in stored(&cluster, id, "Ledger", 2).await {
+            let before = ledger_everywhere.insert(msg_id.clone(), at);
+            assert!(before.is_none_or(|b| b == at), "node {id} stores {msg_id} at {at:?}, another at {before:?}");
+        }
+    }
+    assert_eq!(everywhere.keys().cloned().collect::<BTreeSet<_>>(), sent, "the nodes hold what was acknowledged");
+    // Per message group: one queue, in send order.
+    let mut last: BTreeMap<&str, (u32, u64)> = BTreeMap::new();
+    for (group, msg_id) in &fifo_sent {
+        let at = *ledger_everywhere.get(msg_id).unwrap_or_else(|| panic!("acknowledged {msg_id} is stored"));
+        if let Some(prev) = last.insert(group, at) {
+            assert_eq!(prev.0, at.0, "group {group} stays on one queue");
+            assert!(prev.1 < at.1, "group {group} keeps its order");
         }
     }
 }
@@ -126,21 +138,50 @@ async fn killing_the_leader_mid_stream_loses_no_acknowledged_message() {
         "sends resume after the leader dies ({acked_after_kill} acknowledged, {failed} failed)"
     );
     let killed = killed.unwrap();
-    let survivors: Vec<u64> = (1..=3).filter(|&id| id != killed).collect();
-    for &id in &survivors {
+    // Every acknowledged message on every survivor holding its queue (from five nodes, a queue's
+    // group is held by three of them), at the same place on each.
+    let mut got = BTreeMap::new();
+    let mut on_nodes = Vec::new();
+    for id in cluster.nodes.iter().map(|n| n.id).filter(|&id| id != killed) {
         cluster.wait_caught_up(id, Duration::from_secs(10)).await;
-        let got = stored(&cluster, id, "Stream", 2).await;
-        let missing: Vec<&String> = acked.iter().filter(|m| !got.contains_key(*m)).collect();
-        assert!(missing.is_empty(), "node {id} lost acknowledged messages: {missing:?}");
+        let on_node = stored(&cluster, id, "Stream", 2).await;
+        for (msg_id, at) in &on_node {
+            let before = got.insert(msg_id.clone(), *at);
+            assert!(before.is_none_or(|b| b == *at), "node {id} stores {msg_id} at {at:?}, another at {before:?}");
+        }
+        on_nodes.push((id, on_node));
     }
+    for (id, on_node) in &on_nodes {
+        for q in 0..2 {
+            if cluster.holds_queue(*id, "Stream", q).await {
+                let missing: Vec<&String> =
+                    got.iter().filter(|(m, at)| at.0 == q && !on_node.contains_key(*m)).map(|(m, _)| m).collect();
+                assert!(missing.is_empty(), "node {id} lost acknowledged messages of queue {q}: {missing:?}");
+            }
+        }
+    }
+    let missing: Vec<&String> = acked.iter().filter(|m| !got.contains_key(*m)).collect();
+    assert!(missing.is_empty(), "the survivors lost acknowledged messages: {missing:?}");
 
     cluster.restart(killed);
     cluster.wait_caught_up(killed, Duration::from_secs(30)).await;
-    let reference = cluster.queue_files(survivors[0]);
-    assert!(!reference.is_empty());
-    for id in 1..=3 {
-        let difference = queue_difference(&reference, &cluster.queue_files(id));
-        assert_eq!(difference, None, "node {id}'s ConsumeQueues differ from node {}'s", survivors[0]);
+    // The ConsumeQueue files of each group holding a queue of the topic, alike on its holders.
+    let mut groups = BTreeSet::new();
+    for q in 0..2 {
+        groups.insert(cluster.queue_group("Stream", q).await);
+    }
+    for group in groups {
+        let holders: Vec<u64> = cluster.holders(group).await.into_iter().collect();
+        let reference = cluster.queue_files(holders[0], group);
+        assert!(!reference.is_empty());
+        for &id in &holders[1..] {
+            let difference = queue_difference(&reference, &cluster.queue_files(id, group));
+            assert_eq!(
+                difference, None,
+                "node {id}'s ConsumeQueues of group {group} differ from node {}'s",
+                holders[0]
+            );
+        }
     }
 }
 

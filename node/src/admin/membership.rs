@@ -256,7 +256,13 @@ impl AdminServer {
     /// This node's replica of Raft group `group` (0: the group holding the metadata, also in a
     /// data directory of layout 2), for the checks that compare replicas group by group.
     fn replica(&self, group: u32) -> Result<crate::broker::Broker, AdminError> {
-        Ok(self.cluster_of(Some(group))?.broker().clone())
+        let cluster = self.cluster_of(Some(group))?;
+        // A node the group is not placed on keeps no current state of it: what it has would be
+        // compared as if it were a replica's.
+        if !cluster.holds_replica() {
+            return Err(AdminError::NotFound(format!("this node holds no replica of group {group}")));
+        }
+        Ok(cluster.broker().clone())
     }
 
     /// This node's applied index and a digest of its replicated state, of group `group`.

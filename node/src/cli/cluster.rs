@@ -171,7 +171,8 @@ async fn verify(admin: &Admin) -> Result<(), CliError> {
                 n => println!("group {n}:"),
             }
         }
-        if let Err(e) = verify_group(admin, &members, group).await {
+        let holders = group_members(admin, &here, &members, group).await;
+        if let Err(e) = verify_group(admin, &holders, group).await {
             println!("{e}");
             failed.push(group.to_string());
         }
@@ -180,6 +181,18 @@ async fn verify(admin: &Admin) -> Result<(), CliError> {
         true => Ok(()),
         false if groups.len() == 1 => Err(CliError::Verify("the replicas do not agree".into())),
         false => Err(CliError::Verify(format!("the replicas of group(s) {} do not agree", failed.join(", ")))),
+    }
+}
+
+/// The members of data group `group` with their admin endpoints, as its leader has them (from
+/// five nodes a data group is held by three); `all`, the cluster's, for the metadata group or
+/// while no leader of the group is known.
+async fn group_members(admin: &Admin, here: &NodeStatus, all: &[(u64, String)], group: u32) -> Vec<(u64, String)> {
+    let leader = here.groups.iter().find(|g| g.id == group && group != 0).and_then(|g| g.leader);
+    let Some((_, addr)) = leader.and_then(|l| all.iter().find(|(id, _)| *id == l)) else { return all.to_vec() };
+    match tokio::time::timeout(Duration::from_secs(2), status_at(admin, addr, Some(group))).await {
+        Ok(Ok(status)) if !member_endpoints(&status).is_empty() => member_endpoints(&status),
+        _ => all.to_vec(),
     }
 }
 

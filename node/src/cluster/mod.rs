@@ -353,7 +353,11 @@ impl Cluster {
     /// holds none, its leader's.
     pub async fn figures(&self) -> Result<crate::broker::GroupFigures, ClusterError> {
         if self.holds_replica() {
-            return Ok(self.broker().figures());
+            // A walk over the group's queues and progress: off the async workers.
+            let broker = self.broker().clone();
+            return tokio::task::spawn_blocking(move || broker.figures())
+                .await
+                .map_err(|e| ClusterError::Internal(format!("reading the group's figures: {e}")));
         }
         let (_, leader) = self.find_leader().await.ok_or(ClusterError::NoLeader)?;
         self.peers().figures(&leader.raft_addr).await

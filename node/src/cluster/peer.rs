@@ -148,9 +148,11 @@ impl Peers {
     }
 
     /// Asks the member at `addr` to reach a producer of the topic connected to it; whether it did.
-    pub async fn ask_producer(&self, addr: &str, ask: &AskProducer) -> Result<bool, ClusterError> {
+    /// Asks the node at `addr` to pass `ask` to a producer connected to it; the call names group
+    /// `via` (the metadata group: every node runs it, whichever data groups it holds).
+    pub async fn ask_producer(&self, addr: &str, via: GroupId, ask: &AskProducer) -> Result<bool, ClusterError> {
         let mut client = PeerServiceClient::new(self.channel(addr)?);
-        let reply = within(addr, client.ask_producer(self.group.address(pb::AskProducer::from(ask.clone()))))
+        let reply = within(addr, client.ask_producer(via.address(pb::AskProducer::from(ask.clone()))))
             .await
             .map_err(|e| ClusterError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
         Ok(reply.into_inner().asked)

@@ -2,29 +2,39 @@
 //! connected to this node, else each other node of the cluster in turn
 //! (`PeerService.AskProducer`), since a producer's Telemetry stream may be held by any node.
 
+use rockraft_proto::rockraft::StoredMessage;
+
 use crate::broker::transaction::transaction_id;
 use crate::cluster::Cluster;
+use crate::raft::GroupId;
 
-/// Which half to ask about, and the topic whose producers can answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A half to check with a producer of `topic`: its message and transaction id as the half's data
+/// group read and sealed them, so any node can ask a producer connected to it, whether it holds
+/// a replica of that group or not.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AskProducer {
     pub topic: String,
-    pub position: u64,
+    pub transaction_id: String,
+    pub message: StoredMessage,
+    pub store_timestamp_ms: i64,
 }
 
 impl Cluster {
-    /// Asks one live producer of the topic, wherever it is connected; whether one was asked.
-    pub async fn ask_producer(&self, ask: &AskProducer) -> bool {
-        if self.ask_producer_here(ask) {
+    /// Asks one live producer of `topic`, wherever it is connected, about the half stored at
+    /// `position` in this group; whether one was asked.
+    pub async fn ask_producer(&self, topic: &str, position: u64) -> bool {
+        let Some(ask) = self.producer_question(topic, position) else { return false };
+        if self.ask_producer_here(&ask) {
             return true;
         }
         // Every node of the cluster: a producer may be connected to one holding no replica of
-        // this group.
+        // this group. The call names the metadata group, which each of them runs.
+        let via = self.metadata_group_id();
         for (id, node) in self.cluster_members() {
             if id == self.id() {
                 continue;
             }
-            match self.peers().ask_producer(&node.raft_addr, ask).await {
+            match self.peers().ask_producer(&node.raft_addr, via, &ask).await {
                 Ok(true) => return true,
                 Ok(false) => {}
                 Err(e) => tracing::debug!(node = id, error = %e, "could not ask a member for its producers"),
@@ -33,17 +43,33 @@ impl Cluster {
         false
     }
 
+    /// The half at `position` of this group, read from its log, with its transaction id. `None`
+    /// while it cannot be asked about: retention took it, or there is no key to seal an id with
+    /// yet (it is checked again later).
+    fn producer_question(&self, topic: &str, position: u64) -> Option<AskProducer> {
+        let (message, store_ms) = match self.broker().message_at(position) {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading a half to check with its producer failed");
+                return None;
+            }
+        };
+        // Sealed for the topic and message, as the id the producer got from its send was.
+        let keys = self.metadata().access(crate::auth::handles::HandleKeys::of)?;
+        let id = keys.seal(&transaction_id(self.broker().partition(), position), &[topic, &message.message_id]);
+        Some(AskProducer { topic: topic.to_string(), transaction_id: id, message, store_timestamp_ms: store_ms })
+    }
+
     /// Sends `RecoverOrphanedTransactionCommand` to a producer of the topic connected here.
     pub fn ask_producer_here(&self, ask: &AskProducer) -> bool {
-        let Ok(Some((message, store_ms))) = self.broker().message_at(ask.position) else { return false };
-        // Sealed for the topic and message, as the id the producer got from its send was.
-        // Without a key yet there is no id to give it: the half is checked again later.
-        let Some(keys) = self.metadata().access(crate::auth::handles::HandleKeys::of) else { return false };
-        let id =
-            keys.seal(&transaction_id(self.broker().partition(), ask.position), &[&ask.topic, &message.message_id]);
         // Whether a producer may still publish is the metadata's to say (users and rules).
         self.sessions().ask(&ask.topic, self.metadata(), |resource| {
-            crate::sessions::recover_command(resource, message.clone(), store_ms, &id)
+            crate::sessions::recover_command(resource, ask.message.clone(), ask.store_timestamp_ms, &ask.transaction_id)
         })
+    }
+
+    /// The Raft group holding the metadata, which every node runs.
+    fn metadata_group_id(&self) -> GroupId {
+        self.inner.options.cluster_members.as_ref().map_or(self.group().id(), |metadata| metadata.id())
     }
 }

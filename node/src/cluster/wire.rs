@@ -574,14 +574,24 @@ impl TryFrom<pb::DiskReading> for DiskReading {
 
 impl From<AskProducer> for pb::AskProducer {
     fn from(a: AskProducer) -> pb::AskProducer {
-        pb::AskProducer { topic: a.topic, position: a.position }
+        pb::AskProducer {
+            topic: a.topic,
+            transaction_id: a.transaction_id,
+            message: Some(a.message),
+            store_timestamp_ms: a.store_timestamp_ms,
+        }
     }
 }
 
 impl TryFrom<pb::AskProducer> for AskProducer {
     type Error = DecodeError;
     fn try_from(a: pb::AskProducer) -> Result<AskProducer, DecodeError> {
-        Ok(AskProducer { topic: a.topic, position: a.position })
+        Ok(AskProducer {
+            topic: a.topic,
+            transaction_id: a.transaction_id,
+            message: a.message.ok_or(DecodeError::Missing("the half's message"))?,
+            store_timestamp_ms: a.store_timestamp_ms,
+        })
     }
 }
 

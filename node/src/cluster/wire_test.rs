@@ -266,13 +266,30 @@ proptest! {
     }
 
     #[test]
-    fn requests_round_trip(group in text(), topic in text(), channel in channel(), offset: u64, generation: u64) {
+    fn requests_round_trip(
+        group in text(),
+        topic in text(),
+        channel in channel(),
+        offset: u64,
+        generation: u64,
+        id in text(),
+        body in proptest::collection::vec(any::<u8>(), 0..64),
+        store_ms: i64,
+    ) {
         let receipt = Receipt { group, topic: topic.clone(), channel, offset, generation };
         let encoded = rockraft_proto::rockraft::log::Receipt::from(&receipt).encode_to_vec();
         let decoded = rockraft_proto::rockraft::log::Receipt::decode(encoded.as_slice()).expect("what was encoded decodes");
         prop_assert_eq!(Receipt::from(decoded), receipt);
-        let ask = AskProducer { topic, position: offset };
+        let message = rockraft_proto::rockraft::StoredMessage {
+            message_id: id.clone(),
+            body: body.into(),
+            ..Default::default()
+        };
+        let ask = AskProducer { topic, transaction_id: id, message, store_timestamp_ms: store_ms };
         prop_assert_eq!(round_trip::<_, pb::AskProducer>(ask.clone()), Ok(ask));
+        // A question without the half's message (an earlier release's) is refused, not guessed at.
+        let bare = pb::AskProducer { topic: "t".into(), ..Default::default() };
+        prop_assert_eq!(AskProducer::try_from(bare), Err(DecodeError::Missing("the half's message")));
     }
 
     /// Whatever bytes arrive, decoding answers (a value or an error) and never panics.

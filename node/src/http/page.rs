@@ -271,19 +271,18 @@ pub(super) fn render(v: &View, at: &At) -> String {
              <th>sends/s</th><th>consumed/s</th><th>lag</th></tr>",
         );
         for g in &own.groups {
-            if g.elsewhere {
-                let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td>{}</td><td colspan=7>no replica on this node</td></tr>",
-                    g.id,
-                    g.leader.map_or_else(|| "not known here".to_string(), |l| format!("node {l}"))
-                );
-                continue;
-            }
+            // A group this node holds no replica of: its leader as last heard of, and its
+            // traffic as its leader reports it.
+            let (this_node, committed, applied) = match g.elsewhere {
+                true => ("<span class=muted>no replica</span>".to_string(), "-".to_string(), "-".to_string()),
+                false => {
+                    (role(g.role).to_string(), g.committed.unwrap_or(0).to_string(), g.applied.unwrap_or(0).to_string())
+                }
+            };
             let traffic = v.traffic.get(&g.id).map(Vec::as_slice).unwrap_or_default();
             let _ = write!(
                 h,
-                "<tr><td>{id}</td><td>{leader}</td><td>{term}</td><td>{role}</td><td>{committed}</td><td>{applied}</td>\
+                "<tr><td>{id}</td><td>{leader}</td><td>{term}</td><td>{this_node}</td><td>{committed}</td><td>{applied}</td>\
                  <td>{sends}</td><td>{consumed}</td><td>{lag}</td></tr>",
                 id = match g.id {
                     0 => "0 (metadata)".to_string(),
@@ -291,9 +290,6 @@ pub(super) fn render(v: &View, at: &At) -> String {
                 },
                 leader = g.leader.map_or_else(|| "<span class=bad>none</span>".to_string(), |l| format!("node {l}")),
                 term = g.term,
-                role = role(g.role),
-                committed = g.committed.unwrap_or(0),
-                applied = g.applied.unwrap_or(0),
                 sends = chart(&format!("group-{}-sends", g.id), traffic.iter().map(|r| r.sends_per_sec)),
                 consumed = chart(&format!("group-{}-consumed", g.id), traffic.iter().map(|r| r.consumed_per_sec)),
                 lag = chart(&format!("group-{}-lag", g.id), traffic.iter().map(|r| r.lag as f64)),
@@ -301,8 +297,9 @@ pub(super) fn render(v: &View, at: &At) -> String {
         }
         h.push_str("</table></div>");
         h.push_str(
-            "<p class=muted>Per group over the last five minutes, from this node's replica: messages stored and \
-             acked per second, and messages not acked yet.</p>",
+            "<p class=muted>Per group over the last five minutes, from this node's replica (or the group's \
+             leader, where this node holds none): messages stored and acked per second, and messages not acked \
+             yet.</p>",
         );
     }
 
@@ -577,5 +574,34 @@ mod tests {
         assert!(page.contains("points=\"0.0,23.0 60.0,1.0 120.0,12.0\"/></svg> 50"), "{page}");
         assert!(page.contains("<svg id=group-2-lag class=chart"), "{page}");
         assert!(!page.contains("group-1-sends"), "group 1 sampled nothing yet: no chart");
+    }
+
+    /// From five nodes a node holds three of every five groups: the others get a row too, with
+    /// their leader and their traffic as that leader reports it.
+    #[test]
+    fn a_group_held_elsewhere_is_charted_and_says_so() {
+        use crate::admin::api::GroupRow;
+        let mut view = empty_view();
+        let row = |id, elsewhere| GroupRow {
+            id,
+            role: Role::Follower,
+            leader: Some(4),
+            term: 3,
+            committed: Some(12),
+            applied: Some(12),
+            elsewhere,
+        };
+        view.own.groups = vec![row(1, false), row(2, true)];
+        let rates = Rates { at_ms: 0, sends_per_sec: 10.0, consumed_per_sec: 5.0, lag: 2 };
+        view.traffic = [(2, vec![rates, rates])].into();
+        let page = render(&view, &At::default());
+        let held_elsewhere =
+            "<tr><td>2</td><td>node 4</td><td>3</td><td><span class=muted>no replica</span></td><td>-</td><td>-</td>";
+        assert!(page.contains(held_elsewhere), "{page}");
+        assert!(page.contains("<svg id=group-2-sends class=chart"), "{page}");
+        assert!(
+            page.contains("<tr><td>1</td><td>node 4</td><td>3</td><td>follower</td><td>12</td><td>12</td>"),
+            "{page}"
+        );
     }
 }

@@ -19,7 +19,7 @@ use rockraft_proto::rockraft::StoredMessage;
 
 use crate::broker::Broker;
 use crate::broker::{Command, split_position};
-use crate::cluster::{AskProducer, Cluster, now_ms};
+use crate::cluster::{Cluster, now_ms};
 use crate::metrics::Meters;
 
 const POLL: Duration = Duration::from_millis(200);
@@ -126,9 +126,9 @@ async fn check(
     let halves = asked.iter().map(|(p, h, next)| (*p, h.checks, *next)).collect();
     cluster.write(&Command::Transaction(TransactionCommand::Checked { now_ms: now, halves, asked: true })).await?;
     for (position, half, _) in asked {
-        let ask = AskProducer { topic: half.message.topic.clone(), position };
-        if !cluster.ask_producer(&ask).await {
-            tracing::info!(topic = %ask.topic, index = split_position(position).0, "no live producer of the topic to ask about a transaction");
+        let topic = &half.message.topic;
+        if !cluster.ask_producer(topic, position).await {
+            tracing::info!(topic = %topic, index = split_position(position).0, "no live producer of the topic to ask about a transaction");
         }
     }
     Ok(())

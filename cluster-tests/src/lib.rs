@@ -853,9 +853,11 @@ impl Cluster {
         self.admin(req).await;
     }
 
-    /// Sends an admin request to node 1, retrying until it is answered without an error.
+    /// Sends an admin request to node 1 (or, while it is stopped, the first node running),
+    /// retrying until it is answered without an error.
     pub async fn admin<R: AdminCall + Clone>(&self, req: R) -> R::Reply {
-        let addr = self.nodes[0].admin_addr.clone();
+        let node = self.nodes.iter().find(|n| n.child.is_some()).unwrap_or(&self.nodes[0]);
+        let addr = node.admin_addr.clone();
         retry(Duration::from_secs(20), || {
             let req = req.clone();
             let addr = addr.clone();

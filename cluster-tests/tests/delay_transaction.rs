@@ -476,7 +476,7 @@ async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_on
     let base = now_secs();
     // Fires while the node is down (it must not fire again under it), and after it leads.
     send_delayed(&p, "Later", "while-down", base + 3).await;
-    send_delayed(&p, "Later", "under-new-leader", base + 18).await;
+    send_delayed(&p, "Later", "under-new-leader", base + 26).await;
     let tx = send_half(&tp, "Held", "held-order").await;
     let half_id = tx.message_id().to_string();
     cluster.wait_caught_up(stopped, Duration::from_secs(10)).await;
@@ -484,14 +484,14 @@ async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_on
 
     let c = consumer(&url, "readers", "Later").await;
     let collector = tokio::spawn(async move {
-        let deadline = Instant::now() + Duration::from_secs(45);
+        let deadline = Instant::now() + Duration::from_secs(55);
         collect(&c, "Later", &["while-down", "under-new-leader"], Duration::from_secs(4), deadline).await
     });
     sleep_until_ms((base + 4) * 1000).await;
     cluster.restart(stopped);
     cluster.wait_caught_up(stopped, Duration::from_secs(30)).await;
     cluster.make_leader_in(stopped, &groups).await;
-    assert!(now_ms() < (base + 18) * 1000, "setup too slow: node {stopped} led only after the second timer was due");
+    assert!(now_ms() < (base + 26) * 1000, "setup too slow: node {stopped} led only after the second timer was due");
 
     tx.commit().await.expect("commit of a half the new leader learnt before its restart");
     let tc = consumer(&url, "readers", "Held").await;
@@ -501,7 +501,7 @@ async fn a_node_stopped_with_timers_and_halves_pending_fires_and_commits_them_on
 
     let got = collector.await.unwrap();
     on_time(once(&got, "while-down"), base + 3, LATE);
-    on_time(once(&got, "under-new-leader"), base + 18, LATE);
+    on_time(once(&got, "under-new-leader"), base + 26, LATE);
     for group in groups {
         let leads = cluster.wait_for_leader_of(Some(group), Duration::from_secs(5)).await;
         assert_eq!(leads, stopped, "leadership of group {group} stayed put");
@@ -541,17 +541,20 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     // and halves hold their own entries back from retention, so they go after this filler.
     fill(&p, 20 * groups as usize).await;
 
+    // The first timer fires under the old leader and is consumed there, while the filler goes
+    // on: retention (a second here) may purge its message soon after it is delivered.
+    let c = consumer(&url, "readers", "Later").await;
     let base = now_secs();
     send_delayed(&p, "Later", "before-install", base + 2).await;
-    send_delayed(&p, "Later", "after-install", base + 20).await;
+    send_delayed(&p, "Later", "after-install", base + 26).await;
     let tx = send_half(&tp, "Held", "held-order").await;
     let half_id = tx.message_id().to_string();
+    let early = tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        collect(&c, "Later", &["before-install"], Duration::ZERO, deadline).await
+    });
     fill(&p, 10 * groups as usize).await;
-
-    // The first timer fires under the old leader and is consumed there.
-    let c = consumer(&url, "readers", "Later").await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let early = collect(&c, "Later", &["before-install"], Duration::ZERO, deadline).await;
+    let early = early.await.unwrap();
     on_time(once(&early, "before-install"), base + 2, LATE);
 
     // Once each group's leader has dropped the entries after `left_at`, only a snapshot can help.
@@ -570,7 +573,7 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     cluster.restart(lagging);
     cluster.wait_caught_up(lagging, Duration::from_secs(30)).await;
     cluster.make_leader_in(lagging, &held_in).await;
-    assert!(now_ms() < (base + 20) * 1000, "setup too slow: node {lagging} led only after the pending timer was due");
+    assert!(now_ms() < (base + 26) * 1000, "setup too slow: node {lagging} led only after the pending timer was due");
 
     // Read through the new leader: the bodies must be there too, not just the timers.
     let lagging_url = cluster.client_addr(lagging);
@@ -583,7 +586,7 @@ async fn a_node_caught_up_by_snapshot_install_fires_pending_timers_once_as_leade
     let c = consumer(&lagging_url, "readers", "Later").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let got = collect(&c, "Later", &["after-install"], Duration::from_secs(4), deadline).await;
-    on_time(once(&got, "after-install"), base + 20, LATE);
+    on_time(once(&got, "after-install"), base + 26, LATE);
     never(&got, "before-install");
     let bodies: BTreeSet<&str> = got.iter().map(|a| a.body.as_str()).collect();
     assert_eq!(bodies, BTreeSet::from(["after-install"]));

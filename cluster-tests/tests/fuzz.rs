@@ -284,7 +284,13 @@ fn peer_rpcs() -> Vec<Rpc> {
     };
     let write = rockraft_proto::rockraft::WriteRequest { command: rockraft::broker::Command::Send(batch).encode() };
     use rockraft_proto::rockraft as pb;
-    let ask = pb::peer::AskProducer { topic: "Fuzz".into(), position: 1 };
+    let half = rockraft_proto::rockraft::StoredMessage { message_id: "half".into(), ..Default::default() };
+    let ask = pb::peer::AskProducer {
+        topic: "Fuzz".into(),
+        transaction_id: "T1:1".into(),
+        message: Some(half),
+        store_timestamp_ms: 1,
+    };
     let leader = pb::Vote { leader_id: Some(pb::LeaderId { term: 1, node_id: 1 }), committed: false };
     let vote = pb::VoteRequest { vote: Some(leader), last_log_id: None, leadership_transfer: false };
     let transfer = pb::RaftTransferLeaderRequest { from_leader: Some(leader), to_node_id: 1, last_log_id: None };

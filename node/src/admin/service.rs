@@ -153,12 +153,23 @@ impl AdminServer {
         let answered = match self.plane {
             Plane::Members => group.as_leader(async |_| here(request).await.map_err(AdminError::Answered)).await,
             Plane::Operators => {
+                let asked = group.leader().map(|(id, _)| id);
                 let here = async |_: &Cluster, r| here(r).await.map_err(AdminError::Answered);
                 let there = async |channel, r| {
                     let leader = AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX);
                     there(leader, r).await.map_err(AdminError::Answered)
                 };
-                group.on_leader_channel(request, here, there).await
+                let answered = group.on_leader_channel(request, here, there).await;
+                // A node holding no replica learns of a new leader only by asking: after the one
+                // it knew could not serve, it asks the holders, so the operator's next try goes
+                // to the leader of now.
+                if let Err(AdminError::Answered(status)) = &answered
+                    && status.code() == tonic::Code::Unavailable
+                    && !group.holds_replica()
+                {
+                    group.forget_leader(asked).await;
+                }
+                answered
             }
         };
         Ok(answered?)

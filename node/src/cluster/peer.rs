@@ -147,9 +147,9 @@ impl Peers {
         answer(addr, reply)
     }
 
-    /// Asks the member at `addr` to reach a producer of the topic connected to it; whether it did.
-    /// Asks the node at `addr` to pass `ask` to a producer connected to it; the call names group
-    /// `via` (the metadata group: every node runs it, whichever data groups it holds).
+    /// Asks the node at `addr` to pass `ask` to a producer of the topic connected to it; whether
+    /// it did. The call names group `via` (the metadata group: every node runs it, whichever data
+    /// groups it holds).
     pub async fn ask_producer(&self, addr: &str, via: GroupId, ask: &AskProducer) -> Result<bool, ClusterError> {
         let mut client = PeerServiceClient::new(self.channel(addr)?);
         let reply = within(addr, client.ask_producer(via.address(pb::AskProducer::from(ask.clone()))))

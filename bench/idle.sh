@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a cluster with nothing to do costs: a fresh three-node cluster from scripts/cluster.sh,
 # left quiet for a moment, then each broker's CPU (utime + stime from /proc) over a window, as a
-# share of one core.
+# share of one core, and what it wrote to disk (write_bytes from /proc), in KiB/s.
 #
 #   bash bench/idle.sh                      # one data group, 15 s quiet, 30 s window
 #   ROCKRAFT_DATA_GROUPS=3 bash bench/idle.sh
@@ -24,13 +24,17 @@ bash "$root/scripts/cluster.sh" start > /dev/null
 sleep "$QUIET_SECS"
 
 ticks() { awk '{ print $14 + $15 }' "/proc/$(cat "$ROCKRAFT_DATA/node$1/pid")/stat"; }
-declare -A before
-for n in 1 2 3; do before[$n]=$(ticks "$n"); done
+written() { awk '/^write_bytes/ { print $2 }' "/proc/$(cat "$ROCKRAFT_DATA/node$1/pid")/io"; }
+declare -A before before_written
+for n in 1 2 3; do before[$n]=$(ticks "$n"); before_written[$n]=$(written "$n"); done
 sleep "$WINDOW_SECS"
 hz=$(getconf CLK_TCK)
 line="data groups ${ROCKRAFT_DATA_GROUPS:-1}, CPU per node over ${WINDOW_SECS} s:"
+writes="written per node:"
 for n in 1 2 3; do
   line="$line $(awk -v a="${before[$n]}" -v b="$(ticks "$n")" -v hz="$hz" -v w="$WINDOW_SECS" \
     'BEGIN { printf "%.2f%%", (b - a) * 100 / hz / w }')"
+  writes="$writes $(awk -v a="${before_written[$n]}" -v b="$(written "$n")" -v w="$WINDOW_SECS" \
+    'BEGIN { printf "%.0f KiB/s", (b - a) / 1024 / w }')"
 done
-echo "$line"
+echo "$line; $writes"

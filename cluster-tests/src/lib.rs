@@ -21,6 +21,9 @@ pub mod network;
 
 use network::Network;
 
+/// Each Raft group's state on each node holding a replica of it, by (group, node).
+pub type ReplicaStates = BTreeMap<(u32, u64), Option<rockraft::admin::api::StateDigest>>;
+
 /// A small deterministic generator (xorshift), so a failing seed replays the same choices.
 pub struct Rng(pub u64);
 
@@ -446,8 +449,11 @@ impl Cluster {
                 ready &= led == groups as usize;
             }
             if ready && ids.len() >= 5 {
+                // Its three voters and no one else: the learners it placed elsewhere at first
+                // have left (each step an entry of the group's, which a test would see arrive).
                 for group in 1..=groups {
-                    ready &= self.holders_now(group).await.is_some_and(|h| h.len() == 3);
+                    let members = self.group_leader_status(group).await.map(|s| s.members);
+                    ready &= members.is_some_and(|m| m.len() == 3 && m.iter().all(|m| m.voter));
                 }
             }
             if ready {
@@ -610,20 +616,6 @@ impl Cluster {
         }
     }
 
-    /// This node's applied index and state digest, if it answers: of the metadata group and
-    /// every data group together (the sum of their applied indexes, a digest of their digests),
-    /// so two nodes' agree only if each group's replicas do.
-    pub async fn digest(&self, id: u64) -> Option<rockraft::admin::api::StateDigest> {
-        let mut applied: Option<u64> = None;
-        let mut digest = 0u64;
-        for group in 0..=self.data_groups {
-            let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest { group }).await.ok()?;
-            applied = Some(applied.unwrap_or(0) + d.applied.unwrap_or(0));
-            digest = digest.rotate_left(17) ^ d.digest ^ u64::from(group).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-        Some(rockraft::admin::api::StateDigest { applied, digest })
-    }
-
     /// Node `id`'s digest of Raft group `group` alone (0: the metadata group), if it answers:
     /// from five nodes a data group is compared among the three holding it.
     pub async fn group_digest(&self, id: u64, group: u32) -> Option<rockraft::admin::api::StateDigest> {
@@ -631,20 +623,60 @@ impl Cluster {
         Some(rockraft::admin::api::StateDigest { applied: d.applied, digest: d.digest })
     }
 
-    /// Each group's applied index on node `id` (`None` where the group does not answer), the
-    /// metadata group's first: says which group lags when [`Cluster::digest`] differs.
-    pub async fn applied_by_group(&self, id: u64) -> Vec<(u32, Option<u64>)> {
-        let mut out = Vec::new();
+    /// Each Raft group's state on each node holding a replica of it, by (group, node): the
+    /// metadata group (0) on every node, a data group on the voters its leader lists. `None`
+    /// where a holder does not answer.
+    pub async fn replica_states(&self) -> ReplicaStates {
+        let mut states = ReplicaStates::new();
         for group in 0..=self.data_groups {
-            let d = self.call(&self.node(id).admin_addr, pb::GetDigestRequest { group }).await.ok();
-            out.push((group, d.and_then(|d| d.applied)));
+            let holders: Vec<u64> = match group {
+                0 => self.ids(),
+                _ => self.holders(group).await.into_iter().collect(),
+            };
+            for id in holders {
+                states.insert((group, id), self.group_digest(id, group).await);
+            }
         }
-        out
+        states
+    }
+
+    /// Waits until the replicas of every Raft group answer with the same applied index and
+    /// digest, and returns their states; or says which group differs once `timeout` has passed.
+    /// Replicas of a group at the same index with different digests differ at once.
+    pub async fn replicas_agreed(&self, timeout: Duration) -> Result<ReplicaStates, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let states = self.replica_states().await;
+            let mut lagging = None;
+            for group in 0..=self.data_groups {
+                let of_group: Vec<(u64, Option<rockraft::admin::api::StateDigest>)> =
+                    states.range((group, 0)..=(group, u64::MAX)).map(|(&(_, id), d)| (id, *d)).collect();
+                let same_index = of_group.iter().all(|(_, d)| d.is_some())
+                    && of_group.windows(2).all(|w| w[0].1.map(|d| d.applied) == w[1].1.map(|d| d.applied));
+                if !same_index {
+                    lagging.get_or_insert(format!("group {group} (node, state): {of_group:?}"));
+                } else if !of_group.windows(2).all(|w| w[0].1 == w[1].1) {
+                    return Err(format!("the replicas of group {group} at the same index differ: {of_group:?}"));
+                }
+            }
+            match lagging {
+                None => return Ok(states),
+                Some(which) if Instant::now() >= deadline => {
+                    return Err(format!("the replicas did not reach the same index: {which}"));
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 
     /// All client endpoints, comma-separated: the official Rust client's `access_url`.
     pub fn access_url(&self) -> String {
         self.nodes.iter().map(|n| n.client_addr.as_str()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Every node's id, in order (three, or five with `ROCKRAFT_TEST_NODES=5`).
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
     }
 
     pub fn client_addr(&self, id: u64) -> String {
@@ -752,6 +784,12 @@ impl Cluster {
 
     /// [`Self::holders`], if a node leads the group now.
     async fn holders_now(&self, group: u32) -> Option<std::collections::BTreeSet<u64>> {
+        let leader = self.group_leader_status(group).await?;
+        Some(leader.members.iter().filter(|m| m.voter).map(|m| m.id).collect())
+    }
+
+    /// The status of `group` on the running node leading it in the highest term, if any.
+    async fn group_leader_status(&self, group: u32) -> Option<NodeStatus> {
         let mut best: Option<NodeStatus> = None;
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
             if let Some(s) = self.status_of(n.id, Some(group)).await
@@ -761,7 +799,7 @@ impl Cluster {
                 best = Some(s);
             }
         }
-        Some(best?.members.iter().filter(|m| m.voter).map(|m| m.id).collect())
+        best
     }
 
     /// Makes node `id` the leader of "the leader" of these tests: of the first data group, and

@@ -82,7 +82,7 @@ impl Workload {
         self.next_id += n as u64;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            let running: Vec<u64> = nodes(cluster).into_iter().filter(|&id| cluster.is_running(id)).collect();
+            let running: Vec<u64> = cluster.ids().into_iter().filter(|&id| cluster.is_running(id)).collect();
             let id = running[rng.below(running.len() as u64) as usize];
             let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
                 continue;
@@ -105,7 +105,7 @@ impl Workload {
     /// One delayed message, due 0.2–3 s from now, through some running node (not retried: the
     /// state digests compare its timer on every replica).
     async fn send_delayed(&mut self, cluster: &mut Cluster, rng: &mut Rng) {
-        let running: Vec<u64> = nodes(cluster).into_iter().filter(|&id| cluster.is_running(id)).collect();
+        let running: Vec<u64> = cluster.ids().into_iter().filter(|&id| cluster.is_running(id)).collect();
         let id = running[rng.below(running.len() as u64) as usize];
         let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
             return;
@@ -136,7 +136,7 @@ impl Workload {
 
     /// Receives a batch through some running node and acks it: POP state changes too.
     async fn consume(&mut self, cluster: &mut Cluster, rng: &mut Rng) {
-        let running: Vec<u64> = nodes(cluster).into_iter().filter(|&id| cluster.is_running(id)).collect();
+        let running: Vec<u64> = cluster.ids().into_iter().filter(|&id| cluster.is_running(id)).collect();
         let id = running[rng.below(running.len() as u64) as usize];
         let Ok(mut c) = MessagingServiceClient::connect(format!("http://{}", cluster.client_addr(id))).await else {
             return;
@@ -194,49 +194,20 @@ impl Workload {
     }
 }
 
-/// Every node of the cluster (three, or five with `ROCKRAFT_TEST_NODES=5`).
-fn nodes(cluster: &Cluster) -> Vec<u64> {
-    cluster.nodes.iter().map(|n| n.id).collect()
-}
-
 /// Waits until the replicas of each Raft group report the same applied index and digest, then
 /// checks the acknowledged messages on each node holding their queue. The metadata group runs
 /// on every node; from five nodes a data group on three of them.
 async fn assert_converged(cluster: &mut Cluster, w: &Workload, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let states = cluster.replicas_agreed(Duration::from_secs(60)).await.unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut held: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
-    for group in 0..=cluster.data_groups {
-        let holders: Vec<u64> =
-            if group == 0 { nodes(cluster) } else { cluster.holders(group).await.into_iter().collect() };
-        for &id in &holders {
-            held.entry(id).or_default().insert(group);
-        }
-        let digests = loop {
-            let mut d = Vec::new();
-            for &id in &holders {
-                d.push(cluster.group_digest(id, group).await);
-            }
-            let agreed = d.iter().all(|x| x.is_some())
-                && d.windows(2).all(|w| w[0].map(|x| x.applied) == w[1].map(|x| x.applied));
-            if agreed {
-                break d;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: the replicas of group {group} (nodes {holders:?}) did not reach the same index: {d:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
-        assert!(
-            digests.windows(2).all(|w| w[0] == w[1]),
-            "{what}: replicas of group {group} (nodes {holders:?}) at the same index differ: {digests:?}"
-        );
+    for &(group, id) in states.keys() {
+        held.entry(id).or_default().insert(group);
     }
     let mut queue_groups = BTreeMap::new();
     for q in 0..w.queues {
         queue_groups.insert(q, cluster.queue_group(TOPIC, q).await);
     }
-    for id in nodes(cluster) {
+    for id in cluster.ids() {
         let mut ids_seen = BTreeSet::new();
         for q in (0..w.queues).filter(|q| held[&id].contains(&queue_groups[q])) {
             let stored = cluster.local_messages(id, TOPIC, q).await;
@@ -378,7 +349,7 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
         // Crashes at random moments: any node, the leader included, killed mid-workload.
         for k in 0..3 {
             let what = format!("round {round}, random kill {k}");
-            let all = nodes(&cluster);
+            let all = cluster.ids();
             let id = all[rng.below(all.len() as u64) as usize];
             let run_for = Duration::from_millis(200 + rng.below(1500));
             w.run_until(&mut cluster, &mut rng, run_for, |_| false).await;

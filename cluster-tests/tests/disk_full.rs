@@ -47,16 +47,24 @@ async fn send(p: &Producer, i: usize) -> Result<String, String> {
     p.send(msg).await.map(|r| r.message_id().to_string()).map_err(|e| format!("{e:?}"))
 }
 
-/// The cluster's alarm as the leader sees it.
-async fn alarm(cluster: &Cluster) -> Option<DiskLevel> {
-    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    cluster.status(leader).await.map(|s| s.disk.cluster.alarm)
+/// The cluster's alarm as each group's leader sees it, the metadata group's first. Each node
+/// reads every voter's free space once a second, so two leaders may see a change a second
+/// apart, and each refuses by its own view.
+async fn alarms(cluster: &Cluster) -> Vec<Option<DiskLevel>> {
+    let mut seen = Vec::new();
+    let groups = std::iter::once(None).chain((1..=cluster.data_groups.max(1)).map(Some));
+    for group in groups {
+        let leader = cluster.wait_for_leader_of(group, Duration::from_secs(10)).await;
+        seen.push(cluster.status_of(leader, group).await.map(|s| s.disk.cluster.alarm));
+    }
+    seen
 }
 
+/// Waits until every group's leader sees the alarm at `want`.
 async fn wait_alarm(cluster: &Cluster, want: DiskLevel) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while alarm(cluster).await != Some(want) {
-        assert!(Instant::now() < deadline, "the alarm did not become {want:?}: {:?}", alarm(cluster).await);
+    while alarms(cluster).await.iter().any(|a| *a != Some(want)) {
+        assert!(Instant::now() < deadline, "the alarm did not become {want:?}: {:?}", alarms(cluster).await);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -103,7 +111,7 @@ async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_s
     let data_dirs: Vec<PathBuf> = cluster.nodes.iter().map(|n| n.data_dir.clone()).collect();
     // 6 MiB above the soft mark on every node: a few hundred 16 KiB messages reach it.
     let ballast: Vec<PathBuf> = data_dirs.iter().map(|d| fill_to(d, "ballast", SOFT + 6 * MIB)).collect();
-    assert_eq!(alarm(&cluster).await, Some(DiskLevel::Ok));
+    assert!(alarms(&cluster).await.iter().all(|a| *a == Some(DiskLevel::Ok)), "no alarm yet");
 
     // Send until the cluster refuses: the refusal is retriable and says which node is low.
     let p = producer(&cluster.access_url(), "Filled").await;
@@ -123,7 +131,7 @@ async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_s
     assert!(acked.len() > 100, "only {} sends before the refusal", acked.len());
     wait_alarm(&cluster, DiskLevel::Low).await;
     // Nobody met ENOSPC: every node is up, each still above its hard mark.
-    for (id, dir) in (1..=3).zip(&data_dirs) {
+    for (id, dir) in cluster.ids().into_iter().zip(&data_dirs) {
         assert!(cluster.is_running(id), "node {id} stopped");
         assert!(free_space(dir).unwrap().0 > HARD, "node {id} went below its hard mark");
     }
@@ -139,7 +147,7 @@ async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_s
     assert!(send(&p, 0).await.is_err(), "still refused: draining frees no space");
 
     // Below one node's hard mark, only what frees space is appended.
-    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
     let deeper = fill_to(&data_dirs[follower as usize - 1], "ballast-deeper", HARD - MIB);
     wait_alarm(&cluster, DiskLevel::Critical).await;
     let admin = cluster.admin_addr(leader);
@@ -164,7 +172,7 @@ async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_s
     }
     let got = drain(&c).await;
     assert!(later.is_subset(&got), "the messages sent after the alarm arrive");
-    for id in 1..=3 {
+    for id in cluster.ids() {
         assert!(cluster.is_running(id), "node {id} stopped");
     }
 
@@ -191,14 +199,14 @@ async fn a_node_that_ran_out_of_space_restarts_cleanly_once_space_exists() {
         if let Ok(id) = send(&p, acked.len()).await {
             acked.insert(id);
         }
-        if (1..=3).any(|id| !cluster.is_running(id)) {
+        if cluster.ids().into_iter().any(|id| !cluster.is_running(id)) {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(120), "{} sends and every node still up", acked.len());
     }
     // The others on full disks stop moments later (their next roll fails too): let them.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let stopped: Vec<u64> = (1..=3).filter(|&id| !cluster.is_running(id)).collect();
+    let stopped: Vec<u64> = cluster.ids().into_iter().filter(|&id| !cluster.is_running(id)).collect();
     let log = std::fs::read_to_string(cluster.nodes[stopped[0] as usize - 1].dir.join("node.log")).unwrap();
     assert!(log.contains("No space left on device"), "node {} says why it stopped", stopped[0]);
 
@@ -210,7 +218,7 @@ async fn a_node_that_ran_out_of_space_restarts_cleanly_once_space_exists() {
         cluster.restart(id);
     }
     cluster.wait_for_leader(Duration::from_secs(30)).await;
-    for id in 1..=3 {
+    for id in cluster.ids() {
         cluster.wait_caught_up(id, Duration::from_secs(60)).await;
     }
     let c = consumer(&cluster.access_url(), "drainers", "Filled").await;
@@ -221,17 +229,8 @@ async fn a_node_that_ran_out_of_space_restarts_cleanly_once_space_exists() {
 }
 
 async fn assert_replicas_agree(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut digests = Vec::new();
-        for id in 1..=3 {
-            digests.push(cluster.digest(id).await);
-        }
-        if digests.iter().all(|d| d.is_some()) && digests.windows(2).all(|w| w[0] == w[1]) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the replicas differ: {digests:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if let Err(differ) = cluster.replicas_agreed(Duration::from_secs(30)).await {
+        panic!("{differ}");
     }
 }
 
@@ -270,7 +269,7 @@ async fn under_disk_pressure_a_disk_budget_purges_before_sends_are_refused() {
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     assert!(cluster.status(leader).await.and_then(|s| s.purged).is_some(), "retention purged the log");
     wait_alarm(&cluster, DiskLevel::Ok).await;
-    for (id, dir) in (1..=3).zip(&data_dirs) {
+    for (id, dir) in cluster.ids().into_iter().zip(&data_dirs) {
         assert!(cluster.is_running(id), "node {id} stopped");
         assert!(free_space(dir).unwrap().0 > HARD, "node {id} went below its hard mark");
     }

@@ -113,17 +113,9 @@ async fn a_member_that_refuses_the_leader_is_retried_with_back_off_and_logged_on
     .await;
     cluster.create_topic("After", 1, TopicKind::Normal).await;
     cluster.wait_caught_up(follower, Duration::from_secs(30)).await;
-    retry(Duration::from_secs(30), || async {
-        let mut digests = Vec::new();
-        for id in 1..=3 {
-            digests.push(cluster.digest(id).await);
-        }
-        match digests.iter().all(Option::is_some) && digests.windows(2).all(|w| w[0] == w[1]) {
-            true => Ok(()),
-            false => Err(format!("the replicas differ: {digests:?}")),
-        }
-    })
-    .await;
+    if let Err(differ) = cluster.replicas_agreed(Duration::from_secs(30)).await {
+        panic!("{differ}");
+    }
     let lines = refusal_lines(&leader_log, from);
     assert!(lines.iter().any(|l| l.contains("accepts this node again")), "{}", lines.join("\n"));
 }

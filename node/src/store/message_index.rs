@@ -17,11 +17,12 @@
 //! never a wrong answer, and entries written twice (an entry replayed after a crash) are harmless.
 //! The current file's buckets live in memory and reach the file at each checkpoint (`sync`),
 //! before the checkpoint counts the entries applied: what a crash loses was applied after the
-//! last checkpoint, and the replay writes it again.
+//! last checkpoint, and the replay writes it again. A checkpoint writes only the pages of buckets
+//! changed since the last one (a file's buckets take 1 MiB), and nothing when none changed.
 //!
 //! A file is deleted once every message it points at is below the retention purge point.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -44,6 +45,8 @@ const ENTRIES_PER_BUCKET: u32 = 4;
 pub const MAX_MATCHES: usize = 32;
 /// The default entries per file: 32 MiB of entries and 1 MiB of buckets, written sparsely.
 pub const DEFAULT_ENTRIES_PER_FILE: u32 = 1 << 20;
+/// Buckets per page (4 KiB of them): what a checkpoint rewrites of a changed bucket.
+const PAGE_BUCKETS: usize = 1024;
 
 const PLACE_KIND_SHIFT: u32 = 62;
 const PLACE_VALUE_MASK: u64 = (1 << PLACE_KIND_SHIFT) - 1;
@@ -197,13 +200,26 @@ impl IndexFile {
         if *sealed {
             return Ok(());
         }
-        let bytes: Vec<u8> = heads.iter().flat_map(|h| h.to_le_bytes()).collect();
-        self.file.write_all_at(&bytes, HEADER_LEN).map_err(io_err(&self.path))?;
+        self.file.write_all_at(&encode_heads(heads), HEADER_LEN).map_err(io_err(&self.path))?;
         if let Some(newest_index) = seal {
             let header = Header { sealed: true, newest_index, ..self.header };
             self.file.write_all_at(&header.encode(), 0).map_err(io_err(&self.path))?;
             *sealed = true;
             self.newest_index.store(newest_index, Ordering::Release);
+        }
+        self.file.sync_data().map_err(sync_err(&self.path))
+    }
+
+    /// Writes pages of buckets, each (first bucket, its heads encoded), and syncs the file: the
+    /// entries written since the last sync with them. Nothing once the file is sealed.
+    fn write_pages(&self, pages: &[(usize, Vec<u8>)]) -> Result<(), StoreError> {
+        let sealed = self.buckets_written.lock().expect("index buckets lock");
+        if *sealed {
+            return Ok(());
+        }
+        for (first, bytes) in pages {
+            let at = HEADER_LEN + 4 * *first as u64;
+            self.file.write_all_at(bytes, at).map_err(io_err(&self.path))?;
         }
         self.file.sync_data().map_err(sync_err(&self.path))
     }
@@ -237,6 +253,8 @@ struct Current {
     seq: u64,
     file: Arc<IndexFile>,
     heads: Vec<u32>,
+    /// Pages of `heads` (by number) changed since the last sync.
+    dirty: BTreeSet<usize>,
     used: u32,
     newest_index: u64,
 }
@@ -289,7 +307,7 @@ impl MessageIndex {
                 let heads = (0..file.header.buckets).map(|b| file.head(b)).collect();
                 let used = used_entries(&file);
                 let newest_index = newest_index_of(&file, used);
-                Current { seq, file, heads, used, newest_index }
+                Current { seq, file, heads, dirty: BTreeSet::new(), used, newest_index }
             }
             last => {
                 let seq = last.as_ref().map_or(0, |(s, _)| s + 1);
@@ -339,6 +357,7 @@ impl MessageIndex {
             let n = c.used;
             run.extend_from_slice(&Entry { hash, position, place: place.encode(), prev: c.heads[bucket] }.encode());
             c.heads[bucket] = n + 1;
+            c.dirty.insert(bucket / PAGE_BUCKETS);
             c.used += 1;
             c.newest_index = c.newest_index.max(position >> 16);
         }
@@ -371,13 +390,32 @@ impl MessageIndex {
         out
     }
 
-    /// Writes the current file's buckets and syncs it: what was put so far survives a crash.
+    /// Writes the current file's buckets changed since the last sync and syncs it: what was put
+    /// so far survives a crash. Nothing to write when nothing was put.
     pub fn sync(&self) -> Result<(), StoreError> {
-        let (file, heads) = {
-            let files = self.files.read().expect("message index lock");
-            (Arc::clone(&files.current.file), files.current.heads.clone())
+        let (file, pages) = {
+            let mut files = self.files.write().expect("message index lock");
+            let c = &mut files.current;
+            if c.dirty.is_empty() {
+                return Ok(());
+            }
+            let pages: Vec<(usize, Vec<u8>)> = std::mem::take(&mut c.dirty)
+                .into_iter()
+                .map(|page| {
+                    let first = page * PAGE_BUCKETS;
+                    let last = (first + PAGE_BUCKETS).min(c.heads.len());
+                    (first, encode_heads(&c.heads[first..last]))
+                })
+                .collect();
+            (Arc::clone(&c.file), pages)
         };
-        file.write_buckets(&heads, None)
+        file.write_pages(&pages).inspect_err(|_| {
+            // Written again by the next sync, if this file is still the current one.
+            let mut files = self.files.write().expect("message index lock");
+            if Arc::ptr_eq(&files.current.file, &file) {
+                files.current.dirty.extend(pages.iter().map(|(first, _)| first / PAGE_BUCKETS));
+            }
+        })
     }
 
     /// Deletes the full files whose messages are all below log index `index` (purged).
@@ -410,6 +448,14 @@ impl MessageIndex {
         let files = self.files.read().expect("message index lock");
         files.sealed.len() + 1
     }
+}
+
+fn encode_heads(heads: &[u32]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 * heads.len());
+    for h in heads {
+        bytes.extend_from_slice(&h.to_le_bytes());
+    }
+    bytes
 }
 
 fn flush_run(file: &IndexFile, first: u32, run: &mut Vec<u8>) -> Result<(), StoreError> {
@@ -479,7 +525,8 @@ fn new_current(dir: &Path, seq: u64, capacity: u32) -> Result<Current, StoreErro
         path: path.clone(),
         reason: "a message index file just written does not read back".into(),
     })?;
-    Ok(Current { seq, file: Arc::new(file), heads: vec![0; header.buckets as usize], used: 0, newest_index: 0 })
+    let heads = vec![0; header.buckets as usize];
+    Ok(Current { seq, file: Arc::new(file), heads, dirty: BTreeSet::new(), used: 0, newest_index: 0 })
 }
 
 fn newest_index_of(file: &IndexFile, used: u32) -> u64 {
@@ -572,6 +619,39 @@ mod tests {
         // Messages without an id are not indexed.
         index.put([("", position(200, 0), queued(0))]).unwrap();
         assert!(index.candidates("").is_empty());
+    }
+
+    #[test]
+    fn syncs_write_the_changed_pages_of_buckets_and_a_reopened_index_finds_every_synced_id() {
+        let dir = tempfile::tempdir().unwrap();
+        // 4,096 buckets: four pages, so each sync below writes some of them, not all.
+        let (index, _) = MessageIndex::open(dir.path(), 1 << 14).unwrap();
+        let first: Vec<String> = (0..300).map(|i| format!("first-{i}")).collect();
+        let second: Vec<String> = (0..300).map(|i| format!("second-{i}")).collect();
+        for (round, ids) in [&first, &second].into_iter().enumerate() {
+            let puts = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), position(round as u64 * 1000 + i as u64 + 1, 0), queued(i as u64)));
+            index.put(puts).unwrap();
+            index.sync().unwrap();
+        }
+        let current = || {
+            let files = index.files.read().unwrap();
+            (files.current.dirty.len(), fs::read(&files.current.file.path).unwrap())
+        };
+        let (dirty, written) = current();
+        assert_eq!(dirty, 0, "a sync leaves no page to write");
+        index.sync().unwrap();
+        assert_eq!(current().1, written, "a sync with nothing put changes nothing");
+        drop(index);
+        let (index, _) = MessageIndex::open(dir.path(), 1 << 14).unwrap();
+        for (round, ids) in [&first, &second].into_iter().enumerate() {
+            for (i, id) in ids.iter().enumerate() {
+                let at = position(round as u64 * 1000 + i as u64 + 1, 0);
+                assert_eq!(index.candidates(id), vec![Located { position: at, place: queued(i as u64) }], "{id}");
+            }
+        }
     }
 
     #[test]

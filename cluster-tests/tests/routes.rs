@@ -94,7 +94,8 @@ fn check_queues(cluster: &Cluster, shape: &[(i32, String, String)]) {
 async fn routes_spread_over_the_live_members_and_follow_a_death_and_a_return() {
     // Routes spread over every live member are the shape of a cluster whose data groups run on
     // every node. From five nodes a queue's route names its group's leader among the three
-    // holding it: `data_groups.rs` checks those routes.
+    // holding it: `proxy/route.rs`'s tests check that rule, and `data_groups.rs` sends through
+    // such routes on five nodes.
     if std::env::var("ROCKRAFT_TEST_NODES").is_ok_and(|n| n.trim() != "3") {
         eprintln!("skipped: routes over every member are checked on three nodes");
         return;

@@ -669,6 +669,11 @@ impl Cluster {
         }
     }
 
+    /// [`Self::replicas_agreed`], failing the test with what differs.
+    pub async fn assert_replicas_agree(&self, timeout: Duration) -> ReplicaStates {
+        self.replicas_agreed(timeout).await.unwrap_or_else(|differ| panic!("{differ}"))
+    }
+
     /// All client endpoints, comma-separated: the official Rust client's `access_url`.
     pub fn access_url(&self) -> String {
         self.nodes.iter().map(|n| n.client_addr.as_str()).collect::<Vec<_>>().join(",")

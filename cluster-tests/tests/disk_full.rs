@@ -176,7 +176,7 @@ async fn a_full_disk_refuses_sends_while_consumers_drain_and_sends_resume_when_s
         assert!(cluster.is_running(id), "node {id} stopped");
     }
 
-    assert_replicas_agree(&cluster).await;
+    cluster.assert_replicas_agree(Duration::from_secs(30)).await;
 }
 
 /// With the marks off, a node that runs out of space stops (fail-stop, as for any I/O error)
@@ -225,13 +225,7 @@ async fn a_node_that_ran_out_of_space_restarts_cleanly_once_space_exists() {
     let got = drain(&c).await;
     let missing: Vec<&String> = acked.difference(&got).collect();
     assert!(missing.is_empty(), "{} acknowledged messages lost: {missing:?}", missing.len());
-    assert_replicas_agree(&cluster).await;
-}
-
-async fn assert_replicas_agree(cluster: &Cluster) {
-    if let Err(differ) = cluster.replicas_agreed(Duration::from_secs(30)).await {
-        panic!("{differ}");
-    }
+    cluster.assert_replicas_agree(Duration::from_secs(30)).await;
 }
 
 /// With a disk budget set, retention purges the oldest segments as free space nears the soft
@@ -273,5 +267,5 @@ async fn under_disk_pressure_a_disk_budget_purges_before_sends_are_refused() {
         assert!(cluster.is_running(id), "node {id} stopped");
         assert!(free_space(dir).unwrap().0 > HARD, "node {id} went below its hard mark");
     }
-    assert_replicas_agree(&cluster).await;
+    cluster.assert_replicas_agree(Duration::from_secs(30)).await;
 }

@@ -418,10 +418,8 @@ fn malformed(code: tonic::Code) -> bool {
 /// answering, or replicas that disagree, fail the test).
 fn digests(rt: &tokio::runtime::Runtime, cluster: &Cluster) -> BTreeMap<(u32, u64), Option<u64>> {
     rt.block_on(async {
-        match cluster.replicas_agreed(Duration::from_secs(20)).await {
-            Ok(states) => states.into_iter().map(|(at, d)| (at, d.map(|d| d.digest))).collect(),
-            Err(differ) => panic!("{differ}"),
-        }
+        let states = cluster.assert_replicas_agree(Duration::from_secs(20)).await;
+        states.into_iter().map(|(at, d)| (at, d.map(|d| d.digest))).collect()
     })
 }
 

@@ -113,9 +113,7 @@ async fn a_member_that_refuses_the_leader_is_retried_with_back_off_and_logged_on
     .await;
     cluster.create_topic("After", 1, TopicKind::Normal).await;
     cluster.wait_caught_up(follower, Duration::from_secs(30)).await;
-    if let Err(differ) = cluster.replicas_agreed(Duration::from_secs(30)).await {
-        panic!("{differ}");
-    }
+    cluster.assert_replicas_agree(Duration::from_secs(30)).await;
     let lines = refusal_lines(&leader_log, from);
     assert!(lines.iter().any(|l| l.contains("accepts this node again")), "{}", lines.join("\n"));
 }

@@ -149,7 +149,11 @@ async fn a_delivery_carries_every_field_and_its_receipt_handle_is_replaced_on_ch
         "an ended delivery has no invisible time to change"
     );
     let frames = receive(&mut c, receive_request("wire-readers", "Wire", None, 30)).await;
-    assert_eq!(status_code(&frames), Code::MessageNotFound as i32, "an acked message is not delivered again");
+    assert_eq!(
+        status_code(&frames),
+        Code::MessageNotFound as i32,
+        "an acked message is not delivered again: {frames:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

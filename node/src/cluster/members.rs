@@ -44,7 +44,7 @@ impl Cluster {
 
     /// The leader's [`heard_from`](Self::heard_from), asked over `PeerService.LiveMembers`.
     pub async fn leader_heard_from(&self) -> Result<BTreeSet<NodeId>, ClusterError> {
-        match self.route()? {
+        match self.route().await? {
             Route::Here => self.heard_from().ok_or(ClusterError::NoLeader),
             Route::Leader(addr) => self.peers().live_members(&addr).await,
         }

@@ -62,8 +62,9 @@ const ELECTION_WAIT: Duration = Duration::from_secs(3);
 const FORWARD_ATTEMPT: Duration = Duration::from_secs(1);
 /// How long a held send waits for news of another leader before it tries again anyway.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
-/// How long a write waits out a moment with no leader (an election, a leadership handed over by
-/// the balancer) before it answers `NoLeader`: about two elections, within a client's timeout.
+/// How long a write, or a request routed to the leader, waits out a moment with no leader (an
+/// election, a leadership handed over by the balancer) before it answers `NoLeader`: about two
+/// elections, within a client's timeout.
 const WRITE_HOLD: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]

@@ -4,7 +4,7 @@
 //! cannot serve as leader instead of passing it on again, so a request crosses the network at
 //! most once.
 
-use crate::cluster::{Cluster, ClusterError, peer::Peers};
+use crate::cluster::{Cluster, ClusterError, WRITE_HOLD, peer::Peers};
 use crate::raft::PeerChannel;
 
 /// Where a request for the group's leader goes.
@@ -15,12 +15,18 @@ pub(crate) enum Route {
 }
 
 impl Cluster {
-    /// Where the group's leader is, as this node knows it now.
-    pub(crate) fn route(&self) -> Result<Route, ClusterError> {
-        match self.leader() {
-            Some((id, _)) if id == self.id() => Ok(Route::Here),
-            Some((_, info)) => Ok(Route::Leader(info.raft_addr)),
-            None => Err(ClusterError::NoLeader),
+    /// Where the group's leader is. A moment with no leader known (an election, a leadership the
+    /// balancer hands over) is waited out for up to [`WRITE_HOLD`], as writes wait it out, so a
+    /// receive or an operator's request does not fail on what a client would only retry.
+    pub(crate) async fn route(&self) -> Result<Route, ClusterError> {
+        let deadline = tokio::time::Instant::now() + WRITE_HOLD;
+        loop {
+            match self.leader() {
+                Some((id, _)) if id == self.id() => return Ok(Route::Here),
+                Some((_, info)) => return Ok(Route::Leader(info.raft_addr)),
+                None if tokio::time::Instant::now() < deadline => self.await_other_leader(None, deadline).await,
+                None => return Err(ClusterError::NoLeader),
+            }
         }
     }
 
@@ -31,7 +37,7 @@ impl Cluster {
         here: impl AsyncFnOnce(&Cluster) -> Result<T, E>,
         there: impl AsyncFnOnce(&Peers, &str) -> Result<T, E>,
     ) -> Result<T, E> {
-        match self.route()? {
+        match self.route().await? {
             Route::Here => here(self).await,
             Route::Leader(addr) => there(self.peers(), &addr).await,
         }
@@ -46,7 +52,7 @@ impl Cluster {
         here: impl AsyncFnOnce(&Cluster, R) -> Result<T, E>,
         there: impl AsyncFnOnce(PeerChannel, R) -> Result<T, E>,
     ) -> Result<T, E> {
-        match self.route()? {
+        match self.route().await? {
             Route::Here => here(self, request).await,
             Route::Leader(addr) => there(self.peers().channel(&addr)?, request).await,
         }

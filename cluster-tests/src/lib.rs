@@ -62,6 +62,36 @@ pub struct Node {
     clock_offset_ms: i64,
 }
 
+/// A node started apart from the cluster, not initialised and knowing no member, as an operator
+/// starts one before `cluster add-node`. Stopped when dropped.
+pub struct Joiner {
+    pub id: u64,
+    pub raft_addr: String,
+    pub client_addr: String,
+    pub admin_addr: String,
+    child: Child,
+}
+
+impl Joiner {
+    /// What `cluster add-node` is given for it.
+    pub fn add_request(&self) -> pb::AddNodeRequest {
+        pb::AddNodeRequest {
+            id: self.id,
+            raft_addr: self.raft_addr.clone(),
+            client_addr: self.client_addr.clone(),
+            admin_addr: self.admin_addr.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl Drop for Joiner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub struct Cluster {
     pub nodes: Vec<Node>,
     /// The secret the members share: calls to a raft port must carry it.
@@ -123,6 +153,9 @@ pub struct Options {
     /// `ROCKRAFT_TEST_DATA_GROUPS` environment variable, else one. The cluster is handed over
     /// once every node sees every group led.
     pub data_groups: Option<u32>,
+    /// Exactly the nodes `Cluster::start` is asked for, whatever `ROCKRAFT_TEST_NODES` says: for
+    /// tests of the shape data groups take on three nodes (every node holds every group).
+    pub exact_nodes: bool,
 }
 
 /// A tmpfs mounted for one node's data, unmounted when dropped.
@@ -245,6 +278,21 @@ pub fn node_binary() -> PathBuf {
     bin
 }
 
+/// Starts a node of the binary under test on `config`, which is written to `<dir>/config.toml`;
+/// its log goes to `<dir>/node.log`.
+pub fn spawn_node(dir: &Path, config: &str) -> Child {
+    std::fs::write(dir.join("config.toml"), config).expect("config");
+    let log = std::fs::File::create(dir.join("node.log")).expect("log");
+    Command::new(node_binary())
+        .arg("node")
+        .arg("--config")
+        .arg(dir.join("config.toml"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start node")
+}
+
 impl Cluster {
     /// Starts `n` nodes with 1 MiB segments (so bodies are capped at 512 KiB: a message must fit
     /// one segment), initialises the group and waits for a leader.
@@ -253,7 +301,7 @@ impl Cluster {
     /// with each data group on three of five nodes (with `ROCKRAFT_TEST_DATA_GROUPS=5`).
     pub async fn start(n: u64, options: Options) -> Cluster {
         let n = match std::env::var("ROCKRAFT_TEST_NODES").ok().and_then(|v| v.parse::<u64>().ok()) {
-            Some(more) if n == 3 && more > 3 => more,
+            Some(more) if n == 3 && more > 3 && !options.exact_nodes => more,
             _ => n,
         };
         let dir = tempfile::tempdir().expect("temp dir");
@@ -418,6 +466,9 @@ impl Cluster {
             }
             cluster.wait_for_groups(groups, Duration::from_secs(60)).await;
             cluster.data_groups = groups;
+            if groups > 1 {
+                cluster.wait_balanced(Duration::from_secs(60)).await;
+            }
         }
         // Every node must have heard from the leaders before a test starts talking to it.
         for id in 1..=n {
@@ -425,6 +476,26 @@ impl Cluster {
             cluster.wait_caught_up(id, Duration::from_secs(30)).await;
         }
         cluster
+    }
+
+    /// Waits until each data group is led by the node whose turn it is (the first of its
+    /// replica set, as the balancer hands leaderships over), so a test starts with no hand-over
+    /// still to come.
+    pub async fn wait_balanced(&self, timeout: Duration) {
+        let voters: BTreeMap<u64, rockraft::raft::NodeInfo> =
+            self.ids().into_iter().map(|id| (id, rockraft::raft::NodeInfo::default())).collect();
+        let deadline = Instant::now() + timeout;
+        for group in 1..=self.data_groups {
+            let turn = rockraft::cluster::replica_set::replica_set(rockraft::raft::GroupId(group), &voters)[0];
+            loop {
+                let leader = self.group_leader_status(group).await.and_then(|s| s.leader);
+                if leader == Some(turn) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "group {group} is led by {leader:?}, not by node {turn}, its turn");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 
     /// Waits until every running node runs groups 1 to `groups`, each it holds a replica of with
@@ -666,6 +737,22 @@ impl Cluster {
                 }
                 Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
+        }
+    }
+
+    /// The replicas' states once they agree and have not moved for a second: what a test's
+    /// setup set off (placements in the data groups, leaderships handed over) has ended.
+    pub async fn settled_states(&self, timeout: Duration) -> ReplicaStates {
+        let deadline = Instant::now() + timeout;
+        let mut last = self.assert_replicas_agree(timeout).await;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = self.assert_replicas_agree(deadline.saturating_duration_since(Instant::now())).await;
+            if now == last {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "the replicas kept moving for {timeout:?}");
+            last = now;
         }
     }
 
@@ -930,7 +1017,14 @@ impl Cluster {
         let mut out = Vec::new();
         let mut from = 0;
         loop {
-            let req = pb::ListMessagesRequest { topic: topic.into(), queue, from, limit: 1000, local: true };
+            let req = pb::ListMessagesRequest {
+                topic: topic.into(),
+                queue,
+                from,
+                limit: 1000,
+                local: true,
+                data_group: None,
+            };
             let page = self.call(&self.node(id).admin_addr, req).await;
             let page = page.unwrap_or_else(|e| panic!("listing messages on node {id}: {e}"));
             out.extend(page.messages);
@@ -939,6 +1033,35 @@ impl Cluster {
             }
             from = page.next_from;
         }
+    }
+
+    /// Starts node `id` apart from the cluster (see [`Joiner`]), with the members' secret, on a
+    /// data directory `prepare` is given first (leave it empty for a new node); returns once it
+    /// listens on its raft port.
+    pub async fn start_joiner(&self, id: u64, prepare: impl FnOnce(&Path)) -> Joiner {
+        let dir = self._dir.path().join(format!("node{id}"));
+        std::fs::create_dir_all(&dir).expect("node dir");
+        prepare(&dir);
+        let addr = || format!("127.0.0.1:{}", free_port());
+        let (raft_addr, client_addr, admin_addr, http_addr) = (addr(), addr(), addr(), addr());
+        let config = format!(
+            "node_id = {id}\nraft_addr = \"{raft_addr}\"\nclient_addr = \"{client_addr}\"\nadmin_addr = \"{admin_addr}\"\n\
+             http_addr = \"{http_addr}\"\ndata_dir = \"{}\"\ncluster_secret = \"{}\"\n\n[storage]\nsegment_size = 1048576\n\n\
+             [broker]\nmax_body_bytes = 524288\n",
+            dir.display(),
+            self.secret
+        );
+        let child = spawn_node(&dir, &config);
+        let mut joiner = Joiner { id, raft_addr, client_addr, admin_addr, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(&joiner.raft_addr).await.is_err() {
+            if !matches!(joiner.child.try_wait(), Ok(None)) || Instant::now() >= deadline {
+                let log = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+                panic!("node {id} did not listen on {} within 30 s; its log:\n{log}", joiner.raft_addr);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        joiner
     }
 
     /// The data group holding `topic`'s queue `queue`, as node 1 lists it.

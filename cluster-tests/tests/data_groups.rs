@@ -40,9 +40,16 @@ async fn wait_for_leaders(
     }
 }
 
+/// Three nodes and one data group to start from, whatever the suite's size: the tests that add
+/// groups themselves and check the shape they take on three nodes.
+fn three_nodes_one_group() -> Options {
+    Options { exact_nodes: true, data_groups: Some(1), ..Options::default() }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn data_groups_run_on_every_node_and_their_leaders_are_spread_and_kept_spread() {
-    let mut cluster = Cluster::start(3, Options::default()).await;
+    // Three nodes, each in every group, whatever the suite's size.
+    let mut cluster = Cluster::start(3, three_nodes_one_group()).await;
     let configure = |n: u32| pb::ConfigureRequest { data_groups: Some(n), ..Default::default() };
     cluster.admin(configure(3)).await;
 
@@ -101,7 +108,7 @@ async fn data_groups_run_on_every_node_and_their_leaders_are_spread_and_kept_spr
 /// leader among the remaining voters, and the turns are taken among those.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_removed_from_the_cluster_leaves_every_data_group() {
-    let cluster = Cluster::start(3, Options::default()).await;
+    let cluster = Cluster::start(3, three_nodes_one_group()).await;
     cluster.admin(pb::ConfigureRequest { data_groups: Some(3), ..Default::default() }).await;
     let spread: BTreeMap<u32, Option<u64>> = [(1, Some(1)), (2, Some(2)), (3, Some(3))].into();
     if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {
@@ -164,15 +171,9 @@ async fn queues_spread_over_the_data_groups_are_sent_to_and_consumed_through_any
         let m = MessageBuilder::builder().set_topic("Spread").set_tag("t").set_body(format!("m-{i}").into_bytes());
         sent.insert(p.send(m.build().unwrap()).await.expect("send").message_id().to_string());
     }
-    // Each queue's messages are read from the group holding it, on every node: all of them
-    // together are exactly what was sent.
-    for id in 1..=3 {
-        let mut stored = std::collections::BTreeSet::new();
-        for q in 0..6 {
-            stored.extend(cluster.local_messages(id, "Spread", q).await.into_iter().map(|m| m.message_id));
-        }
-        assert_eq!(stored, sent, "node {id} holds every message in its queue's group");
-    }
+    // Each queue's messages are read from the group holding it, on every node holding it: all
+    // of them together are exactly what was sent.
+    assert_eq!(stored_by_holders(&cluster, "Spread", 6).await, sent);
 
     // Node 2 leads group 2 only: a receive there pops from every group.
     let c = consumer(&cluster.client_addr(2), "readers", "Spread").await;
@@ -234,7 +235,57 @@ async fn queues_spread_over_the_data_groups_are_sent_to_and_consumed_through_any
     }
     assert_eq!(dead, poison, "every given-up message, from every group's dead-letter queue");
 
+    // The operator's listing of the dead-letter topic shows every group's copy, each under its
+    // group's heading.
+    let args = ["--endpoint", &cluster.admin_addr(2), "message", "list", "--topic", "%DLQ%doomed", "--queue", "0"];
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(rockraft_cluster_tests::node_binary()).args(&args).output().expect("rockraft runs")
+    })
+    .await
+    .expect("joined");
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "message list: {}", String::from_utf8_lossy(&out.stderr));
+    let headings: Vec<&str> = listed.lines().filter(|l| l.starts_with('#')).collect();
+    assert_eq!(headings, ["# data group 1", "# data group 2", "# data group 3"], "{listed}");
+    let ids: std::collections::BTreeSet<String> =
+        listed.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split('\t').nth(1)).map(String::from).collect();
+    assert_eq!(ids, poison, "every group's copy listed: {listed}");
+    // A queue asked of a group that does not hold it is refused, not listed from another group.
+    let topics = cluster.admin(pb::ListTopicsRequest::default()).await.topics;
+    let holder = topics.iter().find(|t| t.name == "Poison").expect("listed").groups[0];
+    let elsewhere = holder % 3 + 1;
+    let ask = pb::ListMessagesRequest {
+        topic: "Poison".into(),
+        queue: 0,
+        from: 0,
+        limit: 10,
+        local: false,
+        data_group: Some(elsewhere),
+    };
+    let refused = cluster.call(&cluster.admin_addr(1), ask).await.expect_err("queue 0 is in another group");
+    assert_eq!(refused.code(), Some(tonic::Code::InvalidArgument), "{refused}");
+
     wait_replicas_agree(&cluster, 3).await;
+}
+
+/// The messages of `topic`'s first `queues` queues, after checking that every node holding a
+/// queue's group (every node, below five) stores the same ones in that queue.
+async fn stored_by_holders(cluster: &Cluster, topic: &str, queues: u32) -> std::collections::BTreeSet<String> {
+    let mut all = std::collections::BTreeSet::new();
+    for q in 0..queues {
+        let mut first: Option<(u64, Vec<String>)> = None;
+        for id in cluster.queue_holders(topic, q).await {
+            let ids: Vec<String> =
+                cluster.local_messages(id, topic, q).await.into_iter().map(|m| m.message_id).collect();
+            match &first {
+                Some((by, seen)) => assert_eq!(&ids, seen, "queue {q} on node {id} and on node {by}"),
+                None => first = Some((id, ids)),
+            }
+        }
+        all.extend(first.map(|(_, ids)| ids).unwrap_or_default());
+    }
+    all
 }
 
 /// Node `id`'s process has exited within `timeout`.
@@ -261,7 +312,9 @@ async fn a_data_group_leader_crashed_between_a_metadata_change_and_its_placement
     use rockraft_cluster_tests::clients::producer;
 
     const POINT: &str = "placement::data_group::before_propose=return(abort)";
-    let mut cluster = Cluster::start(3, Options { data_groups: Some(3), ..Default::default() }).await;
+    // Three nodes, each in every group, whatever the suite's size: node g leads group g.
+    let options = Options { exact_nodes: true, data_groups: Some(3), ..Default::default() };
+    let mut cluster = Cluster::start(3, options).await;
     let spread: BTreeMap<u32, Option<u64>> = [(1, Some(1)), (2, Some(2)), (3, Some(3))].into();
     if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {
         panic!("the groups' leaders were not spread over the nodes: {seen:?}");
@@ -285,13 +338,7 @@ async fn a_data_group_leader_crashed_between_a_metadata_change_and_its_placement
     cluster.restart(2);
     cluster.wait_for_groups(3, Duration::from_secs(60)).await;
     wait_replicas_agree(&cluster, 3).await;
-    for id in 1..=3 {
-        let mut stored = std::collections::BTreeSet::new();
-        for q in 0..6 {
-            stored.extend(cluster.local_messages(id, "Across", q).await.into_iter().map(|m| m.message_id));
-        }
-        assert_eq!(stored, sent, "node {id} holds every message sent");
-    }
+    assert_eq!(stored_by_holders(&cluster, "Across", 6).await, sent, "every message sent is held");
 
     // Node 3, leading group 3, crashes as it is about to drop the deleted topic from group 3.
     if let Err(seen) = wait_for_leaders(&cluster, &[1, 2, 3], &spread, Duration::from_secs(60)).await {

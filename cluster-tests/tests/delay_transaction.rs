@@ -697,8 +697,14 @@ async fn operators_see_pending_timers_and_halves_and_resolve_stuck_halves_by_id(
     assert_eq!((ids, third.held.len()), (expected, 0));
     let bad = typed.list_held(pb::ListHeldRequest { kind: "BOTH".into(), ..Default::default() }).await;
     assert_eq!(bad.expect_err("no such kind").code(), tonic::Code::InvalidArgument);
-    let listed =
-        pb::ListMessagesRequest { topic: "Orders".into(), queue: line.queue, from: 0, limit: 10, local: false };
+    let listed = pb::ListMessagesRequest {
+        topic: "Orders".into(),
+        queue: line.queue,
+        from: 0,
+        limit: 10,
+        local: false,
+        data_group: None,
+    };
     let listed = typed.list_messages(listed).await.unwrap().into_inner();
     assert!(listed.messages.iter().any(|m| m.message_id == aged));
     // The checks that compare replicas ask about the group holding the queue (none named: the

@@ -248,7 +248,15 @@ fn admin_rpcs() -> Vec<Rpc> {
         ),
         typed(
             "/rockraft.v1.AdminService/ListMessages",
-            pb::ListMessagesRequest { topic: "Fuzz".into(), queue: 0, from: 0, limit: 5, local: true }.encode_to_vec(),
+            pb::ListMessagesRequest {
+                topic: "Fuzz".into(),
+                queue: 0,
+                from: 0,
+                limit: 5,
+                local: true,
+                data_group: None,
+            }
+            .encode_to_vec(),
         ),
         typed(
             "/rockraft.v1.AdminService/ListHeld",
@@ -437,7 +445,11 @@ fn arbitrary_requests_on_every_plane_never_panic_and_refused_ones_change_nothing
         cluster.admin(admin).await;
         cluster
     });
-    let before = digests(&rt, &cluster);
+    // Once the setup's placements in the data groups have applied.
+    let before: BTreeMap<(u32, u64), Option<u64>> = rt.block_on(async {
+        let states = cluster.settled_states(Duration::from_secs(30)).await;
+        states.into_iter().map(|(at, d)| (at, d.map(|d| d.digest))).collect()
+    });
     let messaging = messaging_rpcs();
     let (client, admin, raft) = (cluster.client_addr(1), cluster.admin_addr(2), cluster.nodes[2].raft_addr.clone());
     let unauthorized = mq::Code::Unauthorized as i32;

@@ -2,11 +2,11 @@
 //! ports) is retried with back-off and logged once, not called and logged thousands of times a
 //! second; `/metrics` shows it refusing; once the real member is back, replication resumes.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use rockraft::broker::TopicKind;
-use rockraft_cluster_tests::{Cluster, Options, http_get, node_binary, retry};
+use rockraft_cluster_tests::{Cluster, Options, http_get, retry, spawn_node};
 
 /// A process on a member's ports with another cluster secret, stopped when dropped.
 struct Impostor(Child);
@@ -30,17 +30,7 @@ fn impostor(cluster: &Cluster, id: u64, dir: &std::path::Path) -> Impostor {
         node.http_addr,
         dir.display()
     );
-    std::fs::write(dir.join("config.toml"), config).expect("config");
-    let log = std::fs::File::create(dir.join("node.log")).expect("log");
-    let child = Command::new(node_binary())
-        .arg("node")
-        .arg("--config")
-        .arg(dir.join("config.toml"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start the impostor");
-    Impostor(child)
+    Impostor(spawn_node(dir, &config))
 }
 
 async fn metric(http_addr: &str, name: &str) -> Option<f64> {

@@ -6,12 +6,12 @@
 
 use rockraft_proto::rockraft as pb;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rockraft::broker::TopicKind;
-use rockraft_cluster_tests::{Cluster, Options, TestCa, free_port, http_get, node_binary, retry};
+use rockraft_cluster_tests::{Cluster, Options, TestCa, free_port, http_get, retry, spawn_node};
 use rockraft_proto::rocketmq::messaging_service_client::MessagingServiceClient;
 use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest, SystemProperties};
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
@@ -138,17 +138,7 @@ fn start_extra(dir: &Path, id: u64, (cert, key): (PathBuf, PathBuf), ca: &Path) 
         key.display(),
         ca.display()
     );
-    std::fs::write(node_dir.join("config.toml"), config).expect("config");
-    let log = std::fs::File::create(node_dir.join("node.log")).expect("log");
-    let child = Command::new(node_binary())
-        .arg("node")
-        .arg("--config")
-        .arg(node_dir.join("config.toml"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start node");
-    Extra { child, raft_addr, http_addr }
+    Extra { child: spawn_node(&node_dir, &config), raft_addr, http_addr }
 }
 
 /// A gauge from the node's `/metrics` (the first sample whose line starts with `name`).
@@ -167,9 +157,11 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
     let leader = cluster.wait_for_leader_of(None, Duration::from_secs(10)).await;
     assert_eq!(send(&cluster.client_addr(leader), &ca_path, "Orders", "m-1").await, Code::Ok as i32);
     let dir = tempfile::tempdir().expect("dir");
+    // Two new ids, after the cluster's own (three, or five with `ROCKRAFT_TEST_NODES=5`).
+    let (misnamed_id, named_id) = (cluster.nodes.len() as u64 + 1, cluster.nodes.len() as u64 + 2);
     // Signed by the cluster's CA, but for another name than the address it is added under.
-    let misnamed = start_extra(dir.path(), 4, ca.issue(dir.path(), "node4", &["localhost"]), &ca_path);
-    let named = start_extra(dir.path(), 5, ca.issue(dir.path(), "node5", &["127.0.0.1"]), &ca_path);
+    let misnamed = start_extra(dir.path(), misnamed_id, ca.issue(dir.path(), "misnamed", &["localhost"]), &ca_path);
+    let named = start_extra(dir.path(), named_id, ca.issue(dir.path(), "named", &["127.0.0.1"]), &ca_path);
     let add = |id: u64, raft_addr: String| pb::AddNodeRequest {
         id,
         raft_addr,
@@ -178,13 +170,14 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
     };
     let leader_admin = cluster.admin_addr(leader);
     // The leader cannot reach it as a member: adding it fails, saying so, and it stays a learner.
-    let added = cluster.call(&leader_admin, add(4, misnamed.raft_addr.clone())).await;
+    let added = cluster.call(&leader_admin, add(misnamed_id, misnamed.raft_addr.clone())).await;
     match &added {
         Err(e) => assert!(e.to_string().contains("refuses") && e.to_string().contains("stays a learner"), "{e}"),
         other => panic!("a node whose certificate does not name its address was added: {other:?}"),
     }
     // The other catches up and becomes a voter.
-    let added = cluster.call(&leader_admin, add(5, named.raft_addr.clone())).await;
+    let named_add = add(named_id, named.raft_addr.clone());
+    let added = cluster.call(&leader_admin, named_add.clone()).await;
     if added.is_err() {
         for n in &cluster.nodes {
             let log = std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default();
@@ -196,11 +189,21 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
         }
         panic!("{added:?}");
     }
+    // Asked again, the same request is answered as done; the same id at another address, or a
+    // member's id, is refused (it would re-point a member).
+    let again = cluster.call(&leader_admin, named_add.clone()).await.expect("the same add-node again");
+    assert!(again.message.contains("member already"), "{}", again.message);
+    let elsewhere = pb::AddNodeRequest { raft_addr: misnamed.raft_addr.clone(), ..named_add.clone() };
+    let refused = cluster.call(&leader_admin, elsewhere).await.expect_err("a member's id at another address");
+    assert_eq!(refused.code(), Some(tonic::Code::FailedPrecondition), "{refused}");
+    let first = pb::AddNodeRequest { id: 1, ..named_add };
+    let refused = cluster.call(&leader_admin, first).await.expect_err("node 1's id for the new node's address");
+    assert!(refused.to_string().contains("member already"), "{refused}");
     let committed = cluster.status_of(leader, None).await.and_then(|s| s.committed).expect("committed");
     retry(Duration::from_secs(30), || async {
         match metric(&named.http_addr, "rockraft_raft_applied_index").await {
             Some(applied) if applied >= committed as f64 => Ok(()),
-            other => Err(format!("node 5 applied {other:?} of {committed}")),
+            other => Err(format!("node {named_id} applied {other:?} of {committed}")),
         }
     })
     .await;
@@ -208,16 +211,18 @@ async fn a_node_added_under_an_address_its_certificate_does_not_name_never_recei
     // name the address the leader dials).
     let last = metric(&misnamed.http_addr, "rockraft_raft_last_log_index").await;
     if last.is_none() {
-        let log = std::fs::read_to_string(dir.path().join("node4/node.log")).unwrap_or_default();
-        panic!("node 4 gave no metrics; its log:\n{log}");
+        let log = std::fs::read_to_string(dir.path().join(format!("node{misnamed_id}/node.log"))).unwrap_or_default();
+        panic!("node {misnamed_id} gave no metrics; its log:\n{log}");
     }
     assert_eq!(last, Some(0.0));
     assert_eq!(metric(&misnamed.http_addr, "rockraft_raft_applied_index").await, Some(0.0));
     let leader_http = cluster.http_addr(leader);
-    let refusing = metric(&leader_http, "rockraft_member_refusing{member=\"4\"}").await;
-    assert_eq!(refusing, Some(1.0), "the leader shows node 4 refusing");
-    assert_eq!(metric(&leader_http, "rockraft_member_refusing{member=\"5\"}").await, Some(0.0));
+    let refusing = async |id: u64| metric(&leader_http, &format!("rockraft_member_refusing{{member=\"{id}\"}}")).await;
+    assert_eq!(refusing(misnamed_id).await, Some(1.0), "the leader shows node {misnamed_id} refusing");
+    assert_eq!(refusing(named_id).await, Some(0.0));
     let status = cluster.status_of(leader, None).await.expect("status");
     let voters: Vec<u64> = status.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
-    assert_eq!(voters, vec![1, 2, 3, 5], "node 4 is no voter");
+    let mut expected = cluster.ids();
+    expected.push(named_id);
+    assert_eq!(voters, expected, "node {misnamed_id} is no voter");
 }

@@ -92,15 +92,12 @@ fn check_queues(cluster: &Cluster, shape: &[(i32, String, String)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn routes_spread_over_the_live_members_and_follow_a_death_and_a_return() {
-    // Routes spread over every live member are the shape of a cluster whose data groups run on
-    // every node. From five nodes a queue's route names its group's leader among the three
-    // holding it: `proxy/route.rs`'s tests check that rule, and `data_groups.rs` sends through
-    // such routes on five nodes.
-    if std::env::var("ROCKRAFT_TEST_NODES").is_ok_and(|n| n.trim() != "3") {
-        eprintln!("skipped: routes over every member are checked on three nodes");
-        return;
-    }
-    let mut cluster = Cluster::start(3, Options::default()).await;
+    // Routes spread over every live member are the shape of one data group on every node: three
+    // nodes and one group, whatever the suite's size. From five nodes a queue's route names
+    // its group's leader among the three holding it: `proxy/route.rs`'s tests check that rule,
+    // and `data_groups.rs` sends through such routes on five nodes.
+    let mut cluster =
+        Cluster::start(3, Options { exact_nodes: true, data_groups: Some(1), ..Options::default() }).await;
     cluster.create_topic("Spread", QUEUES, TopicKind::Normal).await;
     cluster.create_group("spread", false, 16).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;

@@ -24,6 +24,8 @@ fn archive() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_earlier_release_s_data_directories_are_moved_into_groups_and_the_cluster_resumes() {
     let options = Options {
+        // The archive holds three nodes' directories, whatever the suite's size.
+        exact_nodes: true,
         port_bases: Some(PORT_BASES),
         existing_data: Some(archive()),
         // Its messages are as old as the archive: kept, whatever the day the test runs.
@@ -90,4 +92,46 @@ async fn an_earlier_release_s_data_directories_are_moved_into_groups_and_the_clu
     assert!(received.contains(sent_after.message_id()));
     assert_eq!(received.iter().filter(|id| before.contains(*id)).count(), want - 1);
     assert_eq!(lag(cluster.groups(leader).await), Some(0));
+
+    // A node added to the upgraded cluster, whose metadata stays in group 1. One started on a
+    // new data directory (metadata in group 0) is refused, saying what to do, and nothing
+    // changes; one started on a directory whose `layout` file reads 2 joins and takes the log.
+    let leader = cluster.wait_for_leader(Duration::from_secs(30)).await;
+    let members = |status: Option<rockraft::admin::api::NodeStatus>| -> Vec<(u64, bool)> {
+        status.expect("a status").members.iter().map(|m| (m.id, m.voter)).collect()
+    };
+    let members_before = members(cluster.status(leader).await);
+    let fresh = cluster.start_joiner(4, |_| {}).await;
+    let refused = cluster.call(&cluster.admin_addr(leader), fresh.add_request()).await.expect_err("node 4 is refused");
+    assert_eq!(refused.code(), Some(tonic::Code::FailedPrecondition), "{refused}");
+    assert!(refused.to_string().contains("write 2 into a file named `layout`"), "{refused}");
+    assert_eq!(members(cluster.status(leader).await), members_before, "no learner was added");
+    drop(fresh);
+    let ready = cluster.start_joiner(5, |dir| std::fs::write(dir.join("layout"), "2\n").expect("layout")).await;
+    cluster.call(&cluster.admin_addr(leader), ready.add_request()).await.expect("node 5 joins");
+    let voters: Vec<u64> =
+        members(cluster.status(leader).await).into_iter().filter(|(_, voter)| *voter).map(|(id, _)| id).collect();
+    assert_eq!(voters, [1, 2, 3, 5]);
+    // Node 5's own store, once it has applied the log.
+    let held = rockraft_cluster_tests::retry(Duration::from_secs(30), || async {
+        let mut held = BTreeSet::new();
+        for queue in 0..2 {
+            let req = rockraft_proto::rockraft::ListMessagesRequest {
+                topic: "Before".into(),
+                queue,
+                from: 0,
+                limit: 1000,
+                local: true,
+                data_group: None,
+            };
+            let page = cluster.call(&ready.admin_addr, req).await.map_err(|e| e.to_string())?;
+            held.extend(page.messages.into_iter().map(|m| m.message_id));
+        }
+        match held.len() {
+            n if n == SENT_BEFORE + 1 => Ok(held),
+            n => Err(format!("node 5 holds {n} messages so far")),
+        }
+    })
+    .await;
+    assert!(held.contains(sent_after.message_id()) && before.is_subset(&held), "node 5 holds every message");
 }

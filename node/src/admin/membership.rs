@@ -185,13 +185,51 @@ impl AdminServer {
         super::config::check_dialable(&info.client_addr)
             .map_err(|e| AdminError::Invalid(format!("client_addr: {e}")))?;
         let group = self.cluster.group();
+        // A voter already: the same addresses are an add-node retried after it took effect; other
+        // ones would re-point a member (a typo, or an id reused), which is refused.
+        if let Some(member) = group.status().members.into_iter().find(|m| m.id == id && m.voter) {
+            return match member.info == info {
+                true => Ok(format!("node {id} is a member already")),
+                false => Err(AdminError::Refused(format!(
+                    "node {id} is a member already, at {}: remove-node it first to add a node at {} (under a new id, \
+                     if its data directory is new)",
+                    member.info.raft_addr, info.raft_addr
+                ))),
+            };
+        }
         let raft_addr = info.raft_addr.clone();
+        self.same_layout(id, &raft_addr).await?;
         group.add_learner(id, info).await.map_err(|e| AdminError::Refused(e.to_string()))?;
         self.learner_reached(id, &raft_addr).await?;
         let mut voters = group.status().voters();
         voters.insert(id);
         group.change_voters(voters).await.map_err(|e| AdminError::Refused(e.to_string()))?;
         Ok(format!("node {id} added"))
+    }
+
+    /// Refuses a node whose data directory keeps the metadata in another group than this
+    /// cluster does (layout 2, group 1, against 3, group 0): it would apply this cluster's
+    /// metadata entries as a data group's, or never take them. Every node of layout 3 runs group
+    /// 0 from its first start, and none of layout 2 does. A node that does not answer yet is left
+    /// to [`Self::learner_reached`], which gives it time to start.
+    async fn same_layout(&self, id: NodeId, raft_addr: &str) -> Result<(), AdminError> {
+        let metadata = self.cluster.group().id().0;
+        match self.cluster.runs_group_at(crate::raft::GroupId(0), raft_addr).await {
+            Ok(runs_group_0) if runs_group_0 != (metadata == 0) => {}
+            _ => return Ok(()),
+        }
+        let what_to_do = match metadata {
+            0 => "start it on an empty data directory (no `layout` file) and run add-node again".to_string(),
+            g => format!(
+                "this cluster was upgraded from a one-group release and keeps its metadata in group {g} \
+                 (data directory layout 2): stop node {id}, empty its data directory, write 2 into a file \
+                 named `layout` there, start it and run add-node again"
+            ),
+        };
+        Err(AdminError::Refused(format!(
+            "node {id} at {raft_addr} keeps the metadata in another group than group {metadata}, where this \
+             cluster keeps it: {what_to_do}; nothing was changed"
+        )))
     }
 
     /// Waits until the learner `id` has taken part of the log, so it is known to be reachable

@@ -29,18 +29,39 @@ fn line(e: StoredEntry) -> MessageLine {
 }
 
 impl AdminServer {
+    /// The data group whose copy of `topic`'s queue `queue` a listing reads: the group holding
+    /// the queue, or, for a dead-letter topic (a copy in every data group), `data_group` (unset:
+    /// group 1). `None` for a topic that does not exist.
+    pub(super) fn listed_group(
+        &self,
+        topic: &str,
+        queue: u32,
+        data_group: Option<u32>,
+    ) -> Result<Option<Cluster>, AdminError> {
+        let Some(config) = self.parts.broker.topic(topic) else { return Ok(None) };
+        if crate::broker::group::is_dead_letter_topic(topic) {
+            return self.data_group(data_group.unwrap_or(1)).map(Some);
+        }
+        let holder = config.group_of(queue);
+        match data_group {
+            Some(asked) if asked != holder => Err(AdminError::invalid(format!(
+                "queue {queue} of topic {topic} is in data group {holder}, not {asked}"
+            ))),
+            _ => Ok(Some(self.data().of_queue(&config, queue)?)),
+        }
+    }
+
     /// At most `limit` messages of a queue from offset `from` (purged offsets are skipped, not
-    /// walked), as this node stores them; and the offset to go on from, if the queue holds more.
+    /// walked), as this node stores them in `group` (see [`Self::listed_group`]); and the offset
+    /// to go on from, if the queue holds more.
     pub(super) fn list_messages(
         &self,
+        group: &Cluster,
         topic: &str,
         queue: u32,
         from: u64,
         limit: usize,
     ) -> Result<(Vec<MessageLine>, Option<u64>), AdminError> {
-        // The queue's messages are in the data group holding it.
-        let Some(config) = self.parts.broker.topic(topic) else { return Ok((Vec::new(), None)) };
-        let group = self.data().of_queue(&config, queue)?;
         let broker = group.broker();
         let (start, end) = broker.queue_status(topic).get(queue as usize).map_or((0, 0), |q| (q.start, q.next));
         let mut out = Vec::new();

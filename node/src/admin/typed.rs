@@ -335,19 +335,21 @@ impl AdminService for AdminServer {
     }
 
     async fn list_messages(&self, req: Request<pb::ListMessagesRequest>) -> Reply<pb::ListMessagesReply> {
+        let r = req.get_ref();
+        // As the leader of the data group holding the queue (the asked group's copy, for a
+        // dead-letter topic) has it.
+        let Some(holder) = self.listed_group(&r.topic, r.queue, r.data_group)? else {
+            return Ok(Response::new(pb::ListMessagesReply { messages: Vec::new(), next_from: 0 }));
+        };
         let here = async |r: pb::ListMessagesRequest| {
-            let (lines, next) = AdminServer::list_messages(self, &r.topic, r.queue, r.from, page_limit(r.limit))?;
+            let limit = page_limit(r.limit);
+            let (lines, next) = AdminServer::list_messages(self, &holder, &r.topic, r.queue, r.from, limit)?;
             let messages = lines.into_iter().map(message_line).collect();
             Ok(Response::new(pb::ListMessagesReply { messages, next_from: next.unwrap_or(0) }))
         };
-        let r = req.get_ref();
-        // As the leader of the data group holding the queue has it.
-        let holder = self.parts.broker.topic(&r.topic).and_then(|t| self.data().of_queue(&t, r.queue).ok());
-        match (r.local, holder) {
-            (false, Some(holder)) => {
-                self.on_leader_of(&holder, req, async |mut l, r| l.list_messages(r).await, here).await
-            }
-            _ => here(req.into_inner()).await,
+        match r.local {
+            false => self.on_leader_of(&holder, req, async |mut l, r| l.list_messages(r).await, here).await,
+            true => here(req.into_inner()).await,
         }
     }
 

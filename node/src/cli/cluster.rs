@@ -171,8 +171,8 @@ async fn verify(admin: &Admin) -> Result<(), CliError> {
                 n => println!("group {n}:"),
             }
         }
-        let holders = group_members(admin, &here, &members, group).await;
-        if let Err(e) = verify_group(admin, &holders, group).await {
+        let (holders, known) = group_members(admin, &here, &members, group).await;
+        if let Err(e) = verify_group(admin, &holders, known, group).await {
             println!("{e}");
             failed.push(group.to_string());
         }
@@ -185,20 +185,48 @@ async fn verify(admin: &Admin) -> Result<(), CliError> {
 }
 
 /// The members of data group `group` with their admin endpoints, as its leader has them (from
-/// five nodes a data group is held by three); `all`, the cluster's, for the metadata group or
-/// while no leader of the group is known.
-async fn group_members(admin: &Admin, here: &NodeStatus, all: &[(u64, String)], group: u32) -> Vec<(u64, String)> {
-    let leader = here.groups.iter().find(|g| g.id == group && group != 0).and_then(|g| g.leader);
-    let Some((_, addr)) = leader.and_then(|l| all.iter().find(|(id, _)| *id == l)) else { return all.to_vec() };
-    match tokio::time::timeout(Duration::from_secs(2), status_at(admin, addr, Some(group))).await {
-        Ok(Ok(status)) if !member_endpoints(&status).is_empty() => member_endpoints(&status),
-        _ => all.to_vec(),
+/// five nodes a data group is held by three), and `true`; or `all`, the cluster's, and `false`,
+/// for the metadata group or while no member names the group's leader. The asked node may hold
+/// no replica of the group: then the members are asked, in turn, who leads it.
+async fn group_members(
+    admin: &Admin,
+    here: &NodeStatus,
+    all: &[(u64, String)],
+    group: u32,
+) -> (Vec<(u64, String)>, bool) {
+    if group == 0 {
+        return (all.to_vec(), true);
+    }
+    let status_of = async |addr: &str| match tokio::time::timeout(
+        Duration::from_secs(2),
+        status_at(admin, addr, Some(group)),
+    )
+    .await
+    {
+        Ok(Ok(status)) => Some(status),
+        _ => None,
+    };
+    let mut leader = here.groups.iter().find(|g| g.id == group && !g.elsewhere).and_then(|g| g.leader);
+    for (_, addr) in all.iter().filter(|_| leader.is_none()) {
+        let holder = status_of(addr).await.and_then(|s| s.groups.into_iter().find(|g| g.id == group && !g.elsewhere));
+        if let Some(known) = holder.and_then(|g| g.leader) {
+            leader = Some(known);
+            break;
+        }
+    }
+    let Some((_, addr)) = leader.and_then(|l| all.iter().find(|(id, _)| *id == l)) else {
+        return (all.to_vec(), false);
+    };
+    match status_of(addr).await {
+        Some(status) if !member_endpoints(&status).is_empty() => (member_endpoints(&status), true),
+        _ => (all.to_vec(), false),
     }
 }
 
 /// Asks every member for its state digest of `group` until they report the same applied index
-/// (writes may be going on), then compares the digests.
-async fn verify_group(admin: &Admin, members: &[(u64, String)], group: u32) -> Result<(), CliError> {
+/// (writes may be going on), then compares the digests. With `members` not known to be the
+/// group's (`known` false: the cluster's), a node that holds no replica says so and is left out.
+async fn verify_group(admin: &Admin, members: &[(u64, String)], known: bool, group: u32) -> Result<(), CliError> {
     let mut last = Vec::new();
     for _ in 0..50 {
         last.clear();
@@ -207,6 +235,7 @@ async fn verify_group(admin: &Admin, members: &[(u64, String)], group: u32) -> R
                 tokio::time::timeout(Duration::from_secs(2), admin.send_at(addr, pb::GetDigestRequest { group })).await;
             match answer {
                 Ok(Ok(d)) => last.push((*id, Some(StateDigest { applied: d.applied, digest: d.digest }))),
+                Ok(Err(CliError::Call(e))) if !known && e.code() == Some(tonic::Code::NotFound) => {}
                 _ => last.push((*id, None)),
             }
         }
@@ -228,6 +257,9 @@ async fn verify_group(admin: &Admin, members: &[(u64, String)], group: u32) -> R
         }
     }
     let answers: Vec<_> = last.iter().filter_map(|(_, d)| *d).collect();
+    if last.is_empty() {
+        return Err(CliError::Verify(format!("no member answered for a replica of group {group}")));
+    }
     if answers.len() != last.len() {
         return Err(CliError::Verify("not every member answered".into()));
     }

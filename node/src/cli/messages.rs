@@ -5,6 +5,7 @@ use clap::Subcommand;
 use rockraft_proto::rockraft as pb;
 
 use super::{Admin, CliError, format_ms};
+use crate::broker::group::is_dead_letter_topic;
 
 #[derive(Subcommand)]
 pub(super) enum TimerCmd {
@@ -50,7 +51,9 @@ pub(super) enum TransactionCmd {
 
 #[derive(Subcommand)]
 pub(super) enum MessageCmd {
-    /// One line per message: queue offset, message id, tag, keys, body length.
+    /// One line per message: queue offset, message id, tag, keys, body length. A dead-letter
+    /// topic (`%DLQ%group`) has a copy in every data group: each is listed after a
+    /// `# data group N` line, unless `--data-group` names one.
     List {
         #[arg(long)]
         topic: String,
@@ -58,12 +61,16 @@ pub(super) enum MessageCmd {
         queue: u32,
         #[arg(long, default_value_t = 0)]
         from: u64,
-        /// At most this many (asked for 1000 at a time); a listing cut here says where to go on.
+        /// At most this many (asked for 1000 at a time), per data group; a listing cut here says
+        /// where to go on.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
         /// Read the answering node's own store (to compare replicas).
         #[arg(long)]
         local: bool,
+        /// Only this data group's copy of a dead-letter topic.
+        #[arg(long)]
+        data_group: Option<u32>,
     },
     Get {
         #[arg(long)]
@@ -75,15 +82,38 @@ pub(super) enum MessageCmd {
 
 pub(super) async fn message(admin: &Admin, cmd: MessageCmd) -> Result<(), CliError> {
     match cmd {
-        MessageCmd::List { topic, queue, from, limit, local } => {
-            let ask =
-                |from: &u64, limit| pb::ListMessagesRequest { topic: topic.clone(), queue, from: *from, limit, local };
-            let rows = |r: pb::ListMessagesReply| (r.messages, Some(r.next_from).filter(|n| *n != 0));
-            admin
-                .page_through(from, limit, "--from", ask, rows, |m| {
-                    println!("{}\t{}\t{}\t{}\t{}", m.offset, m.message_id, m.tag, m.keys.join(","), m.body_len)
-                })
-                .await
+        MessageCmd::List { topic, queue, from, limit, local, data_group } => {
+            let copies = match data_group {
+                None if is_dead_letter_topic(&topic) => {
+                    (1..=admin.send(pb::GetSettingsRequest {}).await?.data_groups.max(1)).map(Some).collect()
+                }
+                one => vec![one],
+            };
+            let headed = copies.len() > 1;
+            for data_group in copies {
+                let flag = match data_group {
+                    Some(g) if headed => {
+                        println!("# data group {g}");
+                        format!("--data-group {g} --from")
+                    }
+                    _ => "--from".to_string(),
+                };
+                let ask = |from: &u64, limit| pb::ListMessagesRequest {
+                    topic: topic.clone(),
+                    queue,
+                    from: *from,
+                    limit,
+                    local,
+                    data_group,
+                };
+                let rows = |r: pb::ListMessagesReply| (r.messages, Some(r.next_from).filter(|n| *n != 0));
+                admin
+                    .page_through(from, limit, &flag, ask, rows, |m| {
+                        println!("{}\t{}\t{}\t{}\t{}", m.offset, m.message_id, m.tag, m.keys.join(","), m.body_len)
+                    })
+                    .await?;
+            }
+            Ok(())
         }
         MessageCmd::Get { id, local } => {
             let found = admin.send(pb::GetMessageRequest { message_id: id, local, data_group: None }).await?;

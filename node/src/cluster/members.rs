@@ -42,6 +42,13 @@ impl Cluster {
         (voters, peers)
     }
 
+    /// Whether the node at `raft_addr` runs a replica of Raft group `group` (which need not be
+    /// one this node runs): `false` when it answers that it runs none, an error when it gives no
+    /// answer.
+    pub async fn runs_group_at(&self, group: crate::raft::GroupId, raft_addr: &str) -> Result<bool, ClusterError> {
+        crate::cluster::peer::Peers::new(self.peers().dialer().clone(), group).runs_group(raft_addr).await
+    }
+
     /// The leader's [`heard_from`](Self::heard_from), asked over `PeerService.LiveMembers`.
     pub async fn leader_heard_from(&self) -> Result<BTreeSet<NodeId>, ClusterError> {
         match self.route().await? {

@@ -521,7 +521,8 @@ impl Cluster {
     async fn await_other_leader(&self, failed: Option<NodeId>, deadline: tokio::time::Instant) {
         let pause = (tokio::time::Instant::now() + RETRY_PAUSE).min(deadline);
         if !self.holds_replica() {
-            if self.ask_leader(failed).await.is_none() {
+            // Asking holders that do not answer must not outlast the caller's deadline.
+            if !matches!(tokio::time::timeout_at(deadline, self.ask_leader(failed)).await, Ok(Some(_))) {
                 tokio::time::sleep_until(pause).await;
             }
             return;

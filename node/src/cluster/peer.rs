@@ -104,6 +104,18 @@ impl Peers {
         answer(addr, reply).map(|crate::cluster::wire::KnownLeader(id, info)| (id, info))
     }
 
+    /// Whether the node at `addr` runs a replica of this group: `false` when it says it runs
+    /// none (its data directory keeps the metadata in another group, or the group was never
+    /// opened there), an error when it gave no answer.
+    pub async fn runs_group(&self, addr: &str) -> Result<bool, ClusterError> {
+        match within(addr, self.client(addr)?.leader(self.group.address(LeaderRequest {}))).await {
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
+            Err(status) => Err(no_answer(addr, &status)),
+            // Whatever it knows of the leader (a fresh node knows none), it runs the group.
+            Ok(_) => Ok(true),
+        }
+    }
+
     /// The group's figures as the member at `addr` has applied them.
     pub async fn figures(&self, addr: &str) -> Result<crate::broker::GroupFigures, ClusterError> {
         let reply = within(addr, self.client(addr)?.figures(self.group.address(FiguresRequest {}))).await;

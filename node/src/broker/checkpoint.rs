@@ -14,6 +14,9 @@
 //! 4. one atomic sled batch writes the rows, A, the journal's new length and the wheel's file
 //!    lengths, then is flushed.
 //!
+//! A checkpoint that finds `last_applied` where the last successful one of this run left it
+//! does none of this: nothing changed.
+//!
 //! A crash before step 4 completes leaves the previous batch in force — its journal length and
 //! the wheel's file lengths cut off what step 3 wrote — so the node restarts exactly at the
 //! previous checkpoint and replays from there. A crash after it restarts at A. There is no point at which part of one checkpoint
@@ -31,6 +34,13 @@ impl Broker {
     pub fn checkpoint(&self) -> Result<(), BrokerError> {
         let mut journal = self.inner.journal.lock().expect("journal lock");
         self.refuse_if_failed()?;
+        // Every change of the state comes with an entry applied (or a snapshot installed, which
+        // moves `last_applied` too): with none since the last checkpoint there is nothing to
+        // write, and an idle group neither writes nor syncs.
+        let last_applied = self.state().last_applied;
+        if *self.inner.checkpointed.lock().expect("checkpointed") == Some(last_applied) {
+            return Ok(());
+        }
         let (batch, taken, pending, mut wheel, applied) = {
             let mut state = self.state_mut();
             let mut batch = sled::Batch::default();
@@ -44,6 +54,7 @@ impl Broker {
         };
         match self.persist(&mut journal, batch, &pending, &mut wheel, applied) {
             Ok(()) => {
+                *self.inner.checkpointed.lock().expect("checkpointed") = Some(applied);
                 // Tables kept on disk can now read these rows from sled instead of memory.
                 let emptied = {
                     let mut state = self.state_mut();

@@ -60,6 +60,9 @@ pub(crate) struct Inner {
     /// Held through a checkpoint or an install: one at a time, and only they write the journal
     /// and the timer wheel's files.
     pub journal: Mutex<DedupeJournal>,
+    /// The applied position the last checkpoint of this run made durable (`None`: none yet).
+    /// Written under `journal`.
+    pub checkpointed: Mutex<Option<Option<LogPosition>>>,
     /// Set when writing state to disk failed in a way that leaves the disk unknown (a failed
     /// fsync, a ConsumeQueue write lost): the node must stop acknowledging, not carry on.
     pub failure: Mutex<Option<String>>,
@@ -140,6 +143,7 @@ impl Broker {
             log,
             state: RwLock::new(state),
             journal: Mutex::new(journal),
+            checkpointed: Mutex::new(None),
             failure: Mutex::new(None),
             snapshot_target: AtomicU64::new(0),
             options,

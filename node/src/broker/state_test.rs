@@ -796,3 +796,42 @@ fn the_metadata_group_knows_topics_but_stores_no_messages() {
     assert!(matches!(reply, Reply::TopicNotFound(_)), "{reply:?}");
     assert_eq!(n.broker.find("a").unwrap(), None, "nothing stored");
 }
+
+/// Every file under `dir`, with when it was last written.
+fn written(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, std::time::SystemTime> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let meta = entry.metadata().unwrap();
+            match meta.is_dir() {
+                true => dirs.push(entry.path()),
+                false => {
+                    out.insert(entry.path(), meta.modified().unwrap());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_checkpoint_with_nothing_applied_since_the_last_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    n.commit(&create("T", 1));
+    n.commit(&send("T", 0, 1_000, &["a"]));
+    n.broker.checkpoint().unwrap();
+    let before = written(dir.path());
+    n.broker.checkpoint().unwrap();
+    n.broker.checkpoint().unwrap();
+    assert_eq!(written(dir.path()), before, "an idle group's checkpoints wrote to its files");
+    // An entry applied since: the next checkpoint writes it, and a restart resumes from it.
+    n.commit(&send("T", 0, 2_000, &["b"]));
+    n.broker.checkpoint().unwrap();
+    assert_ne!(written(dir.path()), before);
+    let checkpointed = n.broker.last_applied();
+    drop(n.broker);
+    let reopened = open_broker(options(dir.path()), n.log.reader());
+    assert_eq!(reopened.last_applied(), checkpointed, "the checkpoint after the apply is the one in force");
+}

@@ -36,6 +36,9 @@ pub(crate) struct Effects {
     pub failure: Option<String>,
     /// A metadata command applied: the data groups have something to place.
     pub metadata_changed: bool,
+    /// A timer or a transaction check was scheduled: the leader's jobs may have an earlier one to
+    /// wait for.
+    pub scheduled: bool,
 }
 
 impl Effects {

@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     pub watchers: Mutex<HashMap<String, tokio::sync::watch::Sender<u64>>>,
     /// Bumped whenever a metadata command applies: data groups place it without polling.
     pub metadata_changes: tokio::sync::watch::Sender<u64>,
+    /// Bumped whenever a timer or a transaction check is scheduled, or a snapshot installed: the
+    /// leader's timer and check jobs sleep until the earliest is due instead of polling.
+    pub schedule_changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// A cheap, cloneable handle on the broker state.
@@ -149,6 +152,7 @@ impl Broker {
             options,
             watchers: Mutex::new(HashMap::new()),
             metadata_changes: tokio::sync::watch::channel(0).0,
+            schedule_changes: tokio::sync::watch::channel(0).0,
             entries,
         };
         let broker = Broker { inner: Arc::new(inner) };
@@ -227,6 +231,9 @@ impl Broker {
         if fx.metadata_changed {
             self.inner.metadata_changes.send_modify(|v| *v += 1);
         }
+        if fx.scheduled {
+            self.inner.schedule_changes.send_modify(|v| *v += 1);
+        }
         Ok(reply)
     }
 
@@ -258,6 +265,12 @@ impl Broker {
     pub fn watch(&self, topic: &str) -> tokio::sync::watch::Receiver<u64> {
         let mut watchers = self.inner.watchers.lock().expect("watchers lock");
         watchers.entry(topic.to_string()).or_insert_with(|| tokio::sync::watch::channel(0).0).subscribe()
+    }
+
+    /// A receiver whose value moves whenever a timer or a transaction check is scheduled here, or a
+    /// snapshot is installed.
+    pub fn watch_schedule(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.schedule_changes.subscribe()
     }
 
     /// A receiver whose value moves whenever a metadata command applies here.

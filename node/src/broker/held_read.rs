@@ -38,6 +38,11 @@ fn disk(e: sled::Error) -> BrokerError {
 }
 
 impl Broker {
+    /// When the earliest pending timer falls due (ms), if any.
+    pub fn first_timer_due_ms(&self) -> Option<i64> {
+        self.state().data.first_timer_due_ms()
+    }
+
     /// Up to `limit` timers due by `now_ms`, earliest first.
     pub fn due_timers(&self, now_ms: i64, limit: usize) -> Result<Vec<TimerKey>, BrokerError> {
         Ok(self.state().data.due_timers(now_ms, limit))
@@ -46,6 +51,11 @@ impl Broker {
     /// Up to `limit` open halves due for a check by `now_ms`.
     pub fn due_checks(&self, now_ms: i64, limit: usize) -> Result<Vec<(u64, Half)>, BrokerError> {
         self.state().data.due_checks(now_ms, limit).map_err(disk)
+    }
+
+    /// When the earliest scheduled transaction check is due (ms), if any.
+    pub fn first_check_due_ms(&self) -> Result<Option<i64>, BrokerError> {
+        self.state().data.first_check_due_ms().map_err(disk)
     }
 
     pub fn half(&self, position: u64) -> Result<Option<Half>, BrokerError> {

@@ -157,6 +157,7 @@ impl Broker {
         *state = new;
         drop(state);
         drop(journal);
+        self.inner.schedule_changes.send_modify(|v| *v += 1);
         // The snapshot's held messages were sent before this node's log starts: they are indexed
         // from the state; everything older is gone.
         if let Some(index) = purged_below {

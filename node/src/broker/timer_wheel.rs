@@ -529,6 +529,13 @@ impl TimerWheel {
         out
     }
 
+    /// When the earliest pending timer falls due, if any. Reads no file.
+    pub fn first_due_ms(&self) -> Option<i64> {
+        // A slot is dropped once all its timers are gone, so the first slot holds a live one.
+        let (&second, slot) = self.slots.iter().next()?;
+        slot.entries.iter().filter(|e| !e.is_gone()).map(|e| second * 1000 + e.ms()).min()
+    }
+
     /// Up to `limit` timers with keys in `from..`, in key order.
     pub fn range_from(&self, from: &TimerKey, limit: usize) -> DiskResult<Vec<(TimerKey, Timer)>> {
         let mut out = Vec::new();
@@ -762,6 +769,23 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn the_first_due_time_is_the_earliest_live_timer_to_the_millisecond() {
+        let (_dir, mut w) = opened();
+        assert_eq!(w.first_due_ms(), None);
+        // Within one second, a later position due earlier in the second.
+        put(&mut w, T0 + 900, 10);
+        put(&mut w, T0 + 120, 20);
+        put(&mut w, T0 + 5_000, 30);
+        assert_eq!(w.first_due_ms(), Some(T0 + 120));
+        assert!(w.remove(&key_of(T0 + 120, 20)));
+        assert_eq!(w.first_due_ms(), Some(T0 + 900), "a removed timer is not waited for");
+        assert!(w.remove(&key_of(T0 + 900, 10)));
+        assert_eq!(w.first_due_ms(), Some(T0 + 5_000));
+        assert!(w.remove(&key_of(T0 + 5_000, 30)));
+        assert_eq!(w.first_due_ms(), None);
     }
 
     #[test]

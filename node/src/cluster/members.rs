@@ -11,7 +11,7 @@ use crate::cluster::{Cluster, ClusterError};
 use crate::raft::NodeId;
 
 /// A voter the leader has not heard from for this many (longest) election timeouts is taken for
-/// gone. A live follower answers every heartbeat (`heartbeat_ms`, 100 ms by default), so this
+/// gone. A live follower answers every heartbeat (`heartbeat_ms`, 200 ms by default), so this
 /// only drops members that stopped answering, and it is long enough not to flap under load.
 const SILENT_ELECTION_TIMEOUTS: u32 = 2;
 

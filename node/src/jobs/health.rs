@@ -10,7 +10,9 @@ use crate::jobs::Jobs;
 use crate::raft::Group;
 use crate::store::LogReader;
 
-const CHECK_EVERY: Duration = Duration::from_millis(100);
+/// A failed write already refuses every later one (the log and the state check their failure
+/// first): this only bounds how long the process lingers before it exits.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// The first fatal condition of this node, if any.
 pub fn fatal_condition(group: &Group, broker: &Broker, log: &LogReader) -> Option<String> {
@@ -23,7 +25,7 @@ pub fn fatal_condition(group: &Group, broker: &Broker, log: &LogReader) -> Optio
     group.fatal().map(|fatal| format!("raft stopped: {fatal}"))
 }
 
-/// Checks for a fatal condition every 100 ms and reports it to [`Jobs::fail_stop`].
+/// Checks for a fatal condition every [`CHECK_EVERY`] and reports it to [`Jobs::fail_stop`].
 pub async fn watch_health(group: Group, broker: Broker, log: LogReader, jobs: Jobs) {
     let mut tick = tokio::time::interval(CHECK_EVERY);
     loop {

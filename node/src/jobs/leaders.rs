@@ -51,7 +51,7 @@ pub async fn watch_leaders(cluster: Cluster, meters: Meters) {
             tokio::spawn(record_failover(cluster.clone(), record));
         }
         let changed = if failover.measuring() {
-            match tokio::time::timeout(MEASURE_TICK, watch.changed()).await {
+            match tokio::time::timeout(MEASURE_TICK, watch.changed_any()).await {
                 Ok(changed) => changed,
                 Err(_) => Ok(()),
             }

@@ -22,7 +22,11 @@ use crate::broker::{Command, split_position};
 use crate::cluster::{Cluster, now_ms};
 use crate::metrics::Meters;
 
+/// The pause after a failed round, and the shortest sleep between two looks.
 const POLL: Duration = Duration::from_millis(200);
+/// The longest sleep with nothing due: checks are found by reading the replicated schedule, and
+/// a half stored meanwhile wakes the job (`Broker::watch_schedule`).
+const IDLE_SLEEP: Duration = Duration::from_secs(1);
 /// Halves looked at per round.
 const BATCH: usize = 256;
 /// The longest gap between two checks of one half, in check intervals.
@@ -43,23 +47,39 @@ pub async fn check_transactions(
     checker: Arc<dyn TransactionChecker>,
     options: CheckOptions,
 ) {
+    let mut scheduled = broker.watch_schedule();
     loop {
+        // Marked seen before reading: a half stored after this read wakes the sleep below.
+        scheduled.borrow_and_update();
         let now = now_ms();
         let due = match broker.due_checks(now, BATCH) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "reading due transaction checks failed");
-                Vec::new()
+                tokio::time::sleep(POLL).await;
+                continue;
             }
         };
         if due.is_empty() {
-            tokio::time::sleep(POLL).await;
+            let first = broker.first_check_due_ms().ok().flatten();
+            let sleep = until_due(first, now_ms());
+            let _ = tokio::time::timeout(sleep, scheduled.changed()).await;
             continue;
         }
         if let Err(e) = check(&cluster, &broker, &meters, checker.as_ref(), &options, now, due).await {
             tracing::debug!(error = %e, "transaction check round failed; retrying");
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+/// How long to sleep with no check due at `now_ms`: until the earliest is due (`first_due_ms`),
+/// at least [`POLL`] (an earlier one belongs to a half resolved since) and at most
+/// [`IDLE_SLEEP`].
+fn until_due(first_due_ms: Option<i64>, now_ms: i64) -> Duration {
+    match first_due_ms {
+        Some(due) => Duration::from_millis(u64::try_from(due - now_ms).unwrap_or(0)).clamp(POLL, IDLE_SLEEP),
+        None => IDLE_SLEEP,
     }
 }
 
@@ -161,5 +181,13 @@ mod tests {
         assert!(checks <= 40, "{checks} checks in four hours");
         assert_eq!(next_check(1_000, 0, 60_000, 120_000), 61_000, "a young half waits one interval");
         assert_eq!(next_check(119_999, 0, 60_000, 120_000), 120_000, "never past the maximum age");
+    }
+
+    #[test]
+    fn the_job_sleeps_until_the_earliest_check_within_its_bounds() {
+        assert_eq!(until_due(Some(10_500), 10_000), Duration::from_millis(500));
+        assert_eq!(until_due(Some(9_000), 10_000), POLL, "a stale entry in the past: no busy loop");
+        assert_eq!(until_due(Some(70_000), 10_000), IDLE_SLEEP);
+        assert_eq!(until_due(None, 10_000), IDLE_SLEEP);
     }
 }

@@ -336,7 +336,7 @@ impl Group {
 
     /// Follows the group's status as it changes.
     pub fn watch(&self) -> GroupWatch {
-        GroupWatch { metrics: self.raft.metrics() }
+        GroupWatch { metrics: self.raft.metrics(), server: self.raft.server_metrics() }
     }
 
     /// Raft's longest election timeout (also the leader's lease).
@@ -407,6 +407,9 @@ fn wait_error(e: WaitError, within: Duration) -> GroupError {
 /// A view of the group that wakes when its status changes.
 pub struct GroupWatch {
     metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>,
+    /// Who leads, the vote, this node's role and the membership only: unlike the whole metrics,
+    /// these do not change with every heartbeat a leader sends, so an idle group wakes no one.
+    server: openraft::alias::WatchReceiverOf<TypeConfig, openraft::metrics::RaftServerMetrics<TypeConfig>>,
 }
 
 /// The group stopped: no status changes will come.
@@ -424,7 +427,14 @@ impl GroupWatch {
         (m.current_leader == Some(m.id)).then_some(m.current_term)
     }
 
+    /// Waits for a change of leader, vote, role or membership.
     pub async fn changed(&mut self) -> Result<(), Stopped> {
+        self.server.changed().await.map_err(|_| Stopped)
+    }
+
+    /// Waits for any change of the status, replication progress and heartbeats included (a
+    /// leader's status changes with every heartbeat answered: for short measurements only).
+    pub async fn changed_any(&mut self) -> Result<(), Stopped> {
         self.metrics.changed().await.map_err(|_| Stopped)
     }
 }

@@ -11,6 +11,7 @@ impl Partition {
         self.hold(crate::broker::split_position(position).0, fx);
         self.count_held(&message.topic, |c| c.timers += 1);
         fx.held.push(HeldPlace { message_id: message.message_id.clone(), position, place: Place::Timer { due_ms } });
+        fx.scheduled = true;
         self.timers.insert(timer_key(due_ms, position), Timer { due_ms, message });
     }
 
@@ -61,6 +62,11 @@ impl Partition {
                 }
             },
         }
+    }
+
+    /// When the earliest pending timer falls due, if any.
+    pub(crate) fn first_timer_due_ms(&self) -> Option<i64> {
+        self.timers.first_due_ms()
     }
 
     /// Up to `limit` timers due by `now_ms`, by due second.

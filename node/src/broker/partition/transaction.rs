@@ -13,6 +13,7 @@ impl Partition {
         self.count_held(&m.topic, |c| c.open_halves += 1);
         fx.held.push(HeldPlace { message_id: m.message_id.clone(), position, place: Place::Half });
         self.checks.insert((first_check_ms, position), ());
+        fx.scheduled = true;
         self.halves
             .insert(position, Half { message: m, next_check_ms: first_check_ms, checks: 0, state: HalfState::Open });
     }
@@ -79,6 +80,11 @@ impl Partition {
                 TransactionOutcome::Done
             }
         }
+    }
+
+    /// When the earliest scheduled check is due, if any (its half may have been resolved since).
+    pub(crate) fn first_check_due_ms(&self) -> Result<Option<i64>, sled::Error> {
+        Ok(self.checks.range_from(&(i64::MIN, 0), 1)?.first().map(|((due, _), ())| *due))
     }
 
     /// Up to `limit` open halves due for a check by `now_ms`, earliest first.

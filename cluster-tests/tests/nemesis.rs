@@ -773,16 +773,24 @@ async fn under_faults_no_acknowledged_message_is_lost_and_every_rule_holds() {
     after_begin.sort_unstable();
     after_heal.sort_unstable();
     let calls = shared.calls.lock().unwrap().clone();
-    let cut_off_calls: Vec<(u64, bool)> = faults
+    let cut_off_calls: Vec<(u64, bool, u64, &str, bool)> = faults
         .iter()
         .filter_map(|f| Some((f, f.cut_off?)))
         .flat_map(|(f, node)| {
             calls
                 .iter()
                 .filter(move |c| c.0 == node && c.1 >= f.began_ms && c.2 <= f.healed_ms)
-                .map(|c| (c.2 - c.1, c.3))
+                .map(|c| (c.2 - c.1, c.3, c.1 - f.began_ms, f.what.as_str(), f.on_leader))
         })
         .collect();
+    let mut slowest = cut_off_calls.clone();
+    slowest.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
+    for (took, answered, after, what, on_leader) in slowest.iter().take(5) {
+        eprintln!(
+            "nemesis: a send through the cut-off node {after} ms into \"{what}\" (it led: {on_leader}) took {took} ms \
+             (answered: {answered})"
+        );
+    }
     let count = |o: Outcome| history.sends.iter().filter(|s| s.outcome == o).count();
     let median = |v: &[(u64, &str)]| v.get(v.len() / 2).map(|x| x.0);
     eprintln!(

@@ -29,16 +29,21 @@ use crate::broker::timer_wheel::{WheelWrites, remove_files};
 use crate::broker::{BrokerError, dedupe_journal::Pending, state::LogPosition};
 
 impl Broker {
+    /// Whether anything was applied since the last successful checkpoint of this run. Every
+    /// change of the state comes with an entry applied (or a snapshot installed, which moves
+    /// `last_applied` too): with none there is nothing to write, and an idle group neither
+    /// writes nor syncs.
+    pub fn needs_checkpoint(&self) -> bool {
+        let last_applied = self.state().last_applied;
+        *self.inner.checkpointed.lock().expect("checkpointed") != Some(last_applied)
+    }
+
     /// Makes the applied state durable (see the module docs). Runs beside apply, which waits
     /// only while the changes are captured.
     pub fn checkpoint(&self) -> Result<(), BrokerError> {
         let mut journal = self.inner.journal.lock().expect("journal lock");
         self.refuse_if_failed()?;
-        // Every change of the state comes with an entry applied (or a snapshot installed, which
-        // moves `last_applied` too): with none since the last checkpoint there is nothing to
-        // write, and an idle group neither writes nor syncs.
-        let last_applied = self.state().last_applied;
-        if *self.inner.checkpointed.lock().expect("checkpointed") == Some(last_applied) {
+        if !self.needs_checkpoint() {
             return Ok(());
         }
         let (batch, taken, pending, mut wheel, applied) = {

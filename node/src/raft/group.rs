@@ -404,6 +404,10 @@ fn wait_error(e: WaitError, within: Duration) -> GroupError {
     }
 }
 
+/// How long [`GroupWatch::changed`] waits for the whole metrics to show a change the server
+/// metrics announced: far longer than the few instructions between the two sends.
+const METRICS_CATCH_UP: Duration = Duration::from_millis(100);
+
 /// A view of the group that wakes when its status changes.
 pub struct GroupWatch {
     metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>,
@@ -427,9 +431,23 @@ impl GroupWatch {
         (m.current_leader == Some(m.id)).then_some(m.current_term)
     }
 
-    /// Waits for a change of leader, vote, role or membership.
+    /// Waits for a change of leader, vote, role or membership, and until [`Self::status`] shows it.
     pub async fn changed(&mut self) -> Result<(), Stopped> {
-        self.server.changed().await.map_err(|_| Stopped)
+        self.server.changed().await.map_err(|_| Stopped)?;
+        // openraft sends the whole metrics just after the server metrics, in the same report: a
+        // status read in between would miss the change, and no other change may come to show it.
+        let shown = |m: &RaftMetrics<TypeConfig>, s: &openraft::metrics::RaftServerMetrics<TypeConfig>| {
+            m.current_leader == s.current_leader && m.state == s.state && m.vote == s.vote
+        };
+        if shown(&self.metrics.borrow_and_update(), &self.server.borrow_and_update()) {
+            return Ok(());
+        }
+        // The report on its way; a later one (openraft reports after every pass of its loop, at
+        // least every tick) at the latest.
+        match tokio::time::timeout(METRICS_CATCH_UP, self.metrics.changed()).await {
+            Ok(Err(_)) => Err(Stopped),
+            _ => Ok(()),
+        }
     }
 
     /// Waits for any change of the status, replication progress and heartbeats included (a

@@ -417,6 +417,10 @@ record_rockraft_rss() {
 stop_rockraft() {
   [ -n "$RR_DATA" ] || return 0
   cluster stop > /dev/null 2>&1 || true
+  # The node logs stay with the report; the data (preallocated segments, gigabytes) does not.
+  local n
+  for n in 1 2 3; do cp "$RR_DATA/node$n/node.log" "$LOGS/$(basename "$RR_DATA")-node$n.log" 2> /dev/null || true; done
+  rm -rf "$RR_DATA"
   RR_DATA=""
 }
 

@@ -9,8 +9,8 @@
 #   ROUNDS=10 bash bench/group_failover.sh
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), ROUNDS,
-# ROCKRAFT_DATA (default a new /tmp/rockraft-group-failover.XXXXXX; its cluster is stopped on
-# exit).
+# ROCKRAFT_DATA (default a new /tmp/rockraft-group-failover.XXXXXX; removed on exit; the
+# cluster is stopped on exit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 ROUNDS="${ROUNDS:-5}"
@@ -19,9 +19,12 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 export ROCKRAFT_BIN ROCKRAFT_DATA_GROUPS=3
-export ROCKRAFT_DATA="${ROCKRAFT_DATA:-$(mktemp -d /tmp/rockraft-group-failover.XXXXXX)}"
+made_data=""
+if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-group-failover.XXXXXX)"; made_data=1; fi
+export ROCKRAFT_DATA
 B="$ROCKRAFT_BIN"
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true' EXIT
+# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
+trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 
 # "group leader" pairs from the groups table of `cluster status` asked at admin endpoint $1.

@@ -8,7 +8,7 @@
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing),
 # ROCKRAFT_DATA_GROUPS, QUIET_SECS, WINDOW_SECS, ROCKRAFT_DATA (default a new
-# /tmp/rockraft-idle.XXXXXX; its cluster is stopped on exit).
+# /tmp/rockraft-idle.XXXXXX, removed on exit; the cluster is stopped on exit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 QUIET_SECS="${QUIET_SECS:-15}"
@@ -18,8 +18,11 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 export ROCKRAFT_BIN
-export ROCKRAFT_DATA="${ROCKRAFT_DATA:-$(mktemp -d /tmp/rockraft-idle.XXXXXX)}"
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true' EXIT
+made_data=""
+if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-idle.XXXXXX)"; made_data=1; fi
+export ROCKRAFT_DATA
+# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
+trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 sleep "$QUIET_SECS"
 

@@ -12,8 +12,8 @@
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), MESSAGES
 # (default 200000), LITE_TOPICS (default 1000000), CLIENTS (16), PER_CLIENT (10000),
-# CONCURRENCY (64), ROCKRAFT_DATA (default a new /tmp/rockraft-lite-scale.XXXXXX; its cluster is
-# stopped on exit).
+# CONCURRENCY (64), ROCKRAFT_DATA (default a new /tmp/rockraft-lite-scale.XXXXXX; removed on exit;
+# the cluster is stopped on exit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 MESSAGES="${MESSAGES:-200000}"
@@ -26,9 +26,12 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 B="$ROCKRAFT_BIN"
-export ROCKRAFT_DATA="${ROCKRAFT_DATA:-$(mktemp -d /tmp/rockraft-lite-scale.XXXXXX)}"
+made_data=""
+if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-lite-scale.XXXXXX)"; made_data=1; fi
+export ROCKRAFT_DATA
 export ROCKRAFT_BIN
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true' EXIT
+# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
+trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 endpoints=127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083
 "$B" topic create Plain --queues 8 > /dev/null

@@ -10,7 +10,7 @@
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), MESSAGES,
 # CONCURRENCY, BATCH, CONSUME, QUEUES (of the topic, default 8), ROCKRAFT_DATA (default a new
-# /tmp/rockraft-produce-cpu.XXXXXX; its cluster is stopped on exit). Sends go through all three
+# /tmp/rockraft-produce-cpu.XXXXXX; removed on exit; the cluster is stopped on exit). Sends go through all three
 # nodes, as `bench/compare.sh` does; a 5,000-message warm-up comes first.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,9 +23,12 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 B="$ROCKRAFT_BIN"
-export ROCKRAFT_DATA="${ROCKRAFT_DATA:-$(mktemp -d /tmp/rockraft-produce-cpu.XXXXXX)}"
+made_data=""
+if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-produce-cpu.XXXXXX)"; made_data=1; fi
+export ROCKRAFT_DATA
 export ROCKRAFT_BIN
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true' EXIT
+# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
+trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 "$B" topic create BenchTopic --queues "$QUEUES" > /dev/null
 endpoints=127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083

@@ -8,7 +8,8 @@
 #   N=300000 bash bench/selective.sh
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), N, EVERY,
-# ROCKRAFT_DATA (default a new /tmp/rockraft-selective.XXXXXX; its cluster is stopped on exit).
+# ROCKRAFT_DATA (default a new /tmp/rockraft-selective.XXXXXX; removed on exit;
+# the cluster is stopped on exit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 N="${N:-1000000}"
@@ -19,9 +20,12 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 B="$ROCKRAFT_BIN"
-export ROCKRAFT_DATA="${ROCKRAFT_DATA:-$(mktemp -d /tmp/rockraft-selective.XXXXXX)}"
+made_data=""
+if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-selective.XXXXXX)"; made_data=1; fi
+export ROCKRAFT_DATA
 export ROCKRAFT_BIN
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true' EXIT
+# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
+trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 "$B" topic create S --queues 8 > /dev/null
 "$B" topic create M --queues 8 > /dev/null

@@ -195,10 +195,11 @@ async fn a_send_forwarded_again_while_the_leader_is_slow_is_written_to_the_log_o
     let mut cluster = Cluster::start(3, Options::default()).await;
     cluster.create_topic("Slow", 1, TopicKind::Normal).await;
     let group = cluster.queue_group("Slow", 0).await;
-    // Every round the leader proposes waits 1.5 s first; a forward attempt gives up after 1 s.
+    // Every round the leader proposes waits 1.2 s first; a forward attempt gives up after 1 s, and
+    // a send is held for 1.75 s at most.
     let leader = cluster.wait_for_leader_of(Some(group), Duration::from_secs(10)).await;
     cluster.kill(leader);
-    cluster.restart_with_crash_points(leader, "cluster::propose_round=return(1500)");
+    cluster.restart_with_crash_points(leader, "cluster::propose_round=return(1200)");
     cluster.make_leader(leader).await;
     cluster.wait_caught_up(leader, Duration::from_secs(30)).await;
     let follower = (1..=3).find(|&id| id != leader).unwrap();

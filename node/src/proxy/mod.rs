@@ -44,14 +44,6 @@ use crate::plugin::PluginHost;
 use crate::sessions::ProducerSessions;
 use status::{Rejection, ok, write_failed};
 
-/// How long a send is held through an election when the client sets no deadline: the official
-/// clients' own default request timeout.
-const DEFAULT_SEND_HOLD: Duration = Duration::from_secs(3);
-/// The longest a send is held, whatever deadline the client sets.
-const MAX_SEND_HOLD: Duration = Duration::from_secs(10);
-/// Time left before the client's deadline for the answer to reach it.
-const REPLY_MARGIN: Duration = Duration::from_millis(250);
-
 /// What the proxy needs of the node's configuration.
 pub struct ProxyOptions {
     /// The group's name: routes name each member's broker `<group>-<node id>`.
@@ -189,7 +181,7 @@ impl Proxy {
     }
 
     /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
-    /// is answered before then. `sender`: the caller's access key, "" with authentication off.
+    /// is answered before then, and within 2 s of its arrival at most. `sender`: the caller's access key, "" with authentication off.
     async fn send(
         &self,
         req: SendMessageRequest,
@@ -197,7 +189,8 @@ impl Proxy {
         sender: &str,
         deadline: Option<Duration>,
     ) -> SendMessageResponse {
-        let hold = deadline.map_or(DEFAULT_SEND_HOLD, |d| d.saturating_sub(REPLY_MARGIN)).min(MAX_SEND_HOLD);
+        let arrived = tokio::time::Instant::now();
+        let hold = send::hold(deadline);
         let limits = send::Limits {
             max_body_bytes: self.options.max_body_bytes,
             max_properties_bytes: self.options.max_properties_bytes,
@@ -235,6 +228,8 @@ impl Proxy {
         };
         let mut batches = plan.batches;
         let topic_config = known.as_ref();
+        // The hold counts from the send's arrival: the topic's lookup may have waited to catch up.
+        let hold = hold.saturating_sub(arrived.elapsed());
         let results = if batches.len() == 1 {
             // The common case (one queue): no join over one future.
             let (positions, batch) = batches.pop().expect("one batch");

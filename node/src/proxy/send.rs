@@ -2,6 +2,7 @@
 //! Every check happens before anything is proposed, so a rejected request changes nothing.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use prost::Message as _;
 use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest};
@@ -44,6 +45,21 @@ pub struct SendPlan {
 }
 
 /// RocketMQ names a topic inside a namespace `namespace%topic`.
+/// Time left before the client's deadline for the answer to reach it.
+const REPLY_MARGIN: Duration = Duration::from_millis(250);
+/// The longest a send is held through an election or a leader that does not answer, whatever
+/// deadline the client sets: about two elections (a follower stands after 0.8-1.0 s of silence).
+/// A send that cannot be stored by then (its node cut off from the leader one way or both, a
+/// leader that can no longer reach a majority) is answered `HA_NOT_AVAILABLE` within 2 s, and
+/// the official clients retry it on another queue, usually on another node, while they still have
+/// time. A retry of a send the old leader stored after all is deduplicated.
+const MAX_SEND_HOLD: Duration = Duration::from_secs(2).saturating_sub(REPLY_MARGIN);
+
+/// How long a send may be held, given how long its client waits (`grpc-timeout`).
+pub fn hold(deadline: Option<Duration>) -> Duration {
+    deadline.map_or(MAX_SEND_HOLD, |d| d.saturating_sub(REPLY_MARGIN).min(MAX_SEND_HOLD))
+}
+
 pub fn qualified(namespace: &str, name: &str) -> String {
     if namespace.is_empty() { name.to_string() } else { format!("{namespace}%{name}") }
 }
@@ -341,6 +357,18 @@ pub fn plan(
 mod tests {
     use super::*;
     use rockraft_proto::rocketmq::SystemProperties;
+
+    #[test]
+    fn a_send_is_answered_within_two_seconds_and_before_its_clients_deadline() {
+        let ms = |ms: u64| Duration::from_millis(ms);
+        // The official clients' 3 s, a patient client's 10 s, and no deadline at all.
+        for deadline in [Some(ms(3_000)), Some(ms(10_000)), None] {
+            assert_eq!(hold(deadline), ms(1_750), "{deadline:?}");
+        }
+        // A short deadline leaves the answer time to reach the client.
+        assert_eq!(hold(Some(ms(1_000))), ms(750));
+        assert_eq!(hold(Some(ms(100))), Duration::ZERO);
+    }
 
     const LIMITS: Limits = Limits {
         max_body_bytes: 16,

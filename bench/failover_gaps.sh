@@ -24,7 +24,11 @@ fi
 export ROCKRAFT_BIN ROCKRAFT_DATA_GROUPS=3
 B="$ROCKRAFT_BIN"
 
-leaders() { "$B" --endpoint 127.0.0.1:7081 cluster status 2>/dev/null | awk '/^group/ { t = 1; next } t && NF >= 5 { printf "%s:%s ", $1, $2 }'; }
+# Each data group's leader, as "group:leader " pairs (the metadata group's row is left out).
+leaders() { "$B" --endpoint 127.0.0.1:7081 cluster status 2>/dev/null | awk '/^group/ { t = 1; next } t && NF >= 5 && $2 != "metadata" { printf "%s:%s ", $1, $2 }'; }
+ROCKRAFT_DATA=""
+# Whatever ends a round, its cluster is stopped and its data (preallocated segments) removed.
+trap '[ -z "$ROCKRAFT_DATA" ] || { bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1; rm -rf "$ROCKRAFT_DATA"; }' EXIT
 for round in $(seq "$ROUNDS"); do
   export ROCKRAFT_DATA
   ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-failover-gaps.XXXXXX)"
@@ -43,6 +47,7 @@ for round in $(seq "$ROUNDS"); do
   wait
   bash "$root/scripts/cluster.sh" stop > /dev/null
   rm -rf "$ROCKRAFT_DATA"
+  ROCKRAFT_DATA=""
   line="round $round ($(echo "$out" | sed -n 1p | grep -o '[0-9]* failed'), queue groups $groups):"
   for g in 1 2 3; do
     worst=$(echo "$out" | awk -v groups="$groups" -v g="$g" '

@@ -27,8 +27,9 @@ B="$ROCKRAFT_BIN"
 trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 
-# "group leader" pairs from the groups table of `cluster status` asked at admin endpoint $1.
-leaders() { "$B" --endpoint "$1" cluster status 2>/dev/null | awk '/^group/ { t = 1; next } t && NF >= 5 { printf "%s:%s ", $1, $2 }'; }
+# "group:leader " pairs of the data groups from the groups table of `cluster status` asked at
+# admin endpoint $1 (the metadata group's row is left out).
+leaders() { "$B" --endpoint "$1" cluster status 2>/dev/null | awk '/^group/ { t = 1; next } t && NF >= 5 && $2 != "metadata" { printf "%s:%s ", $1, $2 }'; }
 spread="1:1 2:2 3:3 "
 wait_spread() {
   local deadline=$((SECONDS + 60))

@@ -141,7 +141,8 @@ run_peer() {
   if ! run_measured "$LOGS/$name.log" "$PEER_BENCH" "$@"; then
     log "$name failed; last lines of $LOGS/$name.log:"; tail -5 "$LOGS/$name.log" >&2
   fi
-  line=$(grep '^RESULT ' "$LOGS/$name.log" | tail -1 || true)
+  # The official client's log lines can run into the driver's output: match RESULT anywhere.
+  line=$(grep -o 'RESULT .*' "$LOGS/$name.log" | tail -1 || true)
   if [ -z "$line" ]; then RES[$key]="error"; return; fi
   RES[$key]="$(kv "$line" rate) $(kv "$line" p50_ms) $(kv "$line" p99_ms) $(kv "$line" failed)"
   record_cpu "$key" "$LOGS/$name.log" "$(messages_arg "$@")"
@@ -387,8 +388,11 @@ for n in 1 2 3; do RR_ADMIN+=("127.0.0.1:$((ROCKRAFT_ADMIN_PORT_BASE + n))"); do
 cluster() { ROCKRAFT_DATA="$RR_DATA" ROCKRAFT_BIN="$ROCKRAFT" "$root/scripts/cluster.sh" "$@"; }
 rr_pid() { cat "$RR_DATA/node$1/pid" 2> /dev/null || true; }
 # The node that leads, asked through node $1.
+# leader_via N: the leader of data group 1 (which holds BenchTopic) as node N sees it, from the
+# groups table of `cluster status` (the node table's roles are the metadata group's).
 leader_via() {
-  { "$ROCKRAFT" --endpoint "${RR_ADMIN[$(($1 - 1))]}" cluster status 2> /dev/null || true; } | awk '$3 == "Leader" {print $1}'
+  { "$ROCKRAFT" --endpoint "${RR_ADMIN[$(($1 - 1))]}" cluster status 2> /dev/null || true; } |
+    awk '/^group/ { t = 1; next } t && $1 == "1" && $2 ~ /^[0-9]+$/ { print $2 }'
 }
 leader_is() { [ "$(leader_via 1)" = "$1" ]; }
 
@@ -438,7 +442,7 @@ failover() {
   for k in $(seq "$KILLS"); do
     l=$(leader_via 1)
     if [ "$l" = 1 ]; then
-      "$ROCKRAFT" --endpoint "${RR_ADMIN[0]}" cluster transfer-leader --to 2 > /dev/null 2>&1 || true
+      "$ROCKRAFT" --endpoint "${RR_ADMIN[0]}" cluster transfer-leader --group 1 --to 2 > /dev/null 2>&1 || true
       wait_until 15 leader_is 2 || true
       sleep 2
       l=$(leader_via 1)
@@ -454,15 +458,15 @@ failover() {
   done
   kill -TERM "$gap_pid" 2> /dev/null || true
   wait "$gap_pid" 2> /dev/null || true
-  grep '^RESULT' "$gap_log" | tail -1 >&2 || log "failover $label: the probe reported nothing; see $gap_log"
+  grep -o 'RESULT .*' "$gap_log" | tail -1 >&2 || log "failover $label: the probe reported nothing; see $gap_log"
   for t in "${kills[@]}"; do
     # A gap starts at the last acknowledged send before the kill and lasts until the first after.
     g=$(awk -v lo=$((t - 2000)) -v hi=$((t + KILL_WAIT * 1000)) -F'[ =]' \
-      '/^GAP/ && $3 >= lo && $3 <= hi && $5 > max {max = $5} END {print max + 0}' "$gap_log")
+      '{ sub(/.*GAP /, "GAP ") } /^GAP/ && $3 >= lo && $3 <= hi && $5 > max {max = $5} END {print max + 0}' "$gap_log")
     gaps+=("$g")
   done
   local failed
-  failed=$(sed -n 's/^RESULT.* failed=\([0-9]*\).*/\1/p' "$gap_log" | tail -1)
+  failed=$(sed -n 's/.*RESULT.* failed=\([0-9]*\).*/\1/p' "$gap_log" | tail -1)
   FAILOVER[$label]="${gaps[*]:-}|${failed:-?}"
   log "failover $label: gaps ${gaps[*]:-none} ms, ${failed:-?} failed sends"
 }
@@ -523,6 +527,14 @@ ratio() {
   if [ -z "$a" ] || [ -z "$b" ] || [ "$a" = error ] || [ "$b" = error ]; then echo "—"; return; fi
   awk -v a="${a%% *}" -v b="${b%% *}" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "—" }'
 }
+cpu_ratio() {
+  # cpu_ratio KEY_A KEY_B: brokers' CPU per message of A / that of B.
+  local a=${CPU[$1]:-} b=${CPU[$2]:-}
+  if [ -z "$a" ] || [ -z "$b" ]; then echo "—"; return; fi
+  awk -v a="${a%% *}" -v b="${b%% *}" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "—" }'
+}
+# both KEY_A KEY_B: the two ratios of A to B, messages/s and brokers' CPU per message.
+both() { echo "$(ratio "$1" "$2") msg/s, $(cpu_ratio "$1" "$2") CPU"; }
 rss_cell() {
   local v=${RSS[$1]:-}
   if [ -z "$v" ]; then echo "—"; return; fi
@@ -542,16 +554,16 @@ failover_cell() {
 report() {
   local w
   {
-    echo "| measure | JetStream R3 | RabbitMQ quorum | RockRaft sync | RockRaft async | RockRaft sync / JetStream | RockRaft sync / RabbitMQ |"
+    echo "| measure | JetStream R3 | RabbitMQ quorum | RockRaft sync | RockRaft async | RockRaft sync / JetStream (msg/s; brokers' CPU per message) | RockRaft sync / RabbitMQ |"
     echo "|---|---|---|---|---|---|---|"
     for w in $WINDOWS; do
-      echo "| produce, window $w (peer-bench; RockRaft: official RocketMQ client) | $(cell "js:produce:$w") | $(cell "rb:produce:$w") | $(cell "rr-sync:client:$w") | $(cell "rr-async:client:$w") | $(ratio "rr-sync:client:$w" "js:produce:$w") | $(ratio "rr-sync:client:$w" "rb:produce:$w") |"
+      echo "| produce, window $w (peer-bench; RockRaft: official RocketMQ client) | $(cell "js:produce:$w") | $(cell "rb:produce:$w") | $(cell "rr-sync:client:$w") | $(cell "rr-async:client:$w") | $(both "rr-sync:client:$w" "js:produce:$w") | $(both "rr-sync:client:$w" "rb:produce:$w") |"
     done
     for w in $WINDOWS; do
-      echo "| produce, window $w (RockRaft: \`rockraft bench produce --batch 1\`) | — | — | $(cell "rr-sync:bench:$w") | $(cell "rr-async:bench:$w") | $(ratio "rr-sync:bench:$w" "js:produce:$w") | $(ratio "rr-sync:bench:$w" "rb:produce:$w") |"
+      echo "| produce, window $w (RockRaft: \`rockraft bench produce --batch 1\`) | — | — | $(cell "rr-sync:bench:$w") | $(cell "rr-async:bench:$w") | $(both "rr-sync:bench:$w" "js:produce:$w") | $(both "rr-sync:bench:$w" "rb:produce:$w") |"
     done
     echo "| produce, 64 requests of 16 messages (\`rockraft bench produce --batch 16\`) | — | — | $(cell rr-sync:batch16) | $(cell rr-async:batch16) | — | — |"
-    echo "| consume $(consume_count), 16 × 32 (JetStream: pull + double_ack; RockRaft: POP receive + ack) | $(cell js:consume) | — | $(cell rr-sync:consume) | — | $(ratio rr-sync:consume js:consume) | — |"
+    echo "| consume $(consume_count), 16 × 32 (JetStream: pull + double_ack; RockRaft: POP receive + ack) | $(cell js:consume) | — | $(cell rr-sync:consume) | — | $(both rr-sync:consume js:consume) | — |"
     echo "| failover: pause in acknowledged sends per leader SIGKILL, idle | — | — | $(failover_cell idle) | — | — | — |"
     echo "| failover, under \`rockraft bench produce --concurrency 64\` | — | — | $(failover_cell loaded) | — | — | — |"
     echo "| peak RSS per node (VmHWM) | $(rss_cell jetstream) | $(rss_cell rabbitmq) | $(rss_cell rockraft-sync) | $(rss_cell rockraft-async) | — | — |"
@@ -570,7 +582,7 @@ report() {
     echo "- messages per run: $MESSAGES_W1 at window 1, $MESSAGES otherwise$([ "$QUICK" = 1 ] && echo " (QUICK smoke run: too few for steady-state figures)")"
     echo "- cells: messages/s (latency from send to durable acknowledgement, p50 / p99); window = messages in flight"
     echo "- CPU/msg: the three brokers' CPU + the load driver's CPU per message, in µs (utime + stime from /proc; $(nproc) CPUs shared by all four processes)"
-    echo "- failover: \`peer-bench rockraft-gap\` sends through node 1 with $GAP_WINDOW in flight; the leader (never node 1) is SIGKILLed $KILLS times, restarted after ${KILL_WAIT} s"
+    echo "- failover: \`peer-bench rockraft-gap\` sends through node 1 with $GAP_WINDOW in flight; the leader of the topic's data group (never node 1) is SIGKILLed $KILLS times, restarted after ${KILL_WAIT} s"
     echo "- the \`rockraft bench\` rows are divided by the peer-bench figures of the same window"
     echo
     cat "$WORK/table.md"

@@ -60,7 +60,7 @@ echo "== 1. send rate, ${MESSAGES} messages of 1 KiB, concurrency ${CONCURRENCY}
 for round in 1 2; do
   plain=$(produce Plain "$MESSAGES" | rate)
   lite=$(produce Chats "$MESSAGES" "$LITE_TOPICS" | rate)
-  echo "round $round: normal topic ${plain} msg/s, random lite topics ${lite} msg/s ($((lite * 100 / plain)) %)"
+  echo "round $round: normal topic ${plain} msg/s, random lite topics ${lite} msg/s ($((lite * 100 / plain)) % of the normal topic's; goal: 80 % or more)"
 done
 
 settle
@@ -89,5 +89,11 @@ rss3=$(rss_kib)
 awk -v r2="$rss2" -v r3="$rss3" -v n="$total" 'BEGIN {
   printf "brokers memory with the subscriptions (and consumption state): +%.1f B per subscription and replica\n", (r3 - r2) * 1024 / n / 3 }'
 echo "the same number of messages from the normal topic:"
-"$B" bench consume --endpoints "$endpoints" --topic Plain --group plain-readers --messages "$total" \
-  --concurrency "$CLIENTS" --idle-secs 10
+plain_consumed=$("$B" bench consume --endpoints "$endpoints" --topic Plain --group plain-readers --messages "$total" \
+  --concurrency "$CLIENTS" --idle-secs 10)
+echo "$plain_consumed"
+lite_rate=$(rate <<< "$consumed" | head -1)
+plain_rate=$(rate <<< "$plain_consumed" | head -1)
+if [ -n "$lite_rate" ] && [ -n "$plain_rate" ] && [ "$plain_rate" -gt 0 ]; then
+  echo "lite receive + ack: $((lite_rate * 100 / plain_rate)) % of the normal topic's rate (goal: 80 % or more)"
+fi

@@ -36,11 +36,19 @@ bash "$root/scripts/cluster.sh" start > /dev/null
 leader_ticks() { awk '{print $14 + $15}' "/proc/$(cat "$ROCKRAFT_DATA/node1/pid")/stat"; }
 hz=$(getconf CLK_TCK)
 t0=$(leader_ticks)
+rate() { sed -n 's/.* s: \([0-9]*\) messages\/s.*/\1/p'; }
 echo "unfiltered, topic of $M messages:"
-"$B" bench consume --topic M --group H --messages "$M" --concurrency 16 --batch 32 | sed -n 1p
+unfiltered=$("$B" bench consume --topic M --group H --messages "$M" --concurrency 16 --batch 32 | sed -n 1p)
+echo "$unfiltered"
 t1=$(leader_ticks)
 echo "filtered, 1 in $EVERY of $N:"
-"$B" bench consume --topic S --group G --sql "bench_mark = '1'" --messages "$M" --concurrency 16 --batch 32 | sed -n 1p
+filtered=$("$B" bench consume --topic S --group G --sql "bench_mark = '1'" --messages "$M" --concurrency 16 --batch 32 | sed -n 1p)
+echo "$filtered"
 t2=$(leader_ticks)
+u=$(rate <<< "$unfiltered")
+f=$(rate <<< "$filtered")
+if [ -n "$u" ] && [ -n "$f" ] && [ "$u" -gt 0 ]; then
+  echo "filtered / unfiltered: $((f * 100 / u)) % (goal: 50 % or more)"
+fi
 awk -v a=$((t1 - t0)) -v b=$((t2 - t1)) -v m="$M" -v n="$N" -v hz="$hz" 'BEGIN {
   printf "leader CPU: %.2f us per message unfiltered, %.2f us per scanned message filtered\n", a * 1e6 / hz / m, b * 1e6 / hz / n }'

@@ -181,7 +181,8 @@ impl Proxy {
     }
 
     /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
-    /// is answered before then, and within 2 s of its arrival at most. `sender`: the caller's access key, "" with authentication off.
+    /// is answered before then, and within 2 s of its arrival at most. `sender`: the caller's
+    /// access key, "" with authentication off.
     async fn send(
         &self,
         req: SendMessageRequest,

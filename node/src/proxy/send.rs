@@ -44,7 +44,6 @@ pub struct SendPlan {
     pub message_ids: Vec<String>,
 }
 
-/// RocketMQ names a topic inside a namespace `namespace%topic`.
 /// Time left before the client's deadline for the answer to reach it.
 const REPLY_MARGIN: Duration = Duration::from_millis(250);
 /// The longest a send is held through an election or a leader that does not answer, whatever
@@ -60,6 +59,7 @@ pub fn hold(deadline: Option<Duration>) -> Duration {
     deadline.map_or(MAX_SEND_HOLD, |d| d.saturating_sub(REPLY_MARGIN).min(MAX_SEND_HOLD))
 }
 
+/// RocketMQ names a topic inside a namespace `namespace%topic`.
 pub fn qualified(namespace: &str, name: &str) -> String {
     if namespace.is_empty() { name.to_string() } else { format!("{namespace}%{name}") }
 }

@@ -437,16 +437,22 @@ impl GroupWatch {
         // openraft sends the whole metrics just after the server metrics, in the same report: a
         // status read in between would miss the change, and no other change may come to show it.
         let shown = |m: &RaftMetrics<TypeConfig>, s: &openraft::metrics::RaftServerMetrics<TypeConfig>| {
-            m.current_leader == s.current_leader && m.state == s.state && m.vote == s.vote
+            m.current_leader == s.current_leader
+                && m.state == s.state
+                && m.vote == s.vote
+                && m.membership_config.log_id() == s.membership_config.log_id()
         };
-        if shown(&self.metrics.borrow_and_update(), &self.server.borrow_and_update()) {
-            return Ok(());
-        }
-        // The report on its way; a later one (openraft reports after every pass of its loop, at
-        // least every tick) at the latest.
-        match tokio::time::timeout(METRICS_CATCH_UP, self.metrics.changed()).await {
-            Ok(Err(_)) => Err(Stopped),
-            _ => Ok(()),
+        // The report on its way shows it; openraft reports after every pass of its loop.
+        let deadline = tokio::time::Instant::now() + METRICS_CATCH_UP;
+        loop {
+            if shown(&self.metrics.borrow_and_update(), &self.server.borrow_and_update()) {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, self.metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Stopped),
+                Err(_) => return Ok(()),
+            }
         }
     }
 

@@ -387,7 +387,6 @@ for n in 1 2 3; do RR_ADMIN+=("127.0.0.1:$((ROCKRAFT_ADMIN_PORT_BASE + n))"); do
 
 cluster() { ROCKRAFT_DATA="$RR_DATA" ROCKRAFT_BIN="$ROCKRAFT" "$root/scripts/cluster.sh" "$@"; }
 rr_pid() { cat "$RR_DATA/node$1/pid" 2> /dev/null || true; }
-# The node that leads, asked through node $1.
 # leader_via N: the leader of data group 1 (which holds BenchTopic) as node N sees it, from the
 # groups table of `cluster status` (the node table's roles are the metadata group's).
 leader_via() {

@@ -19,12 +19,10 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 export ROCKRAFT_BIN ROCKRAFT_DATA_GROUPS=3
-made_data=""
-if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-group-failover.XXXXXX)"; made_data=1; fi
-export ROCKRAFT_DATA
+# shellcheck source=bench/data_dir.sh
+source "$root/bench/data_dir.sh"
+bench_data_dir group-failover
 B="$ROCKRAFT_BIN"
-# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 
 # "group:leader " pairs of the data groups from the groups table of `cluster status` asked at

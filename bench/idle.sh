@@ -18,11 +18,9 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 export ROCKRAFT_BIN
-made_data=""
-if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-idle.XXXXXX)"; made_data=1; fi
-export ROCKRAFT_DATA
-# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
+# shellcheck source=bench/data_dir.sh
+source "$root/bench/data_dir.sh"
+bench_data_dir idle
 bash "$root/scripts/cluster.sh" start > /dev/null
 sleep "$QUIET_SECS"
 

@@ -20,12 +20,10 @@ if [ -z "${ROCKRAFT_BIN:-}" ]; then
   ROCKRAFT_BIN="$root/target/release/rockraft"
 fi
 B="$ROCKRAFT_BIN"
-made_data=""
-if [ -z "${ROCKRAFT_DATA:-}" ]; then ROCKRAFT_DATA="$(mktemp -d /tmp/rockraft-selective.XXXXXX)"; made_data=1; fi
-export ROCKRAFT_DATA
+# shellcheck source=bench/data_dir.sh
+source "$root/bench/data_dir.sh"
+bench_data_dir selective
 export ROCKRAFT_BIN
-# A data directory made here is removed on exit: its segment files are preallocated, gigabytes a run.
-trap 'bash "$root/scripts/cluster.sh" stop > /dev/null 2>&1 || true; [ -z "$made_data" ] || rm -rf "$ROCKRAFT_DATA"' EXIT
 bash "$root/scripts/cluster.sh" start > /dev/null
 "$B" topic create S --queues 8 > /dev/null
 "$B" topic create M --queues 8 > /dev/null

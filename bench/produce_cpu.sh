@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Throughput and CPU per message of one produce run on a fresh three-node cluster: the three
-# brokers' utime + stime from /proc, and the bench client's, divided by the messages sent.
+# brokers' utime + stime from /proc, and the bench client's, divided by the messages sent; and
+# what the three brokers wrote to disk per message (write_bytes from /proc).
 #
 #   bash bench/produce_cpu.sh                      # 100,000 messages, 512 in flight, batch 1
 #   CONCURRENCY=64 BATCH=16 bash bench/produce_cpu.sh
@@ -39,13 +40,20 @@ brokers_ticks() {
   for n in 1 2 3; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$(cat "$ROCKRAFT_DATA/node$n/pid")/stat"))); done
   echo "$sum"
 }
+brokers_written() {
+  local sum=0 n
+  for n in 1 2 3; do sum=$((sum + $(awk '/^write_bytes/ { print $2 }' "/proc/$(cat "$ROCKRAFT_DATA/node$n/pid")/io"))); done
+  echo "$sum"
+}
 t0=$(brokers_ticks)
+w0=$(brokers_written)
 # The client's CPU: bash's `times` in a subshell prints its children's user and system time on
 # its second line.
 if [ -n "${CONSUME:-}" ]; then
   "$B" group create bench-readers > /dev/null
   produce "$MESSAGES" > /dev/null
   t0=$(brokers_ticks)
+  w0=$(brokers_written)
   run() {
     "$B" bench consume --endpoints "$endpoints" --topic BenchTopic --group bench-readers --messages "$1" \
       --concurrency 16 --batch 32
@@ -55,7 +63,9 @@ else
 fi
 out=$( (run "$MESSAGES" | sed -n 1p; times) )
 t1=$(brokers_ticks)
+w1=$(brokers_written)
 echo "$out" | sed -n 1p
 echo "$out" | sed -n 3p | awk -v t=$((t1 - t0)) -v n="$MESSAGES" -v hz="$(getconf CLK_TCK)" '
   function secs(s,  m) { m = s; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", s); sub(/s$/, "", s); return m * 60 + s }
   { printf "CPU per message: brokers %.1f us, client %.1f us\n", t * 1e6 / hz / n, (secs($1) + secs($2)) * 1e6 / n }'
+awk -v w=$((w1 - w0)) -v n="$MESSAGES" 'BEGIN { printf "written per message: brokers %.0f B\n", w / n }'

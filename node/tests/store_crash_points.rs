@@ -340,16 +340,16 @@ fn new_consume_queue_files_and_directories_have_their_entries_synced() {
     assert!(queue_dir.is_dir());
 
     fail::cfg("store::sync_dir", "return").expect("fail point configured");
-    assert!(cq.put(0, &cq_record(0)).is_err(), "a new queue file syncs its directory");
+    assert!(cq.put(0, &[cq_record(0)]).is_err(), "a new queue file syncs its directory");
     fail::remove("store::sync_dir");
-    cq.put(0, &cq_record(0)).expect("put");
-    cq.put(1, &cq_record(1)).expect("an existing file needs no directory sync");
+    cq.put(0, &[cq_record(0)]).expect("put");
+    cq.put(1, &[cq_record(1)]).expect("an existing file needs no directory sync");
     for i in 2..8 {
-        cq.put(i, &cq_record(i)).expect("put");
+        cq.put(i, &[cq_record(i)]).expect("put");
     }
 
     fail::cfg("store::sync_dir", "return").expect("fail point configured");
-    cq.put(3, &cq_record(3)).expect("rewriting a record in an existing file syncs nothing");
+    cq.put(3, &[cq_record(3)]).expect("rewriting a record in an existing file syncs nothing");
     assert!(cq.purge_below(4).is_err(), "deleting a queue file syncs its directory");
     fail::remove("store::sync_dir");
     drop(cq);

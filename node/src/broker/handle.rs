@@ -247,16 +247,16 @@ impl Broker {
             self.inner.queues.remove_topic(topic)?;
         }
         for w in &fx.writes {
-            let queue = self.inner.queues.get(&w.topic, w.queue_id)?;
-            for (i, record) in w.records.iter().enumerate() {
-                queue.put(w.first_offset + i as u64, record)?;
-            }
-            let placed = w.records.iter().zip(&w.message_ids).enumerate().map(|(i, (record, id))| {
-                (id.as_str(), record.position, Place::Queued { offset: w.first_offset + i as u64 })
-            });
-            self.inner.message_index.put(placed)?;
+            self.inner.queues.get(&w.topic, w.queue_id)?.put(w.first_offset, &w.records)?;
         }
-        self.inner.message_index.put(fx.held.iter().map(|h| (h.message_id.as_str(), h.position, h.place)))?;
+        // One put for the whole entry: its index entries are written in one run.
+        let placed = fx.writes.iter().flat_map(|w| {
+            w.records.iter().zip(&w.message_ids).enumerate().map(|(i, (record, id))| {
+                (id.as_str(), record.position, Place::Queued { offset: w.first_offset + i as u64 })
+            })
+        });
+        let held = fx.held.iter().map(|h| (h.message_id.as_str(), h.position, h.place));
+        self.inner.message_index.put(placed.chain(held))?;
         Ok(())
     }
 

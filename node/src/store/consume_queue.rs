@@ -71,13 +71,16 @@ impl ConsumeQueue {
         Ok(ConsumeQueue { records, end: AtomicU64::new(end), start: AtomicU64::new(start) })
     }
 
-    /// Writes the record of queue offset `offset`. Idempotent.
-    pub fn put(&self, offset: u64, record: &CqRecord) -> Result<(), StoreError> {
-        if record.size == 0 {
+    /// Writes `records` at queue offsets `first, first + 1, …`: one write per file, not one per
+    /// record (an entry's messages to one queue are consecutive). Idempotent. A record of size 0
+    /// refuses the whole run and writes nothing.
+    pub fn put(&self, first: u64, records: &[CqRecord]) -> Result<(), StoreError> {
+        if records.iter().any(|r| r.size == 0) {
             return Err(StoreError::Config("a consume queue record needs a non-zero size".into()));
         }
-        self.records.put(offset, &[record.encode()])?;
-        self.end.fetch_max(offset + 1, Ordering::AcqRel);
+        let encoded: Vec<[u8; CQ_RECORD_LEN]> = records.iter().map(CqRecord::encode).collect();
+        self.records.put(first, &encoded)?;
+        self.end.fetch_max(first + records.len() as u64, Ordering::AcqRel);
         Ok(())
     }
 
@@ -124,8 +127,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let cq = ConsumeQueue::open(dir.path(), 4).unwrap();
-            for i in 0..10 {
-                cq.put(i, &rec(i)).unwrap();
+            // Runs that cross files of 4, then single records.
+            cq.put(0, &(0..7).map(rec).collect::<Vec<_>>()).unwrap();
+            for i in 7..10 {
+                cq.put(i, &[rec(i)]).unwrap();
             }
             assert_eq!(cq.end(), 10);
         }
@@ -140,24 +145,26 @@ mod tests {
     fn rewriting_a_record_is_idempotent() {
         let dir = tempfile::tempdir().unwrap();
         let cq = ConsumeQueue::open(dir.path(), 8).unwrap();
-        cq.put(0, &rec(0)).unwrap();
-        cq.put(1, &rec(1)).unwrap();
+        cq.put(0, &[rec(0), rec(1)]).unwrap();
         let before = fs::read(dir.path().join(format!("{:020}{SUFFIX}", 0))).unwrap();
-        cq.put(0, &rec(0)).unwrap();
-        cq.put(1, &rec(1)).unwrap();
+        cq.put(0, &[rec(0)]).unwrap();
+        cq.put(1, &[rec(1)]).unwrap();
         let after = fs::read(dir.path().join(format!("{:020}{SUFFIX}", 0))).unwrap();
         assert_eq!(before, after);
         assert_eq!(cq.end(), 2);
         assert_eq!(&before[20..40], &rec(1).encode());
+        // A run with a record of size 0 is refused whole.
+        let bad = CqRecord { size: 0, ..rec(3) };
+        assert!(cq.put(2, &[rec(2), bad]).is_err());
+        assert_eq!(fs::read(dir.path().join(format!("{:020}{SUFFIX}", 0))).unwrap(), after);
+        assert_eq!(cq.end(), 2);
     }
 
     #[test]
     fn purge_drops_whole_files_and_hides_older_offsets() {
         let dir = tempfile::tempdir().unwrap();
         let cq = ConsumeQueue::open(dir.path(), 4).unwrap();
-        for i in 0..10 {
-            cq.put(i, &rec(i)).unwrap();
-        }
+        cq.put(0, &(0..10).map(rec).collect::<Vec<_>>()).unwrap();
         cq.purge_below(5).unwrap();
         assert_eq!(cq.get(4), None);
         assert_eq!(cq.get(5), Some(rec(5)));

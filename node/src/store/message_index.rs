@@ -15,14 +15,16 @@
 //! It is a cache that every answer is checked against: a hit is only a candidate, which the caller
 //! reads back from the log and compares by message id. So a torn or stale entry can cost a miss,
 //! never a wrong answer, and entries written twice (an entry replayed after a crash) are harmless.
-//! The current file's buckets live in memory and reach the file at each checkpoint (`sync`),
-//! before the checkpoint counts the entries applied: what a crash loses was applied after the
-//! last checkpoint, and the replay writes it again. A checkpoint writes only the pages of buckets
-//! changed since the last one (a file's buckets take 1 MiB), and nothing when none changed.
+//! The current file's buckets live only in memory: opening the file rebuilds them from its
+//! entries, which each carry their hash, so a checkpoint (`sync`) only makes the entries written
+//! since the last one durable, before the checkpoint counts the entries applied. What a crash
+//! loses was applied after the last checkpoint, and the replay writes it again. The buckets reach
+//! the file once, when it is full and sealed. (Writing them at each checkpoint instead rewrote
+//! nearly all of a file's 1 MiB of buckets five times a second under load: ids hash at random.)
 //!
 //! A file is deleted once every message it points at is below the retention purge point.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -45,8 +47,6 @@ const ENTRIES_PER_BUCKET: u32 = 4;
 pub const MAX_MATCHES: usize = 32;
 /// The default entries per file: 32 MiB of entries and 1 MiB of buckets, written sparsely.
 pub const DEFAULT_ENTRIES_PER_FILE: u32 = 1 << 20;
-/// Buckets per page (4 KiB of them): what a checkpoint rewrites of a changed bucket.
-const PAGE_BUCKETS: usize = 1024;
 
 const PLACE_KIND_SHIFT: u32 = 62;
 const PLACE_VALUE_MASK: u64 = (1 << PLACE_KIND_SHIFT) - 1;
@@ -210,20 +210,6 @@ impl IndexFile {
         self.file.sync_data().map_err(sync_err(&self.path))
     }
 
-    /// Writes pages of buckets, each (first bucket, its heads encoded), and syncs the file: the
-    /// entries written since the last sync with them. Nothing once the file is sealed.
-    fn write_pages(&self, pages: &[(usize, Vec<u8>)]) -> Result<(), StoreError> {
-        let sealed = self.buckets_written.lock().expect("index buckets lock");
-        if *sealed {
-            return Ok(());
-        }
-        for (first, bytes) in pages {
-            let at = HEADER_LEN + 4 * *first as u64;
-            self.file.write_all_at(bytes, at).map_err(io_err(&self.path))?;
-        }
-        self.file.sync_data().map_err(sync_err(&self.path))
-    }
-
     /// Walks the chain from `head`, adding entries of `hash` to `out`.
     fn walk(&self, mut head: u32, hash: u64, out: &mut Vec<Located>) {
         let mut steps = 0;
@@ -253,8 +239,8 @@ struct Current {
     seq: u64,
     file: Arc<IndexFile>,
     heads: Vec<u32>,
-    /// Pages of `heads` (by number) changed since the last sync.
-    dirty: BTreeSet<usize>,
+    /// Entries were put since the last sync.
+    unsynced: bool,
     used: u32,
     newest_index: u64,
 }
@@ -304,10 +290,9 @@ impl MessageIndex {
         }
         let current = match found.pop_last() {
             Some((seq, file)) if !file.header.sealed => {
-                let heads = (0..file.header.buckets).map(|b| file.head(b)).collect();
                 let used = used_entries(&file);
-                let newest_index = newest_index_of(&file, used);
-                Current { seq, file, heads, dirty: BTreeSet::new(), used, newest_index }
+                let (heads, newest_index) = rebuild(&file, used);
+                Current { seq, file, heads, unsynced: false, used, newest_index }
             }
             last => {
                 let seq = last.as_ref().map_or(0, |(s, _)| s + 1);
@@ -317,11 +302,10 @@ impl MessageIndex {
                 new_current(dir, seq, entries_per_file)?
             }
         };
-        // A file filled up, but a crash came before it was sealed: seal it with the buckets it
-        // has (what they miss was written after the last checkpoint, and is written again).
+        // A file filled up, but a crash came before it was sealed: seal it with the buckets its
+        // entries give (what it misses was written after the last checkpoint, and is written again).
         for f in found.values().filter(|f| !f.header.sealed) {
-            let newest = newest_index_of(f, used_entries(f));
-            let heads: Vec<u32> = (0..f.header.buckets).map(|b| f.head(b)).collect();
+            let (heads, newest) = rebuild(f, used_entries(f));
             f.write_buckets(&heads, Some(newest))?;
         }
         let index = MessageIndex {
@@ -357,7 +341,7 @@ impl MessageIndex {
             let n = c.used;
             run.extend_from_slice(&Entry { hash, position, place: place.encode(), prev: c.heads[bucket] }.encode());
             c.heads[bucket] = n + 1;
-            c.dirty.insert(bucket / PAGE_BUCKETS);
+            c.unsynced = true;
             c.used += 1;
             c.newest_index = c.newest_index.max(position >> 16);
         }
@@ -390,30 +374,23 @@ impl MessageIndex {
         out
     }
 
-    /// Writes the current file's buckets changed since the last sync and syncs it: what was put
-    /// so far survives a crash. Nothing to write when nothing was put.
+    /// Syncs the current file's entries put since the last sync: they survive a crash, and the
+    /// next open finds them. Nothing to do when nothing was put.
     pub fn sync(&self) -> Result<(), StoreError> {
-        let (file, pages) = {
+        let file = {
             let mut files = self.files.write().expect("message index lock");
             let c = &mut files.current;
-            if c.dirty.is_empty() {
+            if !std::mem::take(&mut c.unsynced) {
                 return Ok(());
             }
-            let pages: Vec<(usize, Vec<u8>)> = std::mem::take(&mut c.dirty)
-                .into_iter()
-                .map(|page| {
-                    let first = page * PAGE_BUCKETS;
-                    let last = (first + PAGE_BUCKETS).min(c.heads.len());
-                    (first, encode_heads(&c.heads[first..last]))
-                })
-                .collect();
-            (Arc::clone(&c.file), pages)
+            Arc::clone(&c.file)
         };
-        file.write_pages(&pages).inspect_err(|_| {
-            // Written again by the next sync, if this file is still the current one.
+        file.file.sync_data().map_err(sync_err(&file.path)).inspect_err(|_| {
+            // Synced again by the next call, if this file is still the current one (a rolled file
+            // was synced when it was sealed).
             let mut files = self.files.write().expect("message index lock");
             if Arc::ptr_eq(&files.current.file, &file) {
-                files.current.dirty.extend(pages.iter().map(|(first, _)| first / PAGE_BUCKETS));
+                files.current.unsynced = true;
             }
         })
     }
@@ -526,11 +503,21 @@ fn new_current(dir: &Path, seq: u64, capacity: u32) -> Result<Current, StoreErro
         reason: "a message index file just written does not read back".into(),
     })?;
     let heads = vec![0; header.buckets as usize];
-    Ok(Current { seq, file: Arc::new(file), heads, dirty: BTreeSet::new(), used: 0, newest_index: 0 })
+    Ok(Current { seq, file: Arc::new(file), heads, unsynced: false, used: 0, newest_index: 0 })
 }
 
-fn newest_index_of(file: &IndexFile, used: u32) -> u64 {
-    (0..used).filter_map(|n| file.entry(n)).map(|e| e.position >> 16).max().unwrap_or(0)
+/// The heads of `file`'s buckets and the newest log index of its messages, from its first `used`
+/// entries: each bucket's head is its newest entry. A torn entry is left out, as a walk would.
+fn rebuild(file: &IndexFile, used: u32) -> (Vec<u32>, u64) {
+    let mut heads = vec![0; file.header.buckets as usize];
+    let mut newest_index = 0;
+    for n in 0..used {
+        if let Some(e) = file.entry(n) {
+            heads[(e.hash % u64::from(file.header.buckets)) as usize] = n + 1;
+            newest_index = newest_index.max(e.position >> 16);
+        }
+    }
+    (heads, newest_index)
 }
 
 /// Entries are written in order from 0: the used ones are the valid prefix. A torn tail (after
@@ -622,9 +609,9 @@ mod tests {
     }
 
     #[test]
-    fn syncs_write_the_changed_pages_of_buckets_and_a_reopened_index_finds_every_synced_id() {
+    fn a_sync_writes_no_buckets_and_a_reopened_index_rebuilds_them_from_its_entries() {
         let dir = tempfile::tempdir().unwrap();
-        // 4,096 buckets: four pages, so each sync below writes some of them, not all.
+        // 4,096 buckets, far more than ids: chains of one entry and chains of several both occur.
         let (index, _) = MessageIndex::open(dir.path(), 1 << 14).unwrap();
         let first: Vec<String> = (0..300).map(|i| format!("first-{i}")).collect();
         let second: Vec<String> = (0..300).map(|i| format!("second-{i}")).collect();
@@ -636,22 +623,37 @@ mod tests {
             index.put(puts).unwrap();
             index.sync().unwrap();
         }
-        let current = || {
+        let (path, buckets) = {
             let files = index.files.read().unwrap();
-            (files.current.dirty.len(), fs::read(&files.current.file.path).unwrap())
+            let c = &files.current;
+            assert!(!c.unsynced, "a sync leaves nothing to sync");
+            (c.file.path.clone(), c.file.header.buckets as usize)
         };
-        let (dirty, written) = current();
-        assert_eq!(dirty, 0, "a sync leaves no page to write");
+        let written = fs::read(&path).unwrap();
+        let bucket_bytes = &written[HEADER_LEN as usize..HEADER_LEN as usize + 4 * buckets];
+        assert!(bucket_bytes.iter().all(|&b| b == 0), "the current file's buckets stay in memory");
         index.sync().unwrap();
-        assert_eq!(current().1, written, "a sync with nothing put changes nothing");
+        assert_eq!(fs::read(&path).unwrap(), written, "a sync with nothing put changes nothing");
         drop(index);
         let (index, _) = MessageIndex::open(dir.path(), 1 << 14).unwrap();
-        for (round, ids) in [&first, &second].into_iter().enumerate() {
-            for (i, id) in ids.iter().enumerate() {
-                let at = position(round as u64 * 1000 + i as u64 + 1, 0);
-                assert_eq!(index.candidates(id), vec![Located { position: at, place: queued(i as u64) }], "{id}");
+        let check = |index: &MessageIndex| {
+            for (round, ids) in [&first, &second].into_iter().enumerate() {
+                for (i, id) in ids.iter().enumerate() {
+                    let at = position(round as u64 * 1000 + i as u64 + 1, 0);
+                    assert_eq!(index.candidates(id), vec![Located { position: at, place: queued(i as u64) }], "{id}");
+                }
             }
-        }
+        };
+        check(&index);
+        // Chains go on from the rebuilt heads: an id stored again after the reopen finds both.
+        index.put([("first-7", position(5000, 0), queued(7))]).unwrap();
+        assert_eq!(
+            index.candidates("first-7"),
+            vec![
+                Located { position: position(5000, 0), place: queued(7) },
+                Located { position: position(8, 0), place: queued(7) }
+            ]
+        );
     }
 
     #[test]
@@ -669,6 +671,30 @@ mod tests {
         index.put([("unsynced", position(2, 0), queued(1))]).unwrap();
         assert_eq!(index.candidates("unsynced"), vec![Located { position: position(2, 0), place: queued(1) }]);
         assert_eq!(index.candidates("kept").len(), 1);
+    }
+
+    #[test]
+    fn a_full_file_a_crash_left_unsealed_is_sealed_with_buckets_rebuilt_from_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = MessageIndex::open(dir.path(), 4).unwrap();
+        for i in 0..4u64 {
+            index.put([(format!("m{i}").as_str(), position(i + 1, 0), queued(i))]).unwrap();
+        }
+        index.sync().unwrap();
+        drop(index);
+        // The crash came between making the next file and sealing this one.
+        new_current(dir.path(), 1, 4).unwrap();
+        let (index, _) = MessageIndex::open(dir.path(), 4).unwrap();
+        for i in 0..4u64 {
+            assert_eq!(
+                index.candidates(&format!("m{i}")),
+                vec![Located { position: position(i + 1, 0), place: queued(i) }],
+                "m{i}"
+            );
+        }
+        let sealed = open_file(&dir.path().join(format!("{:020}{SUFFIX}", 0))).unwrap().unwrap();
+        assert!(sealed.header.sealed);
+        assert_eq!(sealed.header.newest_index, 4);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! given) into the dedupe table and its expiry order, as apply does, and reports the growth of
 //! the process's resident set (`/proc/self/statm`). The changed-key set is emptied every 10k
 //! inserts, as a checkpoint every 200 ms at 50k msg/s would. For comparison it then does the
-//! same with the layout of earlier releases (the (topic, id) strings as the key, and again in
-//! the order queue), kept alive beside the first so neither reuses the other's freed memory.
+//! same with the layouts of earlier releases (the same keys in a B-tree; the (topic, id) strings
+//! as the key, and again in the order queue), each kept alive beside the others so none reuses
+//! another's freed memory.
 //!
 //! Ids look like RocketMQ 5's (34 hex characters), the topic has 15 characters. The system
 //! allocator is used; under mimalloc, which the node binary uses, the same layouts measured 111
@@ -14,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hint::black_box;
 
-use rockraft::broker::dedupe::{DedupeKey, Seen};
+use rockraft::broker::dedupe::{DedupeKey, DedupeTable, Seen};
 use rockraft::broker::table::Table;
 
 const TOPIC: &str = "orders-payments";
@@ -54,7 +55,7 @@ fn main() {
     );
 
     let before = rss_bytes();
-    let mut table: Table<DedupeKey, Seen> = Table::default();
+    let mut table = DedupeTable::default();
     let mut order: VecDeque<(i64, DedupeKey)> = VecDeque::new();
     for i in 0..n {
         let key = DedupeKey::new(TOPIC, &message_id(i));
@@ -66,7 +67,18 @@ fn main() {
         }
     }
     table.take_changed();
-    report("hashed key (this release)", n, rss_bytes().saturating_sub(before));
+    report("hashed key in a hash map (this release)", n, rss_bytes().saturating_sub(before));
+
+    let before = rss_bytes();
+    let mut tree: Table<DedupeKey, Seen> = Table::default();
+    for i in 0..n {
+        tree.insert(DedupeKey::new(TOPIC, &message_id(i)), seen(i));
+        if i % 10_000 == 9_999 {
+            tree.take_changed();
+        }
+    }
+    tree.take_changed();
+    report("hashed key in a B-tree (releases before 2026-12-06)", n, rss_bytes().saturating_sub(before));
 
     let before = rss_bytes();
     let mut rows: BTreeMap<(String, String), Seen> = BTreeMap::new();
@@ -85,5 +97,5 @@ fn main() {
     changed.clear();
     report("string keys (earlier releases)", n, rss_bytes().saturating_sub(before));
 
-    black_box((&table, &order, &rows, &old_order));
+    black_box((&table, &order, &tree, &rows, &old_order));
 }

@@ -16,15 +16,14 @@
 //! Releases before the hashed key wrote `dedupe.<generation>.journal`, keyed by the topic and id
 //! strings. Such a file is refused, never read nor deleted (see [`DedupeJournal::open`]).
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::broker::dedupe::{DedupeKey as Key, Seen};
+use crate::broker::dedupe::{DedupeKey as Key, DedupeTable, Seen};
 use crate::broker::record_cursor::Cursor;
-use crate::broker::table::Table;
 use crate::store::{JournalFault, RecordFault, StoreError};
 
 const OP_PUT: u8 = 1;
@@ -93,8 +92,8 @@ fn decode(body: &[u8]) -> Option<(Key, Option<Seen>)> {
 
 /// Replays journal bytes into a table. Every byte must belong to a whole, checked record: the
 /// bytes come from a sync that completed before the mark naming them was committed.
-pub fn replay(bytes: &[u8]) -> Result<(Table<Key, Seen>, u64), JournalFault> {
-    let mut table = Table::default();
+pub fn replay(bytes: &[u8]) -> Result<(DedupeTable, u64), JournalFault> {
+    let mut table = DedupeTable::default();
     let mut c = Cursor(bytes);
     let mut records = 0;
     while !c.0.is_empty() {
@@ -121,7 +120,7 @@ pub struct Pending {
     records: u64,
     rewrite: bool,
     /// The keys these bytes persist: marked changed again if the checkpoint fails.
-    pub keys: BTreeSet<Key>,
+    pub keys: HashSet<Key>,
 }
 
 impl DedupeJournal {
@@ -138,7 +137,7 @@ impl DedupeJournal {
     /// acknowledged message back from the other replicas, by snapshot and log. (The sled schema
     /// check in `Broker::open` refuses such a directory before this; this catches a journal left
     /// beside metadata that was removed.)
-    pub fn open(dir: &Path, mark: Option<JournalMark>) -> Result<(DedupeJournal, Table<Key, Seen>), StoreError> {
+    pub fn open(dir: &Path, mark: Option<JournalMark>) -> Result<(DedupeJournal, DedupeTable), StoreError> {
         let (table, records) = Self::read(dir, mark)?;
         let mark = mark.unwrap_or_default();
         let path = dir.join(file_name(mark.generation));
@@ -150,7 +149,7 @@ impl DedupeJournal {
     }
 
     /// The rows the checkpoint `mark` covers, and how many records hold them; changes no file.
-    pub fn read(dir: &Path, mark: Option<JournalMark>) -> Result<(Table<Key, Seen>, u64), StoreError> {
+    pub fn read(dir: &Path, mark: Option<JournalMark>) -> Result<(DedupeTable, u64), StoreError> {
         if let Some(path) = legacy_journal(dir)? {
             return Err(StoreError::CorruptSegment {
                 path,
@@ -181,7 +180,7 @@ impl DedupeJournal {
 
     /// Encodes the current rows of the changed `keys` (done while the state is locked). When the
     /// journal has grown to several times the live table, or a write failed, encodes a rewrite.
-    pub fn prepare(&self, keys: BTreeSet<Key>, table: &Table<Key, Seen>) -> Pending {
+    pub fn prepare(&self, keys: HashSet<Key>, table: &DedupeTable) -> Pending {
         let mut bytes = Vec::new();
         let n = keys.len() as u64;
         if self.rewrite_next || self.records + n > 4 * table.len() as u64 + 10_000 {
@@ -194,12 +193,12 @@ impl DedupeJournal {
     }
 
     /// Encodes the whole table as the next generation (a snapshot install replaces the journal).
-    pub fn prepare_rewrite(&self, table: &Table<Key, Seen>) -> Pending {
+    pub fn prepare_rewrite(&self, table: &DedupeTable) -> Pending {
         let mut bytes = Vec::with_capacity(table.len() * 53);
         for (key, seen) in table.iter() {
             encode(key, Some(seen), &mut bytes);
         }
-        Pending { bytes, records: table.len() as u64, rewrite: true, keys: BTreeSet::new() }
+        Pending { bytes, records: table.len() as u64, rewrite: true, keys: HashSet::new() }
     }
 
     /// Writes and syncs what [`DedupeJournal::prepare`] encoded, and returns the mark the
@@ -323,7 +322,7 @@ mod tests {
     }
 
     /// Writes the changed keys as a checkpoint would, committing the mark.
-    fn checkpoint(j: &mut DedupeJournal, table: &mut Table<Key, Seen>) -> JournalMark {
+    fn checkpoint(j: &mut DedupeJournal, table: &mut DedupeTable) -> JournalMark {
         let pending = j.prepare(table.take_changed(), table);
         let mark = j.write(&pending).unwrap();
         j.committed(mark, &pending).unwrap();
@@ -333,7 +332,7 @@ mod tests {
     #[test]
     fn only_what_a_committed_checkpoint_names_is_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let mut table = Table::default();
+        let mut table = DedupeTable::default();
         let (mut j, loaded) = DedupeJournal::open(dir.path(), None).unwrap();
         assert!(loaded.is_empty());
         table.insert(key("a"), seen(0));
@@ -347,7 +346,7 @@ mod tests {
         j.write(&pending).unwrap();
         drop(j);
         let (_, loaded) = DedupeJournal::open(dir.path(), Some(mark)).unwrap();
-        let mut expected = Table::default();
+        let mut expected = DedupeTable::default();
         expected.insert(key("b"), seen(1));
         assert_eq!(loaded, expected, "the uncommitted put of c is not read back");
     }
@@ -355,7 +354,7 @@ mod tests {
     #[test]
     fn a_rewrite_takes_effect_only_once_its_mark_is_committed() {
         let dir = tempfile::tempdir().unwrap();
-        let mut table = Table::default();
+        let mut table = DedupeTable::default();
         let (mut j, _) = DedupeJournal::open(dir.path(), None).unwrap();
         table.insert(key("a"), seen(0));
         let first = checkpoint(&mut j, &mut table);
@@ -378,7 +377,7 @@ mod tests {
     #[test]
     fn ids_of_any_length_take_one_fixed_size_record() {
         let dir = tempfile::tempdir().unwrap();
-        let mut table = Table::default();
+        let mut table = DedupeTable::default();
         let (mut j, _) = DedupeJournal::open(dir.path(), None).unwrap();
         table.insert(Key::new("T", &"é".repeat(40_000)), seen(0));
         table.insert(key("after"), seen(1));
@@ -404,7 +403,7 @@ mod tests {
         // Not mistaken for one: this format's own files.
         let dir = tempfile::tempdir().unwrap();
         let (mut j, _) = DedupeJournal::open(dir.path(), None).unwrap();
-        let mut table = Table::default();
+        let mut table = DedupeTable::default();
         table.insert(key("a"), seen(0));
         let mark = checkpoint(&mut j, &mut table);
         assert!(dir.path().join("dedupe-v2.0.journal").exists());
@@ -421,7 +420,7 @@ mod tests {
         /// Any flipped byte inside the checkpointed part is reported, never read as data.
         #[test]
         fn a_flipped_byte_is_an_error(at in 0usize..200, bit in 0u8..8) {
-            let mut table = Table::default();
+            let mut table = DedupeTable::default();
             for i in 0..4u64 {
                 table.insert(key(&format!("id-{i}")), seen(i));
             }

@@ -19,7 +19,7 @@ use std::ops::{Deref, DerefMut};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::dedupe::{DedupeClock, DedupeKey, Seen};
+use crate::broker::dedupe::{DedupeClock, DedupeKey, DedupeTable};
 use crate::broker::disk_table::DiskTable;
 use crate::broker::effects::Effects;
 use crate::broker::group::GroupConfig;
@@ -52,7 +52,7 @@ pub struct Partition {
     pub topics: Table<String, TopicConfig>,
     pub queues: QueueRanges,
     /// Message ids stored within the dedupe window, per topic, keyed by a hash of the pair.
-    pub dedupe: Table<DedupeKey, Seen>,
+    pub dedupe: DedupeTable,
     /// Groups (as placed), their epochs and POP progress; topics' epochs (as placed).
     pub consumption: Consumption,
     /// Pending delayed messages, by (due second, position), in files of their own.

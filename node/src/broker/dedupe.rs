@@ -196,6 +196,9 @@ impl DedupeClock {
     }
 }
 
+/// Rows a window's map keeps room for however few it holds: shrinking below is not worth a rehash.
+const MIN_ROOM: usize = 4096;
+
 /// The window's rows, by key.
 ///
 /// A hash map, not a [`Table`](crate::broker::table::Table): the keys are random and there are
@@ -222,13 +225,16 @@ impl DedupeTable {
         self.rows.insert(key, seen)
     }
 
-    /// Removes the row; the removal is written at the next checkpoint.
+    /// Removes the row; the removal is written at the next checkpoint. A map left at a quarter of
+    /// its room or less (a burst of ids has expired) gives the rest back: a hash map keeps its
+    /// room otherwise, and a burst's would stay taken for good.
     pub fn remove(&mut self, key: &DedupeKey) -> Option<Seen> {
-        let removed = self.rows.remove(key);
-        if removed.is_some() {
-            self.changed.insert(*key);
+        let removed = self.rows.remove(key)?;
+        self.changed.insert(*key);
+        if self.rows.capacity() > MIN_ROOM && self.rows.capacity() / 4 > self.rows.len() {
+            self.rows.shrink_to(2 * self.rows.len());
         }
-        removed
+        Some(removed)
     }
 
     /// The rows, in no particular order.
@@ -389,5 +395,21 @@ mod tests {
         assert_eq!(window.take_changed(), HashSet::from([gone]), "only a row that went is written");
         window.mark_changed(HashSet::from([gone]));
         assert_eq!(window.take_changed().len(), 1, "a failed checkpoint's keys come back");
+    }
+
+    #[test]
+    fn a_window_whose_burst_expired_gives_its_room_back() {
+        let mut window = DedupeTable::default();
+        let keys: Vec<DedupeKey> = (0..100_000u64).map(|i| DedupeKey::new("T", &format!("id-{i}"))).collect();
+        for (i, key) in keys.iter().enumerate() {
+            window.insert(*key, Seen { queue_id: 0, offset: i as u64, seen_ms: 0, index: 1 });
+        }
+        let burst = window.rows.capacity();
+        for key in &keys[10..] {
+            window.remove(key);
+        }
+        assert_eq!(window.len(), 10);
+        assert!(window.rows.capacity() <= MIN_ROOM, "room for {} rows kept of {burst}", window.rows.capacity());
+        assert!(keys[..10].iter().all(|k| window.get(k).is_some()), "the rows left are all still there");
     }
 }

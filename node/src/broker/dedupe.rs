@@ -5,7 +5,7 @@
 //!
 //! At 50k msg/s and a 120 s window the table holds 6M live rows. Keyed by the two strings (twice:
 //! once in the table, once in the expiry order) that cost ~340 bytes a row, ~2 GB; keyed by a
-//! fixed 16-byte hash in a hash map it costs ~130 (docs/durability.md has the measurement,
+//! fixed 16-byte hash in hash maps it costs ~140 (docs/durability.md has the measurement,
 //! `cargo bench -p rockraft --bench dedupe`).
 //!
 //! The hash is XXH3-128 (seed 0, the default secret) of `topic length as u64 LE | topic | id`.
@@ -196,58 +196,81 @@ impl DedupeClock {
     }
 }
 
-/// Rows a window's map keeps room for however few it holds: shrinking below is not worth a rehash.
-const MIN_ROOM: usize = 4096;
+/// Maps the window's rows are spread over, by the key's first byte.
+const SHARDS: usize = 256;
+/// Rows a shard keeps room for however few it holds: shrinking below is not worth a rehash.
+const MIN_ROOM: usize = 64;
 
 /// The window's rows, by key.
 ///
-/// A hash map, not a [`Table`](crate::broker::table::Table): the keys are random and there are
+/// Hash maps, not a [`Table`](crate::broker::table::Table): the keys are random and there are
 /// millions of them (a 120 s window at 20k msg/s holds 2.4M), so each send's look-up and insert
 /// in a B-tree missed the cache at every level — 7 % of a follower's CPU at 512 sends in flight.
+/// [`SHARDS`] of them, because a hash map grows by rehashing all it holds in one insert: one map of
+/// 1M rows took 54 ms for it (`cargo bench -p rockraft --bench dedupe`), in apply, on every
+/// replica at once; a shard holds a 256th.
 /// Snapshots and digests list the rows sorted by key, as a `Table` does, so two replicas with the
 /// same rows serialize to the same bytes. The default hasher is keyed per process: a client
 /// choosing message ids cannot aim them at one bucket.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct DedupeTable {
-    rows: HashMap<DedupeKey, Seen>,
+    shards: Box<[HashMap<DedupeKey, Seen>]>,
+    len: usize,
     /// Keys inserted or removed since the last checkpoint took them.
     changed: HashSet<DedupeKey>,
 }
 
+impl Default for DedupeTable {
+    fn default() -> Self {
+        DedupeTable { shards: (0..SHARDS).map(|_| HashMap::new()).collect(), len: 0, changed: HashSet::new() }
+    }
+}
+
 impl DedupeTable {
+    fn shard(&self, key: &DedupeKey) -> usize {
+        usize::from(key.0[0]) % SHARDS
+    }
+
     pub fn get(&self, key: &DedupeKey) -> Option<&Seen> {
-        self.rows.get(key)
+        self.shards[self.shard(key)].get(key)
     }
 
     /// Sets the row; it is written at the next checkpoint.
     pub fn insert(&mut self, key: DedupeKey, seen: Seen) -> Option<Seen> {
         self.changed.insert(key);
-        self.rows.insert(key, seen)
+        let old = self.shards[self.shard(&key)].insert(key, seen);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
     }
 
-    /// Removes the row; the removal is written at the next checkpoint. A map left at a quarter of
-    /// its room or less (a burst of ids has expired) gives the rest back: a hash map keeps its
+    /// Removes the row; the removal is written at the next checkpoint. A shard left at a quarter
+    /// of its room or less (a burst of ids has expired) gives the rest back: a hash map keeps its
     /// room otherwise, and a burst's would stay taken for good.
     pub fn remove(&mut self, key: &DedupeKey) -> Option<Seen> {
-        let removed = self.rows.remove(key)?;
-        self.changed.insert(*key);
-        if self.rows.capacity() > MIN_ROOM && self.rows.capacity() / 4 > self.rows.len() {
-            self.rows.shrink_to(2 * self.rows.len());
+        let i = self.shard(key);
+        let shard = &mut self.shards[i];
+        let removed = shard.remove(key)?;
+        if shard.capacity() > MIN_ROOM && shard.capacity() / 4 > shard.len() {
+            shard.shrink_to(2 * shard.len());
         }
+        self.len -= 1;
+        self.changed.insert(*key);
         Some(removed)
     }
 
     /// The rows, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&DedupeKey, &Seen)> {
-        self.rows.iter()
+        self.shards.iter().flat_map(HashMap::iter)
     }
 
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.len == 0
     }
 
     /// Takes the keys changed since the last call (the checkpoint journals their rows).
@@ -261,7 +284,7 @@ impl DedupeTable {
     }
 
     fn sorted(&self) -> Vec<(&DedupeKey, &Seen)> {
-        let mut rows: Vec<_> = self.rows.iter().collect();
+        let mut rows: Vec<_> = self.iter().collect();
         rows.sort_unstable_by_key(|(k, _)| **k);
         rows
     }
@@ -269,7 +292,7 @@ impl DedupeTable {
 
 impl PartialEq for DedupeTable {
     fn eq(&self, other: &Self) -> bool {
-        self.rows == other.rows
+        self.len == other.len && self.shards == other.shards
     }
 }
 
@@ -289,7 +312,12 @@ impl Serialize for DedupeTable {
 impl<'de> Deserialize<'de> for DedupeTable {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let pairs: Vec<(DedupeKey, Seen)> = Vec::deserialize(d)?;
-        Ok(DedupeTable { rows: pairs.into_iter().collect(), changed: HashSet::new() })
+        let mut table = DedupeTable::default();
+        for (key, seen) in pairs {
+            table.insert(key, seen);
+        }
+        table.changed.clear();
+        Ok(table)
     }
 }
 
@@ -398,18 +426,21 @@ mod tests {
     }
 
     #[test]
-    fn a_window_whose_burst_expired_gives_its_room_back() {
+    fn a_window_grows_in_small_maps_and_gives_back_the_room_of_an_expired_burst() {
         let mut window = DedupeTable::default();
         let keys: Vec<DedupeKey> = (0..100_000u64).map(|i| DedupeKey::new("T", &format!("id-{i}"))).collect();
         for (i, key) in keys.iter().enumerate() {
             window.insert(*key, Seen { queue_id: 0, offset: i as u64, seen_ms: 0, index: 1 });
         }
-        let burst = window.rows.capacity();
+        let room = |w: &DedupeTable| w.shards.iter().map(HashMap::capacity).sum::<usize>();
+        let largest = window.shards.iter().map(HashMap::len).max().unwrap();
+        assert!(largest < 1_000, "a shard rehashed at once holds {largest} of 100,000 rows");
+        let burst = room(&window);
         for key in &keys[10..] {
             window.remove(key);
         }
         assert_eq!(window.len(), 10);
-        assert!(window.rows.capacity() <= MIN_ROOM, "room for {} rows kept of {burst}", window.rows.capacity());
+        assert!(room(&window) <= SHARDS * MIN_ROOM, "room for {} rows kept of {burst}", room(&window));
         assert!(keys[..10].iter().all(|k| window.get(k).is_some()), "the rows left are all still there");
     }
 }

@@ -88,25 +88,31 @@ make_admin_credentials() {
   fi
 }
 
-# `--tls`: a CA and a certificate for each node (127.0.0.1 and localhost) it signed, made once per
-# data directory; keys readable by their owner only.
+# `--tls`: a CA and a certificate for each node (127.0.0.1 and localhost, and the URI SAN that
+# names it as member n) it signed, made once per data directory; keys readable by their owner only.
 make_certificates() {
-  [ -s "$tls_dir/ca.pem" ] && return
   command -v openssl > /dev/null || { echo "--tls needs openssl" >&2; exit 1; }
   mkdir -p "$data"
   (
     umask 077
     mkdir -p "$tls_dir"
     chmod 700 "$tls_dir"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls_dir/ca.key" \
-      -out "$tls_dir/ca.pem" -days 825 -subj "/CN=RockRaft quick-start CA" 2> /dev/null
-    printf "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n" \
-      > "$tls_dir/node.ext"
+    if [ ! -s "$tls_dir/ca.pem" ]; then
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls_dir/ca.key" \
+        -out "$tls_dir/ca.pem" -days 825 -subj "/CN=RockRaft quick-start CA" 2> /dev/null
+    fi
     for n in $(seq "$nodes"); do
+      # Made again where an older script made one that names no member.
+      if openssl x509 -in "$tls_dir/node$n.pem" -noout -ext subjectAltName 2> /dev/null | grep -q "rockraft://"; then
+        continue
+      fi
+      # The URI names the member: the other nodes take this certificate as node $n's only.
+      printf "subjectAltName=IP:127.0.0.1,DNS:localhost,URI:rockraft://rockraft/node/%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n" \
+        "$n" > "$tls_dir/node$n.ext"
       openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tls_dir/node$n.key" \
         -out "$tls_dir/node$n.csr" -subj "/CN=rockraft node $n" 2> /dev/null
       openssl x509 -req -in "$tls_dir/node$n.csr" -CA "$tls_dir/ca.pem" -CAkey "$tls_dir/ca.key" \
-        -CAcreateserial -out "$tls_dir/node$n.pem" -days 825 -extfile "$tls_dir/node.ext" 2> /dev/null
+        -CAcreateserial -out "$tls_dir/node$n.pem" -days 825 -extfile "$tls_dir/node$n.ext" 2> /dev/null
       rm -f "$tls_dir/node$n.csr"
     done
   )

@@ -131,8 +131,8 @@ pub struct Options {
     /// TLS on the client and admin listeners, with a certificate for 127.0.0.1 and localhost
     /// signed by a CA made for this cluster (`Cluster::tls_ca`).
     pub tls: bool,
-    /// Members over mutual TLS on the raft port (`[tls] peer_ca_file`, implies `tls`), and no
-    /// cluster secret.
+    /// Members over mutual TLS on the raft port (`[tls] peer_ca_file`, implies `tls`), each
+    /// node's certificate naming its member id, beside the cluster secret.
     pub member_tls: bool,
     /// Each node in a network namespace of its own, so links can be cut (`Cluster::network`);
     /// on loopback, with a message saying why, where namespaces cannot be made.
@@ -191,6 +191,31 @@ pub fn small_disks_allowed() -> Result<(), String> {
     SmallDisk::mount(&dir.path().join("probe"), 1).map(drop)
 }
 
+/// What a test caller of a raft port adds to each call: the cluster secret (when it has one), the
+/// group it names, and an operator's signature (when set).
+#[derive(Clone)]
+pub struct RaftPortHeaders {
+    pub secret: Option<String>,
+    pub group: u32,
+    pub operator: Option<Credentials>,
+}
+
+impl tonic::service::Interceptor for RaftPortHeaders {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(secret) = &self.secret {
+            r.metadata_mut().insert(rockraft::auth::member::SECRET_HEADER, secret.parse().expect("ascii"));
+        }
+        r.metadata_mut().insert("rockraft-group", self.group.into());
+        if let Some(c) = &self.operator {
+            let (date_time, header) =
+                rockraft::auth::signature::sign(&c.access_key, c.secret.expose(), time::OffsetDateTime::now_utc());
+            r.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
+            r.metadata_mut().insert("authorization", header.parse().expect("ascii"));
+        }
+        Ok(r)
+    }
+}
+
 /// A certificate authority made for a test, which signs node certificates.
 pub struct TestCa {
     /// Its certificate, PEM.
@@ -213,14 +238,29 @@ impl TestCa {
         TestCa { cert, issuer: Issuer::new(ca_params, ca_key) }
     }
 
-    /// A certificate for `names` (IP addresses become IP SANs) signed by this CA, written to
-    /// `dir/<file>.pem` and `dir/<file>.key`; returns (certificate, key).
+    /// A certificate for `names` (IP addresses become IP SANs) signed by this CA, naming no
+    /// member (what the CA issues to other services), written to `dir/<file>.pem` and
+    /// `dir/<file>.key`; returns (certificate, key).
     pub fn issue(&self, dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
-        use rcgen::{CertificateParams, DnType, KeyPair};
+        self.issue_with(dir, file, None, names)
+    }
+
+    /// [`Self::issue`] for member `id` of the test clusters (named `rockraft`, the default): its
+    /// URI SAN `rockraft://rockraft/node/<id>`.
+    pub fn issue_member(&self, dir: &Path, file: &str, id: u64, names: &[&str]) -> (PathBuf, PathBuf) {
+        self.issue_with(dir, file, Some(rockraft::auth::member_tls::member_uri("rockraft", id)), names)
+    }
+
+    /// [`Self::issue`] with any URI SAN (another cluster's member, a malformed one).
+    pub fn issue_with(&self, dir: &Path, file: &str, uri: Option<String>, names: &[&str]) -> (PathBuf, PathBuf) {
+        use rcgen::{CertificateParams, DnType, KeyPair, SanType};
         let key = KeyPair::generate().expect("node key");
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).expect("node params");
-        params.distinguished_name.push(DnType::CommonName, "rockraft node");
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(SanType::URI(uri.try_into().expect("an ASCII URI")));
+        }
+        params.distinguished_name.push(DnType::CommonName, file);
         let cert = params.signed_by(&key, &self.issuer).expect("node certificate");
         let paths = (dir.join(format!("{file}.pem")), dir.join(format!("{file}.key")));
         std::fs::write(&paths.0, cert.pem()).expect("write certificate");
@@ -233,7 +273,7 @@ impl TestCa {
 /// paths of (CA certificate, node certificate, node key), PEM.
 pub fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let ca = TestCa::new(dir);
-    let (cert, key) = ca.issue(dir, "node", &["127.0.0.1", "localhost"]);
+    let (cert, key) = ca.issue_member(dir, "node", 1, &["127.0.0.1", "localhost"]);
     (ca.cert, cert, key)
 }
 
@@ -371,27 +411,34 @@ impl Cluster {
             ),
             None => String::new(),
         };
-        let (ca, tls) = match options.tls || options.member_tls {
-            true => {
-                let ca = TestCa::new(dir.path());
-                let (cert, key) = ca.issue(dir.path(), "node", &["127.0.0.1", "localhost"]);
+        // Each node's certificate names it (the member id it presents to the others).
+        let ca = (options.tls || options.member_tls).then(|| TestCa::new(dir.path()));
+        let tls_of = |node: &Node| match &ca {
+            Some(ca) => {
+                // Its addresses too, where it has its own (a network namespace).
+                let mut names = vec!["127.0.0.1", "localhost"];
+                for addr in [&node.raft_addr, &node.client_addr, &node.admin_addr] {
+                    let host = rockraft::auth::tls::host_of(addr);
+                    if !names.contains(&host) {
+                        names.push(host);
+                    }
+                }
+                let id = node.id;
+                let (cert, key) = ca.issue_member(dir.path(), &format!("node{id}"), id, &names);
                 let mut tls = format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert.display(), key.display());
                 if options.member_tls {
                     tls += &format!("peer_ca_file = \"{}\"\n", ca.cert.display());
                 }
-                (Some(ca), tls)
+                tls
             }
-            false => (None, String::new()),
+            None => String::new(),
         };
         // Nodes on a private network with authentication off serve their admin ports beyond
         // loopback: said explicitly, as a deployment would have to.
         let insecure = if network.is_some() && admin.is_none() { "allow_insecure = true\n" } else { "" };
         let tls_ca = ca.as_ref().map(|c| c.cert.clone());
-        // With mutual TLS the certificate is what makes a member: no secret.
-        let secret_line = match options.member_tls {
-            true => String::new(),
-            false => format!("cluster_secret = \"{secret}\""),
-        };
+        // With mutual TLS as well: members prove both.
+        let secret_line = format!("cluster_secret = \"{secret}\"");
         if let Some(archive) = &options.existing_data {
             let out = Command::new("tar").arg("xzf").arg(archive).arg("-C").arg(dir.path()).output().expect("run tar");
             assert!(out.status.success(), "unpacking {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
@@ -406,6 +453,7 @@ impl Cluster {
         let mut mounts = Vec::new();
         for node in &nodes {
             std::fs::create_dir_all(&node.dir).expect("node dir");
+            let tls = tls_of(node);
             if let Some(mib) = options.disk_mib {
                 mounts.push(SmallDisk::mount(&node.data_dir, mib).expect("a small filesystem for the node's data"));
             }
@@ -789,6 +837,42 @@ impl Cluster {
     /// has one.
     pub async fn call<R: AdminCall>(&self, addr: &str, req: R) -> Result<R::Reply, CallError> {
         call(addr, &self.admin_options(), req).await
+    }
+
+    /// The certificate and key (PEM) node `id` presents to the other members, on a cluster
+    /// started with `Options::member_tls`.
+    pub fn member_identity(&self, id: u64) -> (PathBuf, PathBuf) {
+        let dir = self._dir.path();
+        (dir.join(format!("node{id}.pem")), dir.join(format!("node{id}.key")))
+    }
+
+    /// A channel to node `id`'s raft port as the holder of `identity` (a certificate and key,
+    /// PEM) dials it, over TLS trusting the cluster's CA; every call carries `secret` when given
+    /// (the cluster's, say, to show it is not enough alone), and names group `group`.
+    pub fn raft_channel_as(
+        &self,
+        id: u64,
+        identity: Option<(&Path, &Path)>,
+        secret: Option<&str>,
+        group: u32,
+    ) -> tonic::service::interceptor::InterceptedService<tonic::transport::Channel, RaftPortHeaders> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+        let ca = self.tls_ca.as_ref().expect("a cluster on mutual TLS");
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(std::fs::read(ca).expect("the CA")))
+            .domain_name("127.0.0.1");
+        if let Some((cert, key)) = identity {
+            let identity = Identity::from_pem(std::fs::read(cert).expect("cert"), std::fs::read(key).expect("key"));
+            tls = tls.identity(identity);
+        }
+        let channel = Endpoint::from_shared(format!("https://{}", self.node(id).raft_addr))
+            .expect("url")
+            .tls_config(tls)
+            .expect("tls")
+            .connect_timeout(Duration::from_secs(2))
+            .connect_lazy();
+        let headers = RaftPortHeaders { secret: secret.map(str::to_string), group, operator: None };
+        tonic::service::interceptor::InterceptedService::new(channel, headers)
     }
 
     /// How the harness reaches an admin listener: as the cluster's admin, over its TLS.

@@ -1,3 +1,5 @@
+// The admin service's futures nest deeply (a request passed on to the leader, inside the router).
+#![recursion_limit = "256"]
 //! RockRaft: a RocketMQ-5-style message broker whose CommitLog is a Raft log.
 //!
 //! - `store`: segment files, log index, ConsumeQueue, recovery.

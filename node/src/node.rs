@@ -1,9 +1,10 @@
 //! One RockRaft node: storage, broker, Raft, the cluster handle, background jobs, and its three
 //! gRPC listeners, one per plane, wired together.
 //!
-//! - raft port (members only: the cluster secret): `RaftService` (replication), `PeerService`
-//!   (what members ask of the leader) and `AdminService` (operator requests members forward to
-//!   the leader);
+//! - raft port (current members only: the cluster secret and, on mutual TLS, a certificate naming
+//!   a member; `auth::member`): `RaftService` (replication), `PeerService` (what members ask of
+//!   the leader) and `AdminService` (operator requests members pass on to the leader, each with
+//!   its operator's signature);
 //! - client port: the RocketMQ `MessagingService` (proxy) only; each request is marked with its
 //!   caller, whom the proxy checks against the access rules;
 //! - admin port: `AdminService` for the CLI, admins only when authentication is on.
@@ -19,7 +20,8 @@ use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 use crate::admin::{AdminParts, AdminServer, NodeConfig};
 use crate::auth::connections::ConnectionCap;
 use crate::auth::gate::ClientGate;
-use crate::auth::member::{Check, MemberCredentials};
+use crate::auth::member::{Audience, MemberCredentials, MemberGate, MemberPolicy, Secrets};
+use crate::auth::member_listener::MemberListener;
 use crate::auth::{AdminsOnly, Authenticator};
 use crate::broker::Broker;
 use crate::cluster::{Cluster, PeerServer};
@@ -43,6 +45,8 @@ pub enum NodeError {
     Broker(#[from] crate::broker::BrokerError),
     #[error(transparent)]
     Tls(#[from] crate::auth::tls::TlsError),
+    #[error(transparent)]
+    MemberTls(#[from] crate::auth::member_tls::MemberTlsError),
     /// The TLS settings a listener was given were refused (`what`: the setting).
     #[error("{what}: {source}")]
     Listener { what: &'static str, source: tonic::transport::Error },
@@ -77,6 +81,10 @@ pub struct Node {
     renewals: Arc<Renewals>,
     /// The metadata group's log, read by the status page and metrics.
     log: crate::store::LogReader,
+    /// The cluster secrets this node attaches and accepts (replaced on SIGHUP).
+    secrets: Secrets,
+    /// Mutual TLS between members, when on.
+    member_tls: Option<crate::auth::member_tls::MemberTls>,
 }
 
 /// A node's parts besides the cluster: its replica of the broker state, the plugin host, what it
@@ -97,8 +105,12 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
     // One dialer for Raft and every other call to a member, so they share each member's
     // refusal gate.
+    let secrets = Secrets::new(config.cluster_secret.as_ref(), config.cluster_secret_next.as_ref());
     let dialer = Dialer {
-        credentials: MemberCredentials::new(config.cluster_secret.as_ref(), config.tls.member()?),
+        credentials: MemberCredentials::new(
+            secrets.clone(),
+            crate::auth::member_tls::MemberTls::from_config(&config.tls, &config.group, config.node_id)?,
+        ),
         refusals: Default::default(),
     };
     if config.cluster_secret.is_none() && config.tls.peer_ca_file.is_none() {
@@ -112,6 +124,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     let meters = crate::metrics::Meters::new();
     let jobs = Jobs::new();
     let config = Arc::new(config);
+    let member_tls = dialer.credentials.tls.clone();
     let context = Context {
         config: Arc::clone(&config),
         layout,
@@ -134,7 +147,7 @@ pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     jobs.spawn("clock skew", crate::jobs::watch_clocks(replicas.groups(), max_skew));
     jobs.spawn("disk space", crate::jobs::watch_disks(cluster.clone()));
     let parts = Parts { broker, plugins, meters, sessions };
-    Ok(Node { cluster, replicas, parts, config, jobs, renewals, log })
+    Ok(Node { cluster, replicas, parts, config, jobs, renewals, log, secrets, member_tls })
 }
 
 /// The largest admin request: a plugin registration, whose module travels as raw protobuf bytes
@@ -164,7 +177,6 @@ fn request_span(req: &tonic::codegen::http::Request<()>) -> tracing::Span {
 pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Read before anything is opened, so a bad certificate stops the node at once.
     let tls = config.tls.server()?;
-    let member_tls = config.tls.member()?;
     let node = open(config).await?;
     let config = Arc::clone(&node.config);
     let address = |setting: &'static str, addr: &str| {
@@ -193,24 +205,53 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         AdminServiceServer::new(server(cluster.clone(), admin_parts.clone(), Arc::clone(&config)))
             .max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES)
     };
-    // Members only: the certificate (mutual TLS) or the secret is checked before a request is
-    // decoded.
-    let members_only = Check::new(config.cluster_secret.as_ref(), member_tls.is_some());
+    let authenticator = Authenticator::new(config.auth.clone(), node.parts.broker.clone());
+    // Current members only: the secret and (mutual TLS) the certificate are checked before a
+    // request is decoded; operator requests passed on need their operator's signature too.
+    let member_tls = node.member_tls.clone();
+    let roster: Arc<dyn crate::auth::member::Roster> = match member_tls {
+        Some(_) => {
+            let initial = config.members.iter().map(|m| m.id).collect();
+            Arc::new(crate::raft::GroupRoster::new(node.replicas.raft_groups(), initial))
+        }
+        None => Arc::new(crate::auth::member::Everyone),
+    };
+    let refusals = Arc::new(crate::auth::member::RefusalLog::default());
+    let policy = MemberPolicy {
+        secrets: node.secrets.clone(),
+        mutual_tls: member_tls.is_some(),
+        roster: Arc::clone(&roster),
+        operators: Arc::clone(&authenticator),
+        refusals: Arc::clone(&refusals),
+    };
     let raft_service =
         RaftServiceServer::new(RaftServer::new(node.replicas.raft_groups())).max_decoding_message_size(max);
     let peer_service = PeerServiceServer::new(PeerServer::new(node.replicas.clusters())).max_decoding_message_size(max);
-    let mut raft_builder = match &member_tls {
-        Some(t) => server_builder()
-            .tls_config(t.server())
-            .map_err(|source| NodeError::Listener { what: "[tls] peer_ca_file", source })?,
-        None => server_builder(),
+    let raft_router = server_builder()
+        // A member that stopped answering (gone behind a partition without a reset) is noticed,
+        // and no connection lives for ever: a renewed certificate and a rotated secret are
+        // taken up by the connections after.
+        .http2_keepalive_interval(Some(MEMBER_KEEPALIVE))
+        .http2_keepalive_timeout(Some(MEMBER_KEEPALIVE))
+        .max_connection_age(MAX_MEMBER_CONNECTION_AGE)
+        .max_connection_age_grace(MEMBER_CONNECTION_GRACE)
+        .add_service(MemberGate::new(raft_service, Audience::Replication, policy.clone()))
+        .add_service(MemberGate::new(peer_service, Audience::Members, policy.clone()))
+        .add_service(MemberGate::new(admin(AdminServer::for_members), Audience::Operators, policy));
+    let raft_tcp = bind(raft_addr).map_err(bound("raft_addr", raft_addr))?;
+    let listener = MemberListener {
+        cap: ConnectionCap::new("raft", config.limits.max_member_connections_per_address),
+        roster,
+        refusals,
     };
-    let raft_server = raft_builder
-        .add_service(InterceptedService::new(raft_service, members_only.clone()))
-        .add_service(InterceptedService::new(peer_service, members_only.clone()))
-        .add_service(InterceptedService::new(admin(AdminServer::for_members), members_only))
-        .serve_with_shutdown(raft_addr, stopped(stop_rx.clone()));
-    let authenticator = Authenticator::new(config.auth.clone(), node.parts.broker.clone());
+    let raft_task = match member_tls.clone() {
+        Some(t) => tokio::spawn(
+            raft_router.serve_with_incoming_shutdown(listener.mutual_tls(raft_tcp, t), stopped(stop_rx.clone())),
+        ),
+        None => {
+            tokio::spawn(raft_router.serve_with_incoming_shutdown(listener.plain(raft_tcp), stopped(stop_rx.clone())))
+        }
+    };
     if !config.auth.enabled {
         tracing::warn!(
             client = %config.client_addr,
@@ -268,7 +309,6 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let http_state =
         crate::http::HttpState::new(cluster.clone(), admin_parts.clone(), Arc::clone(&config), node.log.clone());
     let http_task = tokio::spawn(crate::http::serve(http_listener, http_state, stopped(stop_rx.clone())));
-    let raft_task = tokio::spawn(raft_server);
     let client_task = tokio::spawn(client_server);
     let admin_task = tokio::spawn(admin_server);
     tracing::info!(
@@ -284,6 +324,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         "node started"
     );
 
+    if let Some(path) = config.path.clone() {
+        node.jobs.spawn("secret reload", reload_secrets_on_hangup(path, node.secrets.clone()));
+    }
     let fatal = tokio::select! {
         _ = shutdown_signal() => None,
         reason = node.jobs.failed() => Some(reason),
@@ -320,6 +363,36 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         replica.broker.checkpoint()?;
     }
     Ok(())
+}
+
+/// How often the raft port pings a connection, and how long it waits for the answer.
+const MEMBER_KEEPALIVE: Duration = Duration::from_secs(10);
+/// The longest a member connection is kept (then the member dials again), and how long its calls
+/// then have to finish.
+const MAX_MEMBER_CONNECTION_AGE: Duration = Duration::from_secs(3600);
+const MEMBER_CONNECTION_GRACE: Duration = Duration::from_secs(30);
+
+/// On SIGHUP, reads the cluster secrets again from the configuration (and their files): how a
+/// secret is rotated without a restart (`docs/security.md`). A configuration that does not load
+/// changes nothing, and says why.
+async fn reload_secrets_on_hangup(path: std::path::PathBuf, secrets: Secrets) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        let read = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || NodeConfig::reread_secrets(&path)
+        })
+        .await;
+        match read {
+            Ok(Ok((current, next))) => {
+                secrets.replace(current.as_ref(), next.as_ref());
+                tracing::info!(next = next.is_some(), "SIGHUP: cluster secrets read again");
+            }
+            Ok(Err(e)) => tracing::error!(error = %e, "SIGHUP: the configuration does not load; the secrets stay"),
+            Err(e) => tracing::error!(error = %e, "SIGHUP: reading the configuration failed"),
+        }
+    }
 }
 
 /// Waits for a server's task to finish until `until`, then aborts it.

@@ -15,6 +15,33 @@ use crate::store::{DEFAULT_SEGMENT_SIZE, Durability, LogConfig};
 /// each of those (`proxy/send.rs`) to far less than this.
 pub const MESSAGE_OVERHEAD_BYTES: u64 = 64 << 10;
 
+use crate::auth::member::ClusterSecret;
+
+/// Takes a cluster secret kept in a file of its own into `secret` (`setting` names the pair).
+fn read_cluster_secret(
+    secret: &mut Option<ClusterSecret>,
+    file: &Option<PathBuf>,
+    setting: &'static str,
+) -> Result<(), ConfigError> {
+    let Some(path) = file else { return Ok(()) };
+    let file_setting = if setting == "cluster_secret" { "cluster_secret_file" } else { "cluster_secret_next_file" };
+    if secret.is_some() {
+        return Err(invalid(format!("{setting} and {file_setting}: give one of them")));
+    }
+    let text = crate::auth::read_secret_file(path).map_err(|source| ConfigError::ClusterSecretFile {
+        setting: file_setting,
+        path: path.clone(),
+        source,
+    })?;
+    let read = ClusterSecret::new(&text).map_err(|source| ConfigError::ClusterSecret {
+        setting: file_setting,
+        path: path.clone(),
+        source,
+    })?;
+    *secret = Some(read);
+    Ok(())
+}
+
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -22,10 +49,11 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{}: {source}", path.display())]
     Parse { path: PathBuf, source: Box<toml::de::Error> },
-    #[error("cluster_secret_file {}: {source}", path.display())]
-    ClusterSecretFile { path: PathBuf, source: std::io::Error },
-    #[error("cluster_secret_file {}: {source}", path.display())]
-    ClusterSecret { path: PathBuf, source: crate::auth::member::ClusterSecretError },
+    /// `setting`: `cluster_secret_file` or `cluster_secret_next_file`.
+    #[error("{setting} {}: {source}", path.display())]
+    ClusterSecretFile { setting: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("{setting} {}: {source}", path.display())]
+    ClusterSecret { setting: &'static str, path: PathBuf, source: crate::auth::member::ClusterSecretError },
     /// The `[auth]` admin credential, or the file that holds its secret.
     #[error(transparent)]
     Auth(#[from] crate::auth::AuthConfigError),
@@ -90,11 +118,21 @@ pub struct NodeConfig {
     /// The secret every member of the cluster shares: calls to the raft port must carry it
     /// (`auth/member.rs`). Without it that port accepts any caller.
     #[serde(default)]
-    pub cluster_secret: Option<crate::auth::member::ClusterSecret>,
+    pub cluster_secret: Option<ClusterSecret>,
     /// A file holding the cluster secret, read at start (a mounted Kubernetes or compose secret,
     /// a systemd credential): keeps the secret out of this file. Not with `cluster_secret`.
     #[serde(default)]
     pub cluster_secret_file: Option<PathBuf>,
+    /// A second secret this node accepts (but does not attach) on the raft port: the new one
+    /// during a rotation (`docs/security.md`). Read again, with `cluster_secret`, on SIGHUP.
+    #[serde(default)]
+    pub cluster_secret_next: Option<ClusterSecret>,
+    /// A file holding `cluster_secret_next`. Not with `cluster_secret_next`.
+    #[serde(default)]
+    pub cluster_secret_next_file: Option<PathBuf>,
+    /// Where this configuration was read from (set by [`NodeConfig::load`]): read again on SIGHUP.
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
     /// Serve even though a listener that grants everything is reachable from the network (the
     /// raft port without a cluster secret, the admin port with `[auth]` off). Off: such a
     /// configuration is refused at start.
@@ -208,6 +246,9 @@ pub struct LimitsConfig {
     /// Connections one source address may hold open to the client port, and to the admin port
     /// (0: no cap); more are closed as they are accepted.
     pub max_connections_per_address: usize,
+    /// Connections one source may hold open to the raft port (0: no cap). Members on one host
+    /// (the loopback quick start) share one address, and each holds a few per group.
+    pub max_member_connections_per_address: usize,
 }
 
 impl Default for LimitsConfig {
@@ -222,6 +263,7 @@ impl Default for LimitsConfig {
             max_long_poll_secs: 60,
             max_ack_entries: 1024,
             max_connections_per_address: 512,
+            max_member_connections_per_address: 512,
         }
     }
 }
@@ -315,23 +357,22 @@ impl NodeConfig {
             .map_err(|source| ConfigError::Parse { path: path.to_path_buf(), source: Box::new(source) })?;
         config.read_secret_files()?;
         config.validate()?;
+        config.path = Some(path.to_path_buf());
         Ok(config)
     }
 
     /// Takes the secrets kept in files of their own into the config.
     pub fn read_secret_files(&mut self) -> Result<(), ConfigError> {
-        if let Some(file) = &self.cluster_secret_file {
-            if self.cluster_secret.is_some() {
-                return Err(invalid("cluster_secret and cluster_secret_file: give one of them"));
-            }
-            let path = file.clone();
-            let secret = crate::auth::read_secret_file(file)
-                .map_err(|source| ConfigError::ClusterSecretFile { path: path.clone(), source })?;
-            let secret = crate::auth::member::ClusterSecret::new(&secret)
-                .map_err(|source| ConfigError::ClusterSecret { path, source })?;
-            self.cluster_secret = Some(secret);
-        }
+        read_cluster_secret(&mut self.cluster_secret, &self.cluster_secret_file, "cluster_secret")?;
+        read_cluster_secret(&mut self.cluster_secret_next, &self.cluster_secret_next_file, "cluster_secret_next")?;
         Ok(self.auth.read_secret_files()?)
+    }
+
+    /// The cluster secrets as the file says now (SIGHUP): the current one and the next, read
+    /// again from their own files where they are kept.
+    pub fn reread_secrets(path: &Path) -> Result<(Option<ClusterSecret>, Option<ClusterSecret>), ConfigError> {
+        let config = NodeConfig::load(path)?;
+        Ok((config.cluster_secret, config.cluster_secret_next))
     }
 
     /// Warns of each file or directory holding a secret of this node that others can read: the
@@ -340,12 +381,16 @@ impl NodeConfig {
     pub fn warn_of_open_secrets(&self, path: &Path) {
         let mut held = vec![(self.data_dir.as_path(), "the replicated user secrets and handle keys")];
         let inline = self.cluster_secret_file.is_none() && self.cluster_secret.is_some()
+            || self.cluster_secret_next_file.is_none() && self.cluster_secret_next.is_some()
             || self.auth.admin_secret_key_file.is_none() && self.auth.admin_secret_key.is_some();
         if inline {
             held.push((path, "a secret"));
         }
         if let Some(file) = &self.cluster_secret_file {
             held.push((file, "the cluster secret"));
+        }
+        if let Some(file) = &self.cluster_secret_next_file {
+            held.push((file, "the next cluster secret"));
         }
         if let Some(file) = &self.auth.admin_secret_key_file {
             held.push((file, "the admin secret key"));
@@ -430,6 +475,18 @@ impl NodeConfig {
             return Err(invalid(format!("members does not list this node ({})", self.node_id)));
         }
         self.auth.validate()?;
+        if self.cluster_secret_next.is_some() && self.cluster_secret.is_none() {
+            return Err(invalid(
+                "cluster_secret_next needs a cluster_secret: it is the second of two during a rotation",
+            ));
+        }
+        // Both credentials: a stolen member key alone is not enough, nor a stolen secret alone.
+        if self.tls.peer_ca_file.is_some() && self.cluster_secret.is_none() {
+            return Err(invalid(
+                "[tls] peer_ca_file needs a cluster_secret (or cluster_secret_file) as well: members prove both \
+                 the certificate and the secret",
+            ));
+        }
         if self.auth.enabled && !self.members_authenticated() {
             return Err(invalid(
                 "[auth] enabled needs a cluster_secret (or cluster_secret_file, or [tls] peer_ca_file for \
@@ -605,12 +662,19 @@ mod tests {
         let admin_open = at(secret).unwrap_err().to_string();
         assert!(admin_open.contains("admin_addr") && !admin_open.contains("raft_addr"), "{admin_open}");
         at(&format!("{secret}[auth]\nenabled = true\n")).unwrap();
-        // Mutual TLS between members proves membership as the secret does.
+        // Mutual TLS between members comes with the secret: both are proved.
         let dir = tempfile::tempdir().unwrap();
         let (cert, key, ca) = (dir.path().join("n.pem"), dir.path().join("n.key"), dir.path().join("ca.pem"));
         let mtls =
             format!("[auth]\nenabled = true\n[tls]\ncert_file = {cert:?}\nkey_file = {key:?}\npeer_ca_file = {ca:?}\n");
-        at(&mtls).unwrap();
+        let alone = at(&mtls).unwrap_err().to_string();
+        assert!(alone.contains("peer_ca_file needs a cluster_secret"), "{alone}");
+        at(&format!("{secret}{mtls}")).unwrap();
+        // The next secret of a rotation, only beside a current one.
+        let next = "cluster_secret_next = \"a8d1c0e7b3f24a9e5c61\"\n";
+        at(&format!("{secret}{next}[auth]\nenabled = true\n")).unwrap();
+        let lone_next = at(&format!("{next}allow_insecure = true\n")).unwrap_err().to_string();
+        assert!(lone_next.contains("cluster_secret_next needs a cluster_secret"), "{lone_next}");
         at("allow_insecure = true\n").unwrap();
         let config: NodeConfig =
             toml::from_str("node_id = 1\nraft_addr = \"0.0.0.0:9081\"\nallow_insecure = true").unwrap();

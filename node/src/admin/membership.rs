@@ -197,7 +197,14 @@ impl AdminServer {
                 ))),
             };
         }
+        // Checked before this node dials it with the cluster's credentials.
+        self.check_new_member(id, &info)?;
         let raft_addr = info.raft_addr.clone();
+        if let Err(why) = self.cluster.presents_member(&raft_addr, id, LEARNER_CONTACT).await {
+            return Err(AdminError::Refused(format!(
+                "node {id} at {raft_addr} is not member {id} by its certificate ({why}); nothing was changed"
+            )));
+        }
         self.same_layout(id, &raft_addr).await?;
         group.add_learner(id, info).await.map_err(|e| AdminError::Refused(e.to_string()))?;
         self.learner_reached(id, &raft_addr).await?;
@@ -205,6 +212,27 @@ impl AdminServer {
         voters.insert(id);
         group.change_voters(voters).await.map_err(|e| AdminError::Refused(e.to_string()))?;
         Ok(format!("node {id} added"))
+    }
+
+    /// Refuses, before anything is dialled, an address no member could dial, another member's
+    /// address, and a learner's id at another address than the one it was added at.
+    fn check_new_member(&self, id: NodeId, info: &NodeInfo) -> Result<(), AdminError> {
+        super::config::check_dialable(&info.raft_addr).map_err(|e| AdminError::Invalid(format!("raft_addr: {e}")))?;
+        for member in self.cluster.group().status().members {
+            if member.id != id && member.info.raft_addr == info.raft_addr {
+                return Err(AdminError::Refused(format!(
+                    "{} is the raft address of member {}: a new node needs its own; nothing was changed",
+                    info.raft_addr, member.id
+                )));
+            }
+            if member.id == id && member.info.raft_addr != info.raft_addr {
+                return Err(AdminError::Refused(format!(
+                    "node {id} is a learner already, at {}: remove-node it first to add it at {}; nothing was changed",
+                    member.info.raft_addr, info.raft_addr
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a node whose data directory keeps the metadata in another group than this

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::admin::NodeConfig;
@@ -124,14 +125,14 @@ impl AdminServer {
 
     /// Serves a request only the leader answers, through the cluster's router: `here` when this
     /// node leads. Otherwise an operator's request is passed on once, by `there`, to the leader's
-    /// admin service, and its answer passed back as it is; the request goes alone, since its
-    /// caller was checked here and the leader's raft port admits this node as a member. A request
-    /// a member passed on is refused (`NoLeader`: the operator tries again) rather than passed
-    /// on again.
+    /// admin service with the operator's own signature ([`passed_on`]), checked there as on the
+    /// admin port (being a member grants nothing), and its answer passed back as it is. A
+    /// request a member passed on is refused (`NoLeader`: the operator tries again) rather than
+    /// passed on again.
     pub(super) async fn on_leader<R, T>(
         &self,
         request: Request<R>,
-        there: impl AsyncFnOnce(LeaderClient, R) -> Result<Response<T>, Status>,
+        there: impl AsyncFnOnce(LeaderClient, Request<R>) -> Result<Response<T>, Status>,
         here: impl AsyncFnOnce(R) -> Result<Response<T>, Status>,
     ) -> Result<Response<T>, Status> {
         self.on_leader_of(&self.cluster.clone(), request, there, here).await
@@ -143,10 +144,10 @@ impl AdminServer {
         &self,
         group: &Cluster,
         request: Request<R>,
-        there: impl AsyncFnOnce(LeaderClient, R) -> Result<Response<T>, Status>,
+        there: impl AsyncFnOnce(LeaderClient, Request<R>) -> Result<Response<T>, Status>,
         here: impl AsyncFnOnce(R) -> Result<Response<T>, Status>,
     ) -> Result<Response<T>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         if self.plane == Plane::Operators && group.leader().is_none() {
             group.find_leader().await;
         }
@@ -156,8 +157,18 @@ impl AdminServer {
                 let asked = group.leader().map(|(id, _)| id);
                 let here = async |_: &Cluster, r| here(r).await.map_err(AdminError::Answered);
                 let there = async |channel, r| {
-                    let leader = AdminServiceClient::new(channel).max_decoding_message_size(usize::MAX);
-                    there(leader, r).await.map_err(AdminError::Answered)
+                    let leader = AdminServiceClient::new(channel)
+                        .max_decoding_message_size(usize::MAX)
+                        .max_encoding_message_size(usize::MAX);
+                    let answered = there(leader, passed_on(&metadata, r)).await.map_err(AdminError::Answered);
+                    // The operator's next request here sees what the leader did.
+                    if answered.is_ok()
+                        && group.holds_replica()
+                        && let Err(e) = group.catch_up().await
+                    {
+                        tracing::debug!(error = %e, "an admin request is done on the leader but not applied here yet");
+                    }
+                    answered
                 };
                 let answered = group.on_leader_channel(request, here, there).await;
                 // A node holding no replica learns of a new leader only by asking: after the one
@@ -174,6 +185,18 @@ impl AdminServer {
         };
         Ok(answered?)
     }
+}
+
+/// `message` as a request to the leader's admin service on behalf of the operator whose request
+/// carried `metadata`: with that operator's signature, which the leader checks again.
+pub(super) fn passed_on<T>(metadata: &MetadataMap, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    for header in [crate::auth::signature::AUTHORIZATION, crate::auth::signature::DATE_TIME] {
+        if let Some(value) = metadata.get(header) {
+            request.metadata_mut().insert(header, value.clone());
+        }
+    }
+    request
 }
 
 /// What an admin command's reply means: done (in words), or why not.

@@ -11,7 +11,7 @@ use crate::admin::AdminServer;
 use crate::admin::api::{BindTarget, MessageLine};
 use crate::admin::error::AdminError;
 use crate::admin::messages::Found;
-use crate::admin::service::LeaderClient;
+use crate::admin::service::{LeaderClient, passed_on};
 use crate::broker::HeldEntry;
 use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, FULL_PRIORITY, GroupConfig};
@@ -70,17 +70,20 @@ impl AdminService for AdminServer {
     }
 
     async fn create_topic(&self, req: Request<pb::CreateTopicRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
-        let kind: TopicKind = r.kind.to_lowercase().parse().map_err(invalid)?;
-        let mut config = TopicConfig::new(r.name, r.queues, kind);
-        if let Some(ttl) = r.lite_ttl_minutes {
-            config.lite_ttl_minutes = ttl;
-        }
-        done(AdminServer::create_topic(self, config).await)
+        let here = async |r: pb::CreateTopicRequest| {
+            let kind: TopicKind = r.kind.to_lowercase().parse().map_err(invalid)?;
+            let mut config = TopicConfig::new(r.name, r.queues, kind);
+            if let Some(ttl) = r.lite_ttl_minutes {
+                config.lite_ttl_minutes = ttl;
+            }
+            done(AdminServer::create_topic(self, config).await)
+        };
+        self.on_leader(req, async |mut l, r| l.create_topic(r).await, here).await
     }
 
     async fn delete_topic(&self, req: Request<pb::DeleteTopicRequest>) -> Reply<pb::AdminDone> {
-        done(AdminServer::delete_topic(self, req.into_inner().name).await)
+        let here = async |r: pb::DeleteTopicRequest| done(AdminServer::delete_topic(self, r.name).await);
+        self.on_leader(req, async |mut l, r| l.delete_topic(r).await, here).await
     }
 
     async fn list_topics(&self, req: Request<pb::ListTopicsRequest>) -> Reply<pb::ListTopicsReply> {
@@ -133,31 +136,35 @@ impl AdminService for AdminServer {
     }
 
     async fn create_group(&self, req: Request<pb::CreateGroupRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
-        let max_attempts = if r.max_attempts == 0 { DEFAULT_MAX_ATTEMPTS } else { r.max_attempts };
-        let priority_factor = match r.priority_factor {
-            None => FULL_PRIORITY,
-            Some(f) => {
-                u8::try_from(f).ok().filter(|f| *f <= 100).ok_or_else(|| invalid("priority factor must be 0 to 100"))?
-            }
+        let here = async |r: pb::CreateGroupRequest| {
+            let max_attempts = if r.max_attempts == 0 { DEFAULT_MAX_ATTEMPTS } else { r.max_attempts };
+            let priority_factor = match r.priority_factor {
+                None => FULL_PRIORITY,
+                Some(f) => u8::try_from(f)
+                    .ok()
+                    .filter(|f| *f <= 100)
+                    .ok_or_else(|| invalid("priority factor must be 0 to 100"))?,
+            };
+            let lite = match r.lite_bind_topic.is_empty() {
+                true => None,
+                false => Some(LiteBinding {
+                    topic: r.lite_bind_topic,
+                    model: match r.lite_model.as_str() {
+                        "" => LiteModel::Shared,
+                        m => m.to_lowercase().parse().map_err(invalid)?,
+                    },
+                    quota: r.lite_quota.unwrap_or(DEFAULT_LITE_QUOTA),
+                }),
+            };
+            let config = GroupConfig { name: r.name, fifo: r.fifo, max_attempts, priority_factor, lite };
+            done(AdminServer::create_group(self, config).await)
         };
-        let lite = match r.lite_bind_topic.is_empty() {
-            true => None,
-            false => Some(LiteBinding {
-                topic: r.lite_bind_topic,
-                model: match r.lite_model.as_str() {
-                    "" => LiteModel::Shared,
-                    m => m.to_lowercase().parse().map_err(invalid)?,
-                },
-                quota: r.lite_quota.unwrap_or(DEFAULT_LITE_QUOTA),
-            }),
-        };
-        let config = GroupConfig { name: r.name, fifo: r.fifo, max_attempts, priority_factor, lite };
-        done(AdminServer::create_group(self, config).await)
+        self.on_leader(req, async |mut l, r| l.create_group(r).await, here).await
     }
 
     async fn delete_group(&self, req: Request<pb::DeleteGroupRequest>) -> Reply<pb::AdminDone> {
-        done(AdminServer::delete_group(self, req.into_inner().name).await)
+        let here = async |r: pb::DeleteGroupRequest| done(AdminServer::delete_group(self, r.name).await);
+        self.on_leader(req, async |mut l, r| l.delete_group(r).await, here).await
     }
 
     async fn list_groups(&self, req: Request<pb::ListGroupsRequest>) -> Reply<pb::ListGroupsReply> {
@@ -185,8 +192,10 @@ impl AdminService for AdminServer {
     }
 
     async fn create_user(&self, req: Request<pb::CreateUserRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
-        done(AdminServer::create_user(self, r.access_key, Secret::new(r.secret_key), r.admin).await)
+        let here = async |r: pb::CreateUserRequest| {
+            done(AdminServer::create_user(self, r.access_key, Secret::new(r.secret_key), r.admin).await)
+        };
+        self.on_leader(req, async |mut l, r| l.create_user(r).await, here).await
     }
 
     async fn update_user(&self, req: Request<pb::UpdateUserRequest>) -> Reply<pb::AdminDone> {
@@ -197,7 +206,8 @@ impl AdminService for AdminServer {
     }
 
     async fn delete_user(&self, req: Request<pb::DeleteUserRequest>) -> Reply<pb::AdminDone> {
-        done(AdminServer::delete_user(self, req.into_inner().access_key).await)
+        let here = async |r: pb::DeleteUserRequest| done(AdminServer::delete_user(self, r.access_key).await);
+        self.on_leader(req, async |mut l, r| l.delete_user(r).await, here).await
     }
 
     async fn list_users(&self, req: Request<pb::ListUsersRequest>) -> Reply<pb::ListUsersReply> {
@@ -211,23 +221,25 @@ impl AdminService for AdminServer {
     }
 
     async fn grant(&self, req: Request<pb::GrantRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
-        let actions = r
-            .actions
-            .iter()
-            .map(|a| match a.to_ascii_uppercase().as_str() {
-                "PUB" => Ok(Action::Pub),
-                "SUB" => Ok(Action::Sub),
-                other => Err(invalid(format!("{other:?} is not an action: PUB or SUB"))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let decision = if r.deny { Decision::Deny } else { Decision::Allow };
-        done(AdminServer::grant(self, r.access_key, &r.resource, actions, decision).await)
+        let here = async |r: pb::GrantRequest| {
+            let actions = r
+                .actions
+                .iter()
+                .map(|a| match a.to_ascii_uppercase().as_str() {
+                    "PUB" => Ok(Action::Pub),
+                    "SUB" => Ok(Action::Sub),
+                    other => Err(invalid(format!("{other:?} is not an action: PUB or SUB"))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let decision = if r.deny { Decision::Deny } else { Decision::Allow };
+            done(AdminServer::grant(self, r.access_key, &r.resource, actions, decision).await)
+        };
+        self.on_leader(req, async |mut l, r| l.grant(r).await, here).await
     }
 
     async fn revoke(&self, req: Request<pb::RevokeRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
-        done(AdminServer::revoke(self, r.access_key, &r.resource).await)
+        let here = async |r: pb::RevokeRequest| done(AdminServer::revoke(self, r.access_key, &r.resource).await);
+        self.on_leader(req, async |mut l, r| l.revoke(r).await, here).await
     }
 
     async fn list_acl(&self, req: Request<pb::ListAclRequest>) -> Reply<pb::ListAclReply> {
@@ -324,14 +336,16 @@ impl AdminService for AdminServer {
     }
 
     async fn configure(&self, req: Request<pb::ConfigureRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
-        let change = SettingsChange {
-            dedupe_window_secs: r.dedupe_window_secs,
-            max_module_bytes: r.max_module_bytes,
-            data_groups: r.data_groups,
-            balance_leaders: r.balance_leaders,
+        let here = async |r: pb::ConfigureRequest| {
+            let change = SettingsChange {
+                dedupe_window_secs: r.dedupe_window_secs,
+                max_module_bytes: r.max_module_bytes,
+                data_groups: r.data_groups,
+                balance_leaders: r.balance_leaders,
+            };
+            done(AdminServer::configure(self, change).await)
         };
-        done(AdminServer::configure(self, change).await)
+        self.on_leader(req, async |mut l, r| l.configure(r).await, here).await
     }
 
     async fn list_messages(&self, req: Request<pb::ListMessagesRequest>) -> Reply<pb::ListMessagesReply> {
@@ -366,7 +380,7 @@ impl AdminService for AdminServer {
                 None => Err(AdminError::NotFound(format!("message {id} not found")).into()),
             }
         };
-        let r = req.into_inner();
+        let (metadata, _, r) = req.into_parts();
         if r.local {
             let held = self.held_groups();
             return here(r, held).await;
@@ -376,14 +390,14 @@ impl AdminService for AdminServer {
                 let holder = self.data_group(id)?;
                 let groups = vec![holder.clone()];
                 let there = async |mut l: LeaderClient, r| l.get_message(r).await;
-                self.on_leader_of(&holder, Request::new(r), there, async |r| here(r, groups).await).await
+                self.on_leader_of(&holder, passed_on(&metadata, r), there, async |r| here(r, groups).await).await
             }
             // Each data group at its leader, until one has it.
             None => {
                 let mut failed = None;
                 for id in self.data_group_ids() {
                     let ask = pb::GetMessageRequest { data_group: Some(id), ..r.clone() };
-                    match AdminService::get_message(self, Request::new(ask)).await {
+                    match AdminService::get_message(self, passed_on(&metadata, ask)).await {
                         Ok(found) => return Ok(found),
                         Err(s) if s.code() == tonic::Code::NotFound => {}
                         Err(s) => failed = Some(s),
@@ -396,7 +410,7 @@ impl AdminService for AdminServer {
     }
 
     async fn reset_offset(&self, req: Request<pb::ResetOffsetRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
+        let (metadata, _, r) = req.into_parts();
         match r.data_group {
             Some(id) => {
                 let holder = self.data_group(id)?;
@@ -404,7 +418,7 @@ impl AdminService for AdminServer {
                     done(AdminServer::reset_offset(self, r.group, r.topic, r.time_ms, Some(id)).await)
                 };
                 let there = async |mut l: LeaderClient, r| l.reset_offset(r).await;
-                self.on_leader_of(&holder, Request::new(r), there, here).await
+                self.on_leader_of(&holder, passed_on(&metadata, r), there, here).await
             }
             // Each data group holding the topic's queues, at its leader.
             None => {
@@ -412,7 +426,7 @@ impl AdminService for AdminServer {
                 let mut said = Vec::new();
                 for id in holders {
                     let ask = pb::ResetOffsetRequest { data_group: Some(id), ..r.clone() };
-                    said.push(AdminService::reset_offset(self, Request::new(ask)).await?.into_inner().message);
+                    said.push(AdminService::reset_offset(self, passed_on(&metadata, ask)).await?.into_inner().message);
                 }
                 Ok(Response::new(pb::AdminDone { message: said.join("; ") }))
             }
@@ -436,13 +450,13 @@ impl AdminService for AdminServer {
             };
             Ok(Response::new(pb::ListHeldReply { held: held.into_iter().map(held_message).collect(), next_after }))
         };
-        let r = req.into_inner();
+        let (metadata, _, r) = req.into_parts();
         match r.data_group {
             Some(id) => {
                 let holder = self.data_group(id)?;
                 let groups = vec![holder.clone()];
                 let there = async |mut l: LeaderClient, r| l.list_held(r).await;
-                self.on_leader_of(&holder, Request::new(r), there, async |r| here(r, groups).await).await
+                self.on_leader_of(&holder, passed_on(&metadata, r), there, async |r| here(r, groups).await).await
             }
             // Group by group, each at its leader, until the page is full: a handle names its
             // group, so a page goes on in the group where the last one ended.
@@ -458,7 +472,7 @@ impl AdminService for AdminServer {
                     let after = if id == from { r.after.clone() } else { String::new() };
                     let limit = (page - held.len()) as u32;
                     let ask = pb::ListHeldRequest { data_group: Some(id), after, limit, ..r.clone() };
-                    held.extend(AdminService::list_held(self, Request::new(ask)).await?.into_inner().held);
+                    held.extend(AdminService::list_held(self, passed_on(&metadata, ask)).await?.into_inner().held);
                     if held.len() >= page {
                         break;
                     }
@@ -473,7 +487,7 @@ impl AdminService for AdminServer {
     }
 
     async fn resolve_transaction(&self, req: Request<pb::ResolveTransactionRequest>) -> Reply<pb::AdminDone> {
-        let r = req.into_inner();
+        let (metadata, _, r) = req.into_parts();
         match r.data_group {
             Some(id) => {
                 let holder = self.data_group(id)?;
@@ -482,14 +496,14 @@ impl AdminService for AdminServer {
                     done(AdminServer::resolve_transaction(self, r.message_id, r.commit, &groups).await)
                 };
                 let there = async |mut l: LeaderClient, r| l.resolve_transaction(r).await;
-                self.on_leader_of(&holder, Request::new(r), there, here).await
+                self.on_leader_of(&holder, passed_on(&metadata, r), there, here).await
             }
             // Each data group at its leader, until one holds the half.
             None => {
                 let mut failed = None;
                 for id in self.data_group_ids() {
                     let ask = pb::ResolveTransactionRequest { data_group: Some(id), ..r.clone() };
-                    match AdminService::resolve_transaction(self, Request::new(ask)).await {
+                    match AdminService::resolve_transaction(self, passed_on(&metadata, ask)).await {
                         Ok(done) => return Ok(done),
                         Err(s) if s.code() == tonic::Code::NotFound => {}
                         Err(s) => failed = Some(s),
@@ -510,11 +524,13 @@ impl AdminService for AdminServer {
     }
 
     async fn remove_plugin(&self, req: Request<pb::RemovePluginRequest>) -> Reply<pb::AdminDone> {
-        done(AdminServer::remove_plugin(self, req.into_inner().name).await)
+        let here = async |r: pb::RemovePluginRequest| done(AdminServer::remove_plugin(self, r.name).await);
+        self.on_leader(req, async |mut l, r| l.remove_plugin(r).await, here).await
     }
 
     async fn enable_plugin(&self, req: Request<pb::EnablePluginRequest>) -> Reply<pb::AdminDone> {
-        done(AdminServer::enable_plugin(self, req.into_inner().name).await)
+        let here = async |r: pb::EnablePluginRequest| done(AdminServer::enable_plugin(self, r.name).await);
+        self.on_leader(req, async |mut l, r| l.enable_plugin(r).await, here).await
     }
 
     async fn list_plugins(&self, req: Request<pb::ListPluginsRequest>) -> Reply<pb::ListPluginsReply> {

@@ -1,4 +1,4 @@
-//! How many connections one source address may hold open on a listener. A caller that opens
+//! How many connections one source (an address; for IPv6, its /64) may hold open on a listener. A caller that opens
 //! more is disconnected at once, before TLS or HTTP/2 begins, so no address can take a node's
 //! sockets or memory however many connections it opens; everyone else is served as before.
 
@@ -40,8 +40,9 @@ impl ConnectionCap {
         ConnectionCap { listener, max_per_address, counts: Arc::default() }
     }
 
-    /// A slot for one more connection from `ip`, or `None` when it holds its share.
+    /// A slot for one more connection from `ip`, or `None` when its source holds its share.
     pub fn admit(&self, ip: IpAddr) -> Option<Slot> {
+        let ip = source(ip);
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let open = counts.open.entry(ip).or_default();
         if self.max_per_address > 0 && *open >= self.max_per_address {
@@ -77,6 +78,19 @@ impl ConnectionCap {
             };
             std::future::ready(admitted)
         })
+    }
+}
+
+/// Whose share a connection from `ip` counts against: its address, or for IPv6 its /64 (one host
+/// is commonly given a whole /64, so counting single addresses would not bound it). An IPv4
+/// address mapped into IPv6 counts as itself.
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(v6.to_bits() & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
     }
 }
 
@@ -163,5 +177,18 @@ mod tests {
         assert_eq!(held.len(), 100);
         drop(held);
         assert!(unlimited.counts.lock().unwrap().open.is_empty(), "nothing is kept for closed connections");
+    }
+
+    #[test]
+    fn ipv6_addresses_of_one_64_share_one_share() {
+        let cap = ConnectionCap::new("raft", 2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let _a = cap.admit(ip("2001:db8:1:2::1")).expect("first");
+        let _b = cap.admit(ip("2001:db8:1:2:ffff::9")).expect("second, same /64");
+        assert!(cap.admit(ip("2001:db8:1:2::3")).is_none(), "a third address of the same /64");
+        assert!(cap.admit(ip("2001:db8:1:3::1")).is_some(), "another /64");
+        let _c = cap.admit(ip("::ffff:10.0.0.1")).expect("mapped IPv4");
+        let _d = cap.admit(ip("10.0.0.1")).expect("the same IPv4 address");
+        assert!(cap.admit(ip("10.0.0.1")).is_none(), "mapped and plain count together");
     }
 }

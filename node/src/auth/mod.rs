@@ -1,7 +1,10 @@
 //! Who is calling, and may they. Services never parse credentials themselves: a tonic
 //! interceptor on each listener works out the [`Caller`] before the request is decoded.
 //!
-//! - `member`: the raft port serves cluster members only (the cluster secret);
+//! - `member`: the raft port serves current cluster members only (the cluster secret, the member
+//!   certificate), and members only what members need;
+//! - `member_tls`: mutual TLS between members, each certificate naming one member;
+//! - `member_listener`: the raft port's connections (caps, handshakes, closed on removal);
 //! - `handles`: receipt handles, recall handles and transaction ids sealed with the cluster's
 //!   replicated handle key;
 //! - `signature`: the `MQv2-HMAC-SHA1` signature the official clients send;
@@ -19,6 +22,8 @@ pub mod connections;
 pub mod gate;
 pub mod handles;
 pub mod member;
+pub mod member_listener;
+pub mod member_tls;
 pub mod signature;
 pub mod tls;
 

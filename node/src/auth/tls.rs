@@ -6,10 +6,9 @@
 //! and sign only a date, so TLS is what keeps them from being read and replayed on a shared
 //! network.
 //!
-//! With `peer_ca_file`, the raft port asks every caller for a certificate signed by that CA, and
-//! this node dials other members over TLS with its own certificate, trusting that CA alone and
-//! checking that the member's certificate names the address it was dialled at: a member is
-//! whoever holds a certificate the cluster's CA signed for its raft address.
+//! With `peer_ca_file`, the raft port is on mutual TLS between members (`auth::member_tls`): a
+//! member is whoever holds a certificate the cluster's CA signed that names its member id, and
+//! for the address it is dialled at.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,34 +27,6 @@ pub struct TlsConfig {
     /// The CA (PEM) that signs the members' certificates: puts the raft port on mutual TLS. Needs
     /// `cert_file` and `key_file`, which this node then also presents to the members it dials.
     pub peer_ca_file: Option<PathBuf>,
-}
-
-/// What mutual TLS between members takes: the raft listener's settings and the settings every
-/// channel to another member dials with.
-#[derive(Clone)]
-pub struct MemberTls {
-    identity: Identity,
-    ca: Certificate,
-}
-
-impl std::fmt::Debug for MemberTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MemberTls(<certificates>)")
-    }
-}
-
-impl MemberTls {
-    /// The raft listener: this node's certificate, and callers must present one the CA signed.
-    pub fn server(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new().identity(self.identity.clone()).client_ca_root(self.ca.clone())
-    }
-
-    /// A channel to the member at `host` (the host part of its raft address): its certificate must
-    /// be signed by the CA and name `host` (an IP address needs an IP SAN), and this node presents
-    /// its own.
-    pub fn client(&self, host: &str) -> ClientTlsConfig {
-        ClientTlsConfig::new().ca_certificate(self.ca.clone()).identity(self.identity.clone()).domain_name(host)
-    }
 }
 
 /// The host part of `host:port` (brackets of an IPv6 address removed).
@@ -85,7 +56,7 @@ pub enum TlsError {
     Endpoint { addr: String, source: tonic::transport::Error },
 }
 
-fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
+pub(super) fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read { what, path: path.to_path_buf(), source })
 }
 
@@ -93,18 +64,6 @@ impl TlsConfig {
     /// The listeners' TLS settings, or `None` when TLS is off; an error names the file at fault.
     pub fn server(&self) -> Result<Option<ServerTlsConfig>, TlsError> {
         Ok(self.identity()?.map(|identity| ServerTlsConfig::new().identity(identity)))
-    }
-
-    /// Mutual TLS between members, or `None` without `peer_ca_file`; an error names the file or
-    /// key at fault.
-    pub fn member(&self) -> Result<Option<MemberTls>, TlsError> {
-        let Some(ca_file) = &self.peer_ca_file else { return Ok(None) };
-        let identity = self.identity()?.ok_or(TlsError::PeerCaWithoutIdentity)?;
-        let ca = read(ca_file, "peer_ca_file")?;
-        if !ca.starts_with(b"-----BEGIN CERTIFICATE") {
-            return Err(TlsError::PeerCaNotPem);
-        }
-        Ok(Some(MemberTls { identity, ca: Certificate::from_pem(ca) }))
     }
 
     fn identity(&self) -> Result<Option<Identity>, TlsError> {
@@ -143,46 +102,8 @@ pub fn channel(addr: &str, ca_file: Option<&Path>) -> Result<Channel, TlsError> 
 mod tests {
     use super::*;
 
-    const PEM_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-    const PEM_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
-
-    fn config(dir: &Path, cert: bool, key: bool, ca: Option<&str>) -> TlsConfig {
-        let write = |name: &str, text: &str| {
-            let p = dir.join(name);
-            std::fs::write(&p, text).unwrap();
-            p
-        };
-        TlsConfig {
-            cert_file: cert.then(|| write("node.pem", PEM_CERT)),
-            key_file: key.then(|| write("node.key", PEM_KEY)),
-            peer_ca_file: ca.map(|text| write("ca.pem", text)),
-        }
-    }
-
     #[test]
-    fn member_tls_needs_the_node_s_own_certificate_and_a_pem_ca() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        // Neither: plain HTTP/2 everywhere.
-        assert!(config(d, false, false, None).member().unwrap().is_none());
-        assert!(config(d, false, false, None).server().unwrap().is_none());
-        // Client and admin TLS without member TLS.
-        assert!(config(d, true, true, None).member().unwrap().is_none());
-        // A CA without the node's certificate and key: refused, saying what is missing.
-        for (cert, key) in [(false, false), (true, false), (false, true)] {
-            let err = config(d, cert, key, Some(PEM_CERT)).member().unwrap_err();
-            assert!(matches!(err, TlsError::PeerCaWithoutIdentity | TlsError::HalfIdentity), "{err}");
-            let text = err.to_string();
-            assert!(text.contains("cert_file") && text.contains("key_file"), "{text}");
-        }
-        let err = config(d, true, true, Some("not a certificate")).member().unwrap_err();
-        assert!(matches!(err, TlsError::PeerCaNotPem), "{err}");
-        let missing = TlsConfig { peer_ca_file: Some(d.join("absent.pem")), ..config(d, true, true, None) };
-        let err = missing.member().unwrap_err();
-        assert!(matches!(&err, TlsError::Read { what: "peer_ca_file", .. }), "{err}");
-        assert!(err.to_string().contains("absent.pem"), "{err}");
-        assert!(config(d, true, true, Some(PEM_CERT)).member().unwrap().is_some());
-        // Unknown keys are refused rather than ignored.
+    fn unknown_keys_are_refused_rather_than_ignored() {
         assert!(toml::from_str::<TlsConfig>("peer_ca = \"ca.pem\"").is_err());
         let parsed: TlsConfig = toml::from_str("peer_ca_file = \"ca.pem\"").unwrap();
         assert_eq!(parsed.peer_ca_file.as_deref(), Some(Path::new("ca.pem")));

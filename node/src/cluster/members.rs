@@ -49,6 +49,39 @@ impl Cluster {
         crate::cluster::peer::Peers::new(self.peers().dialer().clone(), group).runs_group(raft_addr).await
     }
 
+    /// With mutual TLS between members: whether the node at `raft_addr` presents a certificate
+    /// naming member `id` (and that address), found by a TLS handshake alone, before any call
+    /// carries the cluster secret there. `Ok` without mutual TLS (nothing to look at). A node
+    /// that does not listen yet (just started) is tried again, for at most `within`.
+    pub async fn presents_member(&self, raft_addr: &str, id: NodeId, within: Duration) -> Result<(), String> {
+        use tonic::codegen::Service as _;
+        let Some(tls) = self.peers().dialer().credentials.tls.clone() else { return Ok(()) };
+        let uri: tonic::codegen::http::Uri =
+            format!("http://{raft_addr}").parse().map_err(|e| format!("{raft_addr}: {e}"))?;
+        let deadline = tokio::time::Instant::now() + within;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let probe = tls.connector(Some(id)).call(uri.clone());
+            let failed = match tokio::time::timeout(Duration::from_secs(5), probe).await {
+                Ok(Ok(_)) => return Ok(()),
+                // The certificate, or the handshake: no use trying again.
+                Ok(Err(e))
+                    if e.kind() == std::io::ErrorKind::PermissionDenied
+                        || e.kind() == std::io::ErrorKind::InvalidData =>
+                {
+                    return Err(e.to_string());
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("{raft_addr} did not finish a TLS handshake within 5 s"),
+            };
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(failed);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
     /// The leader's [`heard_from`](Self::heard_from), asked over `PeerService.LiveMembers`.
     pub async fn leader_heard_from(&self) -> Result<BTreeSet<NodeId>, ClusterError> {
         match self.route().await? {

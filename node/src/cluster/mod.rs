@@ -166,6 +166,63 @@ enum Proposed {
     NotLeader(Option<NodeInfo>),
 }
 
+/// A write a member forwarded, as the leader reads it once: a send (batched with the others), or
+/// another command, with its bytes as they go into the log.
+pub(crate) enum Forwarded {
+    Send(SendBatch),
+    Other { bytes: Bytes, command: Command },
+}
+
+impl Forwarded {
+    /// Bytes that are no command would only be skipped at apply: they never reach the log.
+    pub(crate) fn read(bytes: Bytes) -> Result<Forwarded, String> {
+        if let Some(batch) = Command::decode_send(&bytes) {
+            return Ok(Forwarded::Send(batch));
+        }
+        match Command::decode(bytes.clone()) {
+            Ok(command) => Ok(Forwarded::Other { bytes, command }),
+            Err(e) => Err(format!("a forwarded write is not a command: {e}")),
+        }
+    }
+
+    /// Whether a member may forward this: what a member proposes on a client's behalf (sends,
+    /// pops, acks, timers, transactions, lite topics) or for its own jobs (placements, failover
+    /// records, retention, plugin quarantines, the cluster's first handle key). Operator changes
+    /// (users, rules, topics, groups, plugins, settings, offsets, an operator's resolution of a
+    /// transaction) come with the operator's signature through the admin service instead, so
+    /// being a member grants none of them.
+    pub(crate) fn check(&self, broker: &Broker) -> Result<(), String> {
+        use crate::broker::AdminCommand;
+        use crate::broker::access::AccessCommand;
+        use crate::broker::plugins::PluginCommand;
+        use crate::broker::pop::ConsumeCommand;
+        use crate::broker::transaction::{Resolver, TransactionCommand};
+        let Forwarded::Other { command, .. } = self else { return Ok(()) };
+        let (allowed, family) = match command {
+            Command::Send(_) | Command::DeadLetter(_) | Command::Timer(_) | Command::Lite(_) | Command::Place(_) => {
+                (true, "")
+            }
+            Command::Consume(c) => (!matches!(c, ConsumeCommand::ResetOffset { .. }), "an offset reset"),
+            Command::Transaction(t) => {
+                (!matches!(t, TransactionCommand::Resolve { by: Resolver::Operator, .. }), "an operator's resolution")
+            }
+            Command::Admin(a) => {
+                (matches!(a, AdminCommand::ReleaseHolds { .. } | AdminCommand::RecordFailover(_)), "a metadata change")
+            }
+            Command::Plugin(p) => (matches!(p, PluginCommand::Quarantine { .. }), "a plugin change"),
+            // The first key only: rotating one is an operator's request.
+            Command::Access(AccessCommand::RotateHandleKey { .. }) => {
+                (broker.access(|t| t.handle_keys.is_empty()), "a handle key rotation")
+            }
+            Command::Access(_) => (false, "a change of users or rules"),
+        };
+        match allowed {
+            true => Ok(()),
+            false => Err(format!("a member may not forward {family}: it is an operator's request")),
+        }
+    }
+}
+
 impl Cluster {
     pub fn new(group: Group, broker: Broker, options: ClusterOptions) -> Cluster {
         let peers = Peers::new(options.dialer.clone(), group.id());
@@ -639,26 +696,23 @@ impl Cluster {
 
     /// The leader's side of a write a member forwarded: stamped here, never forwarded again.
     /// Forwarded sends are batched per queue like the leader's own.
-    async fn propose_forwarded(&self, command: Bytes) -> Result<Reply, ClusterError> {
-        self.check_size(command.len())?;
-        if let Some(batch) = Command::decode_send(&command) {
-            if !self.is_leader() {
-                return Err(ClusterError::NoLeader);
+    async fn propose_forwarded(&self, forwarded: Forwarded) -> Result<Reply, ClusterError> {
+        let (command, decoded) = match forwarded {
+            Forwarded::Send(batch) => {
+                if !self.is_leader() {
+                    return Err(ClusterError::NoLeader);
+                }
+                // A retry of messages still being proposed here, or stored already, is answered
+                // without a second copy of their bodies in the log.
+                if let Some(answer) = self.inner.pending.retry_answer(&batch).await {
+                    return answer;
+                }
+                if let Some(outcomes) = self.broker().stored_sends(&batch) {
+                    return Ok(Reply::Sent(outcomes));
+                }
+                return self.join(Lanes::Forwarded, batch).await;
             }
-            // A retry of messages still being proposed here, or stored already, is answered
-            // without a second copy of their bodies in the log.
-            if let Some(answer) = self.inner.pending.retry_answer(&batch).await {
-                return answer;
-            }
-            if let Some(outcomes) = self.broker().stored_sends(&batch) {
-                return Ok(Reply::Sent(outcomes));
-            }
-            return self.join(Lanes::Forwarded, batch).await;
-        }
-        // Bytes that are no command would only be skipped at apply: they never reach the log.
-        let decoded = match Command::decode(command.clone()) {
-            Ok(c) => c,
-            Err(e) => return Err(ClusterError::Internal(format!("a forwarded write is not a command: {e}"))),
+            Forwarded::Other { bytes, command } => (bytes, command),
         };
         match self.propose(|now| Command::restamp(command, |c| self.stamp(c, now))).await? {
             Proposed::Applied(reply) => {

@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 use crate::broker::pop::Receipt;
 use crate::cluster::pop::PopOrder;
 use crate::cluster::wire::{KnownLeader, LiveMembers, ResultMessage};
-use crate::cluster::{AskProducer, Cluster, ClusterError};
+use crate::cluster::{AskProducer, Cluster, ClusterError, Forwarded};
 use crate::raft::GroupRegistry;
 
 /// Serves each call with the cluster handle of the group it names (the `rockraft-group` header).
@@ -40,7 +40,13 @@ fn reply<M: ResultMessage>(result: Result<M::Ok, M::Err>) -> Result<Response<M>,
 impl PeerService for PeerServer {
     async fn write(&self, req: Request<WriteRequest>) -> Result<Response<pb::WriteResult>, Status> {
         let cluster = self.groups.addressed(&req)?;
-        reply(cluster.propose_forwarded(req.into_inner().command).await)
+        let command = req.into_inner().command;
+        if let Err(e) = cluster.check_size(command.len()) {
+            return reply(Err(e));
+        }
+        let forwarded = Forwarded::read(command).map_err(Status::invalid_argument)?;
+        forwarded.check(cluster.broker()).map_err(Status::permission_denied)?;
+        reply(cluster.propose_forwarded(forwarded).await)
     }
 
     async fn pop(&self, req: Request<pb::PopOrder>) -> Result<Response<pb::PopResult>, Status> {

@@ -8,8 +8,11 @@
 //!
 //! The listener is open to whoever reaches it, so it bounds what a caller can hold: a request's
 //! headers must arrive within [`Limits::header_read`] (no slowloris), a connection lives at most
-//! [`Limits::lifetime`], busy or idle, and at most [`Limits::connections`] are served at once
-//! (more wait, unserved, in the listen backlog). The status page gathers its data at most once a
+//! [`Limits::lifetime`], busy or idle, and at most [`Limits::connections`] are served at once.
+//! Beyond that, a connection is answered at once and closed ([`answer_over_cap`]): `/healthz`
+//! with `ok` (so a probe never takes a node that serves for a dead one because others hold every
+//! connection), anything else with 503; at most [`OVER_CAP`] such answers are under way, and
+//! more connections wait in the listen backlog. The status page gathers its data at most once a
 //! second however many ask (`page::Cached`).
 
 mod page;
@@ -52,6 +55,11 @@ impl Limits {
 
 /// How long connections in flight get to finish once the node stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Connections answered at once while every slot is taken (see the module's doc), and how long
+/// such a connection has to send its request line.
+const OVER_CAP: usize = 32;
+const OVER_CAP_READ: Duration = Duration::from_secs(1);
+
 /// Pause after a failed accept (out of file descriptors, most likely) before the next.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -133,12 +141,19 @@ async fn serve_bounded(
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read);
     let mut failed_accepts = 0u64;
     tokio::pin!(stop);
+    let over_cap = Arc::new(tokio::sync::Semaphore::new(OVER_CAP));
     loop {
-        // A slot before an accept: beyond the cap, connections wait in the backlog, unserved.
+        // Something to do with a connection before an accept: a slot, or (every slot taken) one
+        // of the quick answers; with neither, connections wait in the backlog.
         let slot = tokio::select! {
+            biased;
             _ = &mut stop => break,
             slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
+                Ok(slot) => Ok(slot),
+                Err(_) => break,
+            },
+            quick = Arc::clone(&over_cap).acquire_owned() => match quick {
+                Ok(quick) => Err(quick),
                 Err(_) => break,
             },
         };
@@ -157,6 +172,16 @@ async fn serve_bounded(
                 }
             },
         };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(quick) => {
+                tokio::spawn(async move {
+                    let _quick = quick;
+                    answer_over_cap(stream).await;
+                });
+                continue;
+            }
+        };
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service.clone()));
         tokio::spawn(async move {
             let _slot = slot;
@@ -165,6 +190,33 @@ async fn serve_bounded(
         });
     }
     let _ = tokio::time::timeout(STOP_GRACE, graceful.shutdown()).await;
+}
+
+/// A connection taken while every slot is: `/healthz` is answered `ok`, anything else 503, and
+/// the connection closed; a request line that does not come within [`OVER_CAP_READ`] gets
+/// nothing.
+async fn answer_over_cap(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = [0u8; 64];
+    let mut read = 0;
+    let line_read = tokio::time::timeout(OVER_CAP_READ, async {
+        while read < head.len() && !head[..read].contains(&b'\n') {
+            match stream.read(&mut head[read..]).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => read += n,
+            }
+        }
+        true
+    })
+    .await;
+    if !matches!(line_read, Ok(true)) {
+        return;
+    }
+    let answer: &[u8] = match head.starts_with(b"GET /healthz ") {
+        true => b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n",
+        false => b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 5\r\nconnection: close\r\n\r\nbusy\n",
+    };
+    let _ = tokio::time::timeout(OVER_CAP_READ, stream.write_all(answer)).await;
 }
 
 async fn metrics(State(state): State<HttpState>) -> Response {
@@ -255,16 +307,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connections_beyond_the_cap_wait_until_one_closes() {
+    async fn beyond_the_cap_healthz_is_answered_at_once_and_the_rest_is_told_to_come_back() {
         let limits = Limits { connections: 2, header_read: Duration::from_secs(60), ..Limits::DEFAULT };
         let (addr, _stop) = listening(limits).await;
         let holding = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
-        let mut third = TcpStream::connect(addr).await.unwrap();
-        third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        let mut first_byte = [0u8; 1];
-        let early = tokio::time::timeout(Duration::from_millis(500), third.peek(&mut first_byte)).await;
-        assert!(early.is_err(), "served while the cap was held");
+        let mut probe = TcpStream::connect(addr).await.unwrap();
+        probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let answer = until_closed(&mut probe).await.expect("answered and closed while the cap is held");
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok\n"), "{answer:?}");
+        let mut page = TcpStream::connect(addr).await.unwrap();
+        page.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let answer = until_closed(&mut page).await.expect("answered and closed while the cap is held");
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+        // A connection that sends nothing is closed too.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(until_closed(&mut silent).await.as_deref(), Some(""), "closed, unanswered");
         drop(holding);
-        assert!(until_closed(&mut third).await.expect("served once a slot is free").ends_with("ok\n"));
+        // Slots free again: served as usual.
+        let mut fine = TcpStream::connect(addr).await.unwrap();
+        fine.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        assert!(until_closed(&mut fine).await.expect("answered").ends_with("ok\n"));
     }
 }

@@ -381,9 +381,11 @@ impl Proxy {
 
 impl Proxy {
     /// The request's client id (`x-mq-client-id`), for a call that acts on that client's state:
-    /// refused FORBIDDEN if the id belongs to another user (see `client_ids`).
+    /// refused BAD_REQUEST unless it is a plausible id (it is kept in tables, and replicated with
+    /// lite subscriptions), FORBIDDEN if it belongs to another user (see `client_ids`).
     fn own_client<T>(&self, req: &Request<T>) -> Result<String, rockraft_proto::rocketmq::Status> {
         let client = client_id(req);
+        check_client_id(&client).map_err(|why| status::status(Code::BadRequest, why))?;
         self.client_ids.claim(&Caller::of(req), &client).map_err(|Rejection(s)| s)?;
         Ok(client)
     }
@@ -401,6 +403,22 @@ fn resource_name(r: &Option<Resource>, ns: &str) -> String {
 /// The namespace of a request: the `x-mq-namespace` header, if any.
 fn client_id<T>(req: &Request<T>) -> String {
     req.metadata().get("x-mq-client-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+/// The longest client id taken: the official clients' (host, process, counters, a time) are well
+/// under 100 bytes.
+pub const MAX_CLIENT_ID_BYTES: usize = 256;
+
+/// A client id is printable ASCII without spaces, of at most [`MAX_CLIENT_ID_BYTES`] (an absent
+/// one is each call's own business).
+fn check_client_id(id: &str) -> Result<(), String> {
+    if id.len() > MAX_CLIENT_ID_BYTES {
+        return Err(format!("x-mq-client-id has {} bytes; at most {MAX_CLIENT_ID_BYTES} are taken", id.len()));
+    }
+    if !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("x-mq-client-id must be printable ASCII without spaces".into());
+    }
+    Ok(())
 }
 
 /// Whether the caller is the official client of `language` (its `x-mq-language` header).

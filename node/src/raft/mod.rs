@@ -17,6 +17,7 @@ mod log_store_suite_test;
 mod network;
 pub mod refusals;
 mod registry;
+mod roster;
 mod service;
 mod state_machine;
 mod wire;
@@ -39,6 +40,7 @@ pub use group::{Group, GroupError, GroupOptions, GroupStatus, GroupWatch, Lead, 
 pub use log_store::{LogStore, LogStoreReader};
 pub use network::{ChannelError, Dialer, Network, PeerChannel, channel, member_channel};
 pub use registry::GroupRegistry;
+pub use roster::GroupRoster;
 pub use service::{RaftGroups, RaftServer};
 pub use state_machine::StateMachine;
 

@@ -22,7 +22,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::auth::member::{Attach, MemberCredentials};
-use crate::auth::tls::{MemberTls, host_of};
+use crate::auth::member_tls::MemberTls;
 use crate::raft::refusals::{Gate, Gated, Refusals};
 
 use crate::raft::wire::{FromPb, ToPb, append_to_pb};
@@ -56,7 +56,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Peer {
             target,
             group: self.group,
-            channel: member_channel(&node.raft_addr, &self.dialer),
+            channel: member_channel_to(&node.raft_addr, Some(target), &self.dialer),
             gate: self.dialer.refusals.gate(&node.raft_addr),
             retry_at: None,
         }
@@ -77,7 +77,12 @@ pub struct ChannelError {
 
 /// A lazily connected channel to the member at `addr`, as `dialer` dials.
 pub fn member_channel(addr: &str, dialer: &Dialer) -> Result<PeerChannel, ChannelError> {
-    let channel = channel(addr, dialer.credentials.tls.as_ref())?;
+    member_channel_to(addr, None, dialer)
+}
+
+/// [`member_channel`] to member `id`, when known: on mutual TLS its certificate must name it.
+fn member_channel_to(addr: &str, id: Option<NodeId>, dialer: &Dialer) -> Result<PeerChannel, ChannelError> {
+    let channel = channel_to(addr, id, dialer.credentials.tls.as_ref())?;
     Ok(InterceptedService::new(Gated::new(channel, dialer.refusals.gate(addr)), dialer.credentials.attach.clone()))
 }
 
@@ -89,23 +94,27 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A lazily connected channel to `addr` (host:port), over mutual TLS when `tls` is given (the
-/// member's certificate must name `addr`'s host); errors surface on the first call.
+/// member's certificate must name `addr`'s host and a member of this cluster); errors surface on
+/// the first call.
 pub fn channel(addr: &str, tls: Option<&MemberTls>) -> Result<Channel, ChannelError> {
-    let endpoint = match tls {
-        None => Endpoint::from_shared(format!("http://{addr}")),
-        Some(tls) => {
-            Endpoint::from_shared(format!("https://{addr}")).and_then(|e| e.tls_config(tls.client(host_of(addr))))
-        }
-    }
-    .map_err(|source| ChannelError { addr: addr.to_string(), source })?;
-    Ok(endpoint
+    channel_to(addr, None, tls)
+}
+
+fn channel_to(addr: &str, id: Option<NodeId>, tls: Option<&MemberTls>) -> Result<Channel, ChannelError> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|source| ChannelError { addr: addr.to_string(), source })?
         .connect_timeout(Duration::from_secs(1))
         .tcp_nodelay(true)
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
-        .connect_lazy())
+        .keep_alive_while_idle(true);
+    Ok(match tls {
+        None => endpoint.connect_lazy(),
+        // TLS by this node's connector: it takes up renewed certificate files, and checks that
+        // the certificate names the member dialled.
+        Some(tls) => endpoint.connect_with_connector_lazy(tls.connector(id)),
+    })
 }
 
 pub struct Peer {

@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use openraft::raft::AppendEntriesResponse;
 
+use crate::auth::member::MemberCaller;
 use crate::raft::contact::LeaderContact;
 use crate::raft::registry::GroupRegistry;
 use crate::raft::wire::{FromPb, ToPb, append_from_pb};
-use crate::raft::{GroupId, Raft, SnapshotMeta, TypeConfig, Vote};
+use crate::raft::{GroupId, NodeId, Raft, SnapshotMeta, TypeConfig, Vote};
 
 /// The replicas of groups this node runs, by group.
 #[derive(Clone, Default)]
@@ -35,6 +36,11 @@ impl RaftGroups {
     /// Serves `group`'s calls with `raft`; `contact` learns of every append its leader sends.
     pub fn insert(&self, group: GroupId, raft: Raft, contact: Arc<LeaderContact>) {
         self.0.insert(group, Replica { raft, contact });
+    }
+
+    /// The Raft handle of `group`'s replica on this node.
+    pub(crate) fn raft(&self, group: GroupId) -> Option<Raft> {
+        self.0.get(group).map(|r| r.raft)
     }
 
     /// The replica a request's header names. No lock is held once it returns.
@@ -61,18 +67,35 @@ fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
 }
 
+/// A Raft message must come from the member it says it comes from (the candidate of a vote, the
+/// leader of an append, a snapshot or a hand-over), as the certificate of its connection names
+/// it (`caller`, put there by the raft port's gate). Without mutual TLS the raft port knows no
+/// member ids: nothing to compare.
+fn check_sender(caller: Option<MemberCaller>, sender: NodeId) -> Result<(), Status> {
+    match caller {
+        Some(MemberCaller(Some(id))) if id != sender => {
+            Err(Status::permission_denied(format!("member {id} sent a Raft message as member {sender}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[tonic::async_trait]
 impl RaftService for RaftServer {
     async fn vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
         let replica = self.groups.replica(&req)?;
+        let caller = req.extensions().get::<MemberCaller>().copied();
         let rpc = VoteRequest::from_pb(req.into_inner()).map_err(bad)?;
+        check_sender(caller, rpc.vote.leader_id().node_id)?;
         let reply = replica.raft.vote(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
     }
 
     async fn pre_vote(&self, req: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
         let replica = self.groups.replica(&req)?;
+        let caller = req.extensions().get::<MemberCaller>().copied();
         let rpc = VoteRequest::from_pb(req.into_inner()).map_err(bad)?;
+        check_sender(caller, rpc.vote.leader_id().node_id)?;
         let reply = replica.raft.pre_vote(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
     }
@@ -82,7 +105,9 @@ impl RaftService for RaftServer {
         req: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         let replica = self.groups.replica(&req)?;
+        let caller = req.extensions().get::<MemberCaller>().copied();
         let rpc = append_from_pb(req.into_inner()).map_err(bad)?;
+        check_sender(caller, rpc.vote.leader_id().node_id)?;
         let reply = replica.raft.append_entries(rpc).await.map_err(internal)?;
         if !matches!(reply, AppendEntriesResponse::HigherVote(_)) {
             replica.contact.heard();
@@ -97,9 +122,15 @@ impl RaftService for RaftServer {
         req: Request<Streaming<pb::AppendEntriesRequest>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
         let replica = self.groups.replica(&req)?;
-        // A request that fails to decode ends the stream: the leader sees it closed and retries.
-        let input = req.into_inner().take_while(|r| std::future::ready(r.is_ok())).filter_map(|r| async move {
+        let caller = req.extensions().get::<MemberCaller>().copied();
+        // A request that fails to decode, or comes from another member than the one named by the
+        // connection's certificate, ends the stream: the leader sees it closed and retries.
+        let input = req.into_inner().take_while(|r| std::future::ready(r.is_ok())).filter_map(move |r| async move {
             match r.ok().map(append_from_pb) {
+                Some(Ok(rpc)) if check_sender(caller, rpc.vote.leader_id().node_id).is_err() => {
+                    tracing::warn!(?caller, sender = rpc.vote.leader_id().node_id, "an append sent as another member");
+                    None
+                }
                 Some(Ok(rpc)) => Some(rpc),
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "undecodable append request");
@@ -126,12 +157,14 @@ impl RaftService for RaftServer {
         req: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         let replica = self.groups.replica(&req)?;
+        let caller = req.extensions().get::<MemberCaller>().copied();
         let mut chunks = req.into_inner();
         let first = chunks.next().await.ok_or_else(|| bad("empty snapshot stream"))??;
         let Some(pb::snapshot_chunk::Part::Header(header)) = first.part else {
             return Err(bad("a snapshot stream starts with its header"));
         };
         let (vote, meta) = <(Vote, SnapshotMeta)>::from_pb(header).map_err(bad)?;
+        check_sender(caller, vote.leader_id().node_id)?;
         let mut data = Vec::new();
         while let Some(chunk) = chunks.next().await {
             match chunk?.part {
@@ -149,7 +182,9 @@ impl RaftService for RaftServer {
         req: Request<pb::RaftTransferLeaderRequest>,
     ) -> Result<Response<pb::RaftTransferLeaderResponse>, Status> {
         let replica = self.groups.replica(&req)?;
+        let caller = req.extensions().get::<MemberCaller>().copied();
         let rpc = TransferLeaderRequest::<TypeConfig>::from_pb(req.into_inner()).map_err(bad)?;
+        check_sender(caller, rpc.from_leader().leader_id().node_id)?;
         let reply = replica.raft.handle_transfer_leader(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
     }

@@ -12,6 +12,7 @@ use crate::broker::Broker;
 use crate::broker::lite::{LiteActor, LiteCommand};
 use crate::broker::{Command, TopicKind};
 use crate::cluster::{Cluster, now_ms};
+use crate::jobs::failing::Failing;
 
 /// How often the leader looks.
 const EVERY: Duration = Duration::from_secs(10);
@@ -25,6 +26,8 @@ pub const LITE_CLIENT_TIMEOUT_MS: i64 = 120_000;
 pub async fn lite_upkeep(cluster: Cluster, broker: Broker) {
     // Where the next look at each parent starts.
     let mut cursors: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    // The job's own period paces it; this only keeps a broken read out of the log.
+    let mut reading = Failing::new("reading lite topics", EVERY);
     loop {
         tokio::time::sleep(EVERY).await;
         let now = now_ms();
@@ -32,9 +35,12 @@ pub async fn lite_upkeep(cluster: Cluster, broker: Broker) {
             let before_ms = now.saturating_sub(i64::from(parent.lite_ttl_minutes).saturating_mul(60_000));
             let after = cursors.remove(&parent.name).unwrap_or_default();
             let (expired, next) = match broker.expired_lite_topics(&parent.name, &after, before_ms, SCAN) {
-                Ok(found) => found,
+                Ok(found) => {
+                    reading.worked();
+                    found
+                }
                 Err(e) => {
-                    tracing::error!(error = %e, topic = %parent.name, "reading lite topics failed");
+                    reading.failed(&format!("{}: {e}", parent.name));
                     continue;
                 }
             };

@@ -20,6 +20,9 @@
 //! - `health`: notices a failed fsync of the log or the broker state, or Raft stopping, and
 //!   fail-stops the node.
 //!
+//! A step of a job that keeps failing is reported at most once a minute and tried again with a
+//! growing pause (`failing`).
+//!
 //! [`Jobs::fail_stop`] is how a part of the node that meets a fatal condition (a failed log fsync)
 //! asks the node to stop: `node::run` waits for it beside SIGTERM.
 
@@ -27,6 +30,7 @@ mod checkpoint;
 mod clock_skew;
 mod data_groups;
 mod disk_space;
+mod failing;
 mod group_traffic;
 mod handle_key;
 mod health;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::broker::Broker;
 use crate::broker::{AdminCommand, Command};
 use crate::cluster::{Cluster, now_ms};
+use crate::jobs::failing::Failing;
 use crate::metrics::Meters;
 use crate::store::LogReader;
 use crate::store::retention::{pressure_budget, purge_point};
@@ -38,6 +39,7 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
     let mut last_check: Option<Instant> = None;
     // The held entry last reported as keeping a pressure purge back (said once, not every second).
     let mut reported_hold = None;
+    let mut reading_held = Failing::new("retention: reading held messages", Duration::ZERO);
     // The last purge asked for, when, and the pause before asking for the same one again.
     let mut asked: Option<(u64, Instant, Duration)> = None;
     loop {
@@ -62,9 +64,12 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
         // time) keep their entries.
         let max_age_ms = options.max_age.as_millis().min(i64::MAX as u128) as i64;
         let held = match broker.first_held_index(now_ms(), max_age_ms) {
-            Ok(held) => held,
+            Ok(held) => {
+                reading_held.worked();
+                held
+            }
             Err(e) => {
-                tracing::error!(error = %e, "retention: reading held messages failed");
+                reading_held.failed(&e);
                 continue;
             }
         };

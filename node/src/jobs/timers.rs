@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::broker::Broker;
 use crate::broker::timer::{MAX_FIRES_PER_ENTRY, TimerCommand, TimerOutcome};
 use crate::cluster::{Cluster, now_ms};
+use crate::jobs::failing::Failing;
 use crate::metrics::Meters;
 
 /// How long the job sleeps at most with nothing due: a wall clock set forward is noticed within
@@ -25,15 +26,19 @@ const IN_FLIGHT: usize = 4;
 
 pub async fn fire_timers(cluster: Cluster, broker: Broker, meters: Meters) {
     let mut added = broker.watch_schedule();
+    let mut reading = Failing::new("reading due timers", RETRY_PAUSE);
+    let mut refused = Failing::new("firing timers (refused)", RETRY_PAUSE);
     loop {
         // Marked seen before reading: a timer added after this read wakes the sleep below.
         added.borrow_and_update();
         let now = now_ms();
         let due = match broker.due_timers(now, MAX_FIRES_PER_ENTRY * IN_FLIGHT) {
-            Ok(d) => d,
+            Ok(d) => {
+                reading.worked();
+                d
+            }
             Err(e) => {
-                tracing::error!(error = %e, "reading due timers failed");
-                tokio::time::sleep(RETRY_PAUSE).await;
+                reading.pause_after(&e).await;
                 continue;
             }
         };
@@ -51,9 +56,12 @@ pub async fn fire_timers(cluster: Cluster, broker: Broker, meters: Meters) {
         });
         for result in futures_util::future::join_all(fires).await {
             match result {
-                Ok(Ok(TimerOutcome::Fired(n))) => meters.timers_fired(n as u64),
-                Ok(Ok(_)) => {}
-                Ok(Err(refusal)) => tracing::warn!(%refusal, "a timer fire was refused"),
+                Ok(Ok(TimerOutcome::Fired(n))) => {
+                    refused.worked();
+                    meters.timers_fired(n as u64)
+                }
+                Ok(Ok(_)) => refused.worked(),
+                Ok(Err(refusal)) => refused.pause_after(&refusal).await,
                 Err(e) => {
                     tracing::debug!(error = %e, "firing timers failed; retrying");
                     tokio::time::sleep(RETRY_PAUSE).await;

@@ -20,6 +20,7 @@ use rockraft_proto::rockraft::StoredMessage;
 use crate::broker::Broker;
 use crate::broker::{Command, split_position};
 use crate::cluster::{Cluster, now_ms};
+use crate::jobs::failing::Failing;
 use crate::metrics::Meters;
 
 /// The pause after a failed round, and the shortest sleep between two looks.
@@ -48,15 +49,18 @@ pub async fn check_transactions(
     options: CheckOptions,
 ) {
     let mut scheduled = broker.watch_schedule();
+    let mut reading = Failing::new("reading due transaction checks", POLL);
     loop {
         // Marked seen before reading: a half stored after this read wakes the sleep below.
         scheduled.borrow_and_update();
         let now = now_ms();
         let due = match broker.due_checks(now, BATCH) {
-            Ok(d) => d,
+            Ok(d) => {
+                reading.worked();
+                d
+            }
             Err(e) => {
-                tracing::error!(error = %e, "reading due transaction checks failed");
-                tokio::time::sleep(POLL).await;
+                reading.pause_after(&e).await;
                 continue;
             }
         };

@@ -191,13 +191,12 @@ pub fn small_disks_allowed() -> Result<(), String> {
     SmallDisk::mount(&dir.path().join("probe"), 1).map(drop)
 }
 
-/// What a test caller of a raft port adds to each call: the cluster secret (when it has one), the
-/// group it names, and an operator's signature (when set).
+/// What a test caller of a raft port adds to each call: the cluster secret (when it has one) and
+/// the group it names.
 #[derive(Clone)]
 pub struct RaftPortHeaders {
     pub secret: Option<String>,
     pub group: u32,
-    pub operator: Option<Credentials>,
 }
 
 impl tonic::service::Interceptor for RaftPortHeaders {
@@ -206,12 +205,6 @@ impl tonic::service::Interceptor for RaftPortHeaders {
             r.metadata_mut().insert(rockraft::auth::member::SECRET_HEADER, secret.parse().expect("ascii"));
         }
         r.metadata_mut().insert("rockraft-group", self.group.into());
-        if let Some(c) = &self.operator {
-            let (date_time, header) =
-                rockraft::auth::signature::sign(&c.access_key, c.secret.expose(), time::OffsetDateTime::now_utc());
-            r.metadata_mut().insert("x-mq-date-time", date_time.parse().expect("ascii"));
-            r.metadata_mut().insert("authorization", header.parse().expect("ascii"));
-        }
         Ok(r)
     }
 }
@@ -871,7 +864,7 @@ impl Cluster {
             .expect("tls")
             .connect_timeout(Duration::from_secs(2))
             .connect_lazy();
-        let headers = RaftPortHeaders { secret: secret.map(str::to_string), group, operator: None };
+        let headers = RaftPortHeaders { secret: secret.map(str::to_string), group };
         tonic::service::interceptor::InterceptedService::new(channel, headers)
     }
 

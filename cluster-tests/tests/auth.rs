@@ -1030,8 +1030,13 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
         .await
         .unwrap();
     let admin = cluster.admin.clone().expect("an admin credential");
-    let signer = Signer(Some((admin.access_key.clone(), admin.secret.expose().to_string())));
-    let mut c = AdminServiceClient::with_interceptor(channel.clone(), signer);
+    // A generated client signs operator requests through the layer the CLI uses.
+    use rockraft::auth::operator::SignOperator;
+    let signed = |key: &str, secret: &str| Some((key.to_string(), rockraft::broker::access::Secret::new(secret)));
+    let mut c = AdminServiceClient::new(SignOperator::new(
+        channel.clone(),
+        Some((admin.access_key.clone(), admin.secret.clone())),
+    ));
     for i in 0..5 {
         let req = pb::CreateTopicRequest {
             name: format!("Paged{i}"),
@@ -1124,12 +1129,20 @@ async fn the_typed_admin_api_serves_generated_clients_admins_only_with_paged_lis
     let status = c.get_status(pb::GetStatusRequest::default()).await.unwrap().into_inner();
     assert_eq!(status.members.len(), cluster.nodes.len());
     // Unsigned and non-admin callers are refused on every typed method too.
-    let mut anonymous = AdminServiceClient::with_interceptor(channel.clone(), Signer(None));
+    let mut anonymous = AdminServiceClient::new(SignOperator::new(channel.clone(), None));
     let e = anonymous.list_topics(pb::ListTopicsRequest::default()).await.expect_err("unsigned");
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
-    let mut user = AdminServiceClient::with_interceptor(channel, Signer(Some(("typed".into(), "typed-secret".into()))));
+    let mut user = AdminServiceClient::new(SignOperator::new(channel.clone(), signed("typed", "typed-secret")));
     let e = user.delete_topic(pb::DeleteTopicRequest { name: "Paged0".into() }).await.expect_err("not an admin");
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     let still = c.list_topics(pb::ListTopicsRequest::default()).await.unwrap().into_inner();
     assert_eq!(still.topics.len(), 5, "the refused delete changed nothing");
+    // The official clients' signature (the date alone) opens no operator request, an admin's
+    // included.
+    let mut official = AdminServiceClient::with_interceptor(
+        channel,
+        Signer(Some((admin.access_key.clone(), admin.secret.expose().to_string()))),
+    );
+    let e = official.list_topics(pb::ListTopicsRequest::default()).await.expect_err("the official clients' signature");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
 }

@@ -76,6 +76,8 @@ fn known_code(code: i32) -> bool {
 enum Caller {
     Unsigned,
     User(&'static str, &'static str),
+    /// An operator's signature (`auth::operator`): over the method, a nonce and the body.
+    Operator(&'static str, &'static str),
     Member(String),
 }
 
@@ -87,7 +89,28 @@ fn headers(caller: &Caller) -> Vec<(&'static str, String)> {
             vec![("x-mq-date-time", date), ("authorization", auth), ("x-mq-client-id", "fuzz".into())]
         }
         Caller::Member(secret) => vec![(rockraft::auth::member::SECRET_HEADER, secret.clone())],
+        // Signed per request, over its body (`call`).
+        Caller::Operator(..) => vec![],
     }
+}
+
+/// The operator signature's headers for a unary call to `path` carrying `message`: signed over
+/// the gRPC frame it travels in.
+fn operator_headers(key: &str, secret: &str, path: &str, message: &[u8]) -> Vec<(&'static str, String)> {
+    use rockraft::auth::operator::{CONTENT_SHA256, NONCE, sign};
+    static NONCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nonce =
+        format!("fuzz{:016x}{:012x}", NONCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed), std::process::id());
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    let s = sign(key, secret, path, &frame, time::OffsetDateTime::now_utc(), &nonce);
+    vec![
+        ("x-mq-date-time", s.date_time),
+        (NONCE, s.nonce),
+        (CONTENT_SHA256, s.content_sha256),
+        ("authorization", s.authorization),
+    ]
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -337,7 +360,15 @@ async fn call(channel: Channel, rpc: &Rpc, body: Bytes, caller: &Caller) -> Answ
     }
     let path = PathAndQuery::from_static(rpc.path);
     let frames: Result<Vec<Bytes>, tonic::Status> = match rpc.shape {
-        Shape::Unary => grpc.unary(signed(body, caller), path, Raw).await.map(|r| vec![r.into_inner()]),
+        Shape::Unary => {
+            let mut request = signed(body.clone(), caller);
+            if let Caller::Operator(key, secret) = caller {
+                for (k, v) in operator_headers(key, secret, rpc.path, &body) {
+                    request.metadata_mut().insert(k, v.parse().expect("ascii header"));
+                }
+            }
+            grpc.unary(request, path, Raw).await.map(|r| vec![r.into_inner()])
+        }
         Shape::ServerStream => match grpc.server_streaming(signed(body, caller), path, Raw).await {
             Ok(r) => {
                 let mut stream = r.into_inner();
@@ -482,7 +513,7 @@ fn arbitrary_requests_on_every_plane_never_panic_and_refused_ones_change_nothing
         Answer::Grpc(tonic::Code::Unauthenticated) => Ok(()),
         _ => Err("an unsigned operator request was not refused".into()),
     });
-    fuzz(&rt, &admin, &admin_rpcs(), Caller::User("nobody", "nobody-secret"), |_, a| match a {
+    fuzz(&rt, &admin, &admin_rpcs(), Caller::Operator("nobody", "nobody-secret"), |_, a| match a {
         Answer::Grpc(tonic::Code::PermissionDenied) => Ok(()),
         _ => Err("a non-admin's operator request was not refused".into()),
     });
@@ -498,7 +529,7 @@ fn arbitrary_requests_on_every_plane_never_panic_and_refused_ones_change_nothing
         Answer::Grpc(c) if malformed(*c) => Ok(()),
         _ => Err("an answer outside the documented set".into()),
     });
-    fuzz(&rt, &admin, &admin_rpcs(), Caller::User("root", "root-secret"), |_, a| match a {
+    fuzz(&rt, &admin, &admin_rpcs(), Caller::Operator("root", "root-secret"), |_, a| match a {
         // The documented answers: a refusal (INVALID_ARGUMENT, FAILED_PRECONDITION), NOT_FOUND,
         // ALREADY_EXISTS, or a retry later (UNAVAILABLE, RESOURCE_EXHAUSTED).
         Answer::Grpc(c)

@@ -18,11 +18,12 @@ use rockraft_proto::rockraft::peer_service_server::PeerServiceServer;
 use rockraft_proto::rockraft::raft_service_server::RaftServiceServer;
 
 use crate::admin::{AdminParts, AdminServer, NodeConfig};
+use crate::auth::Authenticator;
 use crate::auth::connections::ConnectionCap;
 use crate::auth::gate::ClientGate;
 use crate::auth::member::{Audience, MemberCredentials, MemberGate, MemberPolicy, Secrets};
 use crate::auth::member_listener::MemberListener;
-use crate::auth::{AdminsOnly, Authenticator};
+use crate::auth::operator::{Door, OperatorGate, Replays};
 use crate::broker::Broker;
 use crate::cluster::{Cluster, PeerServer};
 use crate::jobs::Jobs;
@@ -32,7 +33,6 @@ use crate::proxy::{Proxy, ProxyOptions, ProxyParts};
 use crate::raft::{Dialer, RaftServer};
 use crate::replicas::{Context, Replica, Replicas};
 use crate::store::layout::DataLayout;
-use tonic::service::interceptor::InterceptedService;
 
 /// Why a node did not start, or stopped on its own; each names the setting, file or part at fault.
 #[derive(Debug, thiserror::Error)]
@@ -221,8 +221,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         secrets: node.secrets.clone(),
         mutual_tls: member_tls.is_some(),
         roster: Arc::clone(&roster),
-        operators: Arc::clone(&authenticator),
         refusals: Arc::clone(&refusals),
+    };
+    // One record of the operator signatures this node took, for both doors: a request passed on
+    // reaches the node that serves it, which took it first on its admin port if it came there.
+    let replays = Arc::new(Replays::default());
+    let operators = |door, server: fn(Cluster, AdminParts, Arc<NodeConfig>) -> AdminServer| {
+        OperatorGate::new(admin(server), door, Arc::clone(&authenticator), Arc::clone(&replays))
     };
     let raft_service =
         RaftServiceServer::new(RaftServer::new(node.replicas.raft_groups())).max_decoding_message_size(max);
@@ -237,7 +242,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         .max_connection_age_grace(MEMBER_CONNECTION_GRACE)
         .add_service(MemberGate::new(raft_service, Audience::Replication, policy.clone()))
         .add_service(MemberGate::new(peer_service, Audience::Members, policy.clone()))
-        .add_service(MemberGate::new(admin(AdminServer::for_members), Audience::Operators, policy));
+        .add_service(MemberGate::new(operators(Door::RaftPort, AdminServer::for_members), Audience::Members, policy));
     let raft_tcp = bind(raft_addr).map_err(bound("raft_addr", raft_addr))?;
     let listener = MemberListener {
         cap: ConnectionCap::new("raft", config.limits.max_member_connections_per_address),
@@ -280,7 +285,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         ConnectionCap::new("client", per_address).limit(bind(client_addr).map_err(bound("client_addr", client_addr))?);
     let admin_server = secured()?
         .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
-        .add_service(InterceptedService::new(admin(AdminServer::new), AdminsOnly(Arc::clone(&authenticator))))
+        .add_service(operators(Door::AdminPort, AdminServer::new))
         .serve_with_incoming_shutdown(admin_incoming, stopped(stop_rx.clone()));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),

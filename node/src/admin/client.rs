@@ -1,17 +1,15 @@
-//! The admin API as a caller uses it: the generated `AdminServiceClient`, signed as the official
-//! clients sign (the CLI, tests, scripts' tools). Each request type names its reply type
+//! The admin API as a caller uses it: the generated `AdminServiceClient`, each request signed
+//! with the operator signature (`auth::operator`: method, time, nonce and body) (the CLI, tests,
+//! scripts' tools). Each request type names its reply type
 //! ([`AdminCall`]), so a caller never matches an answer it did not ask for.
 
 use std::future::Future;
 
+use crate::auth::operator::SignOperator;
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::admin_service_client::AdminServiceClient;
-use tonic::service::interceptor::InterceptedService;
 
-use crate::auth::signature::SignRequests;
-
-/// An admin's access key and secret, which the CLI signs its requests with as the official
-/// clients sign theirs.
+/// An admin's access key and secret, which the CLI signs its requests with.
 #[derive(Debug, Clone)]
 pub struct Credentials {
     pub access_key: String,
@@ -27,7 +25,7 @@ pub struct CallOptions {
 }
 
 /// A channel to an admin listener whose requests are signed.
-pub type SignedChannel = InterceptedService<tonic::transport::Channel, SignRequests>;
+pub type SignedChannel = SignOperator<tonic::transport::Channel>;
 type Client = AdminServiceClient<SignedChannel>;
 
 /// Why an admin call was not answered with its reply.
@@ -138,9 +136,10 @@ impl AdminClient {
     pub fn connect(addr: &str, options: &CallOptions) -> Result<AdminClient, CallError> {
         let channel = crate::auth::tls::channel(addr, options.tls_ca.as_deref())
             .map_err(|why| CallError::Setup { addr: addr.to_string(), why })?;
-        let sign = SignRequests(options.credentials.as_ref().map(|c| (c.access_key.clone(), c.secret.clone())));
-        let client =
-            AdminServiceClient::new(InterceptedService::new(channel, sign)).max_decoding_message_size(usize::MAX);
+        let credentials = options.credentials.as_ref().map(|c| (c.access_key.clone(), c.secret.clone()));
+        let client = AdminServiceClient::new(SignOperator::new(channel, credentials))
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
         Ok(AdminClient { addr: addr.to_string(), client })
     }
 

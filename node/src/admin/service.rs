@@ -188,15 +188,32 @@ impl AdminServer {
 }
 
 /// `message` as a request to the leader's admin service on behalf of the operator whose request
-/// carried `metadata`: with that operator's signature, which the leader checks again.
+/// carried `metadata`: with that operator's signature (and the data group a part of it is
+/// narrowed to), which the leader checks again.
 pub(super) fn passed_on<T>(metadata: &MetadataMap, message: T) -> Request<T> {
+    use crate::auth::operator::{CONTENT_SHA256, DATA_GROUP, NONCE};
+    use crate::auth::signature::{AUTHORIZATION, DATE_TIME};
     let mut request = Request::new(message);
-    for header in [crate::auth::signature::AUTHORIZATION, crate::auth::signature::DATE_TIME] {
+    for header in [AUTHORIZATION, DATE_TIME, NONCE, CONTENT_SHA256, DATA_GROUP] {
         if let Some(value) = metadata.get(header) {
             request.metadata_mut().insert(header, value.clone());
         }
     }
     request
+}
+
+/// [`passed_on`], narrowed to data group `group`: the part for one group of an operator's
+/// request for every group, whose body stays the one its operator signed.
+pub(super) fn narrowed<T>(metadata: &MetadataMap, message: T, group: u32) -> Request<T> {
+    let mut request = passed_on(metadata, message);
+    request.metadata_mut().insert(crate::auth::operator::DATA_GROUP, group.into());
+    request
+}
+
+/// The data group a request names: in its body, or narrowed to by [`narrowed`].
+pub(super) fn data_group_of(metadata: &MetadataMap, in_body: Option<u32>) -> Option<u32> {
+    let header = || metadata.get(crate::auth::operator::DATA_GROUP)?.to_str().ok()?.parse().ok();
+    in_body.or_else(header)
 }
 
 /// What an admin command's reply means: done (in words), or why not.

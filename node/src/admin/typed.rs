@@ -11,7 +11,7 @@ use crate::admin::AdminServer;
 use crate::admin::api::{BindTarget, MessageLine};
 use crate::admin::error::AdminError;
 use crate::admin::messages::Found;
-use crate::admin::service::{LeaderClient, passed_on};
+use crate::admin::service::{LeaderClient, data_group_of, narrowed, passed_on};
 use crate::broker::HeldEntry;
 use crate::broker::access::{Action, Decision, Secret};
 use crate::broker::group::{DEFAULT_MAX_ATTEMPTS, FULL_PRIORITY, GroupConfig};
@@ -411,7 +411,7 @@ impl AdminService for AdminServer {
 
     async fn reset_offset(&self, req: Request<pb::ResetOffsetRequest>) -> Reply<pb::AdminDone> {
         let (metadata, _, r) = req.into_parts();
-        match r.data_group {
+        match data_group_of(&metadata, r.data_group) {
             Some(id) => {
                 let holder = self.data_group(id)?;
                 let here = async |r: pb::ResetOffsetRequest| {
@@ -424,9 +424,10 @@ impl AdminService for AdminServer {
             None => {
                 let holders = self.holders_of(&r.topic)?;
                 let mut said = Vec::new();
+                // Each part is the operator's request as signed, narrowed to one group.
                 for id in holders {
-                    let ask = pb::ResetOffsetRequest { data_group: Some(id), ..r.clone() };
-                    said.push(AdminService::reset_offset(self, passed_on(&metadata, ask)).await?.into_inner().message);
+                    let part = narrowed(&metadata, r.clone(), id);
+                    said.push(AdminService::reset_offset(self, part).await?.into_inner().message);
                 }
                 Ok(Response::new(pb::AdminDone { message: said.join("; ") }))
             }
@@ -488,7 +489,7 @@ impl AdminService for AdminServer {
 
     async fn resolve_transaction(&self, req: Request<pb::ResolveTransactionRequest>) -> Reply<pb::AdminDone> {
         let (metadata, _, r) = req.into_parts();
-        match r.data_group {
+        match data_group_of(&metadata, r.data_group) {
             Some(id) => {
                 let holder = self.data_group(id)?;
                 let groups = vec![holder.clone()];
@@ -502,8 +503,7 @@ impl AdminService for AdminServer {
             None => {
                 let mut failed = None;
                 for id in self.data_group_ids() {
-                    let ask = pb::ResolveTransactionRequest { data_group: Some(id), ..r.clone() };
-                    match AdminService::resolve_transaction(self, passed_on(&metadata, ask)).await {
+                    match AdminService::resolve_transaction(self, narrowed(&metadata, r.clone(), id)).await {
                         Ok(done) => return Ok(done),
                         Err(s) if s.code() == tonic::Code::NotFound => {}
                         Err(s) => failed = Some(s),

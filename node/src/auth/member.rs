@@ -13,8 +13,9 @@
 //!   connection of a member that is removed is closed. Raft messages must come from the member
 //!   they say they come from (`raft::service` compares with [`MemberCaller`]).
 //! - **Operator requests stay the operator's.** The admin service on the raft port is where a
-//!   member passes an operator's request on to the leader: the operator's own signed credentials
-//!   travel with it and are checked here as on the admin port. Being a member grants none.
+//!   member passes an operator's request on to the leader: the operator's own signature travels
+//!   with it and is checked there as on the admin port (`auth::operator`). Being a member grants
+//!   none.
 //!
 //! A node configured with neither a secret nor mutual TLS accepts every caller on that port (on
 //! loopback only, or with `allow_insecure`), and says so at start.
@@ -38,7 +39,6 @@ use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
 use crate::auth::member_tls::{MemberConnection, MemberTls};
-use crate::auth::{Authenticator, Caller};
 
 /// The header that carries the cluster secret.
 pub const SECRET_HEADER: &str = "x-rockraft-cluster-secret";
@@ -215,15 +215,11 @@ pub struct MemberCaller(pub Option<u64>);
 pub enum Audience {
     /// Raft messages: the caller must be a member of the group addressed.
     Replication,
-    /// What members ask of each other (forwarded writes, pops, read index): cluster members.
+    /// What members ask of each other (forwarded writes, pops, read index), and operators'
+    /// requests they pass on (whose operator's signature `auth::operator` checks besides):
+    /// cluster members.
     Members,
-    /// Operators' requests a member passes on: cluster members, carrying an admin's signature.
-    Operators,
 }
-
-/// The operator-service methods a member asks on its own behalf (the status page's view of each
-/// member); every other one needs an operator's signature.
-const MEMBER_READS: &[&str] = &["/rockraft.v1.AdminService/GetStatus"];
 
 /// What a [`MemberGate`] checks.
 #[derive(Clone)]
@@ -232,8 +228,6 @@ pub struct MemberPolicy {
     /// Mutual TLS: a caller must come over a connection whose certificate names a member.
     pub mutual_tls: bool,
     pub roster: Arc<dyn Roster>,
-    /// Operators' signatures, for [`Audience::Operators`].
-    pub operators: Arc<Authenticator>,
     /// Refusals, reported at most once a minute.
     pub refusals: Arc<RefusalLog>,
 }
@@ -287,20 +281,6 @@ impl MemberPolicy {
                 return Err(Status::unauthenticated("not a member of this cluster: no member certificate"));
             }
         };
-        if audience == Audience::Operators && !MEMBER_READS.contains(&request.uri().path()) {
-            match self.operators.identify_headers(headers) {
-                Caller::Refused(why) => {
-                    return Err(Status::unauthenticated(format!(
-                        "an operator request needs the operator's signature: {why}"
-                    )));
-                }
-                caller if caller.is_admin() => {}
-                Caller::User { access_key, .. } => {
-                    return Err(Status::permission_denied(format!("{access_key} is not an admin")));
-                }
-                Caller::Open => {}
-            }
-        }
         Ok(MemberCaller(member))
     }
 }
@@ -358,8 +338,6 @@ impl RefusalLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::AuthConfig;
-    use crate::broker::access::Secret;
 
     const SECRET: &str = "0123456789abcdef0123";
     const NEXT: &str = "fedcba9876543210fedc";
@@ -377,26 +355,8 @@ mod tests {
         }
     }
 
-    fn policy(secrets: Secrets, mutual_tls: bool, members: Vec<u64>, auth: bool) -> (MemberPolicy, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let broker = crate::broker::state_test::node(dir.path()).broker;
-        let config = AuthConfig {
-            enabled: auth,
-            admin_access_key: Some("root".into()),
-            admin_secret_key: Some(Secret::new("root-secret")),
-            ..Default::default()
-        };
-        let operators = Authenticator::new(config, broker);
-        (
-            MemberPolicy {
-                secrets,
-                mutual_tls,
-                roster: Arc::new(Listed(members)),
-                operators,
-                refusals: Arc::default(),
-            },
-            dir,
-        )
+    fn policy(secrets: Secrets, mutual_tls: bool, members: Vec<u64>) -> MemberPolicy {
+        MemberPolicy { secrets, mutual_tls, roster: Arc::new(Listed(members)), refusals: Arc::default() }
     }
 
     fn request(path: &str, secret: Option<&str>, member: Option<u64>) -> http::Request<()> {
@@ -418,7 +378,7 @@ mod tests {
     #[test]
     fn only_calls_carrying_the_current_or_the_next_secret_pass_and_a_reload_changes_both() {
         let secrets = Secrets::new(Some(&secret(SECRET)), None);
-        let (p, _dir) = policy(secrets.clone(), false, vec![], false);
+        let p = policy(secrets.clone(), false, vec![]);
         assert_eq!(p.check(&request(VOTE, Some(SECRET), None), Audience::Replication).unwrap(), MemberCaller(None));
         for wrong in [None, Some(""), Some("0123456789abcdef012"), Some("0123456789abcdef01234"), Some(NEXT)] {
             let refused = p.check(&request(VOTE, wrong, None), Audience::Replication).expect_err("refused");
@@ -438,14 +398,14 @@ mod tests {
         let attached = Attach::new(secrets).call(Request::new(())).unwrap();
         assert_eq!(attached.metadata().get(SECRET_HEADER).unwrap(), NEXT);
         // A node without a secret accepts anyone, and attaches nothing.
-        let (open, _dir) = policy(Secrets::default(), false, vec![], false);
+        let open = policy(Secrets::default(), false, vec![]);
         assert!(open.check(&request(VOTE, None, None), Audience::Replication).is_ok());
         assert!(Attach::default().call(Request::new(())).unwrap().metadata().get(SECRET_HEADER).is_none());
     }
 
     #[test]
     fn on_mutual_tls_a_call_needs_a_current_member_s_certificate_and_the_secret_as_well() {
-        let (p, _dir) = policy(Secrets::new(Some(&secret(SECRET)), None), true, vec![1, 2], false);
+        let p = policy(Secrets::new(Some(&secret(SECRET)), None), true, vec![1, 2]);
         let caller = p.check(&request(VOTE, Some(SECRET), Some(2)), Audience::Replication).unwrap();
         assert_eq!(caller, MemberCaller(Some(2)), "the member its certificate names");
         let not_member = p.check(&request(VOTE, Some(SECRET), Some(3)), Audience::Replication).expect_err("3");
@@ -457,25 +417,6 @@ mod tests {
         // A request that did not come over the listener's connections at all.
         let bare = http::Request::builder().uri(VOTE).body(()).unwrap();
         assert!(p.check(&bare, Audience::Replication).is_err());
-    }
-
-    #[test]
-    fn a_member_passes_an_operator_request_on_only_with_an_admin_s_signature() {
-        let (p, _dir) = policy(Secrets::new(Some(&secret(SECRET)), None), true, vec![1], true);
-        let create = "/rockraft.v1.AdminService/CreateUser";
-        let unsigned = p.check(&request(create, Some(SECRET), Some(1)), Audience::Operators).expect_err("unsigned");
-        assert_eq!(unsigned.code(), tonic::Code::Unauthenticated);
-        let mut signed = request(create, Some(SECRET), Some(1));
-        let (date, header) = crate::auth::signature::sign("root", "root-secret", time::OffsetDateTime::now_utc());
-        signed.headers_mut().insert(crate::auth::signature::DATE_TIME, date.parse().unwrap());
-        signed.headers_mut().insert(crate::auth::signature::AUTHORIZATION, header.parse().unwrap());
-        assert!(p.check(&signed, Audience::Operators).is_ok());
-        // What members ask for themselves needs no operator.
-        let status = "/rockraft.v1.AdminService/GetStatus";
-        assert!(p.check(&request(status, Some(SECRET), Some(1)), Audience::Operators).is_ok());
-        // With authentication off, the admin port is open too, and so is this.
-        let (open, _dir) = policy(Secrets::new(Some(&secret(SECRET)), None), true, vec![1], false);
-        assert!(open.check(&request(create, Some(SECRET), Some(1)), Audience::Operators).is_ok());
     }
 
     #[test]

@@ -8,10 +8,10 @@
 //! - `handles`: receipt handles, recall handles and transaction ids sealed with the cluster's
 //!   replicated handle key;
 //! - `signature`: the `MQv2-HMAC-SHA1` signature the official clients send;
+//! - `operator`: the stronger signature of operator requests (method, time, nonce, body; once);
 //! - `tls`: TLS on the client and admin listeners, and the CLI's TLS channel;
 //! - here: the `[auth]` configuration, the [`Authenticator`] that turns a signature into a
-//!   [`Caller`] against the replicated users (`broker::access`), and the admin plane's
-//!   interceptor (refuses anyone but an admin);
+//!   [`Caller`] against the replicated users (`broker::access`);
 //! - `gate`: the client plane's gate (marks the caller; a refused caller's body is never
 //!   decoded, and the proxy answers it with RocketMQ's UNAUTHORIZED);
 //! - `connections`: how many connections one address may hold open on a listener;
@@ -24,6 +24,7 @@ pub mod handles;
 pub mod member;
 pub mod member_listener;
 pub mod member_tls;
+pub mod operator;
 pub mod signature;
 pub mod tls;
 
@@ -31,10 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tonic::Request;
 use tonic::codegen::http::HeaderMap;
 use tonic::metadata::MetadataMap;
-use tonic::service::Interceptor;
-use tonic::{Request, Status};
 
 use crate::broker::Broker;
 use crate::broker::access::{Action, CredentialError, ResourceKind, Secret, check_access_key, check_secret};
@@ -200,6 +200,27 @@ impl Authenticator {
         Arc::new(Authenticator { config, broker })
     }
 
+    /// Whether callers must sign.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// How far a signed time may be from this node's clock.
+    pub fn max_skew(&self) -> Duration {
+        Duration::from_secs(self.config.max_clock_skew_secs)
+    }
+
+    /// The secret and admin flag of `access_key`: the admin credential of this node's
+    /// configuration, or a replicated user.
+    pub fn credential(&self, access_key: &str) -> Option<(String, bool)> {
+        if let (Some(key), Some(secret)) = (&self.config.admin_access_key, &self.config.admin_secret_key)
+            && key == access_key
+        {
+            return Some((secret.expose().to_string(), true));
+        }
+        self.broker.access(|t| t.user(access_key).map(|u| (u.secret.expose().to_string(), u.admin)))
+    }
+
     pub fn identify(&self, metadata: &MetadataMap) -> Caller {
         self.identify_headers(metadata.as_ref())
     }
@@ -297,21 +318,6 @@ impl Pin {
                     None => Caller::Refused(Refusal::Revoked),
                 }
             }
-        }
-    }
-}
-
-/// The admin plane: only admins get through, before the request is decoded.
-#[derive(Clone)]
-pub struct AdminsOnly(pub Arc<Authenticator>);
-
-impl Interceptor for AdminsOnly {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        match self.0.identify(request.metadata()) {
-            Caller::Refused(why) => Err(Status::unauthenticated(why.to_string())),
-            caller if caller.is_admin() => Ok(request),
-            Caller::User { access_key, .. } => Err(Status::permission_denied(format!("{access_key} is not an admin"))),
-            Caller::Open => Ok(request),
         }
     }
 }

@@ -8,7 +8,8 @@
 #   mtls   the same, and members over mutual TLS on the raft ports (`scripts/cluster.sh start
 #          --auth --tls`: its own CA and a certificate per node; replication and forwarded
 #          requests encrypted too)
-# MODES="plain mtls" runs only those.
+# MODES="plain mtls" runs only those. ROCKRAFT_BIN=<binary> runs that build (another release's,
+# for a before/after pair) instead of building this checkout's.
 # Prints messages/s and the three nodes' CPU (utime + stime) per message of each run.
 # Uses its own data directories under $WORK (default: a temp dir) and the default ports (moved
 # with ROCKRAFT_*_PORT_BASE as in scripts/cluster.sh).
@@ -17,8 +18,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 rounds="${ROUNDS:-2}"
 work="${WORK:-$(mktemp -d /tmp/rockraft-auth-cost.XXXXXX)}"
-bin="${CARGO_TARGET_DIR:-$root/target}/release/rockraft"
-cargo build --release --locked --quiet -p rockraft --bin rockraft
+if [ -n "${ROCKRAFT_BIN:-}" ]; then
+  bin="$ROCKRAFT_BIN"
+else
+  bin="${CARGO_TARGET_DIR:-$root/target}/release/rockraft"
+  cargo build --release --locked --quiet -p rockraft --bin rockraft
+fi
 export ROCKRAFT_BIN="$bin"
 client_base="${ROCKRAFT_CLIENT_PORT_BASE:-8080}"
 export ROCKRAFT_ENDPOINT="127.0.0.1:$((${ROCKRAFT_ADMIN_PORT_BASE:-7080} + 1))"

@@ -364,22 +364,51 @@ pub struct MemberConnection {
 }
 
 /// A connection to the raft port, open until its peer closes it or `closed` resolves (the member
-/// its certificate names was removed).
+/// its certificate names was removed). A task of its own waits for that; the reads and writes
+/// only look at a flag (they are the replication's hot path).
 pub struct MemberStream<IO> {
     io: IO,
     info: MemberConnection,
-    closed: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    closed: Option<Closing>,
+}
+
+/// The task waiting for a connection's member to be removed, and what it tells the connection.
+struct Closing {
+    state: Arc<ClosedFlag>,
+    waiting: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct ClosedFlag {
+    closed: std::sync::atomic::AtomicBool,
+    reader: futures_util::task::AtomicWaker,
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.waiting.abort();
+    }
 }
 
 impl<IO> MemberStream<IO> {
     pub fn new(io: IO, info: MemberConnection, closed: Option<Pin<Box<dyn Future<Output = ()> + Send>>>) -> Self {
+        let closed = closed.map(|gone| {
+            let state = Arc::new(ClosedFlag::default());
+            let flag = Arc::clone(&state);
+            let waiting = tokio::spawn(async move {
+                gone.await;
+                flag.closed.store(true, std::sync::atomic::Ordering::Release);
+                flag.reader.wake();
+            });
+            Closing { state, waiting }
+        });
         MemberStream { io, info, closed }
     }
 
-    /// An error once the connection is to be closed; registers for the wake-up otherwise.
-    fn check_closed(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        match self.closed.as_mut().map(|c| c.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => {
+    /// An error once the connection is to be closed.
+    fn check_closed(&self) -> io::Result<()> {
+        match &self.closed {
+            Some(c) if c.state.closed.load(std::sync::atomic::Ordering::Acquire) => {
                 Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the member was removed from the cluster"))
             }
             _ => Ok(()),
@@ -398,7 +427,11 @@ impl<IO: Send + 'static> Connected for MemberStream<IO> {
 impl<IO: AsyncRead + Unpin> AsyncRead for MemberStream<IO> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        this.check_closed(cx)?;
+        // An idle connection waits here: woken when its member is removed.
+        if let Some(c) = &this.closed {
+            c.state.reader.register(cx.waker());
+        }
+        this.check_closed()?;
         Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
@@ -406,7 +439,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for MemberStream<IO> {
 impl<IO: AsyncWrite + Unpin> AsyncWrite for MemberStream<IO> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.check_closed(cx)?;
+        this.check_closed()?;
         Pin::new(&mut this.io).poll_write(cx, buf)
     }
 

@@ -5,7 +5,7 @@
 //! A replica that knows no membership yet (a data group being placed here, a node being added)
 //! goes by the metadata group's; a node that knows neither (never initialised, not yet added)
 //! goes by the `[[members]]` table of its configuration, or admits any member of this cluster
-//! when that is empty: it holds nothing yet, and the leader adding it must reach it.
+//! when that names no other node: it holds nothing yet, and the leader adding it must reach it.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -42,7 +42,8 @@ impl GroupRoster {
         let known = group.and_then(|g| self.members_of(g)).or_else(|| self.members_of(GroupId::METADATA));
         match known {
             Some(members) => members.contains(&id),
-            None => self.initial.is_empty() || self.initial.contains(&id),
+            // A table of this node alone names no one who may call it.
+            None => self.initial.len() <= 1 || self.initial.contains(&id),
         }
     }
 }

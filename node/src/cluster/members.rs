@@ -53,11 +53,13 @@ impl Cluster {
     /// naming member `id` (and that address), found by a TLS handshake alone, before any call
     /// carries the cluster secret there. `Ok` without mutual TLS (nothing to look at). A node
     /// that does not listen yet (just started) is tried again, for at most `within`.
-    pub async fn presents_member(&self, raft_addr: &str, id: NodeId, within: Duration) -> Result<(), String> {
+    pub async fn presents_member(&self, raft_addr: &str, id: NodeId, within: Duration) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
         use tonic::codegen::Service as _;
         let Some(tls) = self.peers().dialer().credentials.tls.clone() else { return Ok(()) };
-        let uri: tonic::codegen::http::Uri =
-            format!("http://{raft_addr}").parse().map_err(|e| format!("{raft_addr}: {e}"))?;
+        let uri: tonic::codegen::http::Uri = format!("http://{raft_addr}")
+            .parse()
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{raft_addr}: {e}")))?;
         let deadline = tokio::time::Instant::now() + within;
         let mut pause = Duration::from_millis(100);
         loop {
@@ -65,14 +67,13 @@ impl Cluster {
             let failed = match tokio::time::timeout(Duration::from_secs(5), probe).await {
                 Ok(Ok(_)) => return Ok(()),
                 // The certificate, or the handshake: no use trying again.
-                Ok(Err(e))
-                    if e.kind() == std::io::ErrorKind::PermissionDenied
-                        || e.kind() == std::io::ErrorKind::InvalidData =>
-                {
-                    return Err(e.to_string());
+                Ok(Err(e)) if matches!(e.kind(), ErrorKind::PermissionDenied | ErrorKind::InvalidData) => {
+                    return Err(e);
                 }
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("{raft_addr} did not finish a TLS handshake within 5 s"),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    Error::new(ErrorKind::TimedOut, format!("{raft_addr} did not finish a TLS handshake within 5 s"))
+                }
             };
             if tokio::time::Instant::now() + pause > deadline {
                 return Err(failed);

@@ -166,6 +166,11 @@ enum Proposed {
     NotLeader(Option<NodeInfo>),
 }
 
+/// A command no member may forward (named by its family): an operator's request.
+#[derive(Debug, thiserror::Error)]
+#[error("a member may not forward {0}: it is an operator's request")]
+pub(crate) struct NotForwardable(&'static str);
+
 /// A write a member forwarded, as the leader reads it once: a send (batched with the others), or
 /// another command, with its bytes as they go into the log.
 pub(crate) enum Forwarded {
@@ -175,14 +180,12 @@ pub(crate) enum Forwarded {
 
 impl Forwarded {
     /// Bytes that are no command would only be skipped at apply: they never reach the log.
-    pub(crate) fn read(bytes: Bytes) -> Result<Forwarded, String> {
+    pub(crate) fn read(bytes: Bytes) -> Result<Forwarded, crate::broker::DecodeError> {
         if let Some(batch) = Command::decode_send(&bytes) {
             return Ok(Forwarded::Send(batch));
         }
-        match Command::decode(bytes.clone()) {
-            Ok(command) => Ok(Forwarded::Other { bytes, command }),
-            Err(e) => Err(format!("a forwarded write is not a command: {e}")),
-        }
+        let command = Command::decode(bytes.clone())?;
+        Ok(Forwarded::Other { bytes, command })
     }
 
     /// Whether a member may forward this: what a member proposes on a client's behalf (sends,
@@ -191,7 +194,7 @@ impl Forwarded {
     /// (users, rules, topics, groups, plugins, settings, offsets, an operator's resolution of a
     /// transaction) come with the operator's signature through the admin service instead, so
     /// being a member grants none of them.
-    pub(crate) fn check(&self, broker: &Broker) -> Result<(), String> {
+    pub(crate) fn check(&self, broker: &Broker) -> Result<(), NotForwardable> {
         use crate::broker::AdminCommand;
         use crate::broker::access::AccessCommand;
         use crate::broker::plugins::PluginCommand;
@@ -216,10 +219,7 @@ impl Forwarded {
             }
             Command::Access(_) => (false, "a change of users or rules"),
         };
-        match allowed {
-            true => Ok(()),
-            false => Err(format!("a member may not forward {family}: it is an operator's request")),
-        }
+        if allowed { Ok(()) } else { Err(NotForwardable(family)) }
     }
 }
 

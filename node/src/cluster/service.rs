@@ -44,8 +44,9 @@ impl PeerService for PeerServer {
         if let Err(e) = cluster.check_size(command.len()) {
             return reply(Err(e));
         }
-        let forwarded = Forwarded::read(command).map_err(Status::invalid_argument)?;
-        forwarded.check(cluster.broker()).map_err(Status::permission_denied)?;
+        let forwarded = Forwarded::read(command)
+            .map_err(|e| Status::invalid_argument(format!("a forwarded write is not a command: {e}")))?;
+        forwarded.check(cluster.broker()).map_err(|e| Status::permission_denied(e.to_string()))?;
         reply(cluster.propose_forwarded(forwarded).await)
     }
 

@@ -385,7 +385,7 @@ impl Proxy {
     /// lite subscriptions), FORBIDDEN if it belongs to another user (see `client_ids`).
     fn own_client<T>(&self, req: &Request<T>) -> Result<String, rockraft_proto::rocketmq::Status> {
         let client = client_id(req);
-        check_client_id(&client).map_err(|why| status::status(Code::BadRequest, why))?;
+        check_client_id(&client).map_err(|why| status::status(Code::BadRequest, why.to_string()))?;
         self.client_ids.claim(&Caller::of(req), &client).map_err(|Rejection(s)| s)?;
         Ok(client)
     }
@@ -409,14 +409,23 @@ fn client_id<T>(req: &Request<T>) -> String {
 /// under 100 bytes.
 pub const MAX_CLIENT_ID_BYTES: usize = 256;
 
+/// Why a client id is not taken.
+#[derive(Debug, thiserror::Error)]
+enum InvalidClientId {
+    #[error("x-mq-client-id has {0} bytes; at most {MAX_CLIENT_ID_BYTES} are taken")]
+    TooLong(usize),
+    #[error("x-mq-client-id must be printable ASCII without spaces")]
+    NotPrintable,
+}
+
 /// A client id is printable ASCII without spaces, of at most [`MAX_CLIENT_ID_BYTES`] (an absent
 /// one is each call's own business).
-fn check_client_id(id: &str) -> Result<(), String> {
+fn check_client_id(id: &str) -> Result<(), InvalidClientId> {
     if id.len() > MAX_CLIENT_ID_BYTES {
-        return Err(format!("x-mq-client-id has {} bytes; at most {MAX_CLIENT_ID_BYTES} are taken", id.len()));
+        return Err(InvalidClientId::TooLong(id.len()));
     }
     if !id.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("x-mq-client-id must be printable ASCII without spaces".into());
+        return Err(InvalidClientId::NotPrintable);
     }
     Ok(())
 }
@@ -767,4 +776,20 @@ fn tally(codes: impl Iterator<Item = i32>) -> Vec<(i32, u64)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_ids_the_official_clients_make_are_taken_and_oversized_or_unprintable_ones_are_not() {
+        for taken in ["vm@29774#0", "MacBook-Pro.local@12345@0@1n2k3j4", "", &"a".repeat(MAX_CLIENT_ID_BYTES)] {
+            assert!(check_client_id(taken).is_ok(), "{taken}");
+        }
+        assert!(matches!(check_client_id(&"a".repeat(MAX_CLIENT_ID_BYTES + 1)), Err(InvalidClientId::TooLong(257))));
+        for unprintable in ["a b", "tab\there", "nul\0"] {
+            assert!(matches!(check_client_id(unprintable), Err(InvalidClientId::NotPrintable)), "{unprintable:?}");
+        }
+    }
 }

@@ -60,23 +60,21 @@ impl AdminServer {
         AdminServer { cluster, parts, config, plane: Plane::Members }
     }
 
-    /// Writes `command` through the log; what the broker answered, in words, or why not. A
-    /// follower answers once it has applied the write as well, so the operator's next listing on
-    /// this node shows it (the leader applied it before answering).
+    /// Writes `command` through the log of the metadata group, which this node leads (operator
+    /// changes are served on the leader: [`Self::on_leader`]); what the broker answered, in
+    /// words, or why not.
     pub(super) async fn write(&self, command: Command) -> Result<String, AdminError> {
         self.write_in(&self.cluster, command).await
     }
 
     /// [`AdminServer::write`] through the log of `group` (a data group's, for its queues' state).
+    /// A node that lost the leadership since the request was routed here answers `NoLeader` (the
+    /// operator tries again): it may not pass an operator's change on as command bytes.
     pub(super) async fn write_in(&self, group: &Cluster, command: Command) -> Result<String, AdminError> {
-        let answer = applied(group.write(&command).await?);
-        if !group.is_leader()
-            && let Err(e) = group.catch_up().await
-        {
-            // The write is done either way; only this node's view of it may lag a moment.
-            tracing::debug!(error = %e, "an admin write is committed but not applied here yet");
+        if !group.is_leader() {
+            return Err(crate::cluster::ClusterError::NoLeader.into());
         }
-        answer
+        applied(group.write(&command).await?)
     }
 
     /// The groups this node runs, as the data path finds them.

@@ -103,7 +103,7 @@ struct SecretPair {
 
 impl fmt::Debug for Secrets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pair = self.read();
+        let pair = self.shared.read().unwrap_or_else(|p| p.into_inner());
         write!(f, "Secrets(current: {}, next: {})", pair.current.is_some(), pair.next.is_some())
     }
 }
@@ -121,10 +121,6 @@ impl Secrets {
         let header = current.and_then(|s| MetadataValue::try_from(&*s.0).ok());
         let pair = SecretPair { current: current.cloned(), next: next.cloned(), header };
         *self.shared.write().unwrap_or_else(|p| p.into_inner()) = pair;
-    }
-
-    fn read(&self) -> SecretPair {
-        self.shared.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether any secret is configured (and so checked).

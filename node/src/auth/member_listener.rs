@@ -1,7 +1,8 @@
 //! The raft port's connections: at most so many from one source (`auth::connections`); on mutual
 //! TLS a handshake done within a bound, by a task of its own (a caller that never finishes one
-//! holds up no one), with at most so many under way, from one source and in all; the certificate must name a
-//! current member; and the connection is closed when that member is removed.
+//! holds up no one), with at most so many under way, from one source and in all; the
+//! certificate must name a current member; and the connection is closed when that member is
+//! removed.
 
 use std::io;
 use std::sync::Arc;

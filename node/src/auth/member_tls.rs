@@ -200,13 +200,12 @@ struct Loaded {
 #[derive(Clone)]
 pub struct MemberTls {
     files: Arc<Files>,
-    cluster: Arc<str>,
     loaded: Arc<Mutex<Loaded>>,
 }
 
 impl std::fmt::Debug for MemberTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MemberTls({:?}, cluster {:?})", self.files.cert, self.cluster)
+        write!(f, "MemberTls({:?}, cluster {:?})", self.files.cert, self.files.cluster)
     }
 }
 
@@ -240,12 +239,7 @@ impl MemberTls {
         let stamps = files.stamps();
         let configs = files.load()?;
         let loaded = Loaded { configs, stamps, checked: Instant::now() };
-        Ok(MemberTls { files: Arc::new(files), cluster: cluster.into(), loaded: Arc::new(Mutex::new(loaded)) })
-    }
-
-    /// The cluster name members' certificates carry.
-    pub fn cluster(&self) -> &str {
-        &self.cluster
+        Ok(MemberTls { files: Arc::new(files), loaded: Arc::new(Mutex::new(loaded)) })
     }
 
     /// The settings as they are now: loaded again first when a file changed since the last look
@@ -296,7 +290,7 @@ impl MemberTls {
     /// What the peer of a TLS connection names itself.
     pub fn peer_of<IO>(&self, stream: &tokio_rustls::server::TlsStream<IO>) -> Named {
         match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-            Some(cert) => named_member(cert, &self.cluster),
+            Some(cert) => named_member(cert, &self.files.cluster),
             None => Named { member: Err(Unnamed::Unreadable), subject: String::new() },
         }
     }
@@ -338,7 +332,7 @@ impl tonic::codegen::Service<Uri> for MemberConnector {
             tcp.set_nodelay(true)?;
             let stream = tokio_rustls::TlsConnector::from(tls.configs().client).connect(name, tcp).await?;
             let peer = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
-            let named = peer.map(|c| named_member(c, &tls.cluster).member).unwrap_or(Err(Unnamed::Unreadable));
+            let named = peer.map(|c| named_member(c, &tls.files.cluster).member).unwrap_or(Err(Unnamed::Unreadable));
             // Wrapped as a TLS failure: the member refuses to be who this node dials, as a
             // certificate the CA did not sign would (`raft::refusals` tells those apart).
             let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, rustls::Error::General(why));

@@ -43,6 +43,11 @@ pub const CONTENT_SHA256: &str = "x-rockraft-content-sha256";
 /// group of a request for every group): narrows it, never widens it, so it is not signed.
 pub const DATA_GROUP: &str = "x-rockraft-data-group";
 
+/// Marks a refusal of the operator (not of the member who passed the request on) in the answer
+/// on the raft port: a member that gets one does not take its peer for refusing it
+/// (`raft::refusals`), which would hold back replication to it for an operator's mistake.
+pub const OPERATOR_REFUSAL: &str = "x-rockraft-operator-refusal";
+
 /// The longest request body an operator signature is checked over: a plugin registration.
 pub const MAX_BODY_BYTES: usize = crate::broker::plugins::MAX_MODULE_BYTES + (64 << 10) + 5;
 
@@ -140,13 +145,13 @@ pub struct Replays {
 
 impl Replays {
     /// Takes the signature, or says it was taken before (or too many are remembered).
-    fn take(&self, access_key: &str, nonce: &str, narrowed: &str, expires: i64, now: i64) -> Result<(), Status> {
+    fn take(&self, taken: &Taken, now: i64) -> Result<(), Status> {
         let key: [u8; 32] = Sha256::new()
-            .chain_update(access_key)
+            .chain_update(&taken.access_key)
             .chain_update([0])
-            .chain_update(nonce)
+            .chain_update(&taken.nonce)
             .chain_update([0])
-            .chain_update(narrowed)
+            .chain_update(&taken.narrowed)
             .finalize()
             .into();
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -159,7 +164,7 @@ impl Replays {
                 return Err(Status::resource_exhausted("too many operator requests within the signature window"));
             }
         }
-        seen.insert(key, expires);
+        seen.insert(key, taken.expires);
         Ok(())
     }
 }
@@ -209,10 +214,29 @@ impl<S: NamedService> NamedService for OperatorGate<S> {
 /// What a request's headers prove, before its body is read.
 struct Verified {
     caller: Caller,
-    /// The body's hash to compare, and the replay to record, if this request needs them.
+    /// The body's hash to compare, and the signature to take once, if this request needs them.
     content_sha256: Option<[u8; 32]>,
-    replay: Option<(String, String, String, i64)>,
+    replay: Option<Taken>,
 }
+
+/// A signature [`Replays`] takes once: whose, its nonce, the data group it was narrowed to, and
+/// when its window ends (Unix seconds).
+struct Taken {
+    access_key: String,
+    nonce: String,
+    narrowed: String,
+    expires: i64,
+}
+
+/// How far an operator signature's time may be from this node's clock: the configured skew, or
+/// with that 0 (not checked for the official clients) the default, since a signature must expire
+/// for its nonce to be forgotten.
+fn window(configured: Duration) -> Duration {
+    if configured.is_zero() { Duration::from_secs(DEFAULT_WINDOW_SECS) } else { configured }
+}
+
+/// [`window`] when the skew is not checked.
+const DEFAULT_WINDOW_SECS: u64 = 900;
 
 impl<S> OperatorGate<S> {
     fn verify(&self, request: &http::Request<Body>) -> Result<Verified, Status> {
@@ -231,7 +255,7 @@ impl<S> OperatorGate<S> {
             .ok_or(Refusal::Malformed("x-mq-date-time is not a date"))
             .map_err(refused)?;
         let now = OffsetDateTime::now_utc();
-        let window = self.authenticator.max_skew().max(Duration::from_secs(1));
+        let window = window(self.authenticator.max_skew());
         let by_secs = (signed_at - now).whole_seconds();
         if by_secs.unsigned_abs() > window.as_secs() {
             return Err(refused(Refusal::Skewed { by_secs, max_secs: window.as_secs() }));
@@ -245,7 +269,8 @@ impl<S> OperatorGate<S> {
         }
         let narrowed = header(request.headers(), DATA_GROUP).unwrap_or_default().to_string();
         let expires = (signed_at + window).unix_timestamp();
-        let replay = (claimed.access_key.to_string(), claimed.nonce.to_string(), narrowed, expires);
+        let replay =
+            Taken { access_key: claimed.access_key.to_string(), nonce: claimed.nonce.to_string(), narrowed, expires };
         Ok(Verified { caller, content_sha256: Some(claimed.content_sha256), replay: Some(replay) })
     }
 }
@@ -272,10 +297,18 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let verified = self.verify(&request);
         let replays = Arc::clone(&self.replays);
+        let door = self.door;
+        let refused = move |status: Status| {
+            let mut answer = status.into_http::<Body>();
+            if door == Door::RaftPort {
+                answer.headers_mut().insert(OPERATOR_REFUSAL, HeaderValue::from_static("1"));
+            }
+            answer
+        };
         Box::pin(async move {
             let Verified { caller, content_sha256, replay } = match verified {
                 Ok(v) => v,
-                Err(status) => return Ok(status.into_http()),
+                Err(status) => return Ok(refused(status)),
             };
             let (mut parts, body) = request.into_parts();
             let body = match content_sha256 {
@@ -285,20 +318,31 @@ where
                     let bytes: Bytes = match read {
                         Ok(collected) => collected.to_bytes(),
                         Err(_) => {
-                            return Ok(Status::new(Code::ResourceExhausted, "the request body is too large or broken")
-                                .into_http());
+                            return Ok(refused(Status::new(
+                                Code::ResourceExhausted,
+                                "the request body is too large or broken",
+                            )));
                         }
                     };
                     if Sha256::digest(&bytes).as_slice() != expected {
-                        return Ok(Status::unauthenticated("the request body is not the one signed").into_http());
+                        // Passed on by a member, the body was decoded and encoded again: one that
+                        // does not come back the same (unknown fields, a field twice) is the
+                        // request's own fault, not its signature's.
+                        return Ok(refused(match door {
+                            Door::AdminPort => Status::unauthenticated("the request body is not the one signed"),
+                            Door::RaftPort => Status::invalid_argument(
+                                "the request passed on is not the one signed: a request whose body has unknown \
+                                 fields or a field twice is not the same once decoded; send it to the leader",
+                            ),
+                        }));
                     }
                     Body::new(http_body_util::Full::new(bytes))
                 }
             };
-            if let Some((access_key, nonce, narrowed, expires)) = replay {
+            if let Some(taken) = replay {
                 let now = OffsetDateTime::now_utc().unix_timestamp();
-                if let Err(status) = replays.take(&access_key, &nonce, &narrowed, expires, now) {
-                    return Ok(status.into_http());
+                if let Err(status) = replays.take(&taken, now) {
+                    return Ok(refused(status));
                 }
             }
             parts.extensions.insert(caller);

@@ -231,6 +231,9 @@ impl Gate {
     /// be reached, which is not this gate's business).
     fn observe<B>(&self, outcome: &Result<http::Response<B>, BoxError>) {
         match outcome {
+            // An operator's request refused on the member's raft port refuses the operator, not
+            // this node.
+            Ok(response) if response.headers().contains_key(crate::auth::operator::OPERATOR_REFUSAL) => self.answered(),
             Ok(response) => match tonic::Status::from_header_map(response.headers()) {
                 Some(status)
                     if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) =>

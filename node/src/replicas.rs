@@ -19,6 +19,7 @@ use crate::admin::NodeConfig;
 use crate::broker::transaction::TransactionChecker;
 use crate::broker::{Broker, BrokerOptions};
 use crate::cluster::{Cluster, ClusterOptions};
+use crate::jobs::ScrubOptions;
 use crate::jobs::{CheckOptions, Jobs, RetentionOptions};
 use crate::plugin::PluginHost;
 use crate::plugin::checker::PluginChecker;
@@ -181,7 +182,7 @@ impl Replicas {
     async fn open_replica(&self, id: GroupId) -> Result<Replica, OpenError> {
         let Context { config, layout, dialer, jobs, meters, plugins, sessions } = &self.inner.context;
         let dir = layout.group(id.0);
-        let log_store = LogStore::open(config.log_config(dir.log()))?;
+        let mut log_store = LogStore::open(config.log_config(dir.log()))?;
         let broker = Broker::open(
             BrokerOptions {
                 dir: dir.broker(),
@@ -197,6 +198,16 @@ impl Replicas {
         let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
             .map_err(OpenError::Snapshot)?
             .with_meters(meters.clone());
+        let damage = log_store.commit_log_mut().damage();
+        if !damage.is_empty() {
+            // Records this node had synced that no longer read back: the group starts (votes,
+            // leads) only once it holds them again.
+            meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());
+            let members = state_machine.other_members(config.node_id).map_err(OpenError::Snapshot)?;
+            let sources = crate::raft::repair::Sources { group: id, members, dialer };
+            let repaired = |n| meters.corruption_repaired(n);
+            crate::raft::repair::fill_all(log_store.commit_log_mut(), &sources, &repaired).await;
+        }
         let network = Network { dialer: dialer.clone(), group: id };
         let group =
             Group::start(&group_options(config), network, log_store, state_machine).await.map_err(OpenError::Raft)?;
@@ -213,7 +224,7 @@ impl Replicas {
             cluster_members: (id != self.inner.metadata).then(|| self.metadata().cluster.group().clone()),
         };
         let cluster = Cluster::new(group, broker.clone(), options);
-        self.inner.raft.insert(id, cluster.group().raft().clone(), cluster.leader_contact());
+        self.inner.raft.insert(id, cluster.group().raft().clone(), cluster.leader_contact(), log.clone());
         self.inner.clusters.insert(id, cluster.clone());
 
         jobs.spawn("checkpoints", in_group(id, crate::jobs::checkpoints(broker.clone())));
@@ -227,6 +238,12 @@ impl Replicas {
         jobs.spawn("health", in_group(id, health));
         let purging = crate::jobs::retention(cluster.clone(), broker.clone(), meters.clone(), log.clone(), retention);
         jobs.spawn("retention", in_group(id, purging));
+        let scrubbing = ScrubOptions {
+            bytes_per_sec: storage.scrub_mb_per_sec * 1e6,
+            pause: Duration::from_secs_f64(storage.scrub_pause_secs.max(1.0)),
+        };
+        let scrub = crate::jobs::scrub(cluster.clone(), log.clone(), meters.clone(), dialer.clone(), scrubbing);
+        jobs.spawn("scrub", in_group(id, scrub));
         jobs.spawn("leaders", in_group(id, crate::jobs::watch_leaders(cluster.clone(), meters.clone())));
         let leadership = jobs.follow_leadership(&cluster);
         let replica = Replica { cluster, broker, log, leadership };

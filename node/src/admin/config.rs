@@ -184,6 +184,11 @@ pub struct StorageConfig {
     pub free_space_soft_mark_bytes: Option<u64>,
     /// Below this much, the cluster appends only what frees space (default: 2 segments).
     pub free_space_hard_mark_bytes: Option<u64>,
+    /// How fast the scrubber re-reads sealed log segments to find damaged records, in MB/s
+    /// (0: no scrubbing). Damage it finds is filled from another member.
+    pub scrub_mb_per_sec: f64,
+    /// The pause between two scrubs of the whole log.
+    pub scrub_pause_secs: f64,
 }
 
 impl StorageConfig {
@@ -310,6 +315,8 @@ impl Default for StorageConfig {
             consume_queue_records_per_file: 300_000,
             free_space_soft_mark_bytes: None,
             free_space_hard_mark_bytes: None,
+            scrub_mb_per_sec: 8.0,
+            scrub_pause_secs: 3600.0,
         }
     }
 }

@@ -40,6 +40,7 @@ mod placement;
 mod plugin_warmup;
 mod renewals;
 mod retention;
+mod scrub;
 mod timers;
 mod transaction_checks;
 
@@ -63,6 +64,7 @@ pub use placement::placement;
 pub use plugin_warmup::plugin_warmup;
 pub use renewals::renewals;
 pub use retention::{RetentionOptions, retention};
+pub use scrub::{ScrubOptions, scrub};
 pub use timers::fire_timers;
 pub use transaction_checks::{CheckOptions, check_transactions};
 

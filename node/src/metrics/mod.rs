@@ -74,6 +74,8 @@ struct Inner {
     leader_changes: Counter,
     disk_refusals: Counter,
     status_page_gathers: Counter,
+    corruption_found: Counter,
+    corruption_repaired: Counter,
     /// Each Raft group's traffic over the last minutes, for the status page.
     traffic: traffic::GroupTraffic,
 }
@@ -121,6 +123,18 @@ impl Meters {
             "timers_fired",
             "Delayed messages and retries this node fired as leader",
             timers_fired.clone(),
+        );
+        let corruption_found = Counter::default();
+        registry.register(
+            "corruption_found",
+            "Log records this node had written that did not read back (found at start or by the scrubber)",
+            corruption_found.clone(),
+        );
+        let corruption_repaired = Counter::default();
+        registry.register(
+            "corruption_repaired",
+            "Damaged log records this node filled again from another member",
+            corruption_repaired.clone(),
         );
         let transaction_checks = Family::<TopicDecision, Counter>::default();
         registry.register(
@@ -186,6 +200,8 @@ impl Meters {
             leader_changes,
             disk_refusals,
             status_page_gathers,
+            corruption_found,
+            corruption_repaired,
             traffic: traffic::GroupTraffic::default(),
         };
         Meters { inner: Arc::new(inner) }
@@ -248,6 +264,16 @@ impl Meters {
     pub fn purged(&self, entries: u64) {
         self.inner.purges.inc();
         self.inner.purged_entries.inc_by(entries);
+    }
+
+    /// `records` log records found damaged.
+    pub fn corruption_found(&self, records: u64) {
+        self.inner.corruption_found.inc_by(records);
+    }
+
+    /// `records` damaged log records filled again from another member.
+    pub fn corruption_repaired(&self, records: u64) {
+        self.inner.corruption_repaired.inc_by(records);
     }
 
     pub fn disk_refused(&self) {

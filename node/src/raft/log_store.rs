@@ -65,6 +65,11 @@ impl LogStore {
         self.log.reader()
     }
 
+    /// The CommitLog itself, to fill damage before the group starts (`repair.rs`).
+    pub fn commit_log_mut(&mut self) -> &mut CommitLog {
+        &mut self.log
+    }
+
     /// Syncs everything appended so far, whatever the durability mode (shutdown, benchmarks).
     pub fn commit_log_flush(&self) -> Result<(), StoreError> {
         self.log.flush()

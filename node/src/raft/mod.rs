@@ -17,6 +17,7 @@ mod log_store_suite_test;
 mod network;
 pub mod refusals;
 mod registry;
+pub mod repair;
 mod roster;
 mod service;
 mod state_machine;

@@ -81,7 +81,7 @@ pub fn member_channel(addr: &str, dialer: &Dialer) -> Result<PeerChannel, Channe
 }
 
 /// [`member_channel`] to member `id`, when known: on mutual TLS its certificate must name it.
-fn member_channel_to(addr: &str, id: Option<NodeId>, dialer: &Dialer) -> Result<PeerChannel, ChannelError> {
+pub(crate) fn member_channel_to(addr: &str, id: Option<NodeId>, dialer: &Dialer) -> Result<PeerChannel, ChannelError> {
     let channel = channel_to(addr, id, dialer.credentials.tls.as_ref())?;
     Ok(InterceptedService::new(Gated::new(channel, dialer.refusals.gate(addr)), dialer.credentials.attach.clone()))
 }

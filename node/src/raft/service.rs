@@ -5,6 +5,7 @@
 use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::raft::{TransferLeaderRequest, VoteRequest};
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_server::RaftService;
@@ -19,6 +20,10 @@ use crate::raft::contact::LeaderContact;
 use crate::raft::registry::GroupRegistry;
 use crate::raft::wire::{FromPb, ToPb, append_from_pb};
 use crate::raft::{GroupId, NodeId, Raft, SnapshotMeta, TypeConfig, Vote};
+use crate::store::LogReader;
+
+/// At most this many bytes of payload per `ReadLog` answer: a repair asks again for the rest.
+const READ_LOG_BYTES: u64 = 4 << 20;
 
 /// The replicas of groups this node runs, by group.
 #[derive(Clone, Default)]
@@ -30,12 +35,15 @@ struct Replica {
     raft: Raft,
     /// Learns of every append a leader sends here.
     contact: Arc<LeaderContact>,
+    /// The group's log, read for members that repair theirs.
+    log: LogReader,
 }
 
 impl RaftGroups {
-    /// Serves `group`'s calls with `raft`; `contact` learns of every append its leader sends.
-    pub fn insert(&self, group: GroupId, raft: Raft, contact: Arc<LeaderContact>) {
-        self.0.insert(group, Replica { raft, contact });
+    /// Serves `group`'s calls with `raft` and `log`; `contact` learns of every append its
+    /// leader sends.
+    pub fn insert(&self, group: GroupId, raft: Raft, contact: Arc<LeaderContact>, log: LogReader) {
+        self.0.insert(group, Replica { raft, contact, log });
     }
 
     /// The Raft handle of `group`'s replica on this node.
@@ -187,5 +195,30 @@ impl RaftService for RaftServer {
         check_sender(caller, rpc.from_leader().leader_id().node_id)?;
         let reply = replica.raft.handle_transfer_leader(rpc).await.map_err(internal)?;
         Ok(Response::new(reply.to_pb()))
+    }
+
+    async fn read_log(&self, req: Request<pb::ReadLogRequest>) -> Result<Response<pb::ReadLogReply>, Status> {
+        let replica = self.groups.replica(&req)?;
+        let pb::ReadLogRequest { from, end } = req.into_inner();
+        // Committed before the records are read: every record answered at or below it is final.
+        let committed = replica.raft.metrics().borrow_watched().local_committed.map(|c| c.index);
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        for index in from..end.min(replica.log.bounds().next_index()) {
+            if bytes >= READ_LOG_BYTES {
+                break;
+            }
+            // This member's own damage ends the answer; the asker tries another member for the rest.
+            let Ok(Some(record)) = replica.log.read(index) else { break };
+            bytes += record.payload.len() as u64;
+            entries.push(pb::RaftEntry {
+                term: record.meta.term,
+                leader: record.meta.leader,
+                index,
+                kind: record.meta.kind as u32,
+                payload: record.payload,
+            });
+        }
+        Ok(Response::new(pb::ReadLogReply { entries, committed }))
     }
 }

@@ -59,6 +59,16 @@ fn invalid(what: &str) -> impl FnOnce(serde_json::Error) -> io::Error + '_ {
 }
 
 impl StateMachine {
+    /// The group's members other than `me`, as the last membership this replica applied names
+    /// them (who to ask for records this node's log lost: `repair.rs`).
+    pub fn other_members(
+        &self,
+        me: crate::raft::NodeId,
+    ) -> io::Result<Vec<(crate::raft::NodeId, crate::raft::NodeInfo)>> {
+        let stored = membership(self.broker.membership())?;
+        Ok(stored.membership().nodes().filter(|(id, _)| **id != me).map(|(id, info)| (*id, info.clone())).collect())
+    }
+
     /// Counts applies and snapshots in `meters`.
     pub fn with_meters(mut self, meters: crate::metrics::Meters) -> StateMachine {
         self.meters = meters;

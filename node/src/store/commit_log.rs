@@ -23,6 +23,7 @@ use crate::store::flush::{FlushCallback, FlushJob, Flusher};
 use crate::store::index::{IndexSlot, LogIndex};
 use crate::store::record::{self, HEADER_LEN, RecordMeta, Slot};
 use crate::store::segment::{self, FILE_HEADER_LEN, Segment};
+use crate::store::sync_mark::SyncMark;
 use crate::store::{Durability, LogConfig, RecordFault, StoreError, create_dir_durable, io_err, sync_dir};
 
 /// A record read back from the log. `payload` points into the segment mapping (no copy) and
@@ -55,6 +56,8 @@ struct Shared {
     /// Lock order: `bounds`, then `durable` (a truncation changes both at once).
     bounds: RwLock<LogBounds>,
     durable: Arc<DurableState>,
+    /// Records that do not read back, in log order (see [`Damage`]).
+    holes: RwLock<Vec<Hole>>,
     /// Told the new first index after a purge, so readers that keep records (which pin their
     /// segment's mapping, and with it a deleted file's space) let go of the purged ones.
     purge_listeners: Mutex<Vec<PurgeListener>>,
@@ -108,45 +111,149 @@ fn read_record(segment: &Segment, position: u64, index: u64) -> Result<StoredRec
     Ok(StoredRecord { meta: header.meta, payload })
 }
 
-/// Walks the records of `segment` from its start while they are whole, carry consecutive indexes
-/// from `first_index(segment)` below `limit`, and never go back in term. Returns each record's
-/// position and slot, and the position after the last good one.
-fn scan(segment: &Segment, limit: u64, mut prev_term: u64) -> (Vec<(RecordMeta, IndexSlot)>, u64) {
-    let mut found = Vec::new();
+/// What sits at `position` of `segment`, read as the record `expect` that follows one of
+/// `prev_term`.
+enum At {
+    Record(RecordMeta, IndexSlot),
+    /// A pad marker or zeroes: the segment's records end here.
+    End,
+    /// Neither a whole record that fits here nor the end: torn or damaged bytes.
+    Bad,
+}
+
+fn record_at(segment: &Segment, position: u64, expect: u64, prev_term: u64) -> At {
+    let Some(header_bytes) = segment.slice(position, HEADER_LEN as u64) else { return At::End };
+    let header = match record::decode_header(header_bytes) {
+        Ok(Slot::Record(h)) => h,
+        Ok(Slot::End) => return At::End,
+        Err(_) => return At::Bad,
+    };
+    if header.meta.index != expect || header.meta.term < prev_term {
+        return At::Bad;
+    }
+    let Some(payload) = segment.slice(position + HEADER_LEN as u64, header.length as u64) else { return At::Bad };
+    if !record::crc_matches(header_bytes, payload) {
+        return At::Bad;
+    }
+    let slot = IndexSlot {
+        segment: segment.base_offset,
+        position: position as u32,
+        length: header.length,
+        term: header.meta.term,
+    };
+    At::Record(header.meta, slot)
+}
+
+/// The first whole record after `from` in `segment` that could follow record `expect - 1` (of
+/// `prev_term`) in the log: a later index below `limit`, no earlier term. Found by its magic, so
+/// that a damaged record whose length field is wrong does not hide the records after it.
+fn next_whole(
+    segment: &Segment,
+    from: u64,
+    expect: u64,
+    limit: u64,
+    prev_term: u64,
+) -> Option<(u64, RecordMeta, IndexSlot)> {
+    let rest = segment.slice(from, segment.size.checked_sub(from)?)?;
+    let magic = record::RECORD_MAGIC.to_le_bytes();
+    for at in memchr::memmem::find_iter(rest, &magic) {
+        let position = from + at as u64;
+        let Some(Ok(Slot::Record(h))) = segment.slice(position, HEADER_LEN as u64).map(record::decode_header) else {
+            continue;
+        };
+        if h.meta.index <= expect || h.meta.index >= limit {
+            continue;
+        }
+        if let At::Record(meta, slot) = record_at(segment, position, h.meta.index, prev_term) {
+            return Some((position, meta, slot));
+        }
+    }
+    None
+}
+
+/// A run of records in a segment that do not read back, with a whole record right after it.
+#[derive(Debug, Clone, Copy)]
+struct Gap {
+    first_index: u64,
+    end_index: u64,
+    from: u64,
+    to: u64,
+}
+
+/// What a walk over one segment's records found.
+struct Walk {
+    /// The whole records, in log order (not contiguous where there are gaps).
+    records: Vec<(RecordMeta, IndexSlot)>,
+    gaps: Vec<Gap>,
+    /// Where the walk stopped: after the last whole record, or at bytes that did not read back
+    /// (with no whole record after them).
+    end: u64,
+}
+
+/// Walks the records of `segment` from its start: whole ones with consecutive indexes from
+/// `first_index(segment)` below `limit` that never go back in term. After bytes that do not read
+/// back it looks for the next whole record and, with `resync`, carries on from there.
+fn walk(segment: &Segment, limit: u64, mut prev_term: u64, resync: bool) -> Walk {
+    let mut w = Walk { records: Vec::new(), gaps: Vec::new(), end: FILE_HEADER_LEN };
     let mut position = FILE_HEADER_LEN;
     let mut expect = segment.first_index;
     while expect < limit {
-        let Some(header_bytes) = segment.slice(position, HEADER_LEN as u64) else { break };
-        let header = match record::decode_header(header_bytes) {
-            Ok(Slot::Record(h)) => h,
-            Ok(Slot::End) | Err(_) => break,
-        };
-        if header.meta.index != expect || header.meta.term < prev_term {
-            break;
+        match record_at(segment, position, expect, prev_term) {
+            At::Record(meta, slot) => {
+                w.records.push((meta, slot));
+                position += HEADER_LEN as u64 + slot.length as u64;
+                prev_term = meta.term;
+                expect += 1;
+            }
+            At::End => break,
+            At::Bad => {
+                let next = if resync { next_whole(segment, position + 1, expect, limit, prev_term) } else { None };
+                let Some((to, meta, _)) = next else { break };
+                w.gaps.push(Gap { first_index: expect, end_index: meta.index, from: position, to });
+                position = to;
+                expect = meta.index;
+            }
         }
-        let Some(payload) = segment.slice(position + HEADER_LEN as u64, header.length as u64) else { break };
-        if !record::crc_matches(header_bytes, payload) {
-            break;
-        }
-        let slot = IndexSlot {
-            segment: segment.base_offset,
-            position: position as u32,
-            length: header.length,
-            term: header.meta.term,
-        };
-        found.push((header.meta, slot));
-        position += HEADER_LEN as u64 + header.length as u64;
-        prev_term = header.meta.term;
-        expect += 1;
     }
-    (found, position)
+    w.end = position;
+    w
+}
+
+/// A run of records this log held whole that do not read back (a flipped bit, a cut file):
+/// they are never served and are filled again from another member (`raft/repair.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The first index that does not read back, and the one after the last.
+    pub first_index: u64,
+    pub end_index: u64,
+    /// The segment file and the byte where the damage starts.
+    pub path: PathBuf,
+    pub offset: u64,
+    /// The whole record this log holds right after the damage, if any: a member whose log holds
+    /// the same record there holds the same records before it (Raft's log matching).
+    pub anchor: Option<RecordMeta>,
+    /// At the log's tail: nothing whole follows, and the log takes no appends until it is filled.
+    pub at_tail: bool,
+}
+
+/// Damage as the log keeps it: where in which segment the records go back.
+#[derive(Debug, Clone)]
+struct Hole {
+    segment: Arc<Segment>,
+    first_index: u64,
+    end_index: u64,
+    from: u64,
+    /// Where the whole record after the damage starts, when one does in the same segment: the
+    /// records filled in must end exactly there. `None`: they may run to the segment's end.
+    to: Option<u64>,
+    at_tail: bool,
 }
 
 /// Where the whole records of the segment file at `path` end, as recovery reads them (the next
 /// record would be written there): fault tests tear a log's tail just past it.
 pub fn segment_written_end(path: &Path) -> Result<u64, StoreError> {
     let segment = Segment::open(path)?;
-    Ok(scan(&segment, u64::MAX, 0).1)
+    Ok(walk(&segment, u64::MAX, 0, false).end)
 }
 
 impl CommitLog {
@@ -198,8 +305,13 @@ impl CommitLog {
             dropped.push(chain.remove(0).path().to_path_buf());
         }
 
-        // Check each sealed segment's range against the index; rescan where they disagree. A
-        // sealed segment that ends early breaks the chain: the log ends there.
+        // Damage among records the log had synced is kept as holes to fill from another member;
+        // damage past them is a torn write, cut off as such (see `sync_mark.rs`).
+        let (mark, marked) = SyncMark::open(&config.dir.join("synced"))?;
+        let synced_end = marked.map_or(0, |m| m + 1);
+        let mut holes: Vec<Hole> = Vec::new();
+
+        // Check each sealed segment's range against the index; walk it where they disagree.
         let mut last: Option<RecordMeta> = None;
         let mut tail: Option<Tail> = None;
         let mut k = 0;
@@ -217,33 +329,67 @@ impl CommitLog {
                 k += 1;
                 continue;
             }
-            let (records, end) = scan(&seg, limit, prev_term);
-            if !records.is_empty() {
-                let slots: Vec<IndexSlot> = records.iter().map(|(_, s)| *s).collect();
-                index.put(records[0].0.index, &slots)?;
-                last = Some(records.last().expect("non-empty").0);
+            let Walk { mut records, mut gaps, mut end, .. } = walk(&seg, limit, prev_term, true);
+            if !sealed && let Some(cut) = gaps.iter().position(|g| g.first_index >= synced_end) {
+                let torn = gaps[cut];
+                records.retain(|(m, _)| m.index < torn.first_index);
+                gaps.truncate(cut);
+                end = torn.from;
+            }
+            put_runs(&index, &records)?;
+            if let Some((meta, _)) = records.last() {
+                last = Some(*meta);
+            }
+            for g in gaps {
+                let hole = Hole {
+                    segment: Arc::clone(&seg),
+                    first_index: g.first_index,
+                    end_index: g.end_index,
+                    from: g.from,
+                    to: Some(g.to),
+                    at_tail: false,
+                };
+                holes.push(hole);
             }
             let reached = records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
             if sealed && reached < limit && limit > purged_below {
-                tracing::warn!(
-                    segment = %seg.path().display(), expected_up_to = limit - 1, found_up_to = reached,
-                    "segment ends early; the log is cut there"
-                );
-                for s in chain.drain(k + 1..) {
-                    dropped.push(s.path().to_path_buf());
-                }
+                let hole = Hole {
+                    segment: Arc::clone(&seg),
+                    first_index: reached,
+                    end_index: limit,
+                    from: end,
+                    to: None,
+                    at_tail: false,
+                };
+                holes.push(hole);
             }
-            if k + 1 == chain.len() {
-                // Clear whatever a torn write left right after the last good record, so that a
-                // later scan cannot mistake it for the start of a record.
-                if let Some(room) = seg.slice(end, HEADER_LEN as u64)
+            if !sealed {
+                if reached < synced_end && synced_end > purged_below {
+                    holes.push(Hole {
+                        segment: Arc::clone(&seg),
+                        first_index: reached,
+                        end_index: synced_end,
+                        from: end,
+                        to: None,
+                        at_tail: true,
+                    });
+                } else if let Some(room) = seg.slice(end, HEADER_LEN as u64)
                     && room.iter().any(|&b| b != 0)
                 {
+                    // Clear whatever a torn write left right after the last good record, so that
+                    // a later walk cannot mistake it for the start of a record.
                     seg_write_zero_header(&seg, end)?;
                 }
                 tail = Some(Tail { segment: Arc::clone(&seg), position: end, next_index: reached });
             }
             k += 1;
+        }
+        for h in &holes {
+            tracing::error!(
+                segment = %h.segment.path().display(), offset = h.from, first_index = h.first_index,
+                last_index = h.end_index - 1, "log records this node had synced do not read back; they are never \
+                 served, and are fetched again from another member"
+            );
         }
 
         for path in &dropped {
@@ -263,7 +409,10 @@ impl CommitLog {
             last = None;
         }
         let bounds = LogBounds { first_index, last };
-        let durable = Arc::new(DurableState::new(last.map(|l| l.index).max(last_purged)));
+        let through = last.map(|l| l.index).max(last_purged);
+        // A tail still to be filled keeps its mark: the evidence must outlive a restart.
+        mark.write(through.max(marked));
+        let durable = Arc::new(DurableState::with_mark(through, mark));
         let flusher = Flusher::start(config.durability, config.flush_interval, Arc::clone(&durable))
             .map_err(|source| StoreError::Io { path: config.dir.clone(), source })?;
         Ok(CommitLog {
@@ -274,6 +423,7 @@ impl CommitLog {
                 index,
                 bounds: RwLock::new(bounds),
                 durable,
+                holes: RwLock::new(holes),
                 purge_listeners: Mutex::new(Vec::new()),
             }),
             tail,
@@ -328,11 +478,48 @@ impl CommitLog {
     where
         I: IntoIterator<Item = (RecordMeta, Bytes)>,
     {
-        if let Err(e) = self.shared.durable.check() {
+        if let Err(e) = self.shared.durable.check().and_then(|()| self.refuse_at_damaged_tail()) {
             done(Err(std::io::Error::other(e.to_string())));
             return Err(e);
         }
         self.append_records(records, done).map_err(|e| self.shared.durable.note(e))
+    }
+
+    /// Appending after records that do not read back would build on a log this node no longer
+    /// knows: the tail is filled first (see [`CommitLog::fill`]).
+    fn refuse_at_damaged_tail(&self) -> Result<(), StoreError> {
+        let holes = self.shared.holes.read().expect("holes lock");
+        match holes.iter().find(|h| h.at_tail) {
+            Some(h) => {
+                Err(StoreError::Damaged { index: h.first_index, path: h.segment.path().to_path_buf(), offset: h.from })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The damage this log holds now (see [`Damage`]).
+    pub fn damage(&self) -> Vec<Damage> {
+        self.reader().damage()
+    }
+
+    /// Fills the damage that starts at `first_index` with `records`, which another member holds
+    /// at those indexes: the caller has checked they are the records this log held (see
+    /// `raft/repair.rs`). Damage at the tail takes them as appends; elsewhere they must fit the
+    /// bytes the damaged records took, exactly.
+    pub fn fill(&mut self, first_index: u64, records: Vec<(RecordMeta, Bytes)>) -> Result<(), StoreError> {
+        let tail_hole = {
+            let holes = self.shared.holes.read().expect("holes lock");
+            holes.iter().find(|h| h.first_index == first_index).map(|h| (h.at_tail, h.end_index))
+        };
+        match tail_hole {
+            Some((true, end_index)) => {
+                check_run(first_index, end_index, &records, self.bounds().last, None)?;
+                self.shared.holes.write().expect("holes lock").retain(|h| !h.at_tail);
+                self.append_records(records, Box::new(|_| {})).map_err(|e| self.shared.durable.note(e))?;
+                self.flush()
+            }
+            _ => self.reader().fill(first_index, records),
+        }
     }
 
     fn append_records<I>(&mut self, records: I, done: FlushCallback) -> Result<(), StoreError>
@@ -530,9 +717,51 @@ impl CommitLog {
     }
 }
 
+/// Writes the index slots of `records`, one run of consecutive indexes at a time.
+fn put_runs(index: &LogIndex, records: &[(RecordMeta, IndexSlot)]) -> Result<(), StoreError> {
+    let mut start = 0;
+    for i in 1..=records.len() {
+        if i == records.len() || records[i].0.index != records[i - 1].0.index + 1 {
+            let slots: Vec<IndexSlot> = records[start..i].iter().map(|(_, s)| *s).collect();
+            index.put(records[start].0.index, &slots)?;
+            start = i;
+        }
+    }
+    Ok(())
+}
+
 fn seg_write_zero_header(seg: &Segment, position: u64) -> Result<(), StoreError> {
     seg.write_at(position, &[&[0u8; HEADER_LEN]])?;
     seg.sync()
+}
+
+/// Checks that `records` are the run `first_index..` (at least up to `end_index`), never go back
+/// in term, and fit between the records before and after it.
+fn check_run(
+    first_index: u64,
+    end_index: u64,
+    records: &[(RecordMeta, Bytes)],
+    before: Option<RecordMeta>,
+    after: Option<RecordMeta>,
+) -> Result<(), StoreError> {
+    let unfit = |reason: String| Err(StoreError::Unfit { first_index, reason });
+    if (records.len() as u64) < end_index - first_index {
+        return unfit(format!("{} records for {} indexes", records.len(), end_index - first_index));
+    }
+    let mut term = before.map_or(0, |b| b.term);
+    for (i, (meta, _)) in records.iter().enumerate() {
+        if meta.index != first_index + i as u64 {
+            return unfit(format!("record {} where {} belongs", meta.index, first_index + i as u64));
+        }
+        if meta.term < term {
+            return unfit(format!("record {} goes back to term {}", meta.index, meta.term));
+        }
+        term = meta.term;
+    }
+    if after.is_some_and(|a| a.term < term) {
+        return unfit("the record after them is of an earlier term".into());
+    }
+    Ok(())
 }
 
 /// When the index slots for `first` and `last` point into `seg` at records that check out, the
@@ -616,6 +845,9 @@ impl LogReader {
     /// Reads `index`, checked, with the segment and position it was found at. The index slot is
     /// tried first; a missing or stale slot is repaired by walking the segment.
     fn read_checked(&self, index: u64) -> Result<(Arc<Segment>, u64, StoredRecord), StoreError> {
+        if let Some(damaged) = self.damaged(index) {
+            return Err(damaged);
+        }
         let seg = self.segment_of(index).ok_or(StoreError::Missing(index))?;
         if let Some(slot) = self.shared.index.get(index).filter(|s| s.segment == seg.base_offset)
             && let Ok(record) = read_record(&seg, slot.position as u64, index)
@@ -623,16 +855,164 @@ impl LogReader {
         {
             return Ok((seg, slot.position as u64, record));
         }
-        let (records, _) = scan(&seg, index + 1, 0);
-        match records.last() {
+        let walked = walk(&seg, index + 1, 0, true);
+        match walked.records.last() {
             Some((meta, slot)) if meta.index == index => {
                 self.shared.index.put(index, &[*slot])?;
                 let record = read_record(&seg, slot.position as u64, index)
                     .map_err(|reason| StoreError::CorruptRecord { index, reason })?;
                 Ok((seg, slot.position as u64, record))
             }
-            _ => Err(StoreError::CorruptRecord { index, reason: RecordFault::Damaged }),
+            _ => {
+                let offset = walked
+                    .gaps
+                    .iter()
+                    .find(|g| (g.first_index..g.end_index).contains(&index))
+                    .map_or(walked.end, |g| g.from);
+                Err(StoreError::Damaged { index, path: seg.path().to_path_buf(), offset })
+            }
         }
+    }
+
+    /// The error for `index` if it lies in known damage.
+    fn damaged(&self, index: u64) -> Option<StoreError> {
+        let holes = self.shared.holes.read().expect("holes lock");
+        let h = holes.iter().find(|h| (h.first_index..h.end_index).contains(&index))?;
+        Some(StoreError::Damaged { index, path: h.segment.path().to_path_buf(), offset: h.from })
+    }
+
+    /// The damage this log holds now, in log order (see [`Damage`]).
+    pub fn damage(&self) -> Vec<Damage> {
+        let holes: Vec<Hole> = self.shared.holes.read().expect("holes lock").clone();
+        holes
+            .into_iter()
+            .map(|h| Damage {
+                first_index: h.first_index,
+                end_index: h.end_index,
+                path: h.segment.path().to_path_buf(),
+                offset: h.from,
+                anchor: if h.at_tail { None } else { self.read(h.end_index).ok().flatten().map(|r| r.meta) },
+                at_tail: h.at_tail,
+            })
+            .collect()
+    }
+
+    /// Fills damage away from the tail (see [`CommitLog::fill`]): `records` must be the whole
+    /// run, continue the record before it and lead to the one after it, and take exactly the
+    /// bytes the damaged records took. They are synced before the damage is forgotten.
+    pub fn fill(&self, first_index: u64, records: Vec<(RecordMeta, Bytes)>) -> Result<(), StoreError> {
+        let hole = {
+            let mut holes = self.shared.holes.write().expect("holes lock");
+            let at = holes
+                .iter()
+                .position(|h| h.first_index == first_index && !h.at_tail)
+                .ok_or_else(|| StoreError::Unfit { first_index, reason: "no such damage".into() })?;
+            // Taken out while it is written, so that no lock is held across the I/O; readers
+            // meanwhile find the record whole or get the walk's error, never wrong bytes.
+            holes.remove(at)
+        };
+        let filled = self.fill_hole(&hole, records);
+        if filled.is_err() {
+            self.shared.holes.write().expect("holes lock").push(hole);
+            self.shared.holes.write().expect("holes lock").sort_by_key(|h| h.first_index);
+        }
+        filled
+    }
+
+    fn fill_hole(&self, hole: &Hole, records: Vec<(RecordMeta, Bytes)>) -> Result<(), StoreError> {
+        let first_index = hole.first_index;
+        let before = first_index.checked_sub(1).and_then(|i| self.read(i).ok().flatten()).map(|r| r.meta);
+        let after = self.read(hole.end_index).ok().flatten().map(|r| r.meta);
+        check_run(first_index, hole.end_index, &records, before, after)?;
+        if records.len() as u64 != hole.end_index - first_index {
+            return Err(StoreError::Unfit { first_index, reason: "not the whole run".into() });
+        }
+        let mut buf = Vec::new();
+        let mut slots = Vec::with_capacity(records.len());
+        for (meta, payload) in &records {
+            let position = hole.from + buf.len() as u64;
+            slots.push(IndexSlot {
+                segment: hole.segment.base_offset,
+                position: position as u32,
+                length: payload.len() as u32,
+                term: meta.term,
+            });
+            buf.extend_from_slice(&record::encode_header(meta, payload)?);
+            buf.extend_from_slice(payload);
+        }
+        let end = hole.from + buf.len() as u64;
+        let fits = match hole.to {
+            Some(to) => end == to,
+            None => end <= hole.segment.size,
+        };
+        if !fits {
+            return Err(StoreError::Unfit {
+                first_index,
+                reason: format!(
+                    "{} bytes do not fit the {} the damaged records took",
+                    buf.len(),
+                    hole.to.map_or(hole.segment.size, |t| t) - hole.from
+                ),
+            });
+        }
+        if hole.to.is_none() && end + HEADER_LEN as u64 <= hole.segment.size {
+            buf.extend_from_slice(&record::pad_header());
+        }
+        hole.segment.write_at(hole.from, &[&buf])?;
+        hole.segment.sync()?;
+        self.shared.index.put(first_index, &slots)?;
+        Ok(())
+    }
+
+    /// Reads the sealed segment after the one based at `after` (the first with `None`) again,
+    /// whole, and keeps any damage it finds (see [`LogReader::damage`]). Answers that segment's
+    /// base and the bytes read, or `None` past the last sealed segment.
+    pub fn scrub_next(&self, after: Option<u64>) -> Option<(u64, u64, Vec<Damage>)> {
+        let (seg, limit) = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let at = segments.iter().position(|s| after.is_none_or(|a| s.base_offset > a))?;
+            let next = segments.get(at + 1)?;
+            (Arc::clone(&segments[at]), next.first_index)
+        };
+        let first = self.bounds().first_index;
+        let w = walk(&seg, limit, 0, true);
+        let mut found: Vec<Hole> = w
+            .gaps
+            .iter()
+            .filter(|g| g.end_index > first)
+            .map(|g| Hole {
+                segment: Arc::clone(&seg),
+                first_index: g.first_index,
+                end_index: g.end_index,
+                from: g.from,
+                to: Some(g.to),
+                at_tail: false,
+            })
+            .collect();
+        let reached = w.records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
+        if reached < limit && limit > first {
+            found.push(Hole {
+                segment: Arc::clone(&seg),
+                first_index: reached,
+                end_index: limit,
+                from: w.end,
+                to: None,
+                at_tail: false,
+            });
+        }
+        let mut new = Vec::new();
+        if !found.is_empty() {
+            let mut holes = self.shared.holes.write().expect("holes lock");
+            for h in found {
+                if !holes.iter().any(|k| k.first_index < h.end_index && h.first_index < k.end_index) {
+                    new.push(h.first_index);
+                    holes.push(h);
+                }
+            }
+            holes.sort_by_key(|h| h.first_index);
+        }
+        let damage = self.damage().into_iter().filter(|d| new.contains(&d.first_index)).collect();
+        Some((seg.base_offset, w.end, damage))
     }
 
     fn in_bounds(&self, index: u64) -> bool {

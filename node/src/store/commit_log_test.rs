@@ -147,6 +147,8 @@ proptest! {
             }
         }
         drop(file);
+        // As after a power loss before any sync: nothing vouches for the damaged records.
+        fs::remove_file(dir.path().join("synced")).unwrap();
 
         let mut log = open(dir.path());
         let survivors = ends.iter().filter(|&&end| end <= cut).count() as u64;
@@ -181,34 +183,134 @@ fn flip_byte_of(dir: &Path, log: &CommitLog, index: u64) {
     file.write_all_at(&[b[0] ^ 0x40], at).unwrap();
 }
 
+fn originals(first: u64, end: u64, len: usize) -> Vec<(RecordMeta, Bytes)> {
+    (first..end).map(|i| (meta(i, 1), payload(i, len))).collect()
+}
+
 #[test]
-fn a_flipped_byte_in_the_tail_segment_cuts_the_log_before_that_record() {
+fn damage_in_the_tail_segment_is_never_served_and_is_filled_from_a_copy() {
     let dir = tempfile::tempdir().unwrap();
     {
         let mut log = open(dir.path());
         append(&mut log, 0, 1, &[500; 20]);
         flip_byte_of(dir.path(), &log, 12);
     }
+    let mut log = open(dir.path());
+    assert_eq!(last_index(&log), Some(19), "the records after the damage are kept");
+    let damage = log.damage();
+    assert_eq!(damage.len(), 1);
+    assert_eq!((damage[0].first_index, damage[0].end_index, damage[0].at_tail), (12, 13, false));
+    assert_eq!(damage[0].anchor.map(|a| a.index), Some(13));
+    match log.reader().read(12) {
+        Err(StoreError::Damaged { index: 12, path, offset }) => {
+            assert_eq!(path, segment_files(dir.path())[0]);
+            assert!(offset > 64);
+        }
+        other => panic!("damaged record 12 read as {other:?}"),
+    }
+    for i in (0..20).filter(|&i| i != 12) {
+        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 500));
+    }
+
+    // A copy of another length or term is not the record the log held.
+    assert!(matches!(log.fill(12, originals(12, 13, 499)), Err(StoreError::Unfit { .. })));
+    assert!(matches!(log.fill(12, vec![(meta(12, 2), payload(12, 500))]), Err(StoreError::Unfit { .. })));
+    assert!(log.reader().read(12).is_err());
+
+    log.fill(12, originals(12, 13, 500)).unwrap();
+    assert!(log.damage().is_empty());
+    assert_eq!(log.reader().read(12).unwrap().unwrap().payload, payload(12, 500));
+    append(&mut log, 20, 1, &[500]);
+    drop(log);
     let log = open(dir.path());
-    assert_eq!(last_index(&log), Some(11));
+    assert!(log.damage().is_empty());
+    for i in 0..21 {
+        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 500));
+    }
 }
 
 #[test]
-fn a_flipped_byte_in_a_sealed_segment_is_never_served() {
+fn a_flipped_byte_in_a_sealed_segment_is_never_served_and_the_scrubber_finds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    append(&mut log, 0, 1, &[100_000; 30]);
+    flip_byte_of(dir.path(), &log, 4);
+    assert!(matches!(log.reader().read(4), Err(StoreError::Damaged { index: 4, .. })));
+
+    let reader = log.reader();
+    let mut found = Vec::new();
+    let mut after = None;
+    while let Some((base, bytes, damage)) = reader.scrub_next(after) {
+        assert!(bytes > 0);
+        found.extend(damage);
+        after = Some(base);
+    }
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].first_index, found[0].end_index), (4, 5));
+    assert_eq!(reader.scrub_next(None).map(|(_, _, d)| d.len()), Some(0), "known damage is not found twice");
+    for i in (0..30).filter(|&i| i != 4) {
+        assert_eq!(reader.read(i).unwrap().unwrap().payload, payload(i, 100_000));
+    }
+    reader.fill(4, originals(4, 5, 100_000)).unwrap();
+    assert_eq!(reader.read(4).unwrap().unwrap().payload, payload(4, 100_000));
+}
+
+#[test]
+fn a_cut_middle_segment_keeps_the_segments_after_it_and_is_filled_from_a_copy() {
     let dir = tempfile::tempdir().unwrap();
     {
         let mut log = open(dir.path());
         append(&mut log, 0, 1, &[100_000; 30]);
-        flip_byte_of(dir.path(), &log, 4);
-        // Also while running: the damaged record is refused, not returned.
-        assert!(matches!(log.reader().read(4), Err(StoreError::CorruptRecord { index: 4, .. })));
     }
-    let log = open(dir.path());
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3);
+    OpenOptions::new().write(true).open(&files[1]).unwrap().set_len(SEGMENT / 2).unwrap();
+
+    let mut log = open(dir.path());
     assert_eq!(last_index(&log), Some(29));
-    let reader = log.reader();
-    assert!(reader.read(4).is_err());
-    for i in (0..30).filter(|&i| i != 4) {
-        assert_eq!(reader.read(i).unwrap().unwrap().payload, payload(i, 100_000));
+    let damage = log.damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    let (first, end) = (damage[0].first_index, damage[0].end_index);
+    assert!(first > 0 && end < 30 && !damage[0].at_tail);
+    assert!(log.reader().read(first).is_err());
+    assert_eq!(log.reader().read(end).unwrap().unwrap().payload, payload(end, 100_000));
+    log.fill(first, originals(first, end, 100_000)).unwrap();
+    drop(log);
+    let log = open(dir.path());
+    assert!(log.damage().is_empty());
+    for i in 0..30 {
+        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 100_000));
+    }
+}
+
+#[test]
+fn damage_at_the_tail_below_the_sync_mark_takes_no_appends_until_it_is_filled() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = open(dir.path());
+        append(&mut log, 0, 1, &[500; 20]);
+        let at = log.reader().payload_offset(15).unwrap().unwrap() - HEADER_LEN as u64;
+        let file = OpenOptions::new().write(true).open(&segment_files(dir.path())[0]).unwrap();
+        file.write_all_at(&[0u8; 4096], at).unwrap();
+    }
+    let mut log = open(dir.path());
+    assert_eq!(last_index(&log), Some(14));
+    let damage = log.damage();
+    assert_eq!((damage[0].first_index, damage[0].end_index, damage[0].at_tail), (15, 20, true));
+    let refused = log.append(vec![(meta(15, 2), payload(15, 10))], Box::new(|r| assert!(r.is_err())));
+    assert!(matches!(refused, Err(StoreError::Damaged { index: 15, .. })));
+    drop(log);
+    // The evidence outlives a restart before the fill.
+    let mut log = open(dir.path());
+    assert_eq!(log.damage().len(), 1);
+    log.fill(15, originals(15, 20, 500)).unwrap();
+    assert_eq!(last_index(&log), Some(19));
+    append(&mut log, 20, 1, &[500]);
+    drop(log);
+    let log = open(dir.path());
+    assert!(log.damage().is_empty());
+    for i in 0..21 {
+        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 500));
     }
 }
 

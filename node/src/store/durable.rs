@@ -16,6 +16,7 @@ use std::io;
 use std::sync::Mutex;
 
 use crate::store::StoreError;
+use crate::store::sync_mark::SyncMark;
 
 /// What a sync vouches for: every record below `next_index`, written in `epoch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,14 +32,33 @@ struct State {
     failure: Option<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct DurableState {
     state: Mutex<State>,
+    /// Told every new durable index (see `sync_mark.rs`); written after the lock is released.
+    mark: Option<SyncMark>,
+}
+
+impl std::fmt::Debug for DurableState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableState").field("state", &self.state).finish()
+    }
 }
 
 impl DurableState {
     pub fn new(through: Option<u64>) -> DurableState {
-        DurableState { state: Mutex::new(State { through, ..State::default() }) }
+        DurableState { state: Mutex::new(State { through, ..State::default() }), mark: None }
+    }
+
+    /// Like [`DurableState::new`], keeping `mark` up to date with the durable index.
+    pub fn with_mark(through: Option<u64>, mark: SyncMark) -> DurableState {
+        DurableState { mark: Some(mark), ..DurableState::new(through) }
+    }
+
+    fn write_mark(&self, through: Option<u64>) {
+        if let Some(mark) = &self.mark {
+            mark.write(through);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -59,25 +79,38 @@ impl DurableState {
 
     /// Records a sync that covered `covers`; ignored if a truncation happened since it began.
     pub fn advance(&self, covers: Covers) {
-        let mut s = self.lock();
-        if s.epoch != covers.epoch || s.failure.is_some() {
-            return;
-        }
-        if let Some(index) = covers.next_index.checked_sub(1) {
+        let moved = {
+            let mut s = self.lock();
+            if s.epoch != covers.epoch || s.failure.is_some() {
+                return;
+            }
+            let Some(index) = covers.next_index.checked_sub(1) else { return };
+            let before = s.through;
             s.through = Some(s.through.map_or(index, |t| t.max(index)));
+            (s.through != before).then_some(s.through)
+        };
+        // Two advances racing may write their marks out of order: the mark then lags a little,
+        // which only loses evidence, never claims too much.
+        if let Some(through) = moved {
+            self.write_mark(through);
         }
     }
 
     /// Everything after `keep` is being truncated: clamps the durable index and starts a new
     /// epoch, which it returns.
     pub fn truncated(&self, keep: Option<u64>) -> u64 {
-        let mut s = self.lock();
-        s.through = match (s.through, keep) {
-            (Some(t), Some(k)) => Some(t.min(k)),
-            _ => None,
+        let (through, epoch) = {
+            let mut s = self.lock();
+            s.through = match (s.through, keep) {
+                (Some(t), Some(k)) => Some(t.min(k)),
+                _ => None,
+            };
+            s.epoch += 1;
+            (s.through, s.epoch)
         };
-        s.epoch += 1;
-        s.epoch
+        // The records after `keep` are going: damage among their successors is a torn write.
+        self.write_mark(through);
+        epoch
     }
 
     /// Everything up to `upto` was purged, after the owner recorded that durably: a restart

@@ -26,12 +26,13 @@ pub mod record;
 pub mod retention;
 mod segment;
 mod slot_files;
+mod sync_mark;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use commit_log::{CommitLog, LogBounds, LogReader, StoredRecord, segment_written_end};
+pub use commit_log::{CommitLog, Damage, LogBounds, LogReader, StoredRecord, segment_written_end};
 pub use consume_queue::{CQ_RECORD_LEN, ConsumeQueue, CqRecord, tag_hash};
 pub use flush::FlushCallback;
 pub use message_index::{
@@ -107,6 +108,16 @@ pub enum StoreError {
     CorruptSegment { path: PathBuf, reason: String },
     #[error("log record {index} is corrupt: {reason}")]
     CorruptRecord { index: u64, reason: RecordFault },
+    /// A record the log once held whole that does not read back: never served, and filled again
+    /// from another member.
+    #[error("log record {index} does not read back ({path}, damaged from byte {offset})")]
+    Damaged { index: u64, path: PathBuf, offset: u64 },
+    /// A file of a newer format than this release knows: refused rather than half read.
+    #[error("{path} is of format {found}; this release knows formats up to {known}: upgrade this node")]
+    Format { path: PathBuf, found: u32, known: u32 },
+    /// Records offered to fill damage that cannot be the ones it held.
+    #[error("cannot fill the damage at {first_index}: {reason}")]
+    Unfit { first_index: u64, reason: String },
     #[error("log record {0} is missing")]
     Missing(u64),
     #[error("append out of order: expected index {expected}, got {got}")]
@@ -189,9 +200,12 @@ impl From<StoreError> for std::io::Error {
         use std::io::ErrorKind;
         let kind = match &e {
             StoreError::Io { source, .. } => source.kind(),
-            StoreError::CorruptSegment { .. } | StoreError::CorruptRecord { .. } | StoreError::Missing(_) => {
-                ErrorKind::InvalidData
-            }
+            StoreError::CorruptSegment { .. }
+            | StoreError::CorruptRecord { .. }
+            | StoreError::Damaged { .. }
+            | StoreError::Format { .. }
+            | StoreError::Missing(_) => ErrorKind::InvalidData,
+            StoreError::Unfit { .. } => ErrorKind::InvalidInput,
             StoreError::OutOfOrder { .. } | StoreError::RecordTooLarge { .. } | StoreError::Config(_) => {
                 ErrorKind::InvalidInput
             }

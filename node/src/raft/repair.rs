@@ -1,0 +1,184 @@
+//! Filling damaged log records from the other members.
+//!
+//! The log finds records it held whole that no longer read back (at start, or while the scrubber
+//! re-reads sealed segments: `store::Damage`). They are never served; this fetches them again
+//! from another member (`RaftService.ReadLog`) and writes them back where they were.
+//!
+//! A member's copy is taken only when it must be the record this node held:
+//! - damage followed by a whole record: the member holds that same record (term and leader) at
+//!   the same index, so by Raft's log matching it holds the same records before it;
+//! - damage at the tail (nothing whole after it, up to the sync mark) or whose follower is
+//!   damaged too: only records the member knows committed are taken. A committed record is the
+//!   same on every member; one this node held but that was never committed is replaced by the
+//!   committed one, as Raft's own conflict resolution would.
+//!
+//! A group with damage found at start does not start until it is filled: a node that lost
+//! records it had acknowledged neither votes nor leads on a log it no longer has.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rockraft_proto::rockraft as pb;
+use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
+
+use crate::raft::network::member_channel_to;
+use crate::raft::{Dialer, GroupId, NodeId, NodeInfo};
+use crate::store::{CommitLog, Damage, LogReader, RecordMeta, StoreError};
+
+/// How long one member has to answer one read.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+const FIRST_BACK_OFF: Duration = Duration::from_millis(500);
+const MAX_BACK_OFF: Duration = Duration::from_secs(30);
+
+/// A log whose damage can be filled: the log itself before its group starts, or a reader of a
+/// running group's log (which never has damage at its tail: see [`CommitLog::fill`]).
+pub trait Fillable {
+    fn damage(&self) -> Vec<Damage>;
+    fn fill(&mut self, first_index: u64, records: Vec<(RecordMeta, Bytes)>) -> Result<(), StoreError>;
+}
+
+impl Fillable for CommitLog {
+    fn damage(&self) -> Vec<Damage> {
+        CommitLog::damage(self)
+    }
+
+    fn fill(&mut self, first_index: u64, records: Vec<(RecordMeta, Bytes)>) -> Result<(), StoreError> {
+        CommitLog::fill(self, first_index, records)
+    }
+}
+
+impl Fillable for LogReader {
+    fn damage(&self) -> Vec<Damage> {
+        LogReader::damage(self)
+    }
+
+    fn fill(&mut self, first_index: u64, records: Vec<(RecordMeta, Bytes)>) -> Result<(), StoreError> {
+        LogReader::fill(self, first_index, records)
+    }
+}
+
+/// Who to ask: the group, and its other members with where their raft ports are.
+pub struct Sources<'a> {
+    pub group: GroupId,
+    pub members: Vec<(NodeId, NodeInfo)>,
+    pub dialer: &'a Dialer,
+}
+
+/// Why one damage could not be filled this time.
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    #[error("no other member to fetch records from")]
+    NoSource,
+    #[error("no member had the records: {0}")]
+    NotFound(String),
+}
+
+/// Fills every damage of `log` from `sources`, trying each member in turn and waiting between
+/// rounds (doubling up to 30 s) until all is filled. Answers the records filled; `repaired` is
+/// told of each fill.
+pub async fn fill_all(log: &mut impl Fillable, sources: &Sources<'_>, repaired: &(dyn Fn(u64) + Sync)) -> u64 {
+    let mut back_off = FIRST_BACK_OFF;
+    let mut filled = 0;
+    loop {
+        let damage = log.damage();
+        if damage.is_empty() {
+            return filled;
+        }
+        let mut failed = None;
+        for d in damage {
+            match fill_one(log, &d, sources).await {
+                Ok(n) => {
+                    tracing::info!(
+                        group = sources.group.0,
+                        first_index = d.first_index,
+                        last_index = d.end_index - 1,
+                        records = n,
+                        "damaged log records filled again from another member"
+                    );
+                    repaired(n);
+                    filled += n;
+                }
+                Err(e) => failed = Some((d, e)),
+            }
+        }
+        if let Some((d, e)) = failed {
+            // Once per round, and the rounds back off: at most one line per 30 s while it lasts.
+            tracing::warn!(
+                group = sources.group.0, first_index = d.first_index, error = %e,
+                retry_in = ?back_off, "damaged log records not filled yet"
+            );
+            tokio::time::sleep(back_off).await;
+            back_off = (back_off * 2).min(MAX_BACK_OFF);
+        }
+    }
+}
+
+/// Fills `damage` from the first member that has records it can take; answers how many.
+async fn fill_one(log: &mut impl Fillable, damage: &Damage, sources: &Sources<'_>) -> Result<u64, RepairError> {
+    if sources.members.is_empty() {
+        return Err(RepairError::NoSource);
+    }
+    let mut reasons = Vec::new();
+    for (id, info) in &sources.members {
+        match fetch(*id, info, damage, sources).await {
+            Ok(records) => {
+                let n = records.len() as u64;
+                match log.fill(damage.first_index, records) {
+                    Ok(()) => return Ok(n),
+                    Err(e) => reasons.push(format!("node {id}: {e}")),
+                }
+            }
+            Err(e) => reasons.push(format!("node {id}: {e}")),
+        }
+    }
+    Err(RepairError::NotFound(reasons.join("; ")))
+}
+
+/// Member `id`'s records for `damage`, checked to be the ones this node held (see the module).
+async fn fetch(
+    id: NodeId,
+    info: &NodeInfo,
+    damage: &Damage,
+    sources: &Sources<'_>,
+) -> Result<Vec<(RecordMeta, Bytes)>, String> {
+    let channel = member_channel_to(&info.raft_addr, Some(id), sources.dialer).map_err(|e| e.to_string())?;
+    let mut client = RaftServiceClient::new(channel);
+    // The damaged run and, where one follows it, the record after it.
+    let end = damage.end_index + u64::from(damage.anchor.is_some());
+    let mut records: Vec<(RecordMeta, Bytes)> = Vec::new();
+    let mut committed = None;
+    while damage.first_index + (records.len() as u64) < end {
+        let from = damage.first_index + records.len() as u64;
+        let mut request = sources.group.address(pb::ReadLogRequest { from, end });
+        request.set_timeout(READ_TIMEOUT);
+        let reply = client.read_log(request).await.map_err(|s| s.message().to_string())?.into_inner();
+        if committed.is_none() {
+            committed = reply.committed;
+        }
+        if reply.entries.is_empty() {
+            return Err(format!("holds no record {from}"));
+        }
+        for e in reply.entries {
+            if e.index != damage.first_index + records.len() as u64 {
+                return Err(format!("answered record {} out of turn", e.index));
+            }
+            let kind = u8::try_from(e.kind).map_err(|_| format!("record {} of kind {}", e.index, e.kind))?;
+            records.push((RecordMeta { term: e.term, index: e.index, leader: e.leader, kind }, e.payload));
+        }
+    }
+    records.truncate((end - damage.first_index) as usize);
+    match damage.anchor {
+        Some(anchor) => {
+            let theirs = records.pop().map(|(m, _)| m);
+            if theirs.is_none_or(|t| t.term != anchor.term || t.leader != anchor.leader) {
+                return Err(format!("holds another record than this node at {}", anchor.index));
+            }
+        }
+        None => {
+            if committed.is_none_or(|c| c + 1 < damage.end_index) {
+                return Err(format!("knows records only up to {committed:?} committed"));
+            }
+        }
+    }
+    Ok(records)
+}

@@ -16,12 +16,16 @@ const TOPIC: &str = "Ledger";
 
 /// Sends `n` messages of `size` bytes, each body unique; answers id → body.
 async fn send(cluster: &Cluster, n: usize, size: usize) -> BTreeMap<String, Vec<u8>> {
-    let p = clients::producer(&cluster.access_url(), TOPIC).await;
+    send_to(cluster, TOPIC, n, size).await
+}
+
+async fn send_to(cluster: &Cluster, topic: &str, n: usize, size: usize) -> BTreeMap<String, Vec<u8>> {
+    let p = clients::producer(&cluster.access_url(), topic).await;
     let mut sent = BTreeMap::new();
     for i in 0..n {
         let mut body = format!("entry {i} ").into_bytes();
         body.resize(size, b'a' + (i % 26) as u8);
-        let msg = MessageBuilder::builder().set_topic(TOPIC).set_body(body.clone()).build().unwrap();
+        let msg = MessageBuilder::builder().set_topic(topic).set_body(body.clone()).build().unwrap();
         let receipt = p.send(msg).await.expect("send");
         sent.insert(receipt.message_id().to_string(), body);
     }
@@ -30,13 +34,17 @@ async fn send(cluster: &Cluster, n: usize, size: usize) -> BTreeMap<String, Vec<
 
 /// Receives every message through node `via` and checks each body is exactly the one sent.
 async fn consume_exactly(cluster: &Cluster, via: u64, sent: &BTreeMap<String, Vec<u8>>) {
-    let c = clients::consumer(&cluster.client_addr(via), "auditors", TOPIC).await;
+    consume_exactly_from(cluster, TOPIC, via, sent).await
+}
+
+async fn consume_exactly_from(cluster: &Cluster, topic: &str, via: u64, sent: &BTreeMap<String, Vec<u8>>) {
+    let c = clients::consumer(&cluster.client_addr(via), "auditors", topic).await;
     let all = FilterExpression::new(FilterType::Tag, "*");
     let mut seen: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while seen.len() < sent.len() {
         assert!(Instant::now() < deadline, "consumed {} of {}", seen.len(), sent.len());
-        match c.receive_with(TOPIC, &all, 32, Duration::from_secs(10)).await {
+        match c.receive_with(topic, &all, 32, Duration::from_secs(10)).await {
             Ok(batch) => {
                 for m in batch {
                     let id = m.message_id().to_string();
@@ -151,5 +159,38 @@ async fn the_scrubber_finds_a_sealed_segment_rotting_under_a_running_follower_an
     }
     cluster.make_leader_of(1, victim).await;
     consume_exactly(&cluster, victim, &sent).await;
+    cluster.assert_replicas_agree(Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_whose_snapshot_file_was_damaged_takes_another_members_and_leads() {
+    let options =
+        Options { storage: "retention_hours = 0.0003\nretention_check_secs = 0.3\n".into(), ..Default::default() };
+    let mut cluster = Cluster::start(3, options).await;
+    cluster.create_topic(TOPIC, 2, TopicKind::Normal).await;
+    cluster.create_group("auditors", false, 16).await;
+    // A little over one 1 MiB segment: it expires, and every member snapshots at its end.
+    send(&cluster, 150, 8_000).await;
+    let victim = follower(&cluster).await;
+    let snapshot = cluster.group_dir(victim, 1).join("snapshot.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !snapshot.exists() || cluster.status_of(victim, Some(1)).await.and_then(|s| s.purged).is_none() {
+        assert!(Instant::now() < deadline, "node {victim} never snapshotted and purged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.kill(victim);
+    let mut bytes = std::fs::read(&snapshot).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x04;
+    std::fs::write(&snapshot, &bytes).unwrap();
+
+    cluster.restart(victim);
+    cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(60)).await;
+    assert!(counter(&cluster, victim, "corruption_repaired").await > 0, "the repair is reported");
+    assert_ne!(std::fs::read(&snapshot).unwrap(), bytes, "the damaged file was replaced");
+    cluster.make_leader_of(1, victim).await;
+    cluster.create_topic("Fresh", 1, TopicKind::Normal).await;
+    let fresh = send_to(&cluster, "Fresh", 20, 100).await;
+    consume_exactly_from(&cluster, "Fresh", victim, &fresh).await;
     cluster.assert_replicas_agree(Duration::from_secs(30)).await;
 }

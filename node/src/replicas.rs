@@ -195,6 +195,19 @@ impl Replicas {
             log_store.commit_log(),
         )?;
         let log = log_store.commit_log();
+        if let Some(why) = crate::raft::damaged_snapshot(&dir.snapshot()) {
+            // The snapshot is what a lagging member starts from, and the base of the next one:
+            // a damaged file is replaced by another member's before anything reads it.
+            tracing::error!(group = id.0, %why, "the snapshot file is damaged; fetching another member's");
+            meters.corruption_found(1);
+            let members = crate::raft::other_members(&broker, config.node_id).map_err(OpenError::Snapshot)?;
+            let sources = crate::raft::repair::Sources { group: id, members, dialer };
+            let purged = log.bounds().first_index.checked_sub(1);
+            let (meta, data) = crate::raft::repair::fetch_snapshot(&sources, purged).await;
+            crate::raft::replace_snapshot(&dir.snapshot(), &meta, &data).map_err(OpenError::Snapshot)?;
+            tracing::info!(group = id.0, at = ?meta.last_log_id, "the damaged snapshot file was replaced by another member's");
+            meters.corruption_repaired(1);
+        }
         let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
             .map_err(OpenError::Snapshot)?
             .with_meters(meters.clone());
@@ -203,7 +216,7 @@ impl Replicas {
             // Records this node had synced that no longer read back: the group starts (votes,
             // leads) only once it holds them again.
             meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());
-            let members = state_machine.other_members(config.node_id).map_err(OpenError::Snapshot)?;
+            let members = crate::raft::other_members(&broker, config.node_id).map_err(OpenError::Snapshot)?;
             let sources = crate::raft::repair::Sources { group: id, members, dialer };
             let repaired = |n| meters.corruption_repaired(n);
             crate::raft::repair::fill_all(log_store.commit_log_mut(), &sources, &repaired).await;

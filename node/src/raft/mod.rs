@@ -43,7 +43,7 @@ pub use network::{ChannelError, Dialer, Network, PeerChannel, channel, member_ch
 pub use registry::GroupRegistry;
 pub use roster::GroupRoster;
 pub use service::{RaftGroups, RaftServer};
-pub use state_machine::StateMachine;
+pub use state_machine::{StateMachine, damaged_snapshot, other_members, replace_snapshot};
 
 /// The payload of a normal entry: a broker command, encoded by `broker/`. The log stores these
 /// bytes as they are and hands them back zero-copy.

@@ -22,7 +22,8 @@ use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
 
 use crate::raft::network::member_channel_to;
-use crate::raft::{Dialer, GroupId, NodeId, NodeInfo};
+use crate::raft::wire::FromPb;
+use crate::raft::{Dialer, GroupId, NodeId, NodeInfo, SnapshotMeta};
 use crate::store::{CommitLog, Damage, LogReader, RecordMeta, StoreError};
 
 /// How long one member has to answer one read.
@@ -181,4 +182,37 @@ async fn fetch(
         }
     }
     Ok(records)
+}
+
+/// A snapshot of the group another member holds, to replace a damaged snapshot file: one at or
+/// past `at_least` (this node's purge point: its log must continue the snapshot). Tries each
+/// member in turn, waiting between rounds (doubling up to 30 s) until one has it.
+pub async fn fetch_snapshot(sources: &Sources<'_>, at_least: Option<u64>) -> (SnapshotMeta, Bytes) {
+    let mut back_off = FIRST_BACK_OFF;
+    loop {
+        let mut reasons = Vec::new();
+        for (id, info) in &sources.members {
+            match snapshot_of(*id, info, sources).await {
+                Ok((meta, data)) if meta.last_log_id.map(|l| l.index) >= at_least => return (meta, data),
+                Ok((meta, _)) => reasons.push(format!("node {id}: its snapshot at {:?} is older", meta.last_log_id)),
+                Err(e) => reasons.push(format!("node {id}: {e}")),
+            }
+        }
+        tracing::warn!(
+            group = sources.group.0, reasons = %reasons.join("; "), retry_in = ?back_off,
+            "no member had a snapshot to replace the damaged one yet"
+        );
+        tokio::time::sleep(back_off).await;
+        back_off = (back_off * 2).min(MAX_BACK_OFF);
+    }
+}
+
+async fn snapshot_of(id: NodeId, info: &NodeInfo, sources: &Sources<'_>) -> Result<(SnapshotMeta, Bytes), String> {
+    let channel = member_channel_to(&info.raft_addr, Some(id), sources.dialer).map_err(|e| e.to_string())?;
+    let mut request = sources.group.address(pb::Empty {});
+    request.set_timeout(READ_TIMEOUT * 6);
+    let reply = RaftServiceClient::new(channel).read_snapshot(request).await.map_err(|s| s.message().to_string())?;
+    let reply = reply.into_inner();
+    let meta = reply.meta.ok_or("holds no snapshot")?;
+    Ok((SnapshotMeta::from_pb(meta).map_err(|e| e.to_string())?, reply.data))
 }

@@ -221,4 +221,15 @@ impl RaftService for RaftServer {
         }
         Ok(Response::new(pb::ReadLogReply { entries, committed }))
     }
+
+    async fn read_snapshot(&self, req: Request<pb::Empty>) -> Result<Response<pb::ReadSnapshotReply>, Status> {
+        let replica = self.groups.replica(&req)?;
+        let reply = match replica.raft.get_snapshot().await.map_err(internal)? {
+            Some(snapshot) => {
+                pb::ReadSnapshotReply { meta: Some(snapshot.meta.to_pb()), data: snapshot.snapshot.into() }
+            }
+            None => pb::ReadSnapshotReply { meta: None, data: Default::default() },
+        };
+        Ok(Response::new(reply))
+    }
 }

@@ -14,7 +14,7 @@ use crate::broker::dedupe_journal::{DedupeJournal, JournalMark};
 use crate::broker::effects::Effects;
 use crate::broker::entry_cache::EntryCache;
 use crate::broker::queues::Queues;
-use crate::broker::state::{Applied, LogPosition, State};
+use crate::broker::state::{Applied, LogPosition, SNAPSHOT_FORMAT, State};
 use crate::broker::timer_wheel::{TimerWheel, WheelMark};
 use crate::broker::{BrokerError, Reply};
 use crate::store::{LogReader, MessageIndex, Place};
@@ -46,6 +46,9 @@ const KEY_SCHEMA: &str = "@schema";
 /// (its files are left as they are). 4: the dedupe journal keyed by a hash (`dedupe.rs`); 5:
 /// pending timers in a timing wheel of files (`timer_wheel.rs`) instead of sled rows.
 const SCHEMA: u32 = 5;
+/// The shape of the rows (the snapshot's: the same types), `SNAPSHOT_FORMAT` of the release that
+/// last wrote them. Rows of a newer shape are refused, never read with their new fields dropped.
+const KEY_ROWS_FORMAT: &str = "@rows";
 
 pub(crate) struct Inner {
     pub tree: sled::Tree,
@@ -120,6 +123,22 @@ impl Broker {
                      the node on an empty data directory, and it catches up from the other replicas",
                     options.dir.display()
                 )));
+            }
+        }
+        let rows_format = tree.get(KEY_ROWS_FORMAT)?.map(|v| parse::<u32>(KEY_ROWS_FORMAT, &v)).transpose()?;
+        match rows_format {
+            Some(format) if format > SNAPSHOT_FORMAT => {
+                return Err(BrokerError::CorruptEntry(format!(
+                    "{}: its rows are of format {format}, written by a newer release; this one reads formats up to \
+                     {SNAPSHOT_FORMAT}: run the newer release on it, or start this one on an empty data directory",
+                    options.dir.display()
+                )));
+            }
+            Some(format) if format == SNAPSHOT_FORMAT => {}
+            // Earlier shapes read with defaults for what they lack; from now on rows are of this one.
+            _ => {
+                tree.insert(KEY_ROWS_FORMAT, json(&SNAPSHOT_FORMAT))?;
+                db.flush()?;
             }
         }
         let (journal_mark, wheel_mark) = load_rows(&tree, &mut state)?;
@@ -330,7 +349,7 @@ fn load_rows(tree: &sled::Tree, state: &mut State) -> Result<(Option<JournalMark
         let (k, v) = item?;
         let key = String::from_utf8_lossy(&k);
         match key.as_ref() {
-            KEY_SCHEMA => {}
+            KEY_SCHEMA | KEY_ROWS_FORMAT => {}
             KEY_APPLIED => state.set_applied(parse::<Applied>(&key, &v)?),
             KEY_JOURNAL => journal_mark = Some(parse(&key, &v)?),
             KEY_TIMERS => wheel_mark = Some(parse(&key, &v)?),

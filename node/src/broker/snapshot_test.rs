@@ -414,3 +414,74 @@ fn a_topic_created_after_the_snapshot_point_is_consumable_on_the_replica_that_in
         .unwrap();
     assert!(matches!(reply, Reply::Consume(ConsumeOutcome::Delivered(d)) if d.len() == 1));
 }
+
+/// Every key path a JSON value holds, with map keys that are data (numbers, names) folded into
+/// `*`, so that only the shape is left.
+fn shape(value: &serde_json::Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let is_field = k.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                    && k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                let key = if is_field && !TOPICS.contains(&k.as_str()) && !GROUPS.contains(&k.as_str()) {
+                    k.as_str()
+                } else {
+                    "*"
+                };
+                let here = format!("{path}.{key}");
+                out.insert(here.clone());
+                shape(v, &here, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for v in items {
+                shape(v, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The snapshot (and the table rows checkpoints write, the same types) may only change shape
+/// with a new `SNAPSHOT_FORMAT`: a node of an earlier release then refuses it and says why,
+/// instead of dropping the fields it does not know. The shape each format names is kept in
+/// `snapshot_shape.txt`; a change of shape fails here until the format is raised and the file
+/// rewritten (`ROCKRAFT_WRITE_SNAPSHOT_SHAPE=1`).
+#[test]
+fn the_snapshot_keeps_the_shape_its_format_names() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = node(dir.path());
+    let mut clock = 1_000_000;
+    let mut seen = std::collections::BTreeSet::new();
+    let start = [Op::CreateTopic { topic: 0, queues: 2 }, Op::CreateGroup { group: 0, fifo: false }];
+    for round in 0..12 {
+        let ops = proptest::collection::vec(op(), 60).new_tree(&mut runner).unwrap().current();
+        for op in start.iter().filter(|_| round == 0).chain(ops.iter()) {
+            run(&mut leader, op, &mut clock);
+            let json = serde_json::to_value(leader.broker.state().clone()).unwrap();
+            shape(&json, "", &mut seen);
+        }
+    }
+    let mut written = format!("format {}\n", crate::broker::state::SNAPSHOT_FORMAT);
+    for path in &seen {
+        written.push_str(path);
+        written.push('\n');
+    }
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/broker/snapshot_shape.txt");
+    if std::env::var_os("ROCKRAFT_WRITE_SNAPSHOT_SHAPE").is_some() {
+        std::fs::write(&file, &written).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&file).unwrap();
+    let pinned_format = pinned.lines().next().unwrap_or_default();
+    let pinned_paths: std::collections::BTreeSet<&str> = pinned.lines().skip(1).collect();
+    let now: std::collections::BTreeSet<&str> = written.lines().skip(1).collect();
+    let added: Vec<_> = now.difference(&pinned_paths).collect();
+    let removed: Vec<_> = pinned_paths.difference(&now).collect();
+    assert!(
+        added.is_empty() && removed.is_empty() && pinned_format == written.lines().next().unwrap(),
+        "the snapshot's shape changed (added {added:?}, removed {removed:?}; pinned as {pinned_format}): raise \
+         SNAPSHOT_FORMAT and rewrite snapshot_shape.txt with ROCKRAFT_WRITE_SNAPSHOT_SHAPE=1"
+    );
+}

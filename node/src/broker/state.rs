@@ -51,7 +51,7 @@ pub struct State {
 
 /// The snapshot form this release writes: 1 is the nested `{meta, data}` form (earlier releases
 /// wrote one flat state, without a format).
-pub const SNAPSHOT_FORMAT: u32 = 1;
+pub const SNAPSHOT_FORMAT: u32 = 2;
 
 impl Serialize for State {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -835,3 +835,39 @@ fn a_checkpoint_with_nothing_applied_since_the_last_writes_nothing() {
     let reopened = open_broker(options(dir.path()), n.log.reader());
     assert_eq!(reopened.last_applied(), checkpointed, "the checkpoint after the apply is the one in force");
 }
+
+#[test]
+fn rows_written_by_a_newer_release_are_refused_not_read_with_fields_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut n = node(dir.path());
+        n.commit(&create("T", 1));
+        n.broker.checkpoint().unwrap();
+    }
+    {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let db = loop {
+            match sled::open(dir.path().join("broker/meta")) {
+                Ok(db) => break db,
+                Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let tree = db.open_tree("broker").unwrap();
+        let newer = crate::broker::state::SNAPSHOT_FORMAT + 1;
+        tree.insert("@rows", serde_json::to_vec(&newer).unwrap()).unwrap();
+        db.flush().unwrap();
+    }
+    let log = CommitLog::open(LogConfig::new(dir.path().join("other-log")), None).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let why = loop {
+        match Broker::open(options(dir.path()), log.reader()) {
+            Ok(_) => panic!("rows of a newer format were read"),
+            Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(why.contains("newer release") && why.contains("format"), "{why}");
+}

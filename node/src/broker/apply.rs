@@ -252,6 +252,13 @@ impl Partition {
     /// Pops and resets change the queues; acks, changes of invisible time and renewals settle
     /// each delivery on the channel its receipt names, a queue's or a lite topic's alike.
     fn apply_consume(&mut self, index: u64, command: ConsumeCommand, fx: &mut Effects) -> Reply {
+        // Only queues this group holds by the placement: one placed elsewhere is another group's.
+        if let ConsumeCommand::Pop(pop) = &command
+            && let Some(topic) = self.topics.get(&pop.topic)
+            && self.misplaced(topic, &pop.takes.iter().map(|t| t.queue_id).collect::<Vec<_>>())
+        {
+            return Reply::Consume(ConsumeOutcome::TopicNotFound(pop.topic.clone()));
+        }
         let wakes = command.wakes(&self.consumption).map(str::to_string);
         let outcome = match command.settle_each(index, |r, step| self.settle(r, step, fx)) {
             None => self.consumption.apply(index, &command),

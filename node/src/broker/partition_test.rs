@@ -142,7 +142,8 @@ fn a_metadata_entry_of_the_previous_format_places_in_the_same_step() {
     let mut payload = create("T", 1).encode().to_vec();
     payload[1] = crate::broker::command::envelope::FIRST_MARKED_FORMAT;
     assert_eq!(n.commit_bytes(Bytes::from(payload)).unwrap(), Reply::Applied);
-    assert!(n.broker.placement().changes.is_empty());
+    // Nothing left to place but which group the partition is, which no entry of then named.
+    assert_eq!(n.broker.placement().changes, vec![crate::broker::placement::PlacementChange::Holder(1)]);
     assert!(matches!(n.commit(&send("T", 0, 1, &["m"])), Reply::Sent(_)));
 }
 
@@ -237,4 +238,42 @@ fn a_placement_worked_out_from_older_metadata_changes_nothing() {
     n.commit(&Command::Place(stale));
     let sent = n.commit(&send("T", 0, 3, &["o"]));
     assert!(matches!(sent, Reply::Sent(_)), "the restarted replica kept T too: {sent:?}");
+}
+
+/// A router whose metadata lags sends a queue to the group that held it before the topic was
+/// created again elsewhere: that group refuses it (the router routes again), and stores nothing
+/// no consumer of the queue would read.
+#[test]
+fn a_queue_placed_in_another_data_group_is_refused_and_changes_nothing() {
+    use crate::broker::settings::SettingsChange;
+    let mut meta = Metadata::default();
+    let two = SettingsChange { data_groups: Some(2), ..Default::default() };
+    assert_eq!(meta.apply(lid(1), Command::Admin(AdminCommand::Configure(two))), Reply::Applied);
+    let (mut g1, mut g2) = (DataGroup::new(), DataGroup::new());
+    let place = |g: &mut DataGroup, id: u32, meta: &Metadata| {
+        let mut changes = meta.placement_for(&g.partition);
+        changes.push(PlacementChange::Holder(id));
+        g.apply(Command::Place(Placement { changes, through: None }));
+    };
+    // Created at index 2: queue 0 goes to group 1 + (2 % 2) = 1.
+    assert_eq!(meta.apply(lid(2), create("T", 1)), Reply::Applied);
+    assert_eq!(meta.topics.get("T").unwrap().group_of(0), 1);
+    place(&mut g1, 1, &meta);
+    place(&mut g2, 2, &meta);
+    assert!(matches!(g1.apply(send("T", 0, 1, &["first"])).0, Reply::Sent(_)));
+    assert_eq!(g2.apply(send("T", 0, 1, &["lost"])).0, Reply::TopicNotFound("T".into()), "queue 0 is group 1's");
+    assert_eq!(g2.next_offset("T", 0), 0);
+
+    // Deleted and created again at index 5: queue 0 is group 2's now.
+    assert_eq!(meta.apply(lid(3), Command::Admin(AdminCommand::DeleteTopic { name: "T".into() })), Reply::Applied);
+    assert_eq!(meta.apply(lid(5), create("T", 1)), Reply::Applied);
+    assert_eq!(meta.topics.get("T").unwrap().group_of(0), 2);
+    place(&mut g1, 1, &meta);
+    place(&mut g2, 2, &meta);
+    // A router still on the old placement sends to group 1: refused, nothing stored there.
+    let before = g1.partition.clone();
+    assert_eq!(g1.apply(send("T", 0, 2, &["late"])).0, Reply::TopicNotFound("T".into()));
+    assert_eq!(g1.partition, before);
+    // Routed again by the new placement, it is stored where the queue's consumers read.
+    assert_eq!(sent_offsets(&g2.apply(send("T", 0, 2, &["late"])).0), vec![0]);
 }

@@ -20,6 +20,8 @@ pub enum PlacementChange {
         epoch: u64,
     },
     DropGroup(String),
+    /// The partition is data group N's: queues placed elsewhere are refused in it.
+    Holder(u32),
 }
 
 /// One entry's placement changes.

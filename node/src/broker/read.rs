@@ -126,7 +126,8 @@ impl Broker {
     /// The placement that brings this replica's partition up to its own metadata.
     pub fn placement(&self) -> crate::broker::partition::Placement {
         let state = self.state();
-        let changes = state.meta.placement_for(&state.data);
+        let mut changes = state.meta.placement_for(&state.data);
+        self.name_holder(&state.data, &mut changes);
         crate::broker::partition::Placement { changes, through: state.last_applied.map(|p| p.index) }
     }
 
@@ -138,8 +139,21 @@ impl Broker {
         }
         let meta = metadata.state();
         let state = self.state();
-        let changes = meta.meta.placement_for(&state.data);
+        let mut changes = meta.meta.placement_for(&state.data);
+        self.name_holder(&state.data, &mut changes);
         crate::broker::partition::Placement { changes, through: meta.last_applied.map(|p| p.index) }
+    }
+
+    /// Adds to a placement for this replica's partition which data group it is, until it knows.
+    fn name_holder(
+        &self,
+        partition: &crate::broker::partition::Partition,
+        changes: &mut Vec<crate::broker::placement::PlacementChange>,
+    ) {
+        let id = self.partition();
+        if id != crate::broker::position::PartitionId::NONE && partition.holder != Some(id.0) {
+            changes.push(crate::broker::placement::PlacementChange::Holder(id.0));
+        }
     }
 
     pub fn last_applied(&self) -> Option<LogPosition> {

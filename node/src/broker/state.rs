@@ -50,8 +50,10 @@ pub struct State {
 }
 
 /// The snapshot form this release writes: 1 is the nested `{meta, data}` form (earlier releases
-/// wrote one flat state, without a format).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+/// wrote one flat state, without a format); 2 the fields added under 1 (lite topics, placement
+/// through, the partition's settings); 3 the data group a partition is (`holder`). Its shape is
+/// pinned by `snapshot_test::the_snapshot_keeps_the_shape_its_format_names`.
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 impl Serialize for State {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -141,6 +143,9 @@ pub(crate) struct Applied {
     /// The index of the metadata the partition's last placement was worked out from.
     #[serde(default)]
     pub placed_through: Option<u64>,
+    /// The data group the partition is, as its placements name it.
+    #[serde(default)]
+    pub holder: Option<u32>,
 }
 
 impl State {
@@ -162,6 +167,7 @@ impl State {
             settings: self.meta.settings,
             placed_settings: self.data.settings,
             placed_through: self.data.placed_through,
+            holder: self.data.holder,
         }
     }
 
@@ -172,6 +178,7 @@ impl State {
         self.meta.settings = a.settings;
         self.data.settings = a.placed_settings;
         self.data.placed_through = a.placed_through;
+        self.data.holder = a.holder;
     }
 
     /// Sets up what apply needs besides the tables (after a load, for a replay, for an install):
@@ -223,6 +230,7 @@ impl State {
                 &applied.settings,
                 &applied.placed_settings,
                 &applied.placed_through,
+                &applied.holder,
             ),
         )?;
         for (prefix, table) in self.meta.tables_ref().into_iter().chain(self.data.tables_ref()) {

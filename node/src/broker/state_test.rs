@@ -691,7 +691,7 @@ fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_resta
 #[test]
 fn an_entry_of_a_newer_release_stops_the_apply() {
     for (payload, says) in [
-        (&b"R\x08\x01"[..], "is of format 8; this release reads formats 1 to 7"),
+        (&b"R\x09\x01"[..], "is of format 9; this release reads formats 1 to 8"),
         (b"R\x02\x63", "is of kind 99 (format 2), which this release does not know"),
         // An admin command of a variant added later (its protobuf field 99).
         (b"R\x02\x02\x9a\x06\x01x", "is of a variant of admin commands this release does not know"),
@@ -718,13 +718,13 @@ fn an_entry_of_a_newer_release_stops_the_apply() {
 fn a_refused_entry_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut n = node(dir.path());
-    let newer = Bytes::from_static(b"R\x08\x02");
+    let newer = Bytes::from_static(b"R\x09\x02");
     let index = n.next_index;
     let first = n.commit_bytes(newer.clone()).unwrap_err().to_string();
     assert_eq!(n.broker.last_applied(), None);
     let again = n.broker.apply(lid(index), newer).unwrap_err().to_string();
     assert_eq!(first, again);
-    assert!(first.starts_with(&format!("log entry {index} is of format 8")), "{first}");
+    assert!(first.starts_with(&format!("log entry {index} is of format 9")), "{first}");
     assert!(n.broker.topics().is_empty());
 }
 

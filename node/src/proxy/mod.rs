@@ -300,7 +300,7 @@ impl Proxy {
         batch: rockraft_proto::rockraft::SendBatch,
         hold: Duration,
     ) -> (crate::broker::position::PartitionId, SendResult) {
-        let cluster = match topic.map(|t| self.groups.of_queue(t, batch.queue_id)) {
+        let mut cluster = match topic.map(|t| self.groups.of_queue(t, batch.queue_id)) {
             Some(Ok(cluster)) => cluster,
             Some(Err(e)) => return (self.broker.partition(), Err(e)),
             // Unknown also once this node caught up with the metadata: no group holds it.
@@ -309,10 +309,10 @@ impl Proxy {
                 return (self.broker.partition(), Ok(Err(refusal)));
             }
         };
-        let here = cluster.broker().partition();
         let deadline = tokio::time::Instant::now() + hold;
         let mut pause = PLACEMENT_RETRY;
         loop {
+            let here = cluster.broker().partition();
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let result = cluster.send(batch.clone(), left).await;
             let unplaced = matches!(&result, Ok(Err(crate::broker::Refusal::TopicNotFound(_))))
@@ -323,6 +323,11 @@ impl Proxy {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_PLACEMENT_RETRY);
+            // The group may also have refused a queue the metadata has placed elsewhere since
+            // (a topic created again): routed again by the metadata as this node has it now.
+            if let Some(Ok(now)) = self.broker.topic(&batch.topic).map(|t| self.groups.of_queue(&t, batch.queue_id)) {
+                cluster = now;
+            }
         }
     }
 }

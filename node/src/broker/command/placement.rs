@@ -26,6 +26,7 @@ pub(super) fn to_proto(p: &Placement) -> pb::Placement {
                 Change::PlaceGroup(pb::PlaceGroup { config: Some(group_to_proto(config)), epoch: *epoch })
             }
             PlacementChange::DropGroup(name) => Change::DropGroup(name.clone()),
+            PlacementChange::Holder(group) => Change::Holder(*group),
         };
         pb::PlacementChange { change: Some(change) }
     };
@@ -51,6 +52,7 @@ pub(super) fn from_proto(p: pb::Placement) -> Result<Placement, DecodeError> {
                 PlacementChange::PlaceGroup { config: group_from_proto(required(g.config, "config")?)?, epoch: g.epoch }
             }
             Change::DropGroup(name) => PlacementChange::DropGroup(name),
+            Change::Holder(group) => PlacementChange::Holder(group),
         })
     };
     Ok(Placement { changes: p.changes.into_iter().map(change).collect::<Result<_, _>>()?, through: p.through })

@@ -422,8 +422,8 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
-    let e = Command::decode(framed_raw(8, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 8; this release reads formats 1 to 7");
+    let e = Command::decode(framed_raw(9, 1, b"")).unwrap_err();
+    assert_eq!(e.to_string(), "is of format 9; this release reads formats 1 to 8");
 }
 
 proptest! {

@@ -44,6 +44,10 @@ pub struct Partition {
     /// [`Placement::through`]).
     #[serde(default)]
     pub placed_through: Option<u64>,
+    /// The data group this partition is, as placement entries name it (`None` until one does):
+    /// a queue the placement puts in another group is refused here.
+    #[serde(default)]
+    pub holder: Option<u32>,
     /// What the dedupe window is measured by.
     #[serde(default)]
     pub dedupe_clock: DedupeClock,
@@ -111,6 +115,14 @@ impl Partition {
         self.local.dedupe_order = order.into();
     }
 
+    /// Whether any of `queues` of `topic` is placed in another data group than this partition's.
+    /// A group's dead-letter topic is in every data group: each keeps the dead letters of its own
+    /// queues.
+    pub(crate) fn misplaced(&self, topic: &TopicConfig, queues: &[u32]) -> bool {
+        !crate::broker::group::is_dead_letter_topic(&topic.name)
+            && self.holder.is_some_and(|me| queues.iter().any(|&q| topic.group_of(q) != me))
+    }
+
     /// The settings entries apply under.
     pub(crate) fn settings(&self) -> ClusterSettings {
         self.settings.unwrap_or_default()
@@ -135,6 +147,7 @@ impl Partition {
                 PlacementChange::DropTopic(name) => self.drop_topic(name, fx),
                 PlacementChange::PlaceGroup { config, epoch } => self.place_group(config, *epoch),
                 PlacementChange::DropGroup(name) => self.drop_group(name),
+                PlacementChange::Holder(group) => self.holder = Some(*group),
             }
         }
         true

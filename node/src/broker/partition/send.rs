@@ -142,6 +142,12 @@ impl Partition {
         if let Some(q) = queues.iter().find(|&&q| q >= topic.queues) {
             return Err(Reply::Rejected(format!("topic {} has no queue {q}", batch.topic)));
         }
+        // A router whose metadata lags (a topic deleted and created again, placed elsewhere) may
+        // send here a queue this group does not hold: stored, no consumer would read it. The
+        // router takes the answer as a topic not placed yet, and routes again.
+        if self.misplaced(topic, &queues) {
+            return Err(Reply::TopicNotFound(batch.topic.clone()));
+        }
         // Each message's place in `queues`: all found, as `queues` holds every message's queue.
         let slots: Vec<usize> =
             (0..batch.messages.len()).filter_map(|i| queues.binary_search(&batch.queue_of(i)).ok()).collect();

@@ -31,8 +31,9 @@ pub async fn scrub(cluster: Cluster, log: LogReader, meters: Meters, dialer: Dia
             let scanned = tokio::task::spawn_blocking(move || reader.scrub_next(after)).await;
             let Ok(Some((base, bytes, damage))) = scanned else { break };
             after = Some(base);
-            if !damage.is_empty() {
-                meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());
+            meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());
+            // What this pass found, and what reads found since the last one.
+            if !log.damage().is_empty() {
                 let me = cluster.group().status();
                 let members = me.members.into_iter().filter(|m| m.id != me.id).map(|m| (m.id, m.info)).collect();
                 let sources = Sources { group: cluster.group().id(), members, dialer: &dialer };

@@ -864,14 +864,56 @@ impl LogReader {
                 Ok((seg, slot.position as u64, record))
             }
             _ => {
-                let offset = walked
-                    .gaps
-                    .iter()
-                    .find(|g| (g.first_index..g.end_index).contains(&index))
-                    .map_or(walked.end, |g| g.from);
+                let offset = self.keep_damage(&seg, index).unwrap_or(walked.end);
                 Err(StoreError::Damaged { index, path: seg.path().to_path_buf(), offset })
             }
         }
+    }
+
+    /// Keeps the damage a read found around `index` in `seg`, as the scrubber would (so the next
+    /// read of it fails at once, and the scrubber fills it); answers where it starts. Only damage
+    /// with a whole record after it in the segment, or at the end of a sealed one.
+    fn keep_damage(&self, seg: &Arc<Segment>, index: u64) -> Option<u64> {
+        let limit = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let at = segments.iter().position(|s| Arc::ptr_eq(s, seg))?;
+            segments.get(at + 1).map(|next| next.first_index)
+        };
+        let w = walk(seg, limit.unwrap_or(u64::MAX), 0, true);
+        let reached = w.records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
+        let hole = match w.gaps.iter().find(|g| (g.first_index..g.end_index).contains(&index)) {
+            Some(g) => Hole {
+                segment: Arc::clone(seg),
+                first_index: g.first_index,
+                end_index: g.end_index,
+                from: g.from,
+                to: Some(g.to),
+                at_tail: false,
+            },
+            None => {
+                let limit = limit.filter(|&l| reached <= index && index < l)?;
+                Hole {
+                    segment: Arc::clone(seg),
+                    first_index: reached,
+                    end_index: limit,
+                    from: w.end,
+                    to: None,
+                    at_tail: false,
+                }
+            }
+        };
+        let from = hole.from;
+        let mut holes = self.shared.holes.write().expect("holes lock");
+        if !holes.iter().any(|k| k.first_index < hole.end_index && hole.first_index < k.end_index) {
+            tracing::error!(
+                segment = %seg.path().display(), offset = from, first_index = hole.first_index,
+                last_index = hole.end_index - 1, "log records do not read back; they are never served, and are fetched \
+                 again from another member"
+            );
+            holes.push(hole);
+            holes.sort_by_key(|h| h.first_index);
+        }
+        Some(from)
     }
 
     /// The error for `index` if it lies in known damage.

@@ -235,8 +235,6 @@ fn a_flipped_byte_in_a_sealed_segment_is_never_served_and_the_scrubber_finds_it(
     let mut log = open(dir.path());
     append(&mut log, 0, 1, &[100_000; 30]);
     flip_byte_of(dir.path(), &log, 4);
-    assert!(matches!(log.reader().read(4), Err(StoreError::Damaged { index: 4, .. })));
-
     let reader = log.reader();
     let mut found = Vec::new();
     let mut after = None;
@@ -248,6 +246,7 @@ fn a_flipped_byte_in_a_sealed_segment_is_never_served_and_the_scrubber_finds_it(
     assert_eq!(found.len(), 1);
     assert_eq!((found[0].first_index, found[0].end_index), (4, 5));
     assert_eq!(reader.scrub_next(None).map(|(_, _, d)| d.len()), Some(0), "known damage is not found twice");
+    assert!(matches!(reader.read(4), Err(StoreError::Damaged { index: 4, .. })));
     for i in (0..30).filter(|&i| i != 4) {
         assert_eq!(reader.read(i).unwrap().unwrap().payload, payload(i, 100_000));
     }
@@ -584,4 +583,20 @@ fn sync_through_from_another_thread_never_runs_ahead_of_the_log() {
     syncer.join().unwrap();
     reader.sync_through(119).unwrap();
     assert_eq!(reader.durable_index(), Some(119));
+}
+
+#[test]
+fn a_read_that_meets_damage_keeps_it_for_the_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    append(&mut log, 0, 1, &[100_000; 30]);
+    flip_byte_of(dir.path(), &log, 7);
+    assert!(log.damage().is_empty());
+    assert!(matches!(log.reader().read(7), Err(StoreError::Damaged { index: 7, .. })));
+    let damage = log.damage();
+    assert_eq!((damage[0].first_index, damage[0].end_index), (7, 8), "kept by the read");
+    assert_eq!(damage[0].anchor.map(|a| a.index), Some(8));
+    assert_eq!(log.reader().scrub_next(None).map(|(_, _, d)| d.len()), Some(0));
+    log.fill(7, originals(7, 8, 100_000)).unwrap();
+    assert_eq!(log.reader().read(7).unwrap().unwrap().payload, payload(7, 100_000));
 }

@@ -103,6 +103,8 @@ async fn repaired_and_leading(cluster: &mut Cluster, victim: u64, sent: &BTreeMa
     cluster.make_leader_of(1, victim).await;
     consume_exactly(cluster, victim, sent).await;
     cluster.assert_replicas_agree(Duration::from_secs(30)).await;
+    let (_, page) = http_get(&cluster.http_addr(victim), "/").await.expect("status page");
+    assert!(page.contains("id=integrity class=ok"), "the status page tells of the repair");
     let dir = &cluster.nodes.iter().find(|n| n.id == victim).unwrap().dir;
     let log = std::fs::read_to_string(dir.join("node.log")).unwrap();
     assert!(log.contains("do not read back") && log.contains("filled again"), "the node's log says what happened");

@@ -105,6 +105,8 @@ pub(super) struct View {
     traffic: std::collections::BTreeMap<u32, Vec<Rates>>,
     now_ms: i64,
     insecure: Vec<String>,
+    /// Damaged log records this node found, and those filled again, since it started.
+    corruption: (u64, u64),
 }
 
 impl View {
@@ -129,6 +131,7 @@ impl View {
             traffic: state.parts.meters.traffic().rates(),
             now_ms: crate::cluster::now_ms(),
             insecure: state.insecure.clone(),
+            corruption: state.parts.meters.corruption(),
             own,
         }
     }
@@ -219,6 +222,16 @@ pub(super) fn render(v: &View, at: &At) -> String {
         applied = own.applied.unwrap_or(0),
         committed = own.committed.unwrap_or(0),
     );
+    let (found, repaired) = v.corruption;
+    if found > 0 {
+        let class = if repaired >= found { "ok" } else { "bad" };
+        let _ = write!(
+            h,
+            "<p id=integrity class={class}>Since it started, this node found <b>{found}</b> log records \
+             (or snapshot files) it had written that did not read back; <b>{repaired}</b> were filled \
+             again from other members. None was served.</p>"
+        );
+    }
     for open in &v.insecure {
         let _ = write!(h, "<p class=\"bad insecure\"><b>Insecure (allow_insecure = true):</b> {}</p>", esc(open));
     }
@@ -516,7 +529,20 @@ mod tests {
             now_ms: 0,
             insecure: vec![],
             refusing: Default::default(),
+            corruption: (0, 0),
         }
+    }
+
+    /// Damage this node found is on its page: red until every record was filled again.
+    #[test]
+    fn damaged_records_found_and_filled_are_on_the_page() {
+        let mut view = empty_view();
+        assert!(!render(&view, &At::default()).contains("id=integrity"));
+        view.corruption = (3, 1);
+        let page = render(&view, &At::default());
+        assert!(page.contains("<p id=integrity class=bad>") && page.contains("<b>3</b> log records"), "{page}");
+        view.corruption = (3, 3);
+        assert!(render(&view, &At::default()).contains("<p id=integrity class=ok>"));
     }
 
     /// What `allow_insecure` let through is on every page, in red, its text escaped.

@@ -271,6 +271,11 @@ impl Meters {
         self.inner.corruption_found.inc_by(records);
     }
 
+    /// Damaged log records found, and filled again, since this node started.
+    pub fn corruption(&self) -> (u64, u64) {
+        (self.inner.corruption_found.get(), self.inner.corruption_repaired.get())
+    }
+
     /// `records` damaged log records filled again from another member.
     pub fn corruption_repaired(&self, records: u64) {
         self.inner.corruption_repaired.inc_by(records);

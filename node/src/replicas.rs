@@ -211,6 +211,11 @@ impl Replicas {
         let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
             .map_err(OpenError::Snapshot)?
             .with_meters(meters.clone());
+        // Recovery walks only the tail segment whole; Raft applies every entry after the last
+        // checkpoint as it starts, so those are read once here first: damage among them is then
+        // filled before the group starts, instead of stopping Raft when it reads them.
+        let applied = broker.last_applied().map_or(0, |a| a.index + 1);
+        log.check_readable(applied);
         let damage = log_store.commit_log_mut().damage();
         if !damage.is_empty() {
             // Records this node had synced that no longer read back: the group starts (votes,

@@ -916,6 +916,15 @@ impl LogReader {
         Some(from)
     }
 
+    /// Reads every record from `from` to the end once, so that damage among them is kept (see
+    /// [`LogReader::damage`]) before anything needs them.
+    pub fn check_readable(&self, from: u64) {
+        let bounds = self.bounds();
+        for index in from.max(bounds.first_index)..bounds.next_index() {
+            let _ = self.read(index);
+        }
+    }
+
     /// The error for `index` if it lies in known damage.
     fn damaged(&self, index: u64) -> Option<StoreError> {
         let holes = self.shared.holes.read().expect("holes lock");

@@ -600,3 +600,19 @@ fn a_read_that_meets_damage_keeps_it_for_the_repair() {
     log.fill(7, originals(7, 8, 100_000)).unwrap();
     assert_eq!(log.reader().read(7).unwrap().unwrap().payload, payload(7, 100_000));
 }
+
+#[test]
+fn damage_in_a_sealed_segment_is_found_by_reading_what_raft_will_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = open(dir.path());
+        append(&mut log, 0, 1, &[100_000; 30]);
+        flip_byte_of(dir.path(), &log, 5);
+    }
+    // Recovery checks a sealed segment by its first and last records only.
+    let log = open(dir.path());
+    assert!(log.damage().is_empty());
+    log.reader().check_readable(3);
+    let damage = log.damage();
+    assert_eq!((damage[0].first_index, damage[0].end_index), (5, 6));
+}

@@ -384,6 +384,8 @@ impl CommitLog {
             }
             k += 1;
         }
+        // Damage among records purged already is nobody's concern: no one reads them again.
+        holes.retain(|h| h.end_index > purged_below);
         for h in &holes {
             tracing::error!(
                 segment = %h.segment.path().display(), offset = h.from, first_index = h.first_index,
@@ -689,6 +691,7 @@ impl CommitLog {
         }
         // Before the files go, so a failed deletion cannot leave a reader holding them.
         let first = self.bounds().first_index;
+        self.shared.holes.write().expect("holes lock").retain(|h| h.end_index > first);
         for listener in self.shared.purge_listeners.lock().expect("purge listeners").iter() {
             listener(first);
         }

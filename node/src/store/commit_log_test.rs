@@ -616,3 +616,15 @@ fn damage_in_a_sealed_segment_is_found_by_reading_what_raft_will_apply() {
     let damage = log.damage();
     assert_eq!((damage[0].first_index, damage[0].end_index), (5, 6));
 }
+
+#[test]
+fn damage_among_purged_records_is_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    append(&mut log, 0, 1, &[100_000; 30]);
+    flip_byte_of(dir.path(), &log, 2);
+    assert!(log.reader().read(2).is_err());
+    assert_eq!(log.damage().len(), 1);
+    log.purge(15).unwrap();
+    assert!(log.damage().is_empty(), "nothing left to fill: the records are gone");
+}

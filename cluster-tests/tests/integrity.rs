@@ -88,9 +88,21 @@ async fn counter(cluster: &Cluster, id: u64, name: &str) -> u64 {
     page.lines().find_map(|l| l.strip_prefix(&line)).map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
 }
 
+/// A cluster with the topic and the consumer group, `n` messages of `size` bytes sent.
+async fn started(options: Options, n: usize, size: usize) -> (Cluster, BTreeMap<String, Vec<u8>>) {
+    let cluster = Cluster::start(3, options).await;
+    cluster.create_topic(TOPIC, 2, TopicKind::Normal).await;
+    cluster.create_group("auditors", false, 16).await;
+    let sent = send(&cluster, n, size).await;
+    (cluster, sent)
+}
+
+/// A follower of group 1 that holds everything sent so far.
 async fn follower(cluster: &Cluster) -> u64 {
     let leader = cluster.wait_for_leader_of(Some(1), Duration::from_secs(20)).await;
-    cluster.ids().into_iter().find(|&id| id != leader).unwrap()
+    let id = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    cluster.wait_caught_up_in(Some(1), id, Duration::from_secs(30)).await;
+    id
 }
 
 /// Restarts `victim` on its damaged log, waits until it has its records again, makes it lead,
@@ -112,12 +124,8 @@ async fn repaired_and_leading(cluster: &mut Cluster, victim: u64, sent: &BTreeMa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_whose_log_had_bytes_flipped_repairs_and_leads_with_every_message_intact() {
-    let mut cluster = Cluster::start(3, Options::default()).await;
-    cluster.create_topic(TOPIC, 2, TopicKind::Normal).await;
-    cluster.create_group("auditors", false, 16).await;
-    let sent = send(&cluster, 400, 2_000).await;
+    let (mut cluster, sent) = started(Options::default(), 400, 2_000).await;
     let victim = follower(&cluster).await;
-    cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(30)).await;
     cluster.kill(victim);
     let mut rng = Rng(0x5eed_0053);
     for path in segments(&cluster, victim) {
@@ -128,12 +136,8 @@ async fn a_follower_whose_log_had_bytes_flipped_repairs_and_leads_with_every_mes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_whose_middle_segment_was_cut_short_repairs_and_leads_with_every_message_intact() {
-    let mut cluster = Cluster::start(3, Options::default()).await;
-    cluster.create_topic(TOPIC, 2, TopicKind::Normal).await;
-    cluster.create_group("auditors", false, 16).await;
-    let sent = send(&cluster, 500, 8_000).await;
+    let (mut cluster, sent) = started(Options::default(), 500, 8_000).await;
     let victim = follower(&cluster).await;
-    cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(30)).await;
     cluster.kill(victim);
     let files = segments(&cluster, victim);
     assert!(files.len() >= 3, "the log spans {} segments", files.len());
@@ -145,12 +149,8 @@ async fn a_follower_whose_middle_segment_was_cut_short_repairs_and_leads_with_ev
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_scrubber_finds_a_sealed_segment_rotting_under_a_running_follower_and_fills_it() {
     let options = Options { storage: "scrub_mb_per_sec = 100.0\nscrub_pause_secs = 1.0".into(), ..Options::default() };
-    let cluster = Cluster::start(3, options).await;
-    cluster.create_topic(TOPIC, 2, TopicKind::Normal).await;
-    cluster.create_group("auditors", false, 16).await;
-    let sent = send(&cluster, 400, 8_000).await;
+    let (cluster, sent) = started(options, 400, 8_000).await;
     let victim = follower(&cluster).await;
-    cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(30)).await;
     let files = segments(&cluster, victim);
     assert!(files.len() >= 2);
     flip_bytes(&files[0], &mut Rng(7), 4);
@@ -168,11 +168,8 @@ async fn the_scrubber_finds_a_sealed_segment_rotting_under_a_running_follower_an
 async fn a_follower_whose_snapshot_file_was_damaged_takes_another_members_and_leads() {
     let options =
         Options { storage: "retention_hours = 0.0003\nretention_check_secs = 0.3\n".into(), ..Default::default() };
-    let mut cluster = Cluster::start(3, options).await;
-    cluster.create_topic(TOPIC, 2, TopicKind::Normal).await;
-    cluster.create_group("auditors", false, 16).await;
     // A little over one 1 MiB segment: it expires, and every member snapshots at its end.
-    send(&cluster, 150, 8_000).await;
+    let (mut cluster, _) = started(options, 150, 8_000).await;
     let victim = follower(&cluster).await;
     let snapshot = cluster.group_dir(victim, 1).join("snapshot.json");
     let deadline = Instant::now() + Duration::from_secs(60);

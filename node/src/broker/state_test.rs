@@ -41,14 +41,18 @@ fn options(dir: &Path) -> BrokerOptions {
 /// Opens a broker, waiting out sled's file lock while a handle on the same directory that this
 /// process just dropped (a simulated restart) is still being released by sled's threads.
 pub(crate) fn open_broker(options: BrokerOptions, log: crate::store::LogReader) -> Broker {
+    while_locked(|| Broker::open(options.clone(), log.clone())).unwrap_or_else(|e| panic!("opening the broker: {e}"))
+}
+
+/// `open`, tried again while sled's file lock is still held by a handle just dropped.
+fn while_locked<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> Result<T, E> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match Broker::open(options.clone(), log.clone()) {
-            Ok(b) => return b,
+        match open() {
             Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => panic!("opening the broker: {e}"),
+            done => return done,
         }
     }
 }
@@ -845,29 +849,16 @@ fn rows_written_by_a_newer_release_are_refused_not_read_with_fields_dropped() {
         n.broker.checkpoint().unwrap();
     }
     {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let db = loop {
-            match sled::open(dir.path().join("broker/meta")) {
-                Ok(db) => break db,
-                Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let db = while_locked(|| sled::open(dir.path().join("broker/meta"))).unwrap();
         let tree = db.open_tree("broker").unwrap();
         let newer = crate::broker::state::SNAPSHOT_FORMAT + 1;
         tree.insert("@rows", serde_json::to_vec(&newer).unwrap()).unwrap();
         db.flush().unwrap();
     }
     let log = CommitLog::open(LogConfig::new(dir.path().join("other-log")), None).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let why = loop {
-        match Broker::open(options(dir.path()), log.reader()) {
-            Ok(_) => panic!("rows of a newer format were read"),
-            Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => break e.to_string(),
-        }
+    let why = match while_locked(|| Broker::open(options(dir.path()), log.reader())) {
+        Ok(_) => panic!("rows of a newer format were read"),
+        Err(e) => e.to_string(),
     };
     assert!(why.contains("newer release") && why.contains("format"), "{why}");
 }

@@ -117,6 +117,12 @@ fn channel_to(addr: &str, id: Option<NodeId>, tls: Option<&MemberTls>) -> Result
     })
 }
 
+/// A client of a member's `RaftService` over `channel`. Replies are as large as the member's log
+/// records and snapshots are, which no fixed cap fits.
+pub(crate) fn raft_client(channel: PeerChannel) -> RaftServiceClient<PeerChannel> {
+    RaftServiceClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
+}
+
 pub struct Peer {
     target: NodeId,
     group: GroupId,
@@ -197,10 +203,7 @@ impl Peer {
     }
 
     fn client(&self) -> Result<RaftServiceClient<PeerChannel>, RPCError<TypeConfig>> {
-        let channel = self.channel.as_ref().map_err(unreachable)?;
-        Ok(RaftServiceClient::new(channel.clone())
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX))
+        Ok(raft_client(self.channel.as_ref().map_err(unreachable)?.clone()))
     }
 }
 

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
 
-use crate::raft::network::member_channel_to;
+use crate::raft::network::{PeerChannel, member_channel_to, raft_client};
 use crate::raft::wire::FromPb;
 use crate::raft::{Dialer, GroupId, NodeId, NodeInfo, SnapshotMeta};
 use crate::store::{CommitLog, Damage, LogReader, RecordMeta, StoreError};
@@ -135,6 +135,11 @@ async fn fill_one(log: &mut impl Fillable, damage: &Damage, sources: &Sources<'_
     Err(RepairError::NotFound(reasons.join("; ")))
 }
 
+/// A client of member `id`'s raft port, its certificate checked to name it.
+fn client_of(id: NodeId, info: &NodeInfo, sources: &Sources<'_>) -> Result<RaftServiceClient<PeerChannel>, String> {
+    Ok(raft_client(member_channel_to(&info.raft_addr, Some(id), sources.dialer).map_err(|e| e.to_string())?))
+}
+
 /// Member `id`'s records for `damage`, checked to be the ones this node held (see the module).
 async fn fetch(
     id: NodeId,
@@ -142,8 +147,7 @@ async fn fetch(
     damage: &Damage,
     sources: &Sources<'_>,
 ) -> Result<Vec<(RecordMeta, Bytes)>, String> {
-    let channel = member_channel_to(&info.raft_addr, Some(id), sources.dialer).map_err(|e| e.to_string())?;
-    let mut client = RaftServiceClient::new(channel);
+    let mut client = client_of(id, info, sources)?;
     // The damaged run and, where one follows it, the record after it.
     let end = damage.end_index + u64::from(damage.anchor.is_some());
     let mut records: Vec<(RecordMeta, Bytes)> = Vec::new();
@@ -208,10 +212,9 @@ pub async fn fetch_snapshot(sources: &Sources<'_>, at_least: Option<u64>) -> (Sn
 }
 
 async fn snapshot_of(id: NodeId, info: &NodeInfo, sources: &Sources<'_>) -> Result<(SnapshotMeta, Bytes), String> {
-    let channel = member_channel_to(&info.raft_addr, Some(id), sources.dialer).map_err(|e| e.to_string())?;
     let mut request = sources.group.address(pb::Empty {});
     request.set_timeout(READ_TIMEOUT * 6);
-    let reply = RaftServiceClient::new(channel).read_snapshot(request).await.map_err(|s| s.message().to_string())?;
+    let reply = client_of(id, info, sources)?.read_snapshot(request).await.map_err(|s| s.message().to_string())?;
     let reply = reply.into_inner();
     let meta = reply.meta.ok_or("holds no snapshot")?;
     Ok((SnapshotMeta::from_pb(meta).map_err(|e| e.to_string())?, reply.data))

@@ -22,8 +22,10 @@ use crate::raft::wire::{FromPb, ToPb, append_from_pb};
 use crate::raft::{GroupId, NodeId, Raft, SnapshotMeta, TypeConfig, Vote};
 use crate::store::LogReader;
 
-/// At most this many bytes of payload per `ReadLog` answer: a repair asks again for the rest.
+/// At most this many bytes of payload, and records, per `ReadLog` answer (a run of blank entries
+/// carries no payload): a repair asks again for the rest.
 const READ_LOG_BYTES: u64 = 4 << 20;
+const READ_LOG_RECORDS: usize = 4096;
 
 /// The replicas of groups this node runs, by group.
 #[derive(Clone, Default)]
@@ -205,7 +207,7 @@ impl RaftService for RaftServer {
         let mut entries = Vec::new();
         let mut bytes = 0u64;
         for index in from..end.min(replica.log.bounds().next_index()) {
-            if bytes >= READ_LOG_BYTES {
+            if bytes >= READ_LOG_BYTES || entries.len() >= READ_LOG_RECORDS {
                 break;
             }
             // This member's own damage ends the answer; the asker tries another member for the rest.

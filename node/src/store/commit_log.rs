@@ -249,6 +249,31 @@ struct Hole {
     at_tail: bool,
 }
 
+/// The damage `w`, a walk over `seg`, found among records from `from` on: each gap, and when the
+/// segment is sealed (`limit`: the next segment's first index) and its records end early, the
+/// rest of it.
+fn damage_in(seg: &Arc<Segment>, w: &Walk, limit: Option<u64>, from: u64) -> Vec<Hole> {
+    let hole = |first_index, end_index, from, to| Hole {
+        segment: Arc::clone(seg),
+        first_index,
+        end_index,
+        from,
+        to,
+        at_tail: false,
+    };
+    let mut found: Vec<Hole> = w
+        .gaps
+        .iter()
+        .filter(|g| g.end_index > from)
+        .map(|g| hole(g.first_index, g.end_index, g.from, Some(g.to)))
+        .collect();
+    let reached = w.records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
+    if let Some(limit) = limit.filter(|&l| reached < l && l > from) {
+        found.push(hole(reached, limit, w.end, None));
+    }
+    found
+}
+
 /// Where the whole records of the segment file at `path` end, as recovery reads them (the next
 /// record would be written there): fault tests tear a log's tail just past it.
 pub fn segment_written_end(path: &Path) -> Result<u64, StoreError> {
@@ -329,7 +354,7 @@ impl CommitLog {
                 k += 1;
                 continue;
             }
-            let Walk { mut records, mut gaps, mut end, .. } = walk(&seg, limit, prev_term, true);
+            let Walk { mut records, mut gaps, mut end } = walk(&seg, limit, prev_term, true);
             if !sealed && let Some(cut) = gaps.iter().position(|g| g.first_index >= synced_end) {
                 let torn = gaps[cut];
                 records.retain(|(m, _)| m.index < torn.first_index);
@@ -340,29 +365,10 @@ impl CommitLog {
             if let Some((meta, _)) = records.last() {
                 last = Some(*meta);
             }
-            for g in gaps {
-                let hole = Hole {
-                    segment: Arc::clone(&seg),
-                    first_index: g.first_index,
-                    end_index: g.end_index,
-                    from: g.from,
-                    to: Some(g.to),
-                    at_tail: false,
-                };
-                holes.push(hole);
-            }
             let reached = records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
-            if sealed && reached < limit && limit > purged_below {
-                let hole = Hole {
-                    segment: Arc::clone(&seg),
-                    first_index: reached,
-                    end_index: limit,
-                    from: end,
-                    to: None,
-                    at_tail: false,
-                };
-                holes.push(hole);
-            }
+            // Damage among records purged already is nobody's concern: no one reads them again.
+            let walked = Walk { records, gaps, end };
+            holes.extend(damage_in(&seg, &walked, sealed.then_some(limit), purged_below));
             if !sealed {
                 if reached < synced_end && synced_end > purged_below {
                     holes.push(Hole {
@@ -384,8 +390,6 @@ impl CommitLog {
             }
             k += 1;
         }
-        // Damage among records purged already is nobody's concern: no one reads them again.
-        holes.retain(|h| h.end_index > purged_below);
         for h in &holes {
             tracing::error!(
                 segment = %h.segment.path().display(), offset = h.from, first_index = h.first_index,
@@ -883,40 +887,33 @@ impl LogReader {
             segments.get(at + 1).map(|next| next.first_index)
         };
         let w = walk(seg, limit.unwrap_or(u64::MAX), 0, true);
-        let reached = w.records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
-        let hole = match w.gaps.iter().find(|g| (g.first_index..g.end_index).contains(&index)) {
-            Some(g) => Hole {
-                segment: Arc::clone(seg),
-                first_index: g.first_index,
-                end_index: g.end_index,
-                from: g.from,
-                to: Some(g.to),
-                at_tail: false,
-            },
-            None => {
-                let limit = limit.filter(|&l| reached <= index && index < l)?;
-                Hole {
-                    segment: Arc::clone(seg),
-                    first_index: reached,
-                    end_index: limit,
-                    from: w.end,
-                    to: None,
-                    at_tail: false,
+        let hole = damage_in(seg, &w, limit, 0).into_iter().find(|h| (h.first_index..h.end_index).contains(&index))?;
+        let from = hole.from;
+        self.keep(vec![hole]);
+        Some(from)
+    }
+
+    /// Keeps each of `found` that overlaps no damage known already; logs and answers those.
+    fn keep(&self, found: Vec<Hole>) -> Vec<Hole> {
+        let mut new = Vec::new();
+        {
+            let mut holes = self.shared.holes.write().expect("holes lock");
+            for h in found {
+                if !holes.iter().any(|k| k.first_index < h.end_index && h.first_index < k.end_index) {
+                    holes.push(h.clone());
+                    new.push(h);
                 }
             }
-        };
-        let from = hole.from;
-        let mut holes = self.shared.holes.write().expect("holes lock");
-        if !holes.iter().any(|k| k.first_index < hole.end_index && hole.first_index < k.end_index) {
-            tracing::error!(
-                segment = %seg.path().display(), offset = from, first_index = hole.first_index,
-                last_index = hole.end_index - 1, "log records do not read back; they are never served, and are fetched \
-                 again from another member"
-            );
-            holes.push(hole);
             holes.sort_by_key(|h| h.first_index);
         }
-        Some(from)
+        for h in &new {
+            tracing::error!(
+                segment = %h.segment.path().display(), offset = h.from, first_index = h.first_index,
+                last_index = h.end_index - 1, "log records do not read back; they are never served, and are fetched \
+                 again from another member"
+            );
+        }
+        new
     }
 
     /// Reads every record from `from` to the end once, so that damage among them is kept (see
@@ -967,8 +964,9 @@ impl LogReader {
         };
         let filled = self.fill_hole(&hole, records);
         if filled.is_err() {
-            self.shared.holes.write().expect("holes lock").push(hole);
-            self.shared.holes.write().expect("holes lock").sort_by_key(|h| h.first_index);
+            let mut holes = self.shared.holes.write().expect("holes lock");
+            holes.push(hole);
+            holes.sort_by_key(|h| h.first_index);
         }
         filled
     }
@@ -1030,41 +1028,7 @@ impl LogReader {
         };
         let first = self.bounds().first_index;
         let w = walk(&seg, limit, 0, true);
-        let mut found: Vec<Hole> = w
-            .gaps
-            .iter()
-            .filter(|g| g.end_index > first)
-            .map(|g| Hole {
-                segment: Arc::clone(&seg),
-                first_index: g.first_index,
-                end_index: g.end_index,
-                from: g.from,
-                to: Some(g.to),
-                at_tail: false,
-            })
-            .collect();
-        let reached = w.records.last().map_or(seg.first_index, |(m, _)| m.index + 1);
-        if reached < limit && limit > first {
-            found.push(Hole {
-                segment: Arc::clone(&seg),
-                first_index: reached,
-                end_index: limit,
-                from: w.end,
-                to: None,
-                at_tail: false,
-            });
-        }
-        let mut new = Vec::new();
-        if !found.is_empty() {
-            let mut holes = self.shared.holes.write().expect("holes lock");
-            for h in found {
-                if !holes.iter().any(|k| k.first_index < h.end_index && h.first_index < k.end_index) {
-                    new.push(h.first_index);
-                    holes.push(h);
-                }
-            }
-            holes.sort_by_key(|h| h.first_index);
-        }
+        let new: Vec<u64> = self.keep(damage_in(&seg, &w, Some(limit), first)).iter().map(|h| h.first_index).collect();
         let damage = self.damage().into_iter().filter(|d| new.contains(&d.first_index)).collect();
         Some((seg.base_offset, w.end, damage))
     }

@@ -183,6 +183,15 @@ fn flip_byte_of(dir: &Path, log: &CommitLog, index: u64) {
     file.write_all_at(&[b[0] ^ 0x40], at).unwrap();
 }
 
+/// Reopened, the log at `dir` holds no damage and records `0..count`, each of `len` bytes, whole.
+fn assert_whole_after_restart(dir: &Path, count: u64, len: usize) {
+    let log = open(dir);
+    assert!(log.damage().is_empty());
+    for i in 0..count {
+        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, len));
+    }
+}
+
 fn originals(first: u64, end: u64, len: usize) -> Vec<(RecordMeta, Bytes)> {
     (first..end).map(|i| (meta(i, 1), payload(i, len))).collect()
 }
@@ -222,11 +231,7 @@ fn damage_in_the_tail_segment_is_never_served_and_is_filled_from_a_copy() {
     assert_eq!(log.reader().read(12).unwrap().unwrap().payload, payload(12, 500));
     append(&mut log, 20, 1, &[500]);
     drop(log);
-    let log = open(dir.path());
-    assert!(log.damage().is_empty());
-    for i in 0..21 {
-        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 500));
-    }
+    assert_whole_after_restart(dir.path(), 21, 500);
 }
 
 #[test]
@@ -275,11 +280,7 @@ fn a_cut_middle_segment_keeps_the_segments_after_it_and_is_filled_from_a_copy() 
     assert_eq!(log.reader().read(end).unwrap().unwrap().payload, payload(end, 100_000));
     log.fill(first, originals(first, end, 100_000)).unwrap();
     drop(log);
-    let log = open(dir.path());
-    assert!(log.damage().is_empty());
-    for i in 0..30 {
-        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 100_000));
-    }
+    assert_whole_after_restart(dir.path(), 30, 100_000);
 }
 
 #[test]
@@ -306,11 +307,7 @@ fn damage_at_the_tail_below_the_sync_mark_takes_no_appends_until_it_is_filled() 
     assert_eq!(last_index(&log), Some(19));
     append(&mut log, 20, 1, &[500]);
     drop(log);
-    let log = open(dir.path());
-    assert!(log.damage().is_empty());
-    for i in 0..21 {
-        assert_eq!(log.reader().read(i).unwrap().unwrap().payload, payload(i, 500));
-    }
+    assert_whole_after_restart(dir.path(), 21, 500);
 }
 
 #[test]

@@ -18,6 +18,8 @@
 //! - `metrics`: what a node counts (requests, latencies, events), shared by the parts that count.
 //! - `http`: the status page, `/metrics`, `/healthz` and `/readyz` on their own listener.
 //! - `node`: one node wired together.
+//! - `simulation`: the seams the deterministic simulator (`sim/`) swaps (network, wall clock,
+//!   blocking work); below every other module.
 //!
 //! Layering, `a ← b` meaning "a is imported by b": metrics ← store ← broker ← auth ← raft ←
 //! cluster ← {jobs, proxy, admin} ← http ← node ← cli, and jobs may use proxy's renewal table; `sessions` stands
@@ -39,4 +41,5 @@ pub mod proxy;
 pub mod raft;
 pub mod replicas;
 pub mod sessions;
+pub mod simulation;
 pub mod store;

@@ -101,8 +101,11 @@ pub struct Parts {
 /// does not serve yet.
 pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
     let layout = DataLayout::open(&config.data_dir)?;
+    // Not in a simulation: it reads a file through tokio's blocking pool, on real time.
     #[cfg(feature = "failpoints")]
-    crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
+    if !crate::simulation::active() {
+        crate::cluster::clock::watch_test_offset(config.data_dir.join("test-clock-offset-ms"));
+    }
     // One dialer for Raft and every other call to a member, so they share each member's
     // refusal gate.
     let secrets = Secrets::new(config.cluster_secret.as_ref(), config.cluster_secret_next.as_ref());
@@ -187,8 +190,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let admin_addr = address("admin_addr", &config.admin_addr)?;
     let http_addr = address("http_addr", &config.http_addr)?;
     let bound = |setting: &'static str, addr| move |source| NodeError::Bind { setting, addr, source };
-    // Bound before anything is served, so a port in use stops the node with its name.
-    let http_listener = tokio::net::TcpListener::bind(http_addr).await.map_err(bound("http_addr", http_addr))?;
+    let simulated = crate::simulation::active();
+    // Bound before anything is served, so a port in use stops the node with its name. A simulated
+    // node has no status page.
+    let http_listener = match simulated {
+        true => None,
+        false => Some(tokio::net::TcpListener::bind(http_addr).await.map_err(bound("http_addr", http_addr))?),
+    };
     let max = usize::MAX;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -243,19 +251,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         .add_service(MemberGate::new(raft_service, Audience::Replication, policy.clone()))
         .add_service(MemberGate::new(peer_service, Audience::Members, policy.clone()))
         .add_service(MemberGate::new(operators(Door::RaftPort, AdminServer::for_members), Audience::Members, policy));
-    let raft_tcp = bind(raft_addr).map_err(bound("raft_addr", raft_addr))?;
     let listener = MemberListener {
         cap: ConnectionCap::new("raft", config.limits.max_member_connections_per_address),
         roster,
         refusals,
-    };
-    let raft_task = match member_tls.clone() {
-        Some(t) => tokio::spawn(
-            raft_router.serve_with_incoming_shutdown(listener.mutual_tls(raft_tcp, t), stopped(stop_rx.clone())),
-        ),
-        None => {
-            tokio::spawn(raft_router.serve_with_incoming_shutdown(listener.plain(raft_tcp), stopped(stop_rx.clone())))
-        }
     };
     if !config.auth.enabled {
         tracing::warn!(
@@ -277,16 +276,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         // Only reachable with `allow_insecure = true`: said at every start, and on the status page.
         tracing::error!("INSECURE (allow_insecure = true): {open}");
     }
-    // Bound before anything is served, so a port in use stops the node with its name.
-    let per_address = config.limits.max_connections_per_address;
-    let admin_incoming =
-        ConnectionCap::new("admin", per_address).limit(bind(admin_addr).map_err(bound("admin_addr", admin_addr))?);
-    let client_incoming =
-        ConnectionCap::new("client", per_address).limit(bind(client_addr).map_err(bound("client_addr", client_addr))?);
-    let admin_server = secured()?
+    let admin_router = secured()?
         .max_concurrent_streams(Some(MAX_ADMIN_STREAMS_PER_CONNECTION))
-        .add_service(operators(Door::AdminPort, AdminServer::new))
-        .serve_with_incoming_shutdown(admin_incoming, stopped(stop_rx.clone()));
+        .add_service(operators(Door::AdminPort, AdminServer::new));
     let proxy_options = ProxyOptions {
         group: config.group.clone(),
         max_body_bytes: config.broker.max_body_bytes,
@@ -307,15 +299,46 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let proxy = Proxy::new(node.replicas.groups(), parts, proxy_options, Arc::clone(&node.renewals));
     let messaging = MessagingServiceServer::new(proxy)
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
-    let client_server = secured()?
+    let client_router = secured()?
         .max_concurrent_streams(Some(config.limits.max_streams_per_connection))
-        .add_service(ClientGate::new(messaging, authenticator))
-        .serve_with_incoming_shutdown(client_incoming, stopped(stop_rx.clone()));
-    let http_state =
-        crate::http::HttpState::new(cluster.clone(), admin_parts.clone(), Arc::clone(&config), node.log.clone());
-    let http_task = tokio::spawn(crate::http::serve(http_listener, http_state, stopped(stop_rx.clone())));
-    let client_task = tokio::spawn(client_server);
-    let admin_task = tokio::spawn(admin_server);
+        .add_service(ClientGate::new(messaging, authenticator));
+    let (raft_task, client_task, admin_task) = match simulated {
+        true => {
+            serve_simulated(
+                [(raft_router, raft_addr), (client_router, client_addr), (admin_router, admin_addr)],
+                &stop_rx,
+            )
+            .await?
+        }
+        false => {
+            // Bound before anything is served, so a port in use stops the node with its name.
+            let raft_tcp = bind(raft_addr).map_err(bound("raft_addr", raft_addr))?;
+            let per_address = config.limits.max_connections_per_address;
+            let admin_incoming = ConnectionCap::new("admin", per_address)
+                .limit(bind(admin_addr).map_err(bound("admin_addr", admin_addr))?);
+            let client_incoming = ConnectionCap::new("client", per_address)
+                .limit(bind(client_addr).map_err(bound("client_addr", client_addr))?);
+            let raft_task = match member_tls.clone() {
+                Some(t) => tokio::spawn(
+                    raft_router
+                        .serve_with_incoming_shutdown(listener.mutual_tls(raft_tcp, t), stopped(stop_rx.clone())),
+                ),
+                None => tokio::spawn(
+                    raft_router.serve_with_incoming_shutdown(listener.plain(raft_tcp), stopped(stop_rx.clone())),
+                ),
+            };
+            let client_task =
+                tokio::spawn(client_router.serve_with_incoming_shutdown(client_incoming, stopped(stop_rx.clone())));
+            let admin_task =
+                tokio::spawn(admin_router.serve_with_incoming_shutdown(admin_incoming, stopped(stop_rx.clone())));
+            (raft_task, client_task, admin_task)
+        }
+    };
+    let http_task = http_listener.map(|listener| {
+        let http_state =
+            crate::http::HttpState::new(cluster.clone(), admin_parts.clone(), Arc::clone(&config), node.log.clone());
+        tokio::spawn(crate::http::serve(listener, http_state, stopped(stop_rx.clone())))
+    });
     tracing::info!(
         node = cluster.id(),
         raft = %config.raft_addr,
@@ -329,11 +352,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         "node started"
     );
 
-    if let Some(path) = config.path.clone() {
+    if let Some(path) = config.path.clone()
+        && !simulated
+    {
         node.jobs.spawn("secret reload", reload_secrets_on_hangup(path, node.secrets.clone()));
     }
     let fatal = tokio::select! {
-        _ = shutdown_signal() => None,
+        _ = shutdown_signal(), if !simulated => None,
         reason = node.jobs.failed() => Some(reason),
     };
     tracing::info!(node = cluster.id(), "shutting down");
@@ -348,12 +373,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // for all of them, not one each: every server has such a stream, so waiting on them in turn
     // kept a stopping node, and a rolling restart, that many moments longer.
     let until = tokio::time::Instant::now() + SERVER_DRAIN;
-    futures_util::future::join4(
-        drain(raft_task, until),
-        drain(client_task, until),
-        drain(admin_task, until),
-        drain(http_task, until),
-    )
+    futures_util::future::join4(drain(raft_task, until), drain(client_task, until), drain(admin_task, until), async {
+        if let Some(task) = http_task {
+            drain(task, until).await
+        }
+    })
     .await;
     node.jobs.shutdown().await;
     let replicas = node.replicas.all();
@@ -405,6 +429,41 @@ async fn drain<T>(task: tokio::task::JoinHandle<T>, until: tokio::time::Instant)
     let abort = task.abort_handle();
     if tokio::time::timeout_at(until, task).await.is_err() {
         abort.abort();
+    }
+}
+
+type ServerTask = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
+
+/// Inside a simulation: the raft, client and admin routers, each served on its simulated
+/// listener until `stop` turns true.
+async fn serve_simulated(
+    routers: [(tonic::transport::server::Router, std::net::SocketAddr); 3],
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<(ServerTask, ServerTask, ServerTask), NodeError> {
+    #[cfg(feature = "sim")]
+    {
+        let mut tasks = Vec::with_capacity(3);
+        for (router, addr) in routers {
+            let listener = crate::simulation::listen(addr).await.map_err(|source| NodeError::Bind {
+                setting: "simulated listener",
+                addr,
+                source,
+            })?;
+            let mut stop = stop.clone();
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tasks.push(tokio::spawn(
+                router.serve_with_incoming_shutdown(crate::simulation::incoming(listener), stopped),
+            ));
+        }
+        let [raft, client, admin]: [ServerTask; 3] = tasks.try_into().expect("three listeners");
+        Ok((raft, client, admin))
+    }
+    #[cfg(not(feature = "sim"))]
+    {
+        let _ = (routers, stop);
+        unreachable!("a simulation runs only in builds with the `sim` feature")
     }
 }
 

@@ -177,6 +177,43 @@ impl Replicas {
         }
     }
 
+    /// Whom group `id`'s replica asks for the records or snapshot it lost: the other members its
+    /// last applied membership names. A replica that applied none yet (damage in its very first
+    /// entries) asks the cluster's members, as the metadata group's replica here knows them, or
+    /// else as the configuration lists them: what they send is checked against this node's own
+    /// records before it is kept (`raft/repair.rs`).
+    fn repair_members(
+        &self,
+        id: GroupId,
+        broker: &Broker,
+    ) -> Result<Vec<(crate::raft::NodeId, crate::raft::NodeInfo)>, OpenError> {
+        let me = self.inner.context.config.node_id;
+        let members = crate::raft::other_members(broker, me).map_err(OpenError::Snapshot)?;
+        if !members.is_empty() {
+            return Ok(members);
+        }
+        if id != self.inner.metadata
+            && let Some(metadata) = self.get(self.inner.metadata)
+        {
+            let members = crate::raft::other_members(&metadata.broker, me).map_err(OpenError::Snapshot)?;
+            if !members.is_empty() {
+                return Ok(members);
+            }
+        }
+        let configured = self.inner.context.config.members.iter().filter(|m| m.id != me);
+        Ok(configured
+            .map(|m| {
+                let info = crate::raft::NodeInfo {
+                    raft_addr: m.raft_addr.clone(),
+                    client_addr: m.client_addr.clone(),
+                    admin_addr: m.admin_addr.clone(),
+                    rack: m.rack.clone(),
+                };
+                (m.id, info)
+            })
+            .collect())
+    }
+
     /// Opens group `id`'s storage under its directory, starts its Raft, registers it with the
     /// Raft and peer services, and starts its jobs.
     async fn open_replica(&self, id: GroupId) -> Result<Replica, OpenError> {
@@ -200,7 +237,7 @@ impl Replicas {
             // a damaged file is replaced by another member's before anything reads it.
             tracing::error!(group = id.0, %why, "the snapshot file is damaged; fetching another member's");
             meters.corruption_found(1);
-            let members = crate::raft::other_members(&broker, config.node_id).map_err(OpenError::Snapshot)?;
+            let members = self.repair_members(id, &broker)?;
             let sources = crate::raft::repair::Sources { group: id, members, dialer };
             let purged = log.bounds().first_index.checked_sub(1);
             let (meta, data) = crate::raft::repair::fetch_snapshot(&sources, purged).await;
@@ -211,21 +248,32 @@ impl Replicas {
         let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
             .map_err(OpenError::Snapshot)?
             .with_meters(meters.clone());
-        // Recovery walks only the tail segment whole; Raft applies every entry after the last
-        // checkpoint as it starts, so those are read once here first: damage among them is then
-        // filled before the group starts, instead of stopping Raft when it reads them.
+        // Recovery walks only the tail segment whole; Raft reads every entry after the last
+        // checkpoint as it starts, and the ends of each term: those are read here first, so
+        // damage among them is filled before the group starts instead of stopping Raft.
         let applied = broker.last_applied().map_or(0, |a| a.index + 1);
-        log.check_readable(applied);
-        let damage = log_store.commit_log_mut().damage();
-        if !damage.is_empty() {
+        loop {
+            // What Raft reads as it starts, read first; an error is damage now known (below).
+            let _ = log_store.read_as_raft_starts(applied).await;
+            let damage = log_store.commit_log_mut().damage();
+            if damage.is_empty() {
+                break;
+            }
             // Records this node had synced that no longer read back: the group starts (votes,
             // leads) only once it holds them again.
             meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());
-            let members = crate::raft::other_members(&broker, config.node_id).map_err(OpenError::Snapshot)?;
+            let members = self.repair_members(id, &broker)?;
             let sources = crate::raft::repair::Sources { group: id, members, dialer };
             let repaired = |n| meters.corruption_repaired(n);
             crate::raft::repair::fill_all(log_store.commit_log_mut(), &sources, &repaired).await;
         }
+        log_store.set_read_repair(crate::raft::ReadRepair {
+            group: id,
+            me: config.node_id,
+            broker: broker.clone(),
+            dialer: dialer.clone(),
+            meters: meters.clone(),
+        });
         let network = Network { dialer: dialer.clone(), group: id };
         let group =
             Group::start(&group_options(config), network, log_store, state_machine).await.map_err(OpenError::Raft)?;

@@ -49,6 +49,13 @@ pub struct NoRandomness(#[from] std::io::Error);
 pub fn random_key() -> Result<String, NoRandomness> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
+    if crate::simulation::active() {
+        // A simulation's keys come from its seed, so a run repeats.
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&crate::simulation::draw().unwrap_or_default().to_le_bytes());
+        }
+        return Ok(hex::encode(bytes));
+    }
     std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes))?;
     Ok(hex::encode(bytes))
 }

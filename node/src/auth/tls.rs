@@ -95,7 +95,12 @@ pub fn channel(addr: &str, ca_file: Option<&Path>) -> Result<Channel, TlsError> 
                 .map_err(|source| TlsError::Endpoint { addr: addr.to_string(), source })?
         }
     };
-    Ok(endpoint.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true).connect_lazy())
+    let endpoint = endpoint.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true);
+    if crate::simulation::active() {
+        #[cfg(feature = "sim")]
+        return Ok(endpoint.connect_with_connector_lazy(crate::simulation::connector()));
+    }
+    Ok(endpoint.connect_lazy())
 }
 
 #[cfg(test)]

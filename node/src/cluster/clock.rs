@@ -22,6 +22,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, by this node's clock.
 pub fn now_ms() -> i64 {
+    if let Some(ms) = crate::simulation::wall_ms() {
+        return ms;
+    }
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) + test_offset_ms()
 }
 
@@ -65,7 +68,7 @@ type Millis = Box<dyn Fn() -> i64 + Send + Sync>;
 pub struct LeaderClock {
     now_ms: Millis,
     /// The wall-clock time read when the current term became ready, and when (monotonic).
-    anchor: std::sync::Mutex<Option<(i64, std::time::Instant)>>,
+    anchor: std::sync::Mutex<Option<(i64, tokio::time::Instant)>>,
     /// At least every stamp handed out before.
     floor: AtomicI64,
     /// The last term whose earlier entries are known to be applied here.
@@ -112,7 +115,7 @@ impl LeaderClock {
             return Ok(());
         }
         catch_up().await?;
-        *self.anchor.lock().expect("anchor lock") = Some(((self.now_ms)(), std::time::Instant::now()));
+        *self.anchor.lock().expect("anchor lock") = Some(((self.now_ms)(), tokio::time::Instant::now()));
         self.ready_term.store(term, Ordering::Release);
         Ok(())
     }

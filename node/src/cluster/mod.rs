@@ -149,7 +149,7 @@ type Memberships = (Option<crate::raft::LogId>, Option<crate::raft::LogId>);
 #[derive(Clone, Copy)]
 struct ForwardFailure {
     leader: NodeId,
-    failed: std::time::Instant,
+    failed: tokio::time::Instant,
 }
 
 /// Which sends a lane batches: this node's clients', or those members forwarded to it.
@@ -413,7 +413,7 @@ impl Cluster {
         if self.holds_replica() {
             // A walk over the group's queues and progress: off the async workers.
             let broker = self.broker().clone();
-            return tokio::task::spawn_blocking(move || broker.figures())
+            return crate::simulation::blocking(move || broker.figures())
                 .await
                 .map_err(|e| ClusterError::Internal(format!("reading the group's figures: {e}")));
         }
@@ -681,7 +681,7 @@ impl Cluster {
         let mut failed = self.inner.forward_failed.lock().expect("forward failures");
         match &reply {
             Err(ClusterError::Unreachable { .. }) => {
-                *failed = Some(ForwardFailure { leader: id, failed: std::time::Instant::now() })
+                *failed = Some(ForwardFailure { leader: id, failed: tokio::time::Instant::now() })
             }
             _ if failed.is_some_and(|f| f.leader == id) => *failed = None,
             _ => {}
@@ -754,7 +754,7 @@ impl Cluster {
         // Before the first stamp of a term: apply what earlier leaders stamped, so the clock's
         // floor covers their times.
         self.inner.clock.ready(lead.term(), || self.apply_backlog()).await?;
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let applied = {
             let _in_order = self.inner.proposing.lock().await;
             let command = encode(self.inner.clock.stamp());

@@ -18,7 +18,7 @@ pub async fn checkpoints(broker: Broker) {
             continue;
         }
         let b = broker.clone();
-        match tokio::task::spawn_blocking(move || b.checkpoint()).await {
+        match crate::simulation::blocking(move || b.checkpoint()).await {
             Ok(Ok(())) => failing.worked(),
             // The tick is the pause: the one `failed` says is not needed.
             Ok(Err(e)) => {

@@ -31,7 +31,7 @@ pub async fn plugin_warmup(cluster: Cluster, broker: Broker, host: Arc<PluginHos
             let host = Arc::clone(&host);
             let name = source.name.clone();
             // One at a time, on the blocking pool: a compilation keeps a core busy.
-            match tokio::task::spawn_blocking(move || host.compiled(&source).map(|_| ())).await {
+            match crate::simulation::blocking(move || host.compiled(&source).map(|_| ())).await {
                 Ok(Ok(())) => tracing::debug!(plugin = %name, "plugin compiled"),
                 Ok(Err(e)) => tracing::warn!(plugin = %name, error = %e, "plugin does not compile here"),
                 Err(e) => tracing::error!(plugin = %name, error = %e, "compiling a plugin panicked"),

@@ -7,7 +7,8 @@
 //! (pending timers, open transactional halves, deliveries within the retention time) are never
 //! purged: when they are what keeps a needed purge back, the log says so.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::broker::Broker;
 use crate::broker::{AdminCommand, Command};
@@ -56,7 +57,7 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
         let log_bytes = segments.iter().map(|s| s.bytes).sum();
         let budget = pressure_budget(options.disk_budget_bytes, log_bytes, free, purge_mark);
         let applied = broker.last_applied().map(|l| l.index);
-        let Some(wanted) = purge_point(&segments, SystemTime::now(), options.max_age, budget) else {
+        let Some(wanted) = purge_point(&segments, crate::simulation::system_time(), options.max_age, budget) else {
             continue;
         };
         let point = applied.map_or(wanted, |a| wanted.min(a));
@@ -75,7 +76,8 @@ pub async fn retention(cluster: Cluster, broker: Broker, meters: Meters, log: Lo
         };
         // What the budget alone would purge: more than that is the disk pressure's doing.
         let forced = budget < options.disk_budget_bytes
-            && purge_point(&segments, SystemTime::now(), options.max_age, options.disk_budget_bytes) != Some(wanted);
+            && purge_point(&segments, crate::simulation::system_time(), options.max_age, options.disk_budget_bytes)
+                != Some(wanted);
         if forced && let Some(h) = held.filter(|h| *h <= point && reported_hold != Some(*h)) {
             reported_hold = Some(h);
             tracing::warn!(

@@ -28,7 +28,7 @@ pub async fn scrub(cluster: Cluster, log: LogReader, meters: Meters, dialer: Dia
         loop {
             let reader = log.clone();
             // A whole segment is read at once: off the runtime's threads.
-            let scanned = tokio::task::spawn_blocking(move || reader.scrub_next(after)).await;
+            let scanned = crate::simulation::blocking(move || reader.scrub_next(after)).await;
             let Ok(Some((base, bytes, damage))) = scanned else { break };
             after = Some(base);
             meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());

@@ -7,7 +7,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use rockraft_plugin_sdk::{KIND_FILTER, KIND_TX_CHECKER};
 use serde::{Deserialize, Serialize};
@@ -386,7 +387,7 @@ impl LoadedModule {
                 return Err(PluginError::Unavailable(format!("no instance: {e}")));
             }
         };
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let ran = guest.run(self.kind, expression, batch, count, fuel);
         self.counters.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.counters.fuel.fetch_add(std::mem::take(&mut guest.fuel_used), Ordering::Relaxed);

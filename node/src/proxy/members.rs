@@ -9,7 +9,8 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::cluster::Cluster;
 use crate::proxy::route::{self, RouteMember};

@@ -3,7 +3,8 @@
 //! clients at once instead of holding their requests (`cluster::Cluster::cut_off`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 pub struct LeaderContact {
     start: Instant,

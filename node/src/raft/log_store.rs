@@ -7,19 +7,28 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::broker::Broker;
+use crate::metrics::Meters;
 use crate::raft::entry_codec;
-use crate::raft::{Entry, LogId, TypeConfig, Vote};
+use crate::raft::repair::{Sources, fill_once};
+use crate::raft::{Dialer, Entry, GroupId, LogId, NodeId, TypeConfig, Vote, other_members};
 use crate::store::{CommitLog, LogConfig, LogReader, MetaStore, StoreError};
 
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
+
+/// How often a read that met damage fills it and reads again before it fails, and the first
+/// pause between two rounds.
+const READ_REPAIR_ROUNDS: usize = 3;
+const READ_REPAIR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Replication reads are capped by bytes, not entries: entries can be megabytes each.
 const MAX_READ_BYTES: u64 = 8 << 20;
@@ -33,6 +42,19 @@ pub struct LogStore {
 pub struct LogStoreReader {
     log: LogReader,
     meta: MetaStore,
+    /// Who to fetch a record from when a read meets damage nobody found before (a running
+    /// group: `set_read_repair`).
+    repair: Option<Arc<ReadRepair>>,
+}
+
+/// How a running group's reads fill damage they meet: from the other members its last applied
+/// membership names, as the repair at start does (`repair.rs`).
+pub struct ReadRepair {
+    pub group: GroupId,
+    pub me: NodeId,
+    pub broker: Broker,
+    pub dialer: Dialer,
+    pub meters: Meters,
 }
 
 fn load<T: DeserializeOwned>(meta: &MetaStore, key: &str) -> io::Result<Option<T>> {
@@ -56,8 +78,15 @@ impl LogStore {
         let last_purged: Option<LogId> =
             load(&meta, KEY_LAST_PURGED).map_err(|e| StoreError::Io { path: config.dir.join("meta"), source: e })?;
         let log = CommitLog::open(config, last_purged.map(|l| l.index))?;
-        let reader = LogStoreReader { log: log.reader(), meta };
+        let reader = LogStoreReader { log: log.reader(), meta, repair: None };
         Ok(LogStore { log, reader })
+    }
+
+    /// From now on, a read that meets damage fills it from another member and reads again,
+    /// instead of failing (which would stop Raft): a leader sending a sealed segment's records
+    /// to a lagging follower before the scrubber reached them.
+    pub fn set_read_repair(&mut self, repair: ReadRepair) {
+        self.reader.repair = Some(Arc::new(repair));
     }
 
     /// The underlying CommitLog reader, for the state machine and admin reads.
@@ -68,6 +97,25 @@ impl LogStore {
     /// The CommitLog itself, to fill damage before the group starts (`repair.rs`).
     pub fn commit_log_mut(&mut self) -> &mut CommitLog {
         &mut self.log
+    }
+
+    /// Reads what Raft reads of the log as it starts, so that damage among those records is
+    /// found (and kept, for the repair) before it instead of stopping the start: every entry
+    /// from `from` (the ones it applies again and looks for memberships in), and the first and
+    /// last entry of each term (its list of key log ids, found by bisecting the terms). An error
+    /// here is damage, now known to the log; the caller fills it and reads again.
+    pub async fn read_as_raft_starts(&mut self, from: u64) -> io::Result<()> {
+        self.log.reader().check_readable(from);
+        let state = self.get_log_state().await?;
+        let (Some(last), first) = (state.last_log_id, state.last_purged_log_id) else { return Ok(()) };
+        let first = match first {
+            Some(purged) => purged,
+            None => match self.reader.try_get_log_entries(0..1).await?.first() {
+                Some(entry) => entry.log_id,
+                None => return Ok(()),
+            },
+        };
+        self.reader.get_key_log_ids(first..=last).await.map(|_| ())
     }
 
     /// Syncs everything appended so far, whatever the durability mode (shutdown, benchmarks).
@@ -91,7 +139,7 @@ impl RaftLogReader<TypeConfig> for LogStoreReader {
             Bound::Excluded(&e) => e,
             Bound::Unbounded => u64::MAX,
         };
-        self.read(start, end, u64::MAX)
+        self.read_repairing(start, end, u64::MAX).await
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
@@ -99,11 +147,43 @@ impl RaftLogReader<TypeConfig> for LogStoreReader {
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
-        self.read(start, end, MAX_READ_BYTES)
+        self.read_repairing(start, end, MAX_READ_BYTES).await
     }
 }
 
 impl LogStoreReader {
+    /// [`Self::read`]; a read that failed on damage (now known to the log) is tried again after
+    /// filling it from the other members, in up to three rounds 100, 200 and 400 ms apart (a
+    /// member may be catching up, or the scrubber filling the same records).
+    async fn read_repairing(&self, start: u64, end: u64, max_bytes: u64) -> io::Result<Vec<Entry>> {
+        let mut read = self.read(start, end, max_bytes);
+        let Some(repair) = &self.repair else { return read };
+        if read.is_err() {
+            // Found by this read: counted as the scrubber and the start count theirs.
+            let overlapping = self.log.damage().into_iter().filter(|d| d.first_index < end && start < d.end_index);
+            repair.meters.corruption_found(overlapping.map(|d| d.end_index - d.first_index).sum());
+        }
+        let mut pause = READ_REPAIR_PAUSE;
+        for _ in 0..READ_REPAIR_ROUNDS {
+            if read.is_ok() || self.log.damage().is_empty() {
+                return read;
+            }
+            let members = other_members(&repair.broker, repair.me)?;
+            let sources = Sources { group: repair.group, members, dialer: &repair.dialer };
+            let repaired = |n| repair.meters.corruption_repaired(n);
+            if let Err(why) = fill_once(&mut self.log.clone(), (start, end), &sources, &repaired).await {
+                tracing::warn!(group = repair.group.0, start, end, %why, "a log read met damage not filled yet");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            read = self.read(start, end, max_bytes);
+        }
+        if let Err(e) = &read {
+            tracing::error!(group = repair.group.0, error = %e, "a log read met damage no other member could fill");
+        }
+        read
+    }
+
     fn read(&self, start: u64, end: u64, max_bytes: u64) -> io::Result<Vec<Entry>> {
         if start >= end {
             return Ok(Vec::new());

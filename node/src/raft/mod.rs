@@ -19,6 +19,7 @@ pub mod refusals;
 mod registry;
 pub mod repair;
 mod roster;
+pub mod runtime;
 mod service;
 mod state_machine;
 mod wire;
@@ -38,7 +39,7 @@ pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::replication=e
 
 pub use entry_codec::log_id;
 pub use group::{Group, GroupError, GroupOptions, GroupStatus, GroupWatch, Lead, Member, Role};
-pub use log_store::{LogStore, LogStoreReader};
+pub use log_store::{LogStore, LogStoreReader, ReadRepair};
 pub use network::{ChannelError, Dialer, Network, PeerChannel, channel, member_channel};
 pub use registry::GroupRegistry;
 pub use roster::GroupRoster;
@@ -108,6 +109,7 @@ openraft::declare_raft_types!(
         D = CommandBytes,
         R = crate::broker::Reply,
         Node = NodeInfo,
+        AsyncRuntime = runtime::NodeRuntime,
 );
 
 pub type NodeId = u64;

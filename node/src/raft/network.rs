@@ -109,6 +109,10 @@ fn channel_to(addr: &str, id: Option<NodeId>, tls: Option<&MemberTls>) -> Result
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
+    if crate::simulation::active() {
+        #[cfg(feature = "sim")]
+        return Ok(endpoint.connect_with_connector_lazy(crate::simulation::connector()));
+    }
     Ok(match tls {
         None => endpoint.connect_lazy(),
         // TLS by this node's connector: it takes up renewed certificate files, and checks that

@@ -89,13 +89,7 @@ pub async fn fill_all(log: &mut impl Fillable, sources: &Sources<'_>, repaired: 
         for d in damage {
             match fill_one(log, &d, sources).await {
                 Ok(n) => {
-                    tracing::info!(
-                        group = sources.group.0,
-                        first_index = d.first_index,
-                        last_index = d.end_index - 1,
-                        records = n,
-                        "damaged log records filled again from another member"
-                    );
+                    said_filled(sources, &d, n);
                     repaired(n);
                     filled += n;
                 }
@@ -112,6 +106,36 @@ pub async fn fill_all(log: &mut impl Fillable, sources: &Sources<'_>, repaired: 
             back_off = (back_off * 2).min(MAX_BACK_OFF);
         }
     }
+}
+
+/// One round of [`fill_all`] for a read of records `[start, end)` waiting on it: the damage
+/// known among them, each from the first member that has it; the records filled, or why one
+/// damage was not.
+pub async fn fill_once(
+    log: &mut impl Fillable,
+    (start, end): (u64, u64),
+    sources: &Sources<'_>,
+    repaired: &(dyn Fn(u64) + Sync),
+) -> Result<u64, RepairError> {
+    let mut filled = 0;
+    for d in log.damage().into_iter().filter(|d| d.first_index < end && start < d.end_index) {
+        let n = fill_one(log, &d, sources).await?;
+        said_filled(sources, &d, n);
+        repaired(n);
+        filled += n;
+    }
+    Ok(filled)
+}
+
+/// The log line of one fill.
+fn said_filled(sources: &Sources<'_>, d: &Damage, records: u64) {
+    tracing::info!(
+        group = sources.group.0,
+        first_index = d.first_index,
+        last_index = d.end_index - 1,
+        records,
+        "damaged log records filled again from another member"
+    );
 }
 
 /// Fills `damage` from the first member that has records it can take; answers how many.

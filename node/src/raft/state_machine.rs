@@ -258,7 +258,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     Default::default()
                 }
                 EntryPayload::Normal(CommandBytes(bytes)) => {
-                    let started = std::time::Instant::now();
+                    let started = tokio::time::Instant::now();
                     let reply = self.broker.apply(at, bytes)?;
                     self.meters.applied(started.elapsed());
                     reply

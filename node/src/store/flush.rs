@@ -31,19 +31,31 @@ pub(crate) enum FlushJob {
 pub(crate) struct Flusher {
     tx: Option<Sender<FlushJob>>,
     thread: Option<JoinHandle<()>>,
+    /// Inside a simulation: each job is synced at once by the caller, since a thread would run
+    /// on real time and reorder the simulated run.
+    inline: Option<Arc<DurableState>>,
 }
 
 impl Flusher {
     pub fn start(durability: Durability, interval: Duration, durable: Arc<DurableState>) -> io::Result<Flusher> {
+        if crate::simulation::active() {
+            return Ok(Flusher { tx: None, thread: None, inline: Some(durable) });
+        }
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new().name("rockraft-flush".into()).spawn(move || match durability {
             Durability::Sync => run_group_commit(rx, &durable),
             Durability::Async => run_periodic(rx, interval, &durable),
         })?;
-        Ok(Flusher { tx: Some(tx), thread: Some(thread) })
+        Ok(Flusher { tx: Some(tx), thread: Some(thread), inline: None })
     }
 
     pub fn submit(&self, job: FlushJob) {
+        if let Some(durable) = &self.inline {
+            let mut batch = Batch::default();
+            batch.take(job);
+            batch.sync(durable);
+            return;
+        }
         if let Some(tx) = &self.tx
             && let Err(mpsc::SendError(job)) = tx.send(job)
             && let FlushJob::Sync { done, .. } = job

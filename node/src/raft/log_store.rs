@@ -107,13 +107,14 @@ impl LogStore {
     pub async fn read_as_raft_starts(&mut self, from: u64) -> io::Result<()> {
         self.log.reader().check_readable(from);
         let state = self.get_log_state().await?;
-        let (Some(last), first) = (state.last_log_id, state.last_purged_log_id) else { return Ok(()) };
-        let first = match first {
-            Some(purged) => purged,
-            None => match self.reader.try_get_log_entries(0..1).await?.first() {
-                Some(entry) => entry.log_id,
-                None => return Ok(()),
-            },
+        let Some(last) = state.last_log_id else { return Ok(()) };
+        // As openraft does: from the first entry after the purge point, unless all is purged.
+        let next = state.last_purged_log_id.map_or(0, |p| p.index + 1);
+        if next > last.index {
+            return Ok(());
+        }
+        let Some(first) = self.reader.try_get_log_entries(next..next + 1).await?.first().map(|e| e.log_id) else {
+            return Ok(());
         };
         self.reader.get_key_log_ids(first..=last).await.map(|_| ())
     }

@@ -88,10 +88,9 @@ pub fn run(options: &Options) -> Report {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let configs = hosts::write_configs(dir.path()).expect("node configurations");
     rockraft::simulation::seed(seed);
-    rockraft::simulation::set_epoch_ms(1_800_000_000_000);
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
-        .epoch(UNIX_EPOCH + Duration::from_millis(1_800_000_000_000))
+        .epoch(UNIX_EPOCH + Duration::from_millis(rockraft::simulation::EPOCH_MS as u64))
         .simulation_duration(options.faults + options.drain + Duration::from_secs(240))
         .tick_duration(Duration::from_millis(1))
         .min_message_latency(Duration::from_millis(0))

@@ -34,11 +34,10 @@ fn main() -> ExitCode {
     if count == 1 {
         return run_here(first);
     }
-    let failed = run_apart(first..first + count, env_u64("SIM_JOBS", 1).max(1));
+    let mut failed = run_apart(first..first + count, env_u64("SIM_JOBS", 1).max(1));
     if failed.is_empty() {
         return ExitCode::SUCCESS;
     }
-    let mut failed = failed;
     failed.sort_unstable();
     println!("{} of {count} seed(s) failed: {failed:?}", failed.len());
     println!("run one again: SIM_SEED={} SIM_TRACE=1 cargo run -p rockraft-sim", failed[0]);

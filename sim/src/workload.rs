@@ -219,9 +219,8 @@ fn message(seed: u64, id: u64) -> Message {
 }
 
 /// Sends messages `ids` one after another, each retried (same message id, next node) until
-/// acknowledged or 30 s have passed.
+/// acknowledged or 30 s have passed; clears `producing` (which the caller sets) when done.
 pub async fn produce(shared: Rc<Shared>, seed: u64, ids: std::ops::Range<u64>) {
-    shared.producing.set(true);
     let mut clients = clients();
     for id in ids {
         let started = Instant::now();
@@ -267,7 +266,7 @@ pub async fn produce(shared: Rc<Shared>, seed: u64, ids: std::ops::Range<u64>) {
 pub async fn consume(shared: Rc<Shared>, seed: u64, count: u64, drain: Duration) {
     let mut clients = clients();
     let mut healed_at = None;
-    // The producer starts with the consumer; it may not have run yet.
+    // The producer takes the first millisecond (the seeds' schedules were found with it).
     sleep(Duration::from_millis(1)).await;
     for round in 0usize.. {
         let done_sending = !shared.producing.get();

@@ -9,8 +9,6 @@
 //!
 //! Below every other module: it imports none of them.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
 /// True while the calling thread runs a simulated host.
 pub fn active() -> bool {
     #[cfg(feature = "sim")]
@@ -23,21 +21,16 @@ pub fn active() -> bool {
     }
 }
 
-/// The wall-clock time (ms since the Unix epoch) a simulation starts at: fixed by the simulator,
-/// so every run of a seed reads the same clock.
-static EPOCH_MS: AtomicI64 = AtomicI64::new(1_800_000_000_000);
-
-/// Sets the wall-clock time a simulation starts at.
-pub fn set_epoch_ms(ms: i64) {
-    EPOCH_MS.store(ms, Ordering::Relaxed);
-}
+/// The wall-clock time (ms since the Unix epoch) every simulation starts at, so every run of a
+/// seed reads the same clock (the simulator gives turmoil the same epoch).
+pub const EPOCH_MS: i64 = 1_800_000_000_000;
 
 /// Milliseconds since the Unix epoch by the simulation's clock (its epoch plus the simulated time
 /// run), or `None` outside a simulation.
 pub fn wall_ms() -> Option<i64> {
     #[cfg(feature = "sim")]
     if active() {
-        return Some(EPOCH_MS.load(Ordering::Relaxed) + turmoil::sim_elapsed()?.as_millis() as i64);
+        return Some(EPOCH_MS + turmoil::sim_elapsed()?.as_millis() as i64);
     }
     None
 }

@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn expired_sealed_segments_go_oldest_first_and_the_active_one_stays() {
-        let now = crate::simulation::system_time();
+        let now = SystemTime::now();
         let segs = [seg(0, 10, 500, now), seg(10, 20, 400, now), seg(20, 30, 10, now), seg(30, 35, 600, now)];
         assert_eq!(purge_point(&segs, now, Duration::from_secs(300), 0), Some(19));
         assert_eq!(purge_point(&segs, now, Duration::from_secs(1000), 0), None);
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn over_the_disk_budget_the_oldest_segments_go_until_it_fits() {
-        let now = crate::simulation::system_time();
+        let now = SystemTime::now();
         let segs = [seg(0, 10, 1, now), seg(10, 20, 1, now), seg(20, 30, 1, now), seg(30, 40, 1, now)];
         assert_eq!(purge_point(&segs, now, Duration::from_secs(3600), 250), Some(19));
         assert_eq!(purge_point(&segs, now, Duration::from_secs(3600), 0), None);

@@ -11,6 +11,7 @@ use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::MessageBuilder;
 use rockraft::broker::TopicKind;
 use rockraft_cluster_tests::{Cluster, Options, Rng, clients, http_get};
+use rockraft_proto::rockraft as pb;
 
 const TOPIC: &str = "Ledger";
 
@@ -105,6 +106,31 @@ async fn follower(cluster: &Cluster) -> u64 {
     id
 }
 
+/// Waits until the cluster's history (`rockraft cluster history`, as every node applied it)
+/// records a repair of `part` that `victim` made of group 1: from another member, or (a queue
+/// record) from its own log.
+async fn history_records_repair(cluster: &Cluster, victim: u64, part: pb::log::RepairedPart) {
+    let own = part == pb::log::RepairedPart::QueueRecord;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for id in cluster.ids() {
+        loop {
+            let history = cluster
+                .call(&cluster.admin_addr(id), pb::GetFailoverHistoryRequest { group: Some(1) })
+                .await
+                .expect("history");
+            let recorded = history.repairs.iter().any(|r| {
+                let source_ok = if own { r.source.is_none() } else { r.source.is_some_and(|s| s != victim) };
+                r.node == victim && r.group == 1 && r.part == part as i32 && source_ok
+            });
+            if recorded {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id}'s history has no repair by node {victim}: {history:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// Restarts `victim` on its damaged log, waits until it has its records again, makes it lead,
 /// and checks every message and the replicas.
 async fn repaired_and_leading(cluster: &mut Cluster, victim: u64, sent: &BTreeMap<String, Vec<u8>>) {
@@ -112,6 +138,7 @@ async fn repaired_and_leading(cluster: &mut Cluster, victim: u64, sent: &BTreeMa
     cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(60)).await;
     assert!(counter(cluster, victim, "corruption_found").await > 0, "the damage is reported");
     assert!(counter(cluster, victim, "corruption_repaired").await > 0, "the repair is reported");
+    history_records_repair(cluster, victim, pb::log::RepairedPart::LogRecords).await;
     cluster.make_leader_of(1, victim).await;
     consume_exactly(cluster, victim, sent).await;
     cluster.assert_replicas_agree(Duration::from_secs(30)).await;
@@ -159,6 +186,7 @@ async fn the_scrubber_finds_a_sealed_segment_rotting_under_a_running_follower_an
         assert!(Instant::now() < deadline, "the scrubber did not repair the damage");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    history_records_repair(&cluster, victim, pb::log::RepairedPart::LogRecords).await;
     cluster.make_leader_of(1, victim).await;
     consume_exactly(&cluster, victim, &sent).await;
     cluster.assert_replicas_agree(Duration::from_secs(30)).await;
@@ -187,9 +215,37 @@ async fn a_follower_whose_snapshot_file_was_damaged_takes_another_members_and_le
     cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(60)).await;
     assert!(counter(&cluster, victim, "corruption_repaired").await > 0, "the repair is reported");
     assert_ne!(std::fs::read(&snapshot).unwrap(), bytes, "the damaged file was replaced");
+    history_records_repair(&cluster, victim, pb::log::RepairedPart::Snapshot).await;
     cluster.make_leader_of(1, victim).await;
     cluster.create_topic("Fresh", 1, TopicKind::Normal).await;
     let fresh = send_to(&cluster, "Fresh", 20, 100).await;
     consume_exactly_from(&cluster, "Fresh", victim, &fresh).await;
+    cluster.assert_replicas_agree(Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_whose_consume_queue_rotted_rebuilds_it_from_its_log_and_serves_every_message() {
+    let (mut cluster, sent) = started(Options::default(), 300, 500).await;
+    let victim = follower(&cluster).await;
+    // Past a checkpoint: the restart does not write these records again, reads find them rotten.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.kill(victim);
+    let queues = cluster.group_dir(victim, 1).join("broker/queues").join(TOPIC);
+    let mut rng = Rng(0x5eed_00c0);
+    for queue in ["0", "1"] {
+        let file = queues.join(queue).join(format!("{:020}.cq", 0));
+        let mut bytes = std::fs::read(&file).unwrap();
+        for record in [3usize, 40, 77] {
+            let at = record * 20 + rng.below(20) as usize;
+            bytes[at] ^= 1 << rng.below(8);
+        }
+        std::fs::write(&file, &bytes).unwrap();
+    }
+    cluster.restart(victim);
+    cluster.wait_caught_up_in(Some(1), victim, Duration::from_secs(60)).await;
+    cluster.make_leader_of(1, victim).await;
+    consume_exactly(&cluster, victim, &sent).await;
+    assert!(counter(&cluster, victim, "corruption_repaired").await >= 6, "each rotten record is rebuilt and counted");
+    history_records_repair(&cluster, victim, pb::log::RepairedPart::QueueRecord).await;
     cluster.assert_replicas_agree(Duration::from_secs(30)).await;
 }

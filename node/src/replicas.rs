@@ -231,6 +231,7 @@ impl Replicas {
             },
             log_store.commit_log(),
         )?;
+        broker.report_repairs_to(meters.clone());
         let log = log_store.commit_log();
         if let Some(why) = crate::raft::damaged_snapshot(&dir.snapshot()) {
             // The snapshot is what a lagging member starts from, and the base of the next one:
@@ -240,10 +241,21 @@ impl Replicas {
             let members = self.repair_members(id, &broker)?;
             let sources = crate::raft::repair::Sources { group: id, members, dialer };
             let purged = log.bounds().first_index.checked_sub(1);
-            let (meta, data) = crate::raft::repair::fetch_snapshot(&sources, purged).await;
+            let began_ms = crate::simulation::system_ms();
+            let (meta, data, from) = crate::raft::repair::fetch_snapshot(&sources, purged).await;
             crate::raft::replace_snapshot(&dir.snapshot(), &meta, &data).map_err(OpenError::Snapshot)?;
-            tracing::info!(group = id.0, at = ?meta.last_log_id, "the damaged snapshot file was replaced by another member's");
-            meters.corruption_repaired(1);
+            tracing::info!(group = id.0, at = ?meta.last_log_id, from, "the damaged snapshot file was replaced by another member's");
+            let at = meta.last_log_id.map_or(0, |l| l.index);
+            meters.corruption_repaired(crate::metrics::RepairNote {
+                group: id.0,
+                repaired: crate::metrics::Repaired::Snapshot,
+                first: at,
+                last: at,
+                source: Some(from),
+                place: dir.snapshot().display().to_string(),
+                began_ms,
+                done_ms: crate::simulation::system_ms(),
+            });
         }
         let state_machine = StateMachine::open(broker.clone(), log.clone(), dir.snapshot())
             .map_err(OpenError::Snapshot)?
@@ -264,8 +276,7 @@ impl Replicas {
             meters.corruption_found(damage.iter().map(|d| d.end_index - d.first_index).sum());
             let members = self.repair_members(id, &broker)?;
             let sources = crate::raft::repair::Sources { group: id, members, dialer };
-            let repaired = |n| meters.corruption_repaired(n);
-            crate::raft::repair::fill_all(log_store.commit_log_mut(), &sources, &repaired).await;
+            crate::raft::repair::fill_all(log_store.commit_log_mut(), &sources, meters).await;
         }
         log_store.set_read_repair(crate::raft::ReadRepair {
             group: id,
@@ -323,7 +334,8 @@ impl Replicas {
     /// The leader-only jobs of the group that holds the metadata: the first key for receipt
     /// handles, and starting the data groups the metadata adds.
     fn spawn_metadata_jobs(&self, replica: &Replica) {
-        let jobs = &self.inner.context.jobs;
+        let Context { jobs, meters, .. } = &self.inner.context;
+        jobs.spawn("repair history", crate::jobs::record_repairs(replica.cluster.clone(), meters.clone()));
         let (keyed, keys, id) = (replica.cluster.clone(), replica.broker.clone(), replica.cluster.group().id());
         jobs.spawn_leader("handle key", replica.leadership.clone(), move || {
             in_group(id, crate::jobs::first_handle_key(keyed.clone(), keys.clone()))

@@ -356,5 +356,5 @@ fn new_consume_queue_files_and_directories_have_their_entries_synced() {
 
     let cq = ConsumeQueue::open(&queue_dir, 4).expect("reopen");
     assert_eq!((cq.start(), cq.end()), (4, 8));
-    assert_eq!(cq.get(5), Some(cq_record(5)));
+    assert_eq!(cq.get(5).unwrap(), Some(cq_record(5)));
 }

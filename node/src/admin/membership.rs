@@ -378,6 +378,13 @@ impl AdminServer {
         self.parts.broker.failovers()
     }
 
+    /// The repairs nodes made of group `group`'s replicas (unset: of every group), newest first.
+    pub fn repairs_of(&self, group: Option<u32>) -> Vec<crate::broker::repair::Repair> {
+        let mut repairs = self.parts.broker.repairs();
+        repairs.retain(|r| group.is_none_or(|g| g == r.group));
+        repairs
+    }
+
     /// Group `group`'s failover history (unset or 0: the metadata group's), newest first.
     pub fn history_of(&self, group: Option<u32>) -> Result<Vec<Failover>, AdminError> {
         Ok(self.cluster_of(group)?.broker().failovers())

@@ -297,12 +297,11 @@ impl AdminService for AdminServer {
         &self,
         req: Request<pb::GetFailoverHistoryRequest>,
     ) -> Reply<pb::FailoverHistoryReply> {
-        let failovers = self
-            .history_of(req.into_inner().group)?
-            .iter()
-            .map(rockraft_proto::rockraft::log::Failover::from)
-            .collect();
-        Ok(Response::new(pb::FailoverHistoryReply { failovers }))
+        use rockraft_proto::rockraft::log as log_pb;
+        let group = req.into_inner().group;
+        let failovers = self.history_of(group)?.iter().map(log_pb::Failover::from).collect();
+        let repairs = self.repairs_of(group).iter().map(log_pb::Repair::from).collect();
+        Ok(Response::new(pb::FailoverHistoryReply { failovers, repairs }))
     }
 
     async fn get_queue_spans(&self, req: Request<pb::GetQueueSpansRequest>) -> Reply<pb::QueueSpansReply> {

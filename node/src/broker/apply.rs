@@ -22,6 +22,7 @@ use crate::broker::partition::Partition;
 use crate::broker::placement::Placement;
 use crate::broker::plugins::PluginCommand;
 use crate::broker::pop::{ConsumeCommand, ConsumeOutcome, Receipt};
+use crate::broker::repair::{self, Repair};
 use crate::broker::settings::SettingsChange;
 use crate::broker::state::{LogPosition, MembershipRecord, State};
 use crate::broker::topic::TopicConfig;
@@ -93,6 +94,7 @@ impl Metadata {
             Command::Admin(AdminCommand::DeleteTopic { name }) => self.delete_topic(name),
             Command::Admin(AdminCommand::Configure(change)) => self.configure(&change),
             Command::Admin(AdminCommand::RecordFailover(f)) => self.record_failover(at, f),
+            Command::Admin(AdminCommand::RecordRepair(r)) => self.record_repair(r),
             Command::Admin(AdminCommand::CreateGroup(g)) => self.create_group(at.index, g),
             Command::Admin(AdminCommand::DeleteGroup { name }) => self.delete_group(name),
             Command::Plugin(p) => self.apply_plugin(p),
@@ -159,6 +161,21 @@ impl Metadata {
         while self.failovers.len() > failover::KEPT {
             let Some(oldest) = self.failovers.keys().next().copied() else { break };
             self.failovers.remove(&oldest);
+        }
+        Reply::Applied
+    }
+
+    /// Keeps a node's repair record (once, however often it is proposed): only the newest
+    /// [`repair::KEPT`] by when they were done.
+    fn record_repair(&mut self, r: Repair) -> Reply {
+        if let Err(e) = r.validate() {
+            return Reply::Rejected(e.to_string());
+        }
+        self.repairs.insert(r.key(), r);
+        while self.repairs.len() > repair::KEPT {
+            let oldest = self.repairs.iter().min_by_key(|(key, r)| (r.done_ms, (*key).clone())).map(|(k, _)| k.clone());
+            let Some(oldest) = oldest else { break };
+            self.repairs.remove(&oldest);
         }
         Reply::Applied
     }
@@ -241,6 +258,7 @@ impl Partition {
                 | AdminCommand::DeleteTopic { .. }
                 | AdminCommand::Configure(_)
                 | AdminCommand::RecordFailover(_)
+                | AdminCommand::RecordRepair(_)
                 | AdminCommand::CreateGroup(_)
                 | AdminCommand::DeleteGroup { .. },
             )

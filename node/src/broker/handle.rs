@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     /// Bumped whenever a timer or a transaction check is scheduled, or a snapshot installed: the
     /// leader's timer and check jobs sleep until the earliest is due instead of polling.
     pub schedule_changes: tokio::sync::watch::Sender<u64>,
+    /// Where repairs of the ConsumeQueues are counted and noted, once the node set it.
+    pub meters: std::sync::OnceLock<crate::metrics::Meters>,
 }
 
 /// A cheap, cloneable handle on the broker state.
@@ -151,7 +153,7 @@ impl Broker {
         for (prefix, table) in state.tables() {
             table.attach(&tree, prefix);
         }
-        let queues = Queues::new(options.dir.join("queues"), options.cq_records_per_file);
+        let queues = Queues::open(options.dir.join("queues"), options.cq_records_per_file)?;
         let (message_index, index_created) =
             MessageIndex::open(&options.dir.join("message-index"), options.message_index_entries_per_file)?;
         let entries = Arc::new(EntryCache::default());
@@ -173,6 +175,7 @@ impl Broker {
             metadata_changes: tokio::sync::watch::channel(0).0,
             schedule_changes: tokio::sync::watch::channel(0).0,
             entries,
+            meters: std::sync::OnceLock::new(),
         };
         let broker = Broker { inner: Arc::new(inner) };
         if index_created {
@@ -184,6 +187,12 @@ impl Broker {
             }
         }
         Ok(broker)
+    }
+
+    /// Counts and notes the repairs of its ConsumeQueues in `meters` (set once; later calls are
+    /// ignored).
+    pub fn report_repairs_to(&self, meters: crate::metrics::Meters) {
+        let _ = self.inner.meters.set(meters);
     }
 
     /// The data partition this broker holds: today a cluster's one.

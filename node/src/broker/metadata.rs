@@ -1,6 +1,6 @@
 //! The cluster's metadata: what every partition's data is organised by. Topics, consumer
-//! groups, plugins and their bindings, users and rules, handle keys, settings and the failover
-//! history.
+//! groups, plugins and their bindings, users and rules, handle keys, settings, and the failover
+//! and repair histories.
 //!
 //! Metadata changes through its own entries (`Metadata::apply` in `apply.rs`) and reads only
 //! itself. A change that data partitions must see (a topic or group created or deleted,
@@ -16,6 +16,7 @@ use crate::broker::group::GroupConfig;
 use crate::broker::partition::Partition;
 use crate::broker::placement::PlacementChange;
 use crate::broker::plugins::PluginTables;
+use crate::broker::repair::Repair;
 use crate::broker::settings::ClusterSettings;
 use crate::broker::table::{Table, persisted_tables};
 use crate::broker::topic::TopicConfig;
@@ -48,6 +49,9 @@ pub struct Metadata {
     /// The newest leadership changes with their phases, by term.
     #[serde(default)]
     pub failovers: Table<u64, Failover>,
+    /// The newest repairs nodes made of their disks, by `Repair::key`.
+    #[serde(default)]
+    pub repairs: Table<String, Repair>,
 }
 
 impl Metadata {
@@ -63,6 +67,7 @@ impl Metadata {
         "acl/" => access.rules,
         "handle_key/" => access.handle_keys,
         "failover/" => failovers,
+        "repair/" => repairs,
     }
 
     /// The changes that bring `partition`'s copy of the metadata up to date: nothing once it is.

@@ -7,7 +7,7 @@
 //!   changes since the last checkpoint, how they are stored); pending timers are kept in a timing
 //!   wheel of files (`timer_wheel.rs`), 16 bytes of memory each;
 //! - each concern's types and table logic: topics, groups, POP consumption (`pop.rs`), lite
-//!   topics (`lite.rs`), plugins, access, settings, failovers, the send dedupe window
+//!   topics (`lite.rs`), plugins, access, settings, failovers and repairs, the send dedupe window
 //!   (`dedupe.rs`, keyed by a 128-bit hash) and its journal, held messages (`held.rs`): delayed
 //!   messages (`timer.rs`) and transactional halves (`transaction.rs`), each stored once;
 //! - commands and their log encoding (`command/`), what apply answers (`reply.rs`) and each
@@ -60,9 +60,11 @@ mod pop_plan;
 #[cfg(test)]
 mod pop_state_test;
 pub mod position;
+mod queue_repair;
 mod queues;
 mod read;
 mod record_cursor;
+pub mod repair;
 mod reply;
 mod request;
 pub mod settings;

@@ -303,7 +303,7 @@ impl Broker {
         // missing and skipped.
         let queue = self.inner.queues.get(topic, queue_id)?;
         for offset in from..to {
-            let Some(record) = queue.get(offset) else { continue };
+            let Some(record) = self.queue_record_in(&queue, topic, queue_id, offset)? else { continue };
             if !r.filter.may_match(record.tag_hash) {
                 continue;
             }

@@ -249,7 +249,8 @@ impl Broker {
         if offset < range.start || offset >= range.next {
             return Ok(None);
         }
-        let Some(record) = self.inner.queues.get(topic, queue_id)?.get(offset) else { return Ok(None) };
+        let queue = self.inner.queues.get(topic, queue_id)?;
+        let Some(record) = self.queue_record_in(&queue, topic, queue_id, offset)? else { return Ok(None) };
         self.entry_of(topic, queue_id, offset, &record)
     }
 
@@ -302,7 +303,8 @@ impl Broker {
             let (mut low, mut high) = (range.start, range.next.max(range.start));
             while low < high {
                 let mid = low + (high - low) / 2;
-                let record = self.inner.queues.get(&topic, queue_id)?.get(mid).ok_or_else(|| {
+                let queue = self.inner.queues.get(&topic, queue_id)?;
+                let record = self.queue_record_in(&queue, &topic, queue_id, mid)?.ok_or_else(|| {
                     BrokerError::CorruptEntry(format!("{topic}/{queue_id} has no record at offset {mid}"))
                 })?;
                 if split_position(record.position).0 <= upto { low = mid + 1 } else { high = mid }
@@ -347,13 +349,21 @@ impl Broker {
         history
     }
 
+    /// The repair history, newest first.
+    pub fn repairs(&self) -> Vec<crate::broker::repair::Repair> {
+        let mut history: Vec<_> = self.state().meta.repairs.values().cloned().collect();
+        history.sort_by_key(|r| std::cmp::Reverse(r.done_ms));
+        history
+    }
+
     /// The ConsumeQueue record at `offset`, if it is readable.
     pub fn queue_record(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<CqRecord>, BrokerError> {
         let range = self.range(topic, queue_id);
         if offset < range.start || offset >= range.next {
             return Ok(None);
         }
-        Ok(self.inner.queues.get(topic, queue_id)?.get(offset))
+        let queue = self.inner.queues.get(topic, queue_id)?;
+        self.queue_record_in(&queue, topic, queue_id, offset)
     }
 
     /// Whether `r` names a delivery that is in flight now.

@@ -88,6 +88,12 @@ enum Op {
     Failover {
         later_ms: i64,
     },
+    /// A node records a repair of its disk (some from a member, some rebuilt from its own log).
+    Repair {
+        node: u64,
+        first: u64,
+        from_member: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -111,6 +117,11 @@ fn op() -> impl Strategy<Value = Op> {
         (0..4_000i64, any::<bool>()).prop_map(|(later_ms, asked)| Op::Check { later_ms, asked }),
         (0..2usize, 0..5u8).prop_map(|(user, what)| Op::Access { user, what }),
         (0..3_000i64).prop_map(|later_ms| Op::Failover { later_ms }),
+        (1..4u64, 0..500u64, any::<bool>()).prop_map(|(node, first, from_member)| Op::Repair {
+            node,
+            first,
+            from_member
+        }),
     ]
 }
 
@@ -132,6 +143,21 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
                 not_following: vec![2],
             };
             n.commit(&Command::Admin(AdminCommand::RecordFailover(record)));
+        }
+        Op::Repair { node, first, from_member } => {
+            use crate::broker::repair::{Repair, RepairedPart};
+            let record = Repair {
+                node: *node,
+                group: 1,
+                part: if *from_member { RepairedPart::LogRecords } else { RepairedPart::QueueRecord },
+                first: *first,
+                last: first + u64::from(*from_member) * 7,
+                source: from_member.then_some(node % 3 + 1),
+                place: format!("file of {first}"),
+                began_ms: *clock,
+                done_ms: *clock + 3,
+            };
+            n.commit(&Command::Admin(AdminCommand::RecordRepair(record)));
         }
         Op::Access { user, what } => {
             use crate::broker::access::{AccessCommand, Action, Decision, Rule, Secret};

@@ -51,9 +51,10 @@ pub struct State {
 
 /// The snapshot form this release writes: 1 is the nested `{meta, data}` form (earlier releases
 /// wrote one flat state, without a format); 2 the fields added under 1 (lite topics, placement
-/// through, the partition's settings); 3 the data group a partition is (`holder`). Its shape is
+/// through, the partition's settings); 3 the data group a partition is (`holder`); 4 the repair
+/// history (`meta.repairs`). Its shape is
 /// pinned by `snapshot_test::the_snapshot_keeps_the_shape_its_format_names`.
-pub const SNAPSHOT_FORMAT: u32 = 3;
+pub const SNAPSHOT_FORMAT: u32 = 4;
 
 impl Serialize for State {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

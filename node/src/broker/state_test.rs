@@ -689,13 +689,104 @@ fn failover_records_are_kept_newest_only_from_their_own_term_and_survive_a_resta
     assert_eq!(n.broker.state().meta.failovers.iter().collect::<Vec<_>>(), before.iter().collect::<Vec<_>>());
 }
 
+#[test]
+fn repair_records_are_kept_once_newest_only_and_survive_a_restart() {
+    use crate::broker::repair::{KEPT, Repair, RepairedPart};
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = node(dir.path());
+    let record = |i: u64| Repair {
+        node: 3,
+        group: 1,
+        part: RepairedPart::LogRecords,
+        first: 10 * i,
+        last: 10 * i + 4,
+        source: Some(1),
+        place: format!("segment byte {i}"),
+        began_ms: 1_000 + i as i64,
+        done_ms: 1_010 + i as i64,
+    };
+    let record_of = |r: Repair| Command::Admin(AdminCommand::RecordRepair(r));
+    // One the repairing node could not have made changes nothing.
+    let backwards = n.commit(&record_of(Repair { first: 99, last: 1, ..record(0) }));
+    assert!(matches!(backwards, Reply::Rejected(_)), "{backwards:?}");
+    assert!(n.broker.repairs().is_empty());
+    // Proposed twice (its first answer lost): stored once.
+    assert_eq!(n.commit(&record_of(record(0))), Reply::Applied);
+    assert_eq!(n.commit(&record_of(record(0))), Reply::Applied);
+    assert_eq!(n.broker.repairs(), vec![record(0)]);
+    for i in 1..=(KEPT as u64 + 5) {
+        assert_eq!(n.commit(&record_of(record(i))), Reply::Applied);
+    }
+    let kept = n.broker.repairs();
+    assert_eq!(kept.len(), KEPT);
+    assert_eq!((kept[0].clone(), kept[KEPT - 1].clone()), (record(KEPT as u64 + 5), record(6)), "newest first");
+    n.broker.checkpoint().unwrap();
+    let n = n.restart(dir.path());
+    assert_eq!(n.broker.repairs(), kept);
+}
+
+/// Flips one byte of the ConsumeQueue record at `offset` of `topic`'s queue `queue_id`.
+fn rot_queue_record(dir: &Path, topic: &str, queue_id: u32, offset: u64, records_per_file: u64) {
+    let first = offset - offset % records_per_file;
+    let file = dir.join(format!("broker/queues/{topic}/{queue_id}/{first:020}.cq"));
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[(offset % records_per_file) as usize * crate::store::CQ_RECORD_LEN + 3] ^= 0x10;
+    std::fs::write(&file, bytes).unwrap();
+}
+
+#[test]
+fn a_queue_record_that_rots_is_rebuilt_from_the_log_and_never_read_as_another_message() {
+    let (dir, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut n, mut replica) = (node(dir.path()), node(other.path()));
+    let meters = crate::metrics::Meters::new();
+    n.broker.report_repairs_to(meters.clone());
+    let mut commands = vec![create("T", 2), create("U", 1)];
+    // Every queue holds a message at each low offset: the index has many at offset 1.
+    for i in 0..6 {
+        let (a, b, c) = (format!("t0-{i}"), format!("t1-{i}"), format!("u-{i}"));
+        commands.push(send("T", 0, 1000 + i, &[&a]));
+        commands.push(send("T", 1, 1000 + i, &[&b]));
+        commands.push(send("U", 0, 1000 + i, &[&c]));
+    }
+    for c in &commands {
+        assert_eq!(n.commit(c), replica.commit(c));
+    }
+    n.broker.checkpoint().unwrap();
+    rot_queue_record(dir.path(), "T", 1, 1, 8);
+    // A read, a pop's screening and an operator's lookup all get the message that was there.
+    let read = n.broker.read("T", 1, 1).unwrap().unwrap();
+    assert_eq!((read.message.message_id.as_str(), read.message.body.as_ref()), ("t1-1", &b"body of t1-1"[..]));
+    assert_eq!(meters.corruption(), (1, 1));
+    // Written back as every replica has it.
+    assert_eq!(queue_files(dir.path()), queue_files(other.path()));
+    // Once rebuilt, nothing more to repair.
+    assert_eq!(n.broker.read("T", 1, 1).unwrap().unwrap().message.message_id, "t1-1");
+    assert_eq!(meters.corruption(), (1, 1));
+    let noted = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(meters.take_repairs());
+    assert_eq!(noted.len(), 1);
+    assert_eq!((noted[0].repaired, noted[0].first, noted[0].source), (crate::metrics::Repaired::QueueRecord, 1, None));
+
+    // With the index gone too, nothing to rebuild it from: an error naming the file, never
+    // another message; the node still opens and serves the rest.
+    rot_queue_record(dir.path(), "T", 0, 2, 8);
+    let log = n.log;
+    drop(n.broker);
+    std::fs::remove_dir_all(dir.path().join("broker/message-index")).unwrap();
+    let broker = open_broker(options(dir.path()), log.reader());
+    let e = broker.read("T", 0, 2).unwrap_err().to_string();
+    assert!(e.contains("consume queue record 2 does not read back") && e.contains("00000000000000000000.cq"), "{e}");
+    assert_eq!(broker.read("T", 0, 3).unwrap().unwrap().message.message_id, "t0-3");
+    assert!(broker.find("t0-2").unwrap().is_none());
+    assert_eq!(broker.find("t0-3").unwrap().unwrap().offset, 3);
+}
+
 /// An entry of a format or kind this release does not know (a newer release wrote it) stops
 /// the apply with a message naming the entry: it is neither answered nor skipped, and nothing
 /// applies after it, so this replica never drifts apart from those that read the entry.
 #[test]
 fn an_entry_of_a_newer_release_stops_the_apply() {
     for (payload, says) in [
-        (&b"R\x09\x01"[..], "is of format 9; this release reads formats 1 to 8"),
+        (&b"R\x0a\x01"[..], "is of format 10; this release reads formats 1 to 9"),
         (b"R\x02\x63", "is of kind 99 (format 2), which this release does not know"),
         // An admin command of a variant added later (its protobuf field 99).
         (b"R\x02\x02\x9a\x06\x01x", "is of a variant of admin commands this release does not know"),
@@ -722,13 +813,13 @@ fn an_entry_of_a_newer_release_stops_the_apply() {
 fn a_refused_entry_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut n = node(dir.path());
-    let newer = Bytes::from_static(b"R\x09\x02");
+    let newer = Bytes::from_static(b"R\x0a\x02");
     let index = n.next_index;
     let first = n.commit_bytes(newer.clone()).unwrap_err().to_string();
     assert_eq!(n.broker.last_applied(), None);
     let again = n.broker.apply(lid(index), newer).unwrap_err().to_string();
     assert_eq!(first, again);
-    assert!(first.starts_with(&format!("log entry {index} is of format 9")), "{first}");
+    assert!(first.starts_with(&format!("log entry {index} is of format 10")), "{first}");
     assert!(n.broker.topics().is_empty());
 }
 

@@ -10,6 +10,7 @@ use super::{Admin, CliError, format_ms};
 use crate::admin::AdminCall;
 use crate::admin::api::{MAX_CHECKSUMMED_RECORDS, MAX_CHECKSUMS, NodeStatus, Role, StateDigest};
 use crate::broker::failover::Failover;
+use crate::broker::repair::Repair;
 use crate::store::free_space::DiskLevel;
 
 #[derive(Subcommand)]
@@ -65,7 +66,8 @@ pub(super) enum ClusterCmd {
     RotateHandleKey,
     /// Every leadership change kept (the newest 64), with its phases: the old leader's last
     /// heartbeat, the election, the first commit of the new term, every member following; of
-    /// the metadata group, or of `--group N`.
+    /// the metadata group, or of `--group N`. Then the repairs nodes made of their disks (the
+    /// newest 64; of every group, or of `--group N`).
     History {
         #[arg(long)]
         group: Option<u32>,
@@ -95,8 +97,9 @@ pub(super) async fn run(admin: &Admin, cmd: ClusterCmd) -> Result<(), CliError> 
         ClusterCmd::Verify => return verify(admin).await,
         ClusterCmd::History { group } => {
             let history = admin.send(pb::GetFailoverHistoryRequest { group }).await?;
+            let repairs: Vec<Repair> = history.repairs.into_iter().filter_map(|r| Repair::try_from(r).ok()).collect();
             let history: Vec<Failover> = history.failovers.into_iter().map(Failover::from).collect();
-            print!("{}", history_table(&history));
+            print!("{}\n{}", history_table(&history), repairs_table(&repairs));
             return Ok(());
         }
         ClusterCmd::Configure { dedupe_window_secs, max_module_bytes, balance_leaders } => {
@@ -490,6 +493,36 @@ fn history_table(history: &[Failover]) -> String {
     out
 }
 
+/// The repair history as a table, newest first.
+fn repairs_table(repairs: &[Repair]) -> String {
+    use std::fmt::Write;
+    if repairs.is_empty() {
+        return "no repair recorded\n".into();
+    }
+    let mut out = format!(
+        "{:<24} {:>4} {:>5} {:<12} {:>21} {:>7} {:>4} {:>6}  {}\n",
+        "REPAIRED (UTC)", "NODE", "GROUP", "WHAT", "INDEXES", "RECORDS", "FROM", "TOOK", "DAMAGED FILE"
+    );
+    for r in repairs {
+        let span = if r.first == r.last { r.first.to_string() } else { format!("{}-{}", r.first, r.last) };
+        let from = r.source.map_or("self".into(), |id| id.to_string());
+        let _ = writeln!(
+            out,
+            "{:<24} {:>4} {:>5} {:<12} {:>21} {:>7} {:>4} {:>6}  {}",
+            format_ms(r.done_ms),
+            r.node,
+            r.group,
+            r.part.name(),
+            span,
+            r.records(),
+            from,
+            format!("{}ms", r.done_ms - r.began_ms),
+            r.place
+        );
+    }
+    out
+}
+
 /// Each member's admin endpoint, as the membership records it; the answering node's own is the
 /// one asked (a membership made by an earlier release records none).
 fn member_endpoints(here: &NodeStatus) -> Vec<(u64, String)> {
@@ -642,6 +675,38 @@ mod tests {
         let row: Vec<&str> = table.lines().nth(1).expect("one row").split_whitespace().collect();
         assert_eq!(row, ["7", "3", "1", "1970-01-01T00:00:01.48Z", "420", "60", "15", "105", "495", "1"]);
         assert_eq!(history_table(&[]), "no leadership change recorded yet\n");
+    }
+
+    #[test]
+    fn the_repairs_table_names_what_where_and_from_whom() {
+        use crate::broker::repair::RepairedPart;
+        let filled = Repair {
+            node: 3,
+            group: 1,
+            part: RepairedPart::LogRecords,
+            first: 40,
+            last: 49,
+            source: Some(2),
+            place: "seg.log byte 8".into(),
+            began_ms: 2_000,
+            done_ms: 2_030,
+        };
+        let rebuilt = Repair {
+            part: RepairedPart::QueueRecord,
+            first: 7,
+            last: 7,
+            source: None,
+            done_ms: 2_001,
+            ..filled.clone()
+        };
+        let table = repairs_table(&[filled, rebuilt]);
+        let rows: Vec<Vec<&str>> = table.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(
+            rows[0],
+            ["1970-01-01T00:00:02.03Z", "3", "1", "log", "records", "40-49", "10", "2", "30ms", "seg.log", "byte", "8"]
+        );
+        assert_eq!(rows[1][3..8], ["queue", "record", "7", "1", "self"]);
+        assert_eq!(repairs_table(&[]), "no repair recorded\n");
     }
 
     /// Three members' records of a queue of `len` offsets: node 2's differs at `bad`.

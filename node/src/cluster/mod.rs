@@ -190,7 +190,7 @@ impl Forwarded {
 
     /// Whether a member may forward this: what a member proposes on a client's behalf (sends,
     /// pops, acks, timers, transactions, lite topics) or for its own jobs (placements, failover
-    /// records, retention, plugin quarantines, the cluster's first handle key). Operator changes
+    /// and repair records, retention, plugin quarantines, the cluster's first handle key). Operator changes
     /// (users, rules, topics, groups, plugins, settings, offsets, an operator's resolution of a
     /// transaction) come with the operator's signature through the admin service instead, so
     /// being a member grants none of them.
@@ -210,7 +210,11 @@ impl Forwarded {
                 (!matches!(t, TransactionCommand::Resolve { by: Resolver::Operator, .. }), "an operator's resolution")
             }
             Command::Admin(a) => {
-                (matches!(a, AdminCommand::ReleaseHolds { .. } | AdminCommand::RecordFailover(_)), "a metadata change")
+                let own = matches!(
+                    a,
+                    AdminCommand::ReleaseHolds { .. } | AdminCommand::RecordFailover(_) | AdminCommand::RecordRepair(_)
+                );
+                (own, "a metadata change")
             }
             Command::Plugin(p) => (matches!(p, PluginCommand::Quarantine { .. }), "a plugin change"),
             // The first key only: rotating one is an operator's request.

@@ -17,6 +17,7 @@
 //! - `clock_skew`: reads the members' clocks; a node whose clock is off does not lead;
 //! - `disk_space`: reads the voters' free space; below a mark the leader refuses what would
 //!   fill a disk further;
+//! - `repairs`: records what this node repaired of its disk in the cluster's repair history;
 //! - `health`: notices a failed fsync of the log or the broker state, or Raft stopping, and
 //!   fail-stops the node.
 //!
@@ -39,6 +40,7 @@ mod lite_topics;
 mod placement;
 mod plugin_warmup;
 mod renewals;
+mod repairs;
 mod retention;
 mod scrub;
 mod timers;
@@ -63,6 +65,7 @@ pub use lite_topics::lite_upkeep;
 pub use placement::placement;
 pub use plugin_warmup::plugin_warmup;
 pub use renewals::renewals;
+pub use repairs::record_repairs;
 pub use retention::{RetentionOptions, retention};
 pub use scrub::{ScrubOptions, scrub};
 pub use timers::fire_timers;

@@ -37,8 +37,7 @@ pub async fn scrub(cluster: Cluster, log: LogReader, meters: Meters, dialer: Dia
                 let me = cluster.group().status();
                 let members = me.members.into_iter().filter(|m| m.id != me.id).map(|m| (m.id, m.info)).collect();
                 let sources = Sources { group: cluster.group().id(), members, dialer: &dialer };
-                let repaired = |n| meters.corruption_repaired(n);
-                fill_all(&mut log.clone(), &sources, &repaired).await;
+                fill_all(&mut log.clone(), &sources, &meters).await;
             }
             tokio::time::sleep(Duration::from_secs_f64(bytes as f64 / options.bytes_per_sec)).await;
         }

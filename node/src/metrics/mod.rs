@@ -7,7 +7,10 @@
 //! fixed words: a name a client made up is counted under `topic=""`, so no client can grow the
 //! label sets without bound.
 
+mod repairs;
 pub mod traffic;
+
+pub use repairs::{RepairNote, Repaired};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +79,8 @@ struct Inner {
     status_page_gathers: Counter,
     corruption_found: Counter,
     corruption_repaired: Counter,
+    /// Repairs not yet in the cluster's history.
+    repairs: repairs::RepairNotes,
     /// Each Raft group's traffic over the last minutes, for the status page.
     traffic: traffic::GroupTraffic,
 }
@@ -127,13 +132,13 @@ impl Meters {
         let corruption_found = Counter::default();
         registry.register(
             "corruption_found",
-            "Log records this node had written that did not read back (found at start or by the scrubber)",
+            "Records this node had written that did not read back: log records (found at start, by a read or by the scrubber), snapshot files, ConsumeQueue records",
             corruption_found.clone(),
         );
         let corruption_repaired = Counter::default();
         registry.register(
             "corruption_repaired",
-            "Damaged log records this node filled again from another member",
+            "Damaged records this node repaired: log records and snapshot files from another member, ConsumeQueue records from its own log",
             corruption_repaired.clone(),
         );
         let transaction_checks = Family::<TopicDecision, Counter>::default();
@@ -202,6 +207,7 @@ impl Meters {
             status_page_gathers,
             corruption_found,
             corruption_repaired,
+            repairs: repairs::RepairNotes::default(),
             traffic: traffic::GroupTraffic::default(),
         };
         Meters { inner: Arc::new(inner) }
@@ -276,9 +282,25 @@ impl Meters {
         (self.inner.corruption_found.get(), self.inner.corruption_repaired.get())
     }
 
-    /// `records` damaged log records filled again from another member.
-    pub fn corruption_repaired(&self, records: u64) {
+    /// A repair done: counted (its records, or one file), and kept until the cluster's history
+    /// holds it (`take_repairs`).
+    pub fn corruption_repaired(&self, note: RepairNote) {
+        let records = match note.repaired {
+            Repaired::LogRecords => note.last.saturating_sub(note.first) + 1,
+            Repaired::Snapshot | Repaired::QueueRecord => 1,
+        };
         self.inner.corruption_repaired.inc_by(records);
+        self.inner.repairs.note(note);
+    }
+
+    /// The repairs not yet recorded in the cluster's history, oldest first, once there is one.
+    pub async fn take_repairs(&self) -> Vec<RepairNote> {
+        self.inner.repairs.take().await
+    }
+
+    /// Repairs dropped before they were recorded (more than the node keeps waiting).
+    pub fn repairs_dropped(&self) -> u64 {
+        self.inner.repairs.dropped()
     }
 
     pub fn disk_refused(&self) {

@@ -171,8 +171,7 @@ impl LogStoreReader {
             }
             let members = other_members(&repair.broker, repair.me)?;
             let sources = Sources { group: repair.group, members, dialer: &repair.dialer };
-            let repaired = |n| repair.meters.corruption_repaired(n);
-            if let Err(why) = fill_once(&mut self.log.clone(), (start, end), &sources, &repaired).await {
+            if let Err(why) = fill_once(&mut self.log.clone(), (start, end), &sources, &repair.meters).await {
                 tracing::warn!(group = repair.group.0, start, end, %why, "a log read met damage not filled yet");
                 tokio::time::sleep(pause).await;
                 pause *= 2;

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use rockraft_proto::rockraft as pb;
 use rockraft_proto::rockraft::raft_service_client::RaftServiceClient;
 
+use crate::metrics::{Meters, RepairNote, Repaired};
 use crate::raft::network::{PeerChannel, member_channel_to, raft_client};
 use crate::raft::wire::FromPb;
 use crate::raft::{Dialer, GroupId, NodeId, NodeInfo, SnapshotMeta};
@@ -75,9 +76,9 @@ pub enum RepairError {
 }
 
 /// Fills every damage of `log` from `sources`, trying each member in turn and waiting between
-/// rounds (doubling up to 30 s) until all is filled. Answers the records filled; `repaired` is
-/// told of each fill.
-pub async fn fill_all(log: &mut impl Fillable, sources: &Sources<'_>, repaired: &(dyn Fn(u64) + Sync)) -> u64 {
+/// rounds (doubling up to 30 s) until all is filled. Answers the records filled; each fill is
+/// counted and noted for the cluster's history (`meters`).
+pub async fn fill_all(log: &mut impl Fillable, sources: &Sources<'_>, meters: &Meters) -> u64 {
     let mut back_off = FIRST_BACK_OFF;
     let mut filled = 0;
     loop {
@@ -87,10 +88,10 @@ pub async fn fill_all(log: &mut impl Fillable, sources: &Sources<'_>, repaired: 
         }
         let mut failed = None;
         for d in damage {
+            let began_ms = crate::simulation::system_ms();
             match fill_one(log, &d, sources).await {
-                Ok(n) => {
-                    said_filled(sources, &d, n);
-                    repaired(n);
+                Ok((n, from)) => {
+                    said_filled(sources, &d, n, from, began_ms, meters);
                     filled += n;
                 }
                 Err(e) => failed = Some((d, e)),
@@ -115,31 +116,47 @@ pub async fn fill_once(
     log: &mut impl Fillable,
     (start, end): (u64, u64),
     sources: &Sources<'_>,
-    repaired: &(dyn Fn(u64) + Sync),
+    meters: &Meters,
 ) -> Result<u64, RepairError> {
     let mut filled = 0;
     for d in log.damage().into_iter().filter(|d| d.first_index < end && start < d.end_index) {
-        let n = fill_one(log, &d, sources).await?;
-        said_filled(sources, &d, n);
-        repaired(n);
+        let began_ms = crate::simulation::system_ms();
+        let (n, from) = fill_one(log, &d, sources).await?;
+        said_filled(sources, &d, n, from, began_ms, meters);
         filled += n;
     }
     Ok(filled)
 }
 
-/// The log line of one fill.
-fn said_filled(sources: &Sources<'_>, d: &Damage, records: u64) {
+/// The log line, the count and the history's note of one fill.
+fn said_filled(sources: &Sources<'_>, d: &Damage, records: u64, from: NodeId, began_ms: i64, meters: &Meters) {
     tracing::info!(
         group = sources.group.0,
         first_index = d.first_index,
         last_index = d.end_index - 1,
         records,
+        from,
         "damaged log records filled again from another member"
     );
+    meters.corruption_repaired(RepairNote {
+        group: sources.group.0,
+        repaired: Repaired::LogRecords,
+        first: d.first_index,
+        last: d.end_index - 1,
+        source: Some(from),
+        place: format!("{} byte {}", d.path.display(), d.offset),
+        began_ms,
+        done_ms: crate::simulation::system_ms(),
+    });
 }
 
-/// Fills `damage` from the first member that has records it can take; answers how many.
-async fn fill_one(log: &mut impl Fillable, damage: &Damage, sources: &Sources<'_>) -> Result<u64, RepairError> {
+/// Fills `damage` from the first member that has records it can take; answers how many, and
+/// from whom.
+async fn fill_one(
+    log: &mut impl Fillable,
+    damage: &Damage,
+    sources: &Sources<'_>,
+) -> Result<(u64, NodeId), RepairError> {
     if sources.members.is_empty() {
         return Err(RepairError::NoSource);
     }
@@ -149,7 +166,7 @@ async fn fill_one(log: &mut impl Fillable, damage: &Damage, sources: &Sources<'_
             Ok(records) => {
                 let n = records.len() as u64;
                 match log.fill(damage.first_index, records) {
-                    Ok(()) => return Ok(n),
+                    Ok(()) => return Ok((n, *id)),
                     Err(e) => reasons.push(format!("node {id}: {e}")),
                 }
             }
@@ -214,14 +231,15 @@ async fn fetch(
 
 /// A snapshot of the group another member holds, to replace a damaged snapshot file: one at or
 /// past `at_least` (this node's purge point: its log must continue the snapshot). Tries each
-/// member in turn, waiting between rounds (doubling up to 30 s) until one has it.
-pub async fn fetch_snapshot(sources: &Sources<'_>, at_least: Option<u64>) -> (SnapshotMeta, Bytes) {
+/// member in turn, waiting between rounds (doubling up to 30 s) until one has it. Answers it and
+/// the member it came from.
+pub async fn fetch_snapshot(sources: &Sources<'_>, at_least: Option<u64>) -> (SnapshotMeta, Bytes, NodeId) {
     let mut back_off = FIRST_BACK_OFF;
     loop {
         let mut reasons = Vec::new();
         for (id, info) in &sources.members {
             match snapshot_of(*id, info, sources).await {
-                Ok((meta, data)) if meta.last_log_id.map(|l| l.index) >= at_least => return (meta, data),
+                Ok((meta, data)) if meta.last_log_id.map(|l| l.index) >= at_least => return (meta, data, *id),
                 Ok((meta, _)) => reasons.push(format!("node {id}: its snapshot at {:?} is older", meta.last_log_id)),
                 Err(e) => reasons.push(format!("node {id}: {e}")),
             }

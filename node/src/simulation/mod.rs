@@ -50,6 +50,12 @@ thread_local! {
 }
 
 /// Seeds the random numbers the nodes of a simulation draw (on the simulator's thread).
+/// Wall milliseconds since the Unix epoch by [`system_time`]: for records of what a node did
+/// (not for anything replicated state reads; leaders stamp those).
+pub fn system_ms() -> i64 {
+    system_time().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 pub fn seed(seed: u64) {
     use rand::SeedableRng;
     RNG.with(|rng| *rng.borrow_mut() = Some(rand::rngs::SmallRng::seed_from_u64(seed)));

@@ -374,6 +374,33 @@ impl MessageIndex {
         out
     }
 
+    /// The log positions of messages some queue holds at queue offset `offset`, newest first (at
+    /// most `limit`): what a ConsumeQueue record that rotted is rebuilt from. Reads every entry
+    /// of every file, so it is for repairs, not for serving.
+    pub fn queued_at(&self, offset: u64, limit: usize) -> Vec<u64> {
+        let (current, used, sealed) = {
+            let files = self.files.read().expect("message index lock");
+            let c = &files.current;
+            (Arc::clone(&c.file), c.used, files.sealed.values().rev().cloned().collect::<Vec<_>>())
+        };
+        let wanted = Place::Queued { offset }.encode();
+        let mut found = Vec::new();
+        for (file, used) in std::iter::once((current, used)).chain(sealed.into_iter().map(|f| {
+            let capacity = f.header.capacity;
+            (f, capacity)
+        })) {
+            let mut in_file: Vec<u64> =
+                (0..used).filter_map(|n| file.entry(n)).filter(|e| e.place == wanted).map(|e| e.position).collect();
+            in_file.sort_unstable_by(|a, b| b.cmp(a));
+            found.extend(in_file);
+            if found.len() >= limit {
+                break;
+            }
+        }
+        found.truncate(limit);
+        found
+    }
+
     /// Syncs the current file's entries put since the last sync: they survive a crash, and the
     /// next open finds them. Nothing to do when nothing was put.
     pub fn sync(&self) -> Result<(), StoreError> {

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use commit_log::{CommitLog, Damage, LogBounds, LogReader, StoredRecord, segment_written_end};
-pub use consume_queue::{CQ_RECORD_LEN, ConsumeQueue, CqRecord, tag_hash};
+pub use consume_queue::{CQ_FORMAT, CQ_RECORD_LEN, ConsumeQueue, CqRecord, Slot, tag_hash, upgrade_format_1};
 pub use flush::FlushCallback;
 pub use message_index::{
     DEFAULT_ENTRIES_PER_FILE as DEFAULT_MESSAGE_INDEX_ENTRIES_PER_FILE, Located, MessageIndex, Place,
@@ -118,6 +118,10 @@ pub enum StoreError {
     /// Records offered to fill damage that cannot be the ones it held.
     #[error("cannot fill the damage at {first_index}: {reason}")]
     Unfit { first_index: u64, reason: String },
+    /// A ConsumeQueue record that no longer reads back: never followed, rebuilt from the log
+    /// and the message index (`broker::queue_repair`).
+    #[error("consume queue record {offset} does not read back ({path}, byte {byte})")]
+    DamagedQueueRecord { path: PathBuf, byte: u64, offset: u64 },
     #[error("log record {0} is missing")]
     Missing(u64),
     #[error("append out of order: expected index {expected}, got {got}")]
@@ -203,6 +207,7 @@ impl From<StoreError> for std::io::Error {
             StoreError::CorruptSegment { .. }
             | StoreError::CorruptRecord { .. }
             | StoreError::Damaged { .. }
+            | StoreError::DamagedQueueRecord { .. }
             | StoreError::Format { .. }
             | StoreError::Missing(_) => ErrorKind::InvalidData,
             StoreError::Unfit { .. } => ErrorKind::InvalidInput,

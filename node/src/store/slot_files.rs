@@ -138,6 +138,16 @@ impl<const N: usize> SlotFiles<N> {
         Ok(())
     }
 
+    /// The file slot `slot` lives in (whether or not it exists).
+    pub fn path_of(&self, slot: u64) -> PathBuf {
+        self.dir.join(format!("{:020}{}", slot - slot % self.slots_per_file, self.suffix))
+    }
+
+    /// Where slot `slot` starts in its file.
+    pub fn byte_of(&self, slot: u64) -> u64 {
+        (slot % self.slots_per_file) * N as u64
+    }
+
     /// The bytes of slot `slot`, or `None` if no file covers it.
     pub fn get(&self, slot: u64) -> Option<[u8; N]> {
         let f = self.file_for(slot, false).ok()??;

@@ -6,6 +6,7 @@ use rockraft_proto::rockraft::log::admin_command::Op;
 use super::consume::{group_from_proto, group_to_proto};
 use super::{AdminCommand, DecodeError, Footprint, known};
 use crate::broker::failover::Failover;
+use crate::broker::repair::{Repair, RepairedPart};
 use crate::broker::settings::SettingsChange;
 use crate::broker::topic::{TopicConfig, TopicKind};
 
@@ -15,7 +16,8 @@ pub(super) fn footprint(c: &AdminCommand) -> Footprint {
         AdminCommand::DeleteTopic { .. }
         | AdminCommand::DeleteGroup { .. }
         | AdminCommand::ReleaseHolds { .. }
-        | AdminCommand::RecordFailover(_) => Footprint::Relieves,
+        | AdminCommand::RecordFailover(_)
+        | AdminCommand::RecordRepair(_) => Footprint::Relieves,
     }
 }
 
@@ -31,6 +33,7 @@ pub(super) fn to_proto(c: &AdminCommand) -> pb::AdminCommand {
             balance_leaders: s.balance_leaders,
         }),
         AdminCommand::RecordFailover(f) => Op::RecordFailover(pb::Failover::from(f)),
+        AdminCommand::RecordRepair(r) => Op::RecordRepair(pb::Repair::from(r)),
         AdminCommand::CreateGroup(g) => Op::CreateGroup(group_to_proto(g)),
         AdminCommand::DeleteGroup { name } => Op::DeleteGroup(pb::DeleteGroup { name: name.clone() }),
     };
@@ -49,6 +52,7 @@ pub(super) fn from_proto(c: pb::AdminCommand) -> Result<AdminCommand, DecodeErro
             balance_leaders: s.balance_leaders,
         }),
         Op::RecordFailover(f) => AdminCommand::RecordFailover(Failover::from(f)),
+        Op::RecordRepair(r) => AdminCommand::RecordRepair(Repair::try_from(r)?),
         Op::CreateGroup(g) => AdminCommand::CreateGroup(group_from_proto(g)?),
         Op::DeleteGroup(d) => AdminCommand::DeleteGroup { name: d.name },
     })
@@ -116,4 +120,51 @@ pub(super) fn topic_from_proto(t: pb::TopicConfig) -> Result<TopicConfig, Decode
         pb::TopicKind::Lite => Some(TopicKind::Lite),
     })?;
     Ok(TopicConfig { name: t.name, queues: t.queues, kind, lite_ttl_minutes: t.lite_ttl_minutes, groups: t.groups })
+}
+
+/// A repair record's one protobuf form, in log entries and in the admin API's history alike.
+impl From<&Repair> for pb::Repair {
+    fn from(r: &Repair) -> pb::Repair {
+        let part = match r.part {
+            RepairedPart::LogRecords => pb::RepairedPart::LogRecords,
+            RepairedPart::Snapshot => pb::RepairedPart::Snapshot,
+            RepairedPart::QueueRecord => pb::RepairedPart::QueueRecord,
+        };
+        pb::Repair {
+            node: r.node,
+            group: r.group,
+            part: part as i32,
+            first: r.first,
+            last: r.last,
+            source: r.source,
+            place: r.place.clone(),
+            began_ms: r.began_ms,
+            done_ms: r.done_ms,
+        }
+    }
+}
+
+impl TryFrom<pb::Repair> for Repair {
+    type Error = DecodeError;
+
+    fn try_from(r: pb::Repair) -> Result<Repair, DecodeError> {
+        let part = match pb::RepairedPart::try_from(r.part) {
+            Ok(pb::RepairedPart::LogRecords) => RepairedPart::LogRecords,
+            Ok(pb::RepairedPart::Snapshot) => RepairedPart::Snapshot,
+            Ok(pb::RepairedPart::QueueRecord) => RepairedPart::QueueRecord,
+            // A part a newer release repairs: the entry is newer than this one knows.
+            Ok(pb::RepairedPart::Unspecified) | Err(_) => return Err(DecodeError::UnknownVariant("repaired part")),
+        };
+        Ok(Repair {
+            node: r.node,
+            group: r.group,
+            part,
+            first: r.first,
+            last: r.last,
+            source: r.source,
+            place: r.place,
+            began_ms: r.began_ms,
+            done_ms: r.done_ms,
+        })
+    }
 }

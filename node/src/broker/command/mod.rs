@@ -154,6 +154,8 @@ pub enum AdminCommand {
     Configure(crate::broker::settings::SettingsChange),
     /// A new leader's account of its failover (proposed by the leader itself, never by a client).
     RecordFailover(crate::broker::failover::Failover),
+    /// A node's account of a repair of its disk (proposed by that node, never by a client).
+    RecordRepair(crate::broker::repair::Repair),
     /// A consumer group comes with its dead-letter topic.
     CreateGroup(crate::broker::group::GroupConfig),
     DeleteGroup {

@@ -107,6 +107,17 @@ fn samples() -> Vec<Command> {
             balance_leaders: Some(false),
         })),
         Command::Admin(AdminCommand::RecordFailover(failover)),
+        Command::Admin(AdminCommand::RecordRepair(crate::broker::repair::Repair {
+            node: 2,
+            group: 3,
+            part: crate::broker::repair::RepairedPart::Snapshot,
+            first: 40,
+            last: 40,
+            source: Some(1),
+            place: "snapshot.json".into(),
+            began_ms: 5,
+            done_ms: 9,
+        })),
         Command::Admin(AdminCommand::CreateGroup(group)),
         Command::Admin(AdminCommand::CreateGroup(lite_group)),
         Command::Admin(AdminCommand::DeleteGroup { name: "G".into() }),
@@ -300,7 +311,7 @@ fn footprints_sort_commands_by_what_they_do_to_the_disk() {
         assert_eq!(Command::footprint_of(&command.encode()), footprint, "{command:?} encoded");
     }
     assert_eq!(Command::footprint_of(&Bytes::from_static(b"\x02{")), Footprint::Records);
-    assert_eq!(Command::footprint_of(&Bytes::from_static(b"R\x09\x02")), Footprint::Records);
+    assert_eq!(Command::footprint_of(&Bytes::from_static(b"R\x0a\x02")), Footprint::Records);
 }
 
 /// Earlier releases acked, changed and dropped a lite delivery with lite commands, whose receipts
@@ -422,8 +433,8 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
-    let e = Command::decode(framed_raw(9, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 9; this release reads formats 1 to 8");
+    let e = Command::decode(framed_raw(10, 1, b"")).unwrap_err();
+    assert_eq!(e.to_string(), "is of format 10; this release reads formats 1 to 9");
 }
 
 proptest! {

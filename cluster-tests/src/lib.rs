@@ -1149,6 +1149,28 @@ impl Cluster {
         topic.groups.get(queue as usize).copied().unwrap_or(1)
     }
 
+    /// `topic` as sends to it are routed: its queues and the data group of each (the queue a send
+    /// lands in is `rockraft::proxy::queue_for` of it).
+    pub async fn topic_config(&self, topic: &str) -> rockraft::broker::TopicConfig {
+        let listed = self.admin(pb::ListTopicsRequest { after: String::new(), limit: 1000 }).await;
+        let t = listed.topics.iter().find(|t| t.name == topic).expect("the topic is listed");
+        let mut config = rockraft::broker::TopicConfig::new(topic, t.queues, rockraft::broker::TopicKind::Normal);
+        config.groups = t.groups.clone();
+        config
+    }
+
+    /// The message ids node `id` (holding every queue of `topic`) stores more than once, with
+    /// where: a send stored twice, in one queue or in two.
+    pub async fn ids_stored_twice(&self, id: u64, topic: &str) -> Vec<(String, Vec<(u32, u64)>)> {
+        let mut places: BTreeMap<String, Vec<(u32, u64)>> = BTreeMap::new();
+        for q in 0..self.topic_config(topic).await.queues {
+            for m in self.local_messages(id, topic, q).await {
+                places.entry(m.message_id).or_default().push((q, m.offset));
+            }
+        }
+        places.into_iter().filter(|(_, at)| at.len() > 1).collect()
+    }
+
     /// Where node `id` keeps data group `group`'s log, state and snapshot.
     pub fn group_dir(&self, id: u64, group: u32) -> PathBuf {
         self.node(id).data_dir.join(data_group_dir(group))

@@ -49,6 +49,8 @@ struct Workload {
     focus: Vec<u32>,
     next_id: u64,
     acked: Acked,
+    /// `TOPIC` as sends are routed (the queue a send lands in: `rockraft::proxy::queue_for`).
+    config: rockraft::broker::TopicConfig,
     /// Delayed sends acknowledged.
     delayed: u64,
 }
@@ -91,8 +93,11 @@ impl Workload {
             if let Ok(r) = c.send_message(request).await {
                 let r = r.into_inner();
                 if r.status.as_ref().is_some_and(|s| s.code == Code::Ok as i32) {
+                    // The queue named, unless it is in another data group than the first id's.
+                    let first = format!("m{}", self.next_id - n as u64);
+                    let stored = rockraft::proxy::queue_for(&self.config, queue as i32, &first, |_| 0);
                     for e in r.entries {
-                        self.acked.0.insert(e.message_id, (queue, e.offset as u64));
+                        self.acked.0.insert(e.message_id, (stored, e.offset as u64));
                     }
                     return true;
                 }
@@ -308,7 +313,8 @@ async fn crashes_at_every_crash_point_and_at_random_converge_without_losing_ackn
     // it holds (from five nodes, three of every five).
     cluster.create_topic(DELAY_TOPIC, cluster.data_groups.max(2), TopicKind::Delay).await;
     cluster.create_group(GROUP, false, 16).await;
-    let mut w = Workload { queues, focus: Vec::new(), next_id: 0, acked: Acked::default(), delayed: 0 };
+    let config = cluster.topic_config(TOPIC).await;
+    let mut w = Workload { queues, focus: Vec::new(), next_id: 0, acked: Acked::default(), delayed: 0, config };
     for round in 0..rounds {
         for &(point, victim) in POINTS {
             let what = format!("round {round}, {point}");

@@ -283,9 +283,68 @@ async fn stored_by_holders(cluster: &Cluster, topic: &str, queues: u32) -> std::
                 None => first = Some((id, ids)),
             }
         }
-        all.extend(first.map(|(_, ids)| ids).unwrap_or_default());
+        for id in first.map(|(_, ids)| ids).unwrap_or_default() {
+            assert!(all.insert(id.clone()), "message {id} is stored twice in {topic}");
+        }
     }
     all
+}
+
+/// A send of one message to `queue` of `topic` through node `via`, as the official clients make
+/// it: the id and queue are the client's.
+async fn send_raw(
+    cluster: &Cluster,
+    via: u64,
+    topic: &str,
+    id: &str,
+    queue: u32,
+) -> rockraft_proto::rocketmq::SendResultEntry {
+    use rockraft_proto::rocketmq::{Code, Message, MessageType, Resource, SendMessageRequest, SystemProperties};
+    let message = Message {
+        topic: Some(Resource { resource_namespace: String::new(), name: topic.into() }),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: id.into(),
+            message_type: MessageType::Normal as i32,
+            queue_id: queue as i32,
+            tag: Some("t".into()),
+            ..Default::default()
+        }),
+        body: format!("body of {id}").into_bytes().into(),
+    };
+    let mut client = rockraft_cluster_tests::signed_client(&cluster.client_addr(via), None);
+    let reply = client.send_message(SendMessageRequest { messages: vec![message] }).await.expect("answered");
+    let mut entry = reply.into_inner().entries.remove(0);
+    assert_eq!(entry.status.take().map(|s| s.code), Some(Code::Ok as i32), "send of {id} through node {via}");
+    entry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_send_retried_through_another_node_naming_a_queue_of_another_group_is_stored_once() {
+    use rockraft::broker::TopicKind;
+    let cluster = Cluster::start(3, Options { exact_nodes: true, data_groups: Some(3), ..Default::default() }).await;
+    cluster.create_topic("Once", 6, TopicKind::Normal).await;
+    let topics = cluster.admin(pb::ListTopicsRequest::default()).await.topics;
+    let groups = topics.iter().find(|t| t.name == "Once").expect("listed").groups.clone();
+    // Each id is sent naming queue `q` through node 1, then again (its first answer lost, as
+    // far as the client knows) naming the next queue of another group through node 2, as the
+    // Java and Rust clients retry.
+    let mut sent = std::collections::BTreeSet::new();
+    for i in 0..24u32 {
+        let q = i % 6;
+        let other =
+            (1..6).map(|k| (q + k) % 6).find(|&o| groups[o as usize] != groups[q as usize]).expect("another group");
+        let id = format!("once-{i}");
+        let first = send_raw(&cluster, 1, "Once", &id, q).await;
+        let again = send_raw(&cluster, 2, "Once", &id, other).await;
+        assert_eq!(
+            (again.message_id.as_str(), again.offset),
+            (id.as_str(), first.offset),
+            "answered as the first copy"
+        );
+        sent.insert(id);
+    }
+    assert_eq!(stored_by_holders(&cluster, "Once", 6).await, sent, "every id stored, none twice");
 }
 
 /// Node `id`'s process has exited within `timeout`.

@@ -201,18 +201,20 @@ async fn send_recorded(shared: &Shared, pick: u64, process: usize, id: &str, que
 }
 
 /// Normal sends to random queues, and now and then a message delayed by up to 5 s; an unknown
-/// outcome is retried with the same id, after 50 ms.
+/// outcome is retried with the same id after 50 ms, naming the next queue, as the Java and Rust
+/// clients retry (with several data groups, often a queue of another group).
 async fn producer(shared: Shared, process: usize, seed: u64) {
     let mut rng = Rng(seed | 1);
     let mut n = 0u64;
     while !shared.stop_sending.load(Ordering::Relaxed) {
         let id = format!("p{process}-{n}");
         n += 1;
-        let (kind, queue) = match rng.below(10) {
-            0 => (Kind::Delayed(epoch_ms() + 200 + rng.below(4_800) as i64), rng.below(2) as u32),
-            _ => (Kind::Normal, rng.below(QUEUES as u64) as u32),
+        let (kind, first, queues) = match rng.below(10) {
+            0 => (Kind::Delayed(epoch_ms() + 200 + rng.below(4_800) as i64), rng.below(2) as u32, 2),
+            _ => (Kind::Normal, rng.below(QUEUES as u64) as u32, QUEUES),
         };
-        for _ in 0..3 {
+        for attempt in 0..3 {
+            let queue = (first + attempt) % queues;
             match send_recorded(&shared, rng.next_u64(), process, &id, queue, kind.clone()).await {
                 // A short pause, as clients back off: a cut-off node answers at once.
                 Outcome::Unknown => {

@@ -109,6 +109,12 @@ async fn python_client_survives_the_death_of_its_only_endpoint(kill_the_leader: 
     let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
     cluster.kill(x);
     assert!(ok, "failover.py failed:\n{output}");
+    // The client retried sends the dead node may have stored: each is stored once, in whichever
+    // queue (and data group) its attempts reached.
+    let survivor = (1..=3).find(|id| *id != x).unwrap();
+    cluster.wait_caught_up(survivor, Duration::from_secs(30)).await;
+    let twice = cluster.ids_stored_twice(survivor, "Failover").await;
+    assert!(twice.is_empty(), "message ids stored twice: {twice:?}");
     let role = if kill_the_leader { "the leader" } else { "a follower" };
     let result = output.lines().find(|l| l.starts_with("RESULT")).unwrap_or("RESULT missing");
     // The script's own progress lines, without the client's tracebacks about the dead node.

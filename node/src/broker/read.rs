@@ -333,7 +333,9 @@ impl Broker {
                 let unreadable = || BrokerError::CorruptEntry(format!("{topic}/{queue_id} offset {o} is not readable"));
                 let record = self.queue_record(topic, queue_id, o)?.ok_or_else(unreadable)?;
                 let entry = self.read(topic, queue_id, o)?.ok_or_else(unreadable)?;
-                sum = crc32c::crc32c_append(sum, &record.encode());
+                // The record without its own checksum: a CRC over data followed by that data's
+                // CRC is the same for all data, and would hide a record that differs.
+                sum = crc32c::crc32c_append(sum, &record.encode()[..crate::store::CQ_RECORD_LEN - 4]);
                 sum = crc32c::crc32c_append(sum, &entry.raw);
             }
             sums.push(sum);

@@ -766,6 +766,20 @@ fn a_queue_record_that_rots_is_rebuilt_from_the_log_and_never_read_as_another_me
     assert_eq!(noted.len(), 1);
     assert_eq!((noted[0].repaired, noted[0].first, noted[0].source), (crate::metrics::Repaired::QueueRecord, 1, None));
 
+    // A record rewritten whole (its checksum matching) with another tag: what `cluster verify`
+    // compares differs from the replica's at that offset.
+    let file = dir.path().join("broker/queues/T/1/00000000000000000000.cq");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let slot = &mut bytes[2 * 20..3 * 20];
+    let mut forged = crate::store::CqRecord::decode(&<[u8; 20]>::try_from(&*slot).unwrap()).unwrap();
+    forged.tag_hash = crate::store::tag_hash("Forged");
+    slot.copy_from_slice(&forged.encode());
+    std::fs::write(&file, bytes).unwrap();
+    let (ours, theirs) =
+        (n.broker.queue_checksums("T", 1, 0, 6, 1).unwrap(), replica.broker.queue_checksums("T", 1, 0, 6, 1).unwrap());
+    let differ: Vec<usize> = (0..6).filter(|&o| ours[o] != theirs[o]).collect();
+    assert_eq!(differ, [2], "{ours:?} {theirs:?}");
+
     // With the index gone too, nothing to rebuild it from: an error naming the file, never
     // another message; the node still opens and serves the rest.
     rot_queue_record(dir.path(), "T", 0, 2, 8);

@@ -16,6 +16,7 @@ mod receive;
 pub mod renew;
 mod route;
 mod send;
+pub use send::queue_for;
 mod status;
 mod telemetry;
 mod transaction;

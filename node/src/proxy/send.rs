@@ -279,6 +279,37 @@ fn stored(m: Message, limits: &Limits, sender: &str) -> StoredMessage {
     }
 }
 
+/// The queue of a send that is neither FIFO nor prioritized. A client retries a send it got no
+/// answer to with the same ids, and the Java and Rust clients name the next queue when they do,
+/// the Python client none. Each data group's dedupe window covers the topic's queues it holds, so
+/// what must not change between attempts is the group: it is derived from the send's first id
+/// (`group_of_id`), every attempt meets the first in that group's window and is answered with
+/// the first copy's result instead of being stored again (`docs/durability.md`). Within the
+/// group the client's queue is kept when it is there, else the group's next queue after it (or,
+/// naming none, `next_queue`'s pick among them). On one data group: the client's queue, as ever.
+pub fn queue_for(topic: &TopicConfig, named: i32, message_id: &str, next_queue: impl FnOnce(u32) -> u32) -> u32 {
+    let named = u32::try_from(named).ok().filter(|q| *q < topic.queues);
+    // One data group (the common case): nothing to compute.
+    if (1..topic.queues).all(|q| topic.group_of(q) == topic.group_of(0)) {
+        return named.unwrap_or_else(|| next_queue(topic.queues));
+    }
+    let groups: std::collections::BTreeSet<u32> = (0..topic.queues).map(|q| topic.group_of(q)).collect();
+    let owner = groups.iter().copied().nth(group_of_id(message_id, groups.len())).expect("within the groups");
+    let theirs: Vec<u32> = (0..topic.queues).filter(|q| topic.group_of(*q) == owner).collect();
+    match named {
+        Some(q) if topic.group_of(q) == owner => q,
+        Some(q) => theirs.iter().copied().find(|t| *t > q).unwrap_or(theirs[0]),
+        None => theirs[next_queue(theirs.len() as u32) as usize % theirs.len()],
+    }
+}
+
+/// Which of `groups` groups a message id belongs to (by position in the ordered groups).
+pub fn group_of_id(message_id: &str, groups: usize) -> usize {
+    // Another seed than message groups', so a message group's name and an id equal to it do not
+    // share a queue for that reason.
+    (crc32c::crc32c_append(0x5157_4944, message_id.as_bytes()) as usize) % groups.max(1)
+}
+
 /// The Python client (5.1.2) never sets a message's queue id: its 0 is the protobuf default, not
 /// a choice, and taken as one it would put every message in queue 0. Its messages are marked as
 /// naming no queue, so the broker spreads them as Apache's proxy does.
@@ -289,16 +320,16 @@ pub fn forget_python_queue_ids(req: &mut SendMessageRequest) {
 }
 
 /// Checks `req` and groups its messages by target queue. `topic_of` resolves a qualified topic
-/// name; `next_queue` picks a queue for a message that names none that exists; `sender` is the
-/// caller's access key ("" with authentication off), stored with each message. The batches carry
-/// no store time yet: the leader stamps its own when it proposes them.
+/// name; `next_queue` picks among `n` queues for a send that names none that exists; `sender` is
+/// the caller's access key ("" with authentication off), stored with each message. The batches
+/// carry no store time yet: the leader stamps its own when it proposes them.
 pub fn plan(
     req: SendMessageRequest,
     namespace: &str,
     sender: &str,
     topic_of: impl Fn(&str) -> Option<TopicConfig>,
     limits: &Limits,
-    mut next_queue: impl FnMut(u32) -> u32,
+    next_queue: impl FnOnce(u32) -> u32,
 ) -> Result<SendPlan, Rejection> {
     let first = req.messages.first().ok_or_else(|| Rejection::new(Code::BadRequest, "no messages to send"))?;
     if req.messages.len() > MAX_MESSAGES_PER_ENTRY {
@@ -319,6 +350,10 @@ pub fn plan(
     }
     let mut by_queue: BTreeMap<u32, (Vec<usize>, Vec<bytes::Bytes>)> = BTreeMap::new();
     let mut message_ids = Vec::with_capacity(req.messages.len());
+    // One queue for the whole send: its messages stay in one entry, and a retry (the same
+    // messages) meets them in the same group.
+    let by_id =
+        first.system_properties.as_ref().map_or(0, |sp| queue_for(&topic, sp.queue_id, &sp.message_id, next_queue));
     for (i, m) in req.messages.into_iter().enumerate() {
         let sp = m.system_properties.as_ref().expect("checked");
         let queue = match (&sp.message_group, sp.priority) {
@@ -326,8 +361,7 @@ pub fn plan(
             (Some(g), _) => crc32c::crc32c(g.as_bytes()) % topic.queues,
             // The clients pick a queue round robin whatever the priority: the broker places it.
             (None, Some(p)) if topic.kind == TopicKind::Priority => priority_queue(p, topic.queues),
-            (None, _) if (0..topic.queues as i32).contains(&sp.queue_id) => sp.queue_id as u32,
-            (None, _) => next_queue(topic.queues),
+            (None, _) => by_id,
         };
         message_ids.push(sp.message_id.clone());
         let entry = by_queue.entry(queue).or_default();
@@ -498,7 +532,7 @@ mod tests {
         let queue_of = |pos: usize| p.batches.iter().find(|(ps, _)| ps.contains(&pos)).unwrap().1.queue_id;
         assert_eq!(queue_of(0), queue_of(1));
         assert!(p.batches.iter().all(|(_, b)| b.topic == "F"));
-        let again = plan(req, "", "", topics, &LIMITS, |_| 3).unwrap();
+        let again = plan(req, "", "", topics, &LIMITS, |_| 0).unwrap();
         assert_eq!(
             again.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>(),
             p.batches.iter().map(|(_, b)| b.queue_id).collect::<Vec<_>>()
@@ -506,7 +540,7 @@ mod tests {
     }
 
     #[test]
-    fn a_named_queue_is_used_and_a_missing_one_is_picked() {
+    fn on_one_data_group_a_named_queue_is_used_and_a_missing_one_is_picked() {
         let req = SendMessageRequest { messages: vec![msg("N", "a", None)] };
         assert_eq!(plan(req, "", "", topics, &LIMITS, |_| 2).unwrap().batches[0].1.queue_id, 1);
         let mut m = msg("N", "a", None);
@@ -524,6 +558,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn on_several_data_groups_every_attempt_of_a_send_lands_in_its_ids_group() {
+        // Six queues over groups 1, 2, 3, 1, 2, 3.
+        let spread = TopicConfig { groups: vec![1, 2, 3, 1, 2, 3], ..TopicConfig::new("S", 6, TopicKind::Normal) };
+        let topic_of = |name: &str| (name == "S").then(|| spread.clone());
+        let to = |named: i32, id: &str, pick: u32| {
+            let mut m = msg("S", "x", None);
+            let sp = m.system_properties.as_mut().unwrap();
+            (sp.queue_id, sp.message_id) = (named, id.to_string());
+            plan(SendMessageRequest { messages: vec![m] }, "", "", topic_of, &LIMITS, |_| pick).unwrap().batches[0]
+                .1
+                .queue_id
+        };
+        let mut owners = std::collections::BTreeSet::new();
+        for i in 0..40 {
+            let id = format!("m-{i}");
+            let owner = spread.group_of(to(0, &id, 0));
+            owners.insert(owner);
+            // Whatever queue an attempt names (the Java and Rust clients name the next one on a
+            // retry), or none (Python), it lands in the same group.
+            for named in [-1, 0, 1, 2, 3, 4, 5, 9] {
+                for pick in 0..3 {
+                    let q = to(named, &id, pick);
+                    assert_eq!(spread.group_of(q), owner, "{id} naming {named}");
+                    // The client's queue is kept when it is in that group.
+                    if (0..6).contains(&named) && spread.group_of(named as u32) == owner {
+                        assert_eq!(q, named as u32);
+                    }
+                }
+            }
+        }
+        assert_eq!(owners.len(), 3, "ids spread over the groups");
+    }
+
     fn lite(topic: &str, body: &str, lite_topic: Option<&str>) -> Message {
         let mut m = msg(topic, body, None);
         let sp = m.system_properties.as_mut().unwrap();
@@ -535,7 +603,7 @@ mod tests {
     #[test]
     fn a_lite_message_names_a_legal_lite_topic_of_a_lite_parent_and_keeps_it() {
         let one = |m: Message| SendMessageRequest { messages: vec![m] };
-        let p = plan(one(lite("L", "a", Some("session-42_x"))), "", "", topics, &LIMITS, |_| 2).unwrap();
+        let p = plan(one(lite("L", "a", Some("session-42_x"))), "", "", topics, &LIMITS, |_| 0).unwrap();
         let stored = StoredMessage::decode(p.batches[0].1.messages[0].clone()).unwrap();
         assert_eq!((stored.lite_topic.as_str(), stored.message_type), ("session-42_x", MessageType::Lite as i32));
         for bad in ["", "a b", "a/b", "ü", &"x".repeat(65)] {
@@ -567,7 +635,7 @@ mod tests {
     fn a_priority_message_goes_to_its_priority_queue_and_keeps_its_priority() {
         let one = |m: Message| SendMessageRequest { messages: vec![m] };
         for (priority, queue) in [(0, 0), (2, 2), (3, 3), (4, 3), (i32::MAX, 3)] {
-            let p = plan(one(prioritized("P", "a", Some(priority))), "", "", topics, &LIMITS, |_| 1).unwrap();
+            let p = plan(one(prioritized("P", "a", Some(priority))), "", "", topics, &LIMITS, |_| 0).unwrap();
             let batch = &p.batches[0].1;
             assert_eq!(batch.queue_id, queue, "priority {priority}: the client's queue 1 is not used");
             let stored = StoredMessage::decode(batch.messages[0].clone()).unwrap();

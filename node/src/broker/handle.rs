@@ -81,6 +81,9 @@ pub(crate) struct Inner {
     pub schedule_changes: tokio::sync::watch::Sender<u64>,
     /// Where repairs of the ConsumeQueues are counted and noted, once the node set it.
     pub meters: std::sync::OnceLock<crate::metrics::Meters>,
+    /// ConsumeQueue records (topic, queue, offset) found damaged that could not be rebuilt
+    /// (`queue_repair.rs`); bounded.
+    pub unrebuilt: Mutex<std::collections::HashSet<(String, u32, u64)>>,
 }
 
 /// A cheap, cloneable handle on the broker state.
@@ -176,6 +179,7 @@ impl Broker {
             schedule_changes: tokio::sync::watch::channel(0).0,
             entries,
             meters: std::sync::OnceLock::new(),
+            unrebuilt: Mutex::default(),
         };
         let broker = Broker { inner: Arc::new(inner) };
         if index_created {

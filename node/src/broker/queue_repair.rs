@@ -23,6 +23,9 @@ const MAX_CANDIDATES: usize = 4096;
 /// At most one line per this many milliseconds for records that cannot be rebuilt.
 const UNREBUILT_LOG_EVERY_MS: i64 = 10_000;
 static LAST_UNREBUILT_LOG_MS: AtomicI64 = AtomicI64::new(i64::MIN);
+/// Records remembered as not rebuildable, at most: their next reads fail at once instead of
+/// scanning the whole message index again (and counting the same damage again).
+pub(crate) const MAX_UNREBUILT: usize = 4096;
 
 impl Broker {
     /// The record at `offset` of (`topic`, `queue_id`), rebuilt first if it rotted.
@@ -35,7 +38,18 @@ impl Broker {
     ) -> Result<Option<CqRecord>, BrokerError> {
         match queue.get(offset) {
             Err(damaged @ StoreError::DamagedQueueRecord { .. }) => {
-                self.rebuild_queue_record(queue, topic, queue_id, offset, damaged).map(Some)
+                let key = (topic.to_string(), queue_id, offset);
+                if self.inner.unrebuilt.lock().expect("unrebuilt lock").contains(&key) {
+                    return Err(damaged.into());
+                }
+                let rebuilt = self.rebuild_queue_record(queue, topic, queue_id, offset, damaged);
+                if rebuilt.is_err() {
+                    let mut unrebuilt = self.inner.unrebuilt.lock().expect("unrebuilt lock");
+                    if unrebuilt.len() < MAX_UNREBUILT {
+                        unrebuilt.insert(key);
+                    }
+                }
+                rebuilt.map(Some)
             }
             read => Ok(read?),
         }

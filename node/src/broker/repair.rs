@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub const KEPT: usize = 64;
 
 /// The longest file name a record keeps.
-const MAX_PLACE: usize = 512;
+pub const MAX_PLACE: usize = 512;
 
 /// What was repaired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

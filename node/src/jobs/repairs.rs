@@ -50,8 +50,18 @@ fn repair_of(node: u64, n: RepairNote) -> Repair {
         first: n.first,
         last: n.last.max(n.first),
         source: n.source,
-        place: n.place.chars().take(512).collect(),
+        place: within(n.place, crate::broker::repair::MAX_PLACE),
         began_ms: n.began_ms,
         done_ms: n.done_ms.max(n.began_ms),
     }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary (apply refuses a longer place).
+fn within(mut text: String, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
 }

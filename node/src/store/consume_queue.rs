@@ -66,7 +66,7 @@ impl CqRecord {
 
     /// A record of format 1: the tag code sign-extended over bytes 12..20, no checksum.
     fn decode_format_1(b: &[u8; CQ_RECORD_LEN]) -> Option<CqRecord> {
-        let word = |r: std::ops::Range<usize>| b[r].iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x));
+        let word = |r| le(b, r);
         let size = word(8..12) as u32;
         (size != 0).then(|| CqRecord { position: word(0..8), size, tag_hash: word(12..20) as u32 as i32 as i64 as u64 })
     }
@@ -77,13 +77,18 @@ impl Slot {
         if b.iter().all(|&x| x == 0) {
             return Slot::Empty;
         }
-        let word = |r: std::ops::Range<usize>| b[r].iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x));
+        let word = |r| le(b, r);
         let size = word(8..12) as u32;
         if crc32c::crc32c(&b[0..16]) != word(16..20) as u32 || size == 0 {
             return Slot::Damaged;
         }
         Slot::Record(CqRecord { position: word(0..8), size, tag_hash: word(12..16) as u32 as i32 as i64 as u64 })
     }
+}
+
+/// The little-endian number in bytes `r` of `b` (at most 8).
+fn le(b: &[u8; CQ_RECORD_LEN], r: std::ops::Range<usize>) -> u64 {
+    b[r].iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x))
 }
 
 /// The tag code stored in ConsumeQueue records: Java's `String.hashCode` of the tag, as RocketMQ

@@ -17,7 +17,8 @@
 #
 # Client (RocketMQ gRPC) endpoints: 127.0.0.1:8081-8083; operator (admin API, the CLI's
 # --endpoint): 127.0.0.1:7081-7083; node-to-node: 127.0.0.1:9081-9083; status pages and
-# /metrics: http://127.0.0.1:6081-6083.
+# /metrics: http://127.0.0.1:6081-6083; RocketMQ 4.x Remoting clients (namesrvAddr, name server and
+# broker in one): 127.0.0.1:9876-9878.
 # ROCKRAFT_NODES sets the cluster size (default 3; e.g. 5 for the five-node figures).
 # ROCKRAFT_DATA_GROUPS sets how many data groups a new cluster runs (default 1; see
 # docs/operations.md, "Data groups").
@@ -26,8 +27,8 @@
 # ROCKRAFT_SEGMENT_SIZE sets the segment file size in bytes (default 268435456); with segments
 # under 8 MiB the largest message body is cut to a quarter of a segment, so that one always fits.
 # ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE / ROCKRAFT_ADMIN_PORT_BASE /
-# ROCKRAFT_HTTP_PORT_BASE move the ports (node N listens on BASE+N; defaults 8080, 9080, 7080
-# and 6080).
+# ROCKRAFT_HTTP_PORT_BASE / ROCKRAFT_REMOTING_PORT_BASE move the ports (node N listens on BASE+N;
+# defaults 8080, 9080, 7080, 6080 and 9875).
 # ROCKRAFT_BIN runs that binary instead of building target/release/rockraft.
 # ROCKRAFT_DURABILITY (sync|async) sets [storage] durability in newly written configs.
 # ROCKRAFT_TLS_CERT / ROCKRAFT_TLS_KEY (PEM paths) put the client and admin ports of newly written
@@ -44,12 +45,14 @@ bin="${ROCKRAFT_BIN:-$root/target/release/rockraft}"
 client_base="${ROCKRAFT_CLIENT_PORT_BASE:-8080}"
 raft_base="${ROCKRAFT_RAFT_PORT_BASE:-9080}"
 admin_base="${ROCKRAFT_ADMIN_PORT_BASE:-7080}"
+remoting_base="${ROCKRAFT_REMOTING_PORT_BASE:-9875}"
 http_base="${ROCKRAFT_HTTP_PORT_BASE:-6080}"
 nodes="${ROCKRAFT_NODES:-3}"
 client_addr() { echo "127.0.0.1:$((client_base + $1))"; }
 raft_addr() { echo "127.0.0.1:$((raft_base + $1))"; }
 admin_addr() { echo "127.0.0.1:$((admin_base + $1))"; }
 http_addr() { echo "127.0.0.1:$((http_base + $1))"; }
+remoting_addr() { echo "127.0.0.1:$((remoting_base + $1))"; }
 credentials_file="$data/admin_credentials"
 tls_dir="$data/tls"
 
@@ -140,6 +143,7 @@ write_config() {
     chmod 700 "$data" "$dir" && chmod 600 "$dir/config.toml"
     # Configs written before nodes had an HTTP listener: each node gets its own port.
     grep -q '^http_addr' "$dir/config.toml" || sed -i "1a http_addr = \"$(http_addr "$n")\"" "$dir/config.toml"
+    grep -q '^remoting_addr' "$dir/config.toml" || sed -i "1a remoting_addr = \"$(remoting_addr "$n")\"" "$dir/config.toml"
     return
   fi
   {
@@ -148,6 +152,7 @@ write_config() {
     echo "client_addr = \"$(client_addr "$n")\""
     echo "admin_addr = \"$(admin_addr "$n")\""
     echo "http_addr = \"$(http_addr "$n")\""
+    echo "remoting_addr = \"$(remoting_addr "$n")\""
     echo "data_dir = \"$dir\""
     echo "cluster_secret = \"$(cluster_secret)\""
     if [ -s "$credentials_file" ]; then
@@ -261,6 +266,7 @@ case "${1:-}" in
     endpoints="$(for n in $(seq "$nodes"); do client_addr "$n"; done | paste -sd, | sed 's/,/, /g')"
     echo "RockRaft is running. Client endpoints: $endpoints"
     echo "Admin endpoints (rockraft --endpoint): $(for n in $(seq "$nodes"); do admin_addr "$n"; done | paste -sd, | sed 's/,/, /g')"
+    echo "RocketMQ 4.x clients (namesrvAddr): $(for n in $(seq "$nodes"); do remoting_addr "$n"; done | paste -sd';')"
     echo "Status pages (metrics at /metrics): $(for n in $(seq "$nodes"); do echo "http://$(http_addr "$n")/"; done | paste -sd, | sed 's/,/, /g')"
     if [ -s "$credentials_file" ]; then
       echo "Authentication is on. Admin access key: $ROCKRAFT_ACCESS_KEY  secret key: $ROCKRAFT_SECRET_KEY"

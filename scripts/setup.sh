@@ -26,6 +26,16 @@ if ! [ -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/requirements.t
   cp "$requirements" "$venv/requirements.txt"
 fi
 
+# The RocketMQ 4.x Remoting client (PyPI `rocketmq`), in a virtualenv of its own: it imports
+# under the same name as the 5.x client.
+remoting_venv="${CARGO_TARGET_DIR:-$root/target}/python-remoting"
+remoting_requirements="$root/cluster-tests/python/remoting/requirements.txt"
+if ! [ -x "$remoting_venv/bin/python" ] || ! cmp -s "$remoting_requirements" "$remoting_venv/requirements.txt"; then
+  python3 -m venv "$remoting_venv"
+  "$remoting_venv/bin/pip" install --quiet --disable-pip-version-check -r "$remoting_requirements"
+  cp "$remoting_requirements" "$remoting_venv/requirements.txt"
+fi
+
 # The official Node.js client, likewise (its scenarios live in cluster-tests/node/).
 node_dir="${CARGO_TARGET_DIR:-$root/target}/node"
 package="$root/cluster-tests/node/package.json"

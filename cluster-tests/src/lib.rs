@@ -53,6 +53,8 @@ pub struct Node {
     pub admin_addr: String,
     /// The status page, `/metrics` and the health checks.
     pub http_addr: String,
+    /// RocketMQ 4.x Remoting clients' name server and broker.
+    pub remoting_addr: String,
     /// Its config and log (`node.log`).
     pub dir: PathBuf,
     /// Its data: `dir` itself, or a small filesystem mounted in it (`Options::disk_mib`).
@@ -366,12 +368,17 @@ impl Cluster {
                         format!("127.0.0.1:{}", free_port()),
                     ),
                 };
+                let remoting_addr = match &network {
+                    Some(net) if options.port_bases.is_none() => format!("{}:{}", net.ip(id), network::REMOTING_PORT),
+                    _ => format!("127.0.0.1:{}", free_port()),
+                };
                 Node {
                     id,
                     raft_addr,
                     client_addr,
                     admin_addr,
                     http_addr,
+                    remoting_addr,
                     dir: dir.path().join(format!("node{id}")),
                     data_dir: match options.disk_mib {
                         Some(_) => dir.path().join(format!("node{id}/data")),
@@ -451,12 +458,13 @@ impl Cluster {
                 mounts.push(SmallDisk::mount(&node.data_dir, mib).expect("a small filesystem for the node's data"));
             }
             let config = format!(
-                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\n{secret_line}\n{insecure}{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}\n{raft}",
+                "node_id = {}\nraft_addr = \"{}\"\nclient_addr = \"{}\"\nadmin_addr = \"{}\"\nhttp_addr = \"{}\"\nremoting_addr = \"{}\"\ndata_dir = \"{}\"\n{secret_line}\n{insecure}{}\n{auth}\n{tls}\n[storage]\nsegment_size = 1048576\nconsume_queue_records_per_file = 1024\n{}\n[broker]\nmax_body_bytes = 524288\n{}\n[limits]\n{}\n{}\n{raft}",
                 node.id,
                 node.raft_addr,
                 node.client_addr,
                 node.admin_addr,
                 node.http_addr,
+                node.remoting_addr,
                 node.data_dir.display(),
                 options.extra_config,
                 options.storage,
@@ -818,6 +826,11 @@ impl Cluster {
 
     /// Node `id`'s admin endpoint (the CLI's `--endpoint`).
     /// Where node `id` serves its status page and `/metrics`.
+    /// Node `id`'s Remoting listener (the 4.x clients' `namesrvAddr`).
+    pub fn remoting_addr(&self, id: u64) -> String {
+        self.node(id).remoting_addr.clone()
+    }
+
     pub fn http_addr(&self, id: u64) -> String {
         self.node(id).http_addr.clone()
     }
@@ -1261,6 +1274,21 @@ pub fn run_python(script: &str, args: &[&str]) -> (bool, String) {
     assert!(python.exists(), "{} is missing: run scripts/setup.sh (it installs the Python client)", python.display());
     let out = Command::new(&python)
         .arg(root.join("python").join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// Runs one of the RocketMQ 4.x Remoting client scenarios (`cluster-tests/python/remoting/`,
+/// PyPI `rocketmq` 0.4.4 in its own virtualenv, installed by `scripts/setup.sh`).
+pub fn run_remoting_python(script: &str, args: &[&str]) -> (bool, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = target_dir().join("python-remoting/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/setup.sh (it installs the 4.x client)", python.display());
+    let out = Command::new(&python)
+        .arg(root.join("python/remoting").join(script))
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));

@@ -13,6 +13,7 @@ pub const RAFT_PORT: u16 = 7100;
 pub const CLIENT_PORT: u16 = 7101;
 pub const ADMIN_PORT: u16 = 7102;
 pub const HTTP_PORT: u16 = 7103;
+pub const REMOTING_PORT: u16 = 9876;
 
 pub struct Network {
     /// Names this network's namespaces and interfaces apart from any other test's.

@@ -39,6 +39,7 @@ pub mod node;
 pub mod plugin;
 pub mod proxy;
 pub mod raft;
+pub mod remoting;
 pub mod replicas;
 pub mod sessions;
 pub mod simulation;

@@ -296,8 +296,33 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         meters: p.meters.clone(),
         sessions: Arc::clone(&p.sessions),
     };
-    let proxy = Proxy::new(node.replicas.groups(), parts, proxy_options, Arc::clone(&node.renewals));
-    let messaging = MessagingServiceServer::new(proxy)
+    let proxy = Arc::new(Proxy::new(node.replicas.groups(), parts, proxy_options, Arc::clone(&node.renewals)));
+    // Validated with the configuration: set, it is an IPv4 address and port.
+    let advertised_remoting = config.advertised_remoting_addr().and_then(|a| a.parse::<std::net::SocketAddrV4>().ok());
+    // Stops with the other listeners (`stop_rx`).
+    let _remoting_task = match (&config.remoting_addr, advertised_remoting) {
+        (Some(listen), Some(advertised)) if !simulated => {
+            let listen = address("remoting_addr", listen)?;
+            let listener = tokio::net::TcpListener::bind(listen).await.map_err(bound("remoting_addr", listen))?;
+            let tls_acceptor = config.tls.acceptor()?;
+            let options = crate::remoting::RemotingOptions {
+                advertised,
+                broker_name: config.group.clone(),
+                limits: crate::remoting::frame::FrameLimits {
+                    max_frame: (config.broker.max_body_bytes as usize).saturating_mul(4) + (1 << 20),
+                    max_header: config.broker.max_properties_bytes as usize + (64 << 10),
+                },
+                max_clients: config.limits.max_client_ids,
+                max_long_poll: Duration::from_secs(config.limits.max_long_poll_secs),
+                max_requests_per_connection: config.limits.max_streams_per_connection as usize,
+            };
+            let server = crate::remoting::Remoting::new(Arc::clone(&proxy), Arc::clone(&authenticator), options);
+            let cap = ConnectionCap::new("remoting", config.limits.max_connections_per_address);
+            Some(tokio::spawn(crate::remoting::serve(server, listener, tls_acceptor, cap, stop_rx.clone())))
+        }
+        _ => None,
+    };
+    let messaging = MessagingServiceServer::from_arc(Arc::clone(&proxy))
         .max_decoding_message_size(config.broker.max_body_bytes as usize * 2 + (1 << 20));
     let client_router = secured()?
         .max_concurrent_streams(Some(config.limits.max_streams_per_connection))
@@ -345,6 +370,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         client = %config.client_addr,
         admin = %config.admin_addr,
         http = %config.http_addr,
+        remoting = config.remoting_addr.as_deref().unwrap_or("off"),
         advertised = %config.advertised_client_addr(),
         auth = config.auth.enabled,
         tls = tls.is_some(),

@@ -97,6 +97,14 @@ pub struct NodeConfig {
     /// address of `0.0.0.0`): what routes hand out for this node. Default: `client_addr`.
     #[serde(default)]
     pub advertised_client_addr: Option<String>,
+    /// RocketMQ 4.x Remoting clients (`namesrvAddr`): listen address of this node's name server
+    /// and broker in one. None: no Remoting listener.
+    #[serde(default)]
+    pub remoting_addr: Option<String>,
+    /// The IPv4 `address:port` Remoting clients reach `remoting_addr` at, when that differs:
+    /// routes name it, and messages carry it as their store host. Default: `remoting_addr`.
+    #[serde(default)]
+    pub advertised_remoting_addr: Option<String>,
     /// The rack (or zone) this node runs in, as `cluster add-node --rack` records it; empty: none
     /// named. From five nodes each data group has three replicas, on as many racks as there are.
     #[serde(default)]
@@ -509,11 +517,36 @@ impl NodeConfig {
                 open.join("; ")
             )));
         }
+        self.validate_remoting_addrs()?;
         self.validate_client_addrs()
     }
 
     /// The addresses routes hand out must be ones a client can dial: `host:port`, and not a
     /// wildcard listen address.
+    /// Where Remoting clients reach this node, if it serves them: an IPv4 address and port (what
+    /// the stored-message layout and the C++ clients hold).
+    pub fn advertised_remoting_addr(&self) -> Option<&str> {
+        self.advertised_remoting_addr.as_deref().or(self.remoting_addr.as_deref())
+    }
+
+    fn validate_remoting_addrs(&self) -> Result<(), ConfigError> {
+        let Some(listen) = &self.remoting_addr else {
+            return match &self.advertised_remoting_addr {
+                Some(_) => Err(invalid("advertised_remoting_addr needs remoting_addr".to_string())),
+                None => Ok(()),
+            };
+        };
+        listen.parse::<std::net::SocketAddr>().map_err(|e| invalid(format!("remoting_addr {listen}: {e}")))?;
+        let advertised = self.advertised_remoting_addr().unwrap_or(listen);
+        match advertised.parse::<std::net::SocketAddrV4>() {
+            Ok(a) if !a.ip().is_unspecified() && a.port() != 0 => Ok(()),
+            _ => Err(invalid(format!(
+                "the Remoting address clients reach, {advertised}, must be an IPv4 address and port (set \
+                 advertised_remoting_addr)"
+            ))),
+        }
+    }
+
     fn validate_client_addrs(&self) -> Result<(), ConfigError> {
         if let Some(a) = &self.advertised_client_addr {
             check_dialable(a).map_err(|e| invalid(format!("advertised_client_addr: {e}")))?;

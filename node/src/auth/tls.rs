@@ -66,6 +66,29 @@ impl TlsConfig {
         Ok(self.identity()?.map(|identity| ServerTlsConfig::new().identity(identity)))
     }
 
+    /// The same identity for a listener tonic does not serve (the Remoting port): `None` when TLS
+    /// is off.
+    pub fn acceptor(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, TlsError> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) else {
+            return match (&self.cert_file, &self.key_file) {
+                (None, None) => Ok(None),
+                _ => Err(TlsError::HalfIdentity),
+            };
+        };
+        let (cert, key) = (read(cert, "cert_file")?, read(key, "key_file")?);
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(&cert).collect::<Result<_, _>>().map_err(|_| TlsError::NotPem)?;
+        let key = PrivateKeyDer::from_pem_slice(&key).map_err(|_| TlsError::NotPem)?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+            .map_err(|_| TlsError::NotPem)?;
+        Ok(Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server))))
+    }
+
     fn identity(&self) -> Result<Option<Identity>, TlsError> {
         match (&self.cert_file, &self.key_file) {
             (None, None) => Ok(None),

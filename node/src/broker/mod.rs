@@ -87,6 +87,7 @@ pub use error::BrokerError;
 pub use handle::{Broker, BrokerOptions};
 pub use held_read::HeldEntry;
 pub use pop_plan::{MatchAll, MessageFilter, PopPlan, PopRequest};
+pub(crate) use read::message_in;
 pub use read::{GroupFigures, GroupProgress, QueueSpan, QueueStatus, StoredEntry, StoredView};
 pub use reply::{Held, Reply, SendOutcome};
 pub use request::{Refusal, Request};

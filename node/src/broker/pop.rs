@@ -140,6 +140,16 @@ pub enum ConsumeCommand {
         topic_epoch: u64,
         positions: Vec<(u32, u64)>,
     },
+    /// A pull consumer's commit (the Remoting clients' model): one queue of the group moves to
+    /// `offset`; like a reset, nothing of that queue stays in flight. Unlike a reset, members
+    /// forward it: any client of the group may commit.
+    CommitOffset {
+        group: String,
+        topic: String,
+        topic_epoch: u64,
+        queue_id: u32,
+        offset: u64,
+    },
 }
 
 impl ConsumeCommand {
@@ -197,7 +207,9 @@ impl ConsumeCommand {
             ConsumeCommand::RenewMany { renewals, now_ms } => {
                 (renewals.iter().map(|(r, invisible_ms)| (r, renew(*now_ms, *invisible_ms))).collect(), true)
             }
-            ConsumeCommand::Pop(_) | ConsumeCommand::ResetOffset { .. } => return None,
+            ConsumeCommand::Pop(_) | ConsumeCommand::ResetOffset { .. } | ConsumeCommand::CommitOffset { .. } => {
+                return None;
+            }
         })
     }
 
@@ -211,7 +223,7 @@ impl ConsumeCommand {
                 rs.iter().find(|r| before.frees_message_group(r)).map(|r| r.topic.as_str())
             }
             ConsumeCommand::ChangeInvisible { receipt: r, .. } => queue_key(r).is_some().then_some(r.topic.as_str()),
-            ConsumeCommand::ResetOffset { topic, .. } => Some(topic),
+            ConsumeCommand::ResetOffset { topic, .. } | ConsumeCommand::CommitOffset { topic, .. } => Some(topic),
             ConsumeCommand::Pop(_) | ConsumeCommand::Renew { .. } | ConsumeCommand::RenewMany { .. } => None,
         }
     }
@@ -297,6 +309,17 @@ impl Consumption {
                     let key = (group.clone(), topic.clone(), *queue_id);
                     self.queues.insert(key.clone(), PopQueue { position: *position, ..Default::default() });
                 }
+                ConsumeOutcome::Done
+            }
+            ConsumeCommand::CommitOffset { group, topic, topic_epoch, queue_id, offset } => {
+                if !self.groups.contains_key(group) {
+                    return ConsumeOutcome::GroupNotFound(group.clone());
+                }
+                if self.topics.get(topic) != Some(topic_epoch) {
+                    return ConsumeOutcome::TopicNotFound(topic.clone());
+                }
+                let key = (group.clone(), topic.clone(), *queue_id);
+                self.queues.insert(key, PopQueue { position: *offset, ..Default::default() });
                 ConsumeOutcome::Done
             }
         }

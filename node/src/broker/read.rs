@@ -438,6 +438,13 @@ impl Broker {
         out
     }
 
+    /// Where `group` stands on (`topic`, `queue_id`): the next offset it takes (a pull consumer's
+    /// commit, a POP consumer's position). `None` if it has never consumed there.
+    pub fn consumer_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
+        let state = self.state();
+        state.data.consumption.queues.get(&(group.to_string(), topic.to_string(), queue_id)).map(|q| q.position)
+    }
+
     /// The first offset of (`topic`, `queue_id`) stored at or after `time_ms` (the queue's end
     /// if none): store times never go back along a queue (the leader holds them at
     /// the queue's latest, see `QueueRange::last_store_ms`), so a binary search finds it.

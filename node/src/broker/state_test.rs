@@ -800,7 +800,7 @@ fn a_queue_record_that_rots_is_rebuilt_from_the_log_and_never_read_as_another_me
 #[test]
 fn an_entry_of_a_newer_release_stops_the_apply() {
     for (payload, says) in [
-        (&b"R\x0a\x01"[..], "is of format 10; this release reads formats 1 to 9"),
+        (&b"R\x0b\x01"[..], "is of format 11; this release reads formats 1 to 10"),
         (b"R\x02\x63", "is of kind 99 (format 2), which this release does not know"),
         // An admin command of a variant added later (its protobuf field 99).
         (b"R\x02\x02\x9a\x06\x01x", "is of a variant of admin commands this release does not know"),
@@ -827,13 +827,13 @@ fn an_entry_of_a_newer_release_stops_the_apply() {
 fn a_refused_entry_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut n = node(dir.path());
-    let newer = Bytes::from_static(b"R\x0a\x02");
+    let newer = Bytes::from_static(b"R\x0b\x02");
     let index = n.next_index;
     let first = n.commit_bytes(newer.clone()).unwrap_err().to_string();
     assert_eq!(n.broker.last_applied(), None);
     let again = n.broker.apply(lid(index), newer).unwrap_err().to_string();
     assert_eq!(first, again);
-    assert!(first.starts_with(&format!("log entry {index} is of format 10")), "{first}");
+    assert!(first.starts_with(&format!("log entry {index} is of format 11")), "{first}");
     assert!(n.broker.topics().is_empty());
 }
 

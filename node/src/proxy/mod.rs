@@ -115,6 +115,28 @@ impl Proxy {
         }
     }
 
+    /// The data groups the queues are in.
+    pub(crate) fn groups(&self) -> &Groups {
+        &self.groups
+    }
+
+    /// This node's replica of the metadata.
+    pub(crate) fn metadata(&self) -> &Broker {
+        &self.broker
+    }
+
+    pub(crate) fn plugins(&self) -> &Arc<PluginHost> {
+        &self.plugins
+    }
+
+    pub(crate) fn meters(&self) -> &Meters {
+        &self.meters
+    }
+
+    pub(crate) fn max_body_bytes(&self) -> u64 {
+        self.options.max_body_bytes
+    }
+
     /// The members routes lead clients to, by id (see `members`, `route`).
     async fn live_members(&self) -> Vec<route::RouteMember> {
         self.live.get(&self.cluster, &self.options.advertised_client_addr).await
@@ -122,7 +144,7 @@ impl Proxy {
 
     /// The topic's configuration. A topic unknown here may have been created a moment ago, and
     /// this node may not have applied that yet: it catches up to the leader before saying no.
-    async fn topic(&self, name: &str) -> Option<crate::broker::TopicConfig> {
+    pub(crate) async fn topic(&self, name: &str) -> Option<crate::broker::TopicConfig> {
         if let Some(t) = self.broker.topic(name) {
             return Some(t);
         }
@@ -184,7 +206,7 @@ impl Proxy {
     /// `deadline`: how long the client waits (`grpc-timeout`); a send held through an election
     /// is answered before then, and within 2 s of its arrival at most. `sender`: the caller's
     /// access key, "" with authentication off.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         req: SendMessageRequest,
         namespace: &str,
@@ -344,7 +366,7 @@ const MAX_PLACEMENT_RETRY: Duration = Duration::from_millis(200);
 const MAX_PLACEMENT_WAIT: Duration = Duration::from_secs(3);
 
 /// What a request needs to be allowed: the caller may do each action on each named resource.
-type Needs<'a> = &'a [(Action, ResourceKind, &'a str)];
+pub(crate) type Needs<'a> = &'a [(Action, ResourceKind, &'a str)];
 
 impl Proxy {
     /// The handle keys to seal new handles with (`sealed` empty) or to open `sealed` with. A node
@@ -369,7 +391,11 @@ impl Proxy {
     /// `None` if the request's caller may do everything `needs` names; else the refusal
     /// (UNAUTHORIZED: not authenticated; FORBIDDEN: not allowed), and the request changes nothing.
     fn refused<T>(&self, req: &Request<T>, needs: Needs<'_>) -> Option<rockraft_proto::rocketmq::Status> {
-        let caller = Caller::of(req);
+        self.refused_caller(&Caller::of(req), needs)
+    }
+
+    /// [`Self::refused`] for a caller another front end identified (Remoting).
+    pub(crate) fn refused_caller(&self, caller: &Caller, needs: Needs<'_>) -> Option<rockraft_proto::rocketmq::Status> {
         let check = || -> Result<(), Denied> {
             caller.authenticated()?;
             for (action, kind, name) in needs {

@@ -16,7 +16,8 @@ pub(super) fn footprint(c: &ConsumeCommand) -> Footprint {
         | ConsumeCommand::ChangeInvisible { .. }
         | ConsumeCommand::Renew { .. }
         | ConsumeCommand::RenewMany { .. }
-        | ConsumeCommand::ResetOffset { .. } => Footprint::Records,
+        | ConsumeCommand::ResetOffset { .. }
+        | ConsumeCommand::CommitOffset { .. } => Footprint::Records,
     }
 }
 
@@ -52,6 +53,15 @@ pub(super) fn to_proto(c: &ConsumeCommand) -> pb::ConsumeCommand {
             topic_epoch: *topic_epoch,
             positions: positions.iter().map(|&(queue_id, offset)| pb::QueuePosition { queue_id, offset }).collect(),
         }),
+        ConsumeCommand::CommitOffset { group, topic, topic_epoch, queue_id, offset } => {
+            Op::CommitOffset(pb::CommitOffset {
+                group: group.clone(),
+                topic: topic.clone(),
+                topic_epoch: *topic_epoch,
+                queue_id: *queue_id,
+                offset: *offset,
+            })
+        }
     };
     pb::ConsumeCommand { op: Some(op) }
 }
@@ -88,6 +98,13 @@ pub(super) fn from_proto(c: pb::ConsumeCommand) -> Result<Command, DecodeError> 
             topic: r.topic,
             topic_epoch: r.topic_epoch,
             positions: r.positions.into_iter().map(|p| (p.queue_id, p.offset)).collect(),
+        },
+        Op::CommitOffset(c) => ConsumeCommand::CommitOffset {
+            group: c.group,
+            topic: c.topic,
+            topic_epoch: c.topic_epoch,
+            queue_id: c.queue_id,
+            offset: c.offset,
         },
     }))
 }

@@ -1,6 +1,6 @@
 //! The header of an entry payload: which format wrote it and which kind of command it is.
 //!
-//! Formats 2 to 9 (this release writes 9): `0x52` ('R'), the format version, the kind, then the
+//! Formats 2 to 10 (this release writes 10): `0x52` ('R'), the format version, the kind, then the
 //! command's protobuf body. Format 1 (earlier releases): the kind as a tag byte (1 to 9), then
 //! the body (JSON for most kinds). Each earlier format is read with its meaning then:
 //! - formats 1 and 2: a metadata command changed the data partition in the same step (see
@@ -16,13 +16,14 @@ use super::DecodeError;
 
 /// The first byte of every payload of format 2 on.
 pub(crate) const MARKER: u8 = b'R';
-/// The format this release writes: a node records a repair of its disk
-/// (`AdminCommand.record_repair`), which an earlier release must refuse rather than skip. Format 8
+/// The format this release writes: a pull consumer commits an offset (`ConsumeCommand.commit_offset`),
+/// which an earlier release must refuse rather than skip. Format 9 on: a node records a repair of
+/// its disk (`AdminCommand.record_repair`). Format 8
 /// on: a placement names the data group it is for (`PlacementChange.holder`). Format 7 on: settings say whether leaders are balanced
 /// (`SettingsChange.balance_leaders`). Format 6 on: a topic's configuration names the data group of each
 /// queue (`TopicConfig.groups`); format 5 on: settings name the number of data groups; format 4
 /// on: receipts name a queue or a lite topic (`Receipt.lite_id`).
-pub const FORMAT: u8 = 9;
+pub const FORMAT: u8 = 10;
 /// The first format whose metadata commands change only the metadata, and whose placement
 /// entries (kind 10) carry the change to the partition.
 pub const SEPARATE_FORMAT: u8 = 3;

@@ -433,8 +433,20 @@ fn what_a_newer_release_may_write_is_told_from_garbage() {
 
 #[test]
 fn a_refusal_names_the_format_this_release_reads() {
-    let e = Command::decode(framed_raw(10, 1, b"")).unwrap_err();
-    assert_eq!(e.to_string(), "is of format 10; this release reads formats 1 to 9");
+    let e = Command::decode(framed_raw(11, 1, b"")).unwrap_err();
+    assert_eq!(e.to_string(), "is of format 11; this release reads formats 1 to 10");
+}
+
+#[test]
+fn a_pull_consumers_commit_reads_back_as_written() {
+    let commit = Command::Consume(crate::broker::pop::ConsumeCommand::CommitOffset {
+        group: "g".into(),
+        topic: "t".into(),
+        topic_epoch: 7,
+        queue_id: 3,
+        offset: 42,
+    });
+    assert_eq!(Command::decode(commit.encode()).unwrap(), commit);
 }
 
 proptest! {

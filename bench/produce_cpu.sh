@@ -8,6 +8,8 @@
 #   CONCURRENCY=1 MESSAGES=3000 bash bench/produce_cpu.sh   # window 1
 #   CONSUME=1 bash bench/produce_cpu.sh            # POP receive + ack of MESSAGES sent first:
 #                                                  # 16 loops of up to 32 (bench/compare.sh's)
+#   PROTOCOL=remoting bash bench/produce_cpu.sh    # the sends of RocketMQ 4.x clients, over the
+#                                                  # nodes' Remoting listeners (batch 1)
 #
 # Environment: ROCKRAFT_BIN (default target/release/rockraft, built if missing), MESSAGES,
 # CONCURRENCY, BATCH, CONSUME, QUEUES (of the topic, default 8), ROCKRAFT_DATA (default a new
@@ -32,7 +34,12 @@ bash "$root/scripts/cluster.sh" start > /dev/null
 "$B" topic create BenchTopic --queues "$QUEUES" > /dev/null
 endpoints=127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083
 produce() {
-  "$B" bench produce --endpoints "$endpoints" --topic BenchTopic --messages "$1" --concurrency "$CONCURRENCY" --batch "$BATCH"
+  if [ "${PROTOCOL:-grpc}" = remoting ]; then
+    "$B" bench produce-remoting --namesrv 127.0.0.1:9876,127.0.0.1:9877,127.0.0.1:9878 --topic BenchTopic \
+      --messages "$1" --concurrency "$CONCURRENCY"
+  else
+    "$B" bench produce --endpoints "$endpoints" --topic BenchTopic --messages "$1" --concurrency "$CONCURRENCY" --batch "$BATCH"
+  fi
 }
 produce 5000 > /dev/null
 brokers_ticks() {

@@ -58,7 +58,33 @@ impl Drop for Registration<'_> {
     }
 }
 
+/// A registration that owns its table (a Remoting connection's, kept in the connection's state):
+/// dropping it removes it.
+pub struct OwnedRegistration {
+    sessions: Arc<ProducerSessions>,
+    id: u64,
+}
+
+impl Drop for OwnedRegistration {
+    fn drop(&mut self) {
+        self.sessions.sessions.lock().expect("sessions lock").remove(&self.id);
+    }
+}
+
 impl ProducerSessions {
+    /// [`Self::register`], for a holder that cannot borrow the table.
+    pub fn register_owned(
+        self: &Arc<Self>,
+        pin: Pin,
+        topics: BTreeMap<String, Resource>,
+        commands: mpsc::Sender<TelemetryCommand>,
+        revoked: Arc<Notify>,
+    ) -> OwnedRegistration {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.sessions.lock().expect("sessions lock").insert(id, Session { topics, commands, pin, revoked });
+        OwnedRegistration { sessions: Arc::clone(self), id }
+    }
+
     /// Registers (or updates, when the client sends new settings) a producer publishing
     /// `topics` (qualified names) whose stream takes `commands`.
     /// `pin` is who opened the stream; `revoked` is told if that user is later found deleted or

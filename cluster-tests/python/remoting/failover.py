@@ -7,28 +7,10 @@ once. Exit 0 on success, 1 on a failed check, 2 on the overall timeout.
 import argparse
 import os
 import signal
-import sys
-import threading
 import time
 
+from common import fail, finish, log, start_watchdog
 from rocketmq.client import Message, Producer, PullConsumer, SendStatus
-
-_NAME = os.path.basename(sys.argv[0])
-
-
-def log(msg):
-    print(f"[{_NAME} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def finish(code):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def fail(msg):
-    log(f"FAIL: {msg}")
-    finish(1)
 
 
 def main():
@@ -39,9 +21,7 @@ def main():
     p.add_argument("--count", type=int, default=300)
     p.add_argument("--kill-pid", type=int, required=True)
     args = p.parse_args()
-    timer = threading.Timer(120, lambda: (log("FAIL: timed out"), finish(2)))
-    timer.daemon = True
-    timer.start()
+    start_watchdog(120)
     producer = Producer("PID_REMOTING_FAILOVER")
     producer.set_namesrv_addr(args.namesrv)
     producer.start()

@@ -11,33 +11,11 @@ Exit 0 on success, 1 on a failed check, 2 on the overall timeout.
 """
 
 import argparse
-import os
-import sys
 import threading
 import time
 
+from common import fail, finish, log, start_watchdog, text
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, SendStatus
-
-_NAME = os.path.basename(sys.argv[0])
-
-
-def log(msg):
-    print(f"[{_NAME} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def finish(code):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def fail(msg):
-    log(f"FAIL: {msg}")
-    finish(1)
-
-
-def text(v):
-    return v.decode() if isinstance(v, bytes) else (v or "")
 
 
 def main():
@@ -50,9 +28,7 @@ def main():
     p.add_argument("--oneway", type=int, default=5)
     p.add_argument("--timeout", type=int, default=90)
     args = p.parse_args()
-    timer = threading.Timer(args.timeout, lambda: (log("FAIL: timed out"), finish(2)))
-    timer.daemon = True
-    timer.start()
+    start_watchdog(args.timeout)
 
     producer = Producer("PID_REMOTING_TEST")
     producer.set_namesrv_addr(args.namesrv)

@@ -256,6 +256,24 @@ impl Authenticator {
         }
     }
 
+    /// The pin of a caller another front end verified a moment ago (Remoting): re-resolved when
+    /// the connection is used later, as a stream's is.
+    pub fn pin_of(&self, caller: &Caller) -> Pin {
+        match caller {
+            Caller::Open => Pin::Open,
+            Caller::Refused(why) => Pin::Refused(why.clone()),
+            Caller::User { access_key, .. } if self.config.admin_access_key.as_deref() == Some(&**access_key) => {
+                Pin::FileAdmin(Arc::clone(access_key))
+            }
+            Caller::User { access_key, .. } => {
+                match self.broker.access(|t| t.user(access_key).map(|u| secret_digest(&u.secret))) {
+                    Some(secret) => Pin::User { access_key: Arc::clone(access_key), secret },
+                    None => Pin::Refused(Refusal::Revoked),
+                }
+            }
+        }
+    }
+
     fn verify(&self, metadata: &HeaderMap) -> Result<Caller, Refusal> {
         self.verify_pinned(metadata).map(|(caller, _)| caller)
     }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_delay;
+mod bench_remoting;
 mod cluster;
 mod messages;
 mod plugin;
@@ -113,6 +114,22 @@ enum BenchCmd {
         /// clients do: with several data groups, straight to each queue's group leader.
         #[arg(long)]
         follow_routes: bool,
+    },
+    /// Send as RocketMQ 4.x clients do, over the Remoting protocol (SEND_MESSAGE_V2, one message
+    /// per request, workers sharing one connection per address).
+    ProduceRemoting {
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        /// Body size in bytes.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Remoting addresses (the nodes' `remoting_addr`, `;` or `,` separated).
+        #[arg(long, default_value = "127.0.0.1:9876")]
+        namesrv: String,
     },
     /// Receive and ack (POP) with `--concurrency` long polls, until `--messages` are acked.
     Consume {
@@ -327,6 +344,18 @@ async fn bench(admin: &Admin, cmd: BenchCmd) -> Result<(), bench::BenchError> {
                 lite_topics: lite_topics.map(|n| n.max(1)),
                 queue_gaps: queue_gaps.map(|n| n.max(1)),
                 follow_routes,
+            })
+            .await
+        }
+        BenchCmd::ProduceRemoting { topic, messages, size, concurrency, namesrv } => {
+            let endpoints =
+                namesrv.split([';', ',']).map(str::trim).filter(|a| !a.is_empty()).map(str::to_string).collect();
+            bench_remoting::produce(bench_remoting::RemotingProduceOptions {
+                endpoints,
+                topic,
+                messages,
+                size,
+                concurrency: concurrency.max(1),
             })
             .await
         }

@@ -133,6 +133,11 @@ impl Proxy {
         &self.meters
     }
 
+    /// The producers this node holds, which the leader asks about open transactions.
+    pub(crate) fn sessions(&self) -> &Arc<ProducerSessions> {
+        &self.sessions
+    }
+
     pub(crate) fn max_body_bytes(&self) -> u64 {
         self.options.max_body_bytes
     }

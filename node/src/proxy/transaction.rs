@@ -31,7 +31,7 @@ impl Proxy {
         }
     }
 
-    pub(super) async fn end_transaction(&self, req: &EndTransactionRequest, ns: &str) -> Status {
+    pub(crate) async fn end_transaction(&self, req: &EndTransactionRequest, ns: &str) -> Status {
         let topic = match self.existing_topic(req.topic.as_ref(), ns).await {
             Ok(t) => t,
             Err(s) => return s,

@@ -11,7 +11,7 @@
 //! - `message`: properties, the stored-message layout, commit-log offsets and message ids;
 //! - `route`: routes; `send`: sends and send-backs; `pull`: pulls and long polling;
 //!   `offsets`: consumer offsets and queue bounds; `clients`: heartbeats and queue locks;
-//!   `signature`: the ACL signature.
+//!   `signature`: the ACL signature; `transaction`: END_TRANSACTION and the checks of open halves.
 
 mod clients;
 pub mod codes;
@@ -21,7 +21,8 @@ mod offsets;
 mod pull;
 mod route;
 mod send;
-mod signature;
+pub mod signature;
+mod transaction;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
@@ -57,6 +58,11 @@ pub struct RemotingOptions {
 
 /// Most frames waiting to be written to one connection.
 const OUTBOX: usize = 1024;
+/// A connection that sends nothing for this long is closed (RocketMQ's idle time; the clients
+/// send heartbeats every 30 s, and a held pull lasts at most a minute).
+const IDLE: Duration = Duration::from_secs(120);
+/// How much of a connection is read, and of its answers written, at once.
+const IO_BUFFER: usize = 64 << 10;
 
 pub struct Remoting {
     proxy: Arc<Proxy>,
@@ -95,17 +101,44 @@ impl Remoting {
         IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
-        let (mut reader, mut writer) = tokio::io::split(io);
+        let (reader, mut writer) = tokio::io::split(io);
+        // Buffered: a busy connection's frames are read many per system call.
+        let mut reader = tokio::io::BufReader::with_capacity(IO_BUFFER, reader);
         let (tx, mut rx) = mpsc::channel::<Bytes>(OUTBOX);
         self.connections.lock().unwrap_or_else(|p| p.into_inner()).insert(id, tx.clone());
         let write = tokio::spawn(async move {
+            // The answers ready together go out in one write.
+            let mut out = BytesMut::with_capacity(IO_BUFFER);
             while let Some(frame) = rx.recv().await {
-                if writer.write_all(&frame).await.is_err() {
+                out.extend_from_slice(&frame);
+                while out.len() < IO_BUFFER
+                    && let Ok(more) = rx.try_recv()
+                {
+                    out.extend_from_slice(&more);
+                }
+                if writer.write_all(&out).await.is_err() {
                     break;
                 }
+                out.clear();
             }
             let _ = writer.shutdown().await;
         });
+        // The leader's questions about this connection's open transactions, asked as
+        // CHECK_TRANSACTION_STATE.
+        let (link, mut questions) = transaction::ProducerLink::new(Arc::clone(self.proxy.sessions()));
+        let link = Arc::new(link);
+        let asker = {
+            let (this, tx) = (Arc::clone(&self), tx.clone());
+            tokio::spawn(async move {
+                while let Some(question) = questions.recv().await {
+                    if let Some(frame) = this.check_frame(question)
+                        && tx.send(frame.encode()).await.is_err()
+                    {
+                        break;
+                    }
+                }
+            })
+        };
         let in_flight = Arc::new(tokio::sync::Semaphore::new(self.options.max_requests_per_connection.max(1)));
         loop {
             let frame = tokio::select! {
@@ -117,7 +150,7 @@ impl Remoting {
                 Ok(None) => break,
                 Err(e) => {
                     if self.log_limit.allow() {
-                        tracing::warn!(%peer, error = %e, "closing a Remoting connection: unreadable frame");
+                        tracing::warn!(%peer, error = %e, "closing a Remoting connection");
                     }
                     break;
                 }
@@ -127,9 +160,9 @@ impl Remoting {
                 continue;
             }
             let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else { break };
-            let (this, tx) = (Arc::clone(&self), tx.clone());
+            let (this, tx, link) = (Arc::clone(&self), tx.clone(), Arc::clone(&link));
             tokio::spawn(async move {
-                let answer = this.handle(frame, id, peer).await;
+                let answer = this.handle(frame, id, peer, &link).await;
                 drop(permit);
                 let _ = tx.send(answer.encode()).await;
             });
@@ -138,6 +171,8 @@ impl Remoting {
         for group in self.clients.connection_closed(id) {
             self.notify_group_changed(&group, id);
         }
+        drop(link);
+        asker.abort();
         drop(tx);
         // The writer ends once every request still running has answered.
         let _ = write.await;
@@ -145,11 +180,18 @@ impl Remoting {
 
     /// Serves one request: every request is answered, an unknown code with
     /// REQUEST_CODE_NOT_SUPPORTED (the C++ client drops a connection whose request times out).
-    async fn handle(&self, request: Frame, connection: u64, peer: std::net::SocketAddr) -> Frame {
+    async fn handle(
+        &self,
+        request: Frame,
+        connection: u64,
+        peer: std::net::SocketAddr,
+        link: &transaction::ProducerLink,
+    ) -> Frame {
         let caller = self.caller(&request);
         match request.code {
             GET_ROUTEINFO_BY_TOPIC => self.route(&request, &caller).await,
-            SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => self.send(&request, &caller, peer).await,
+            SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => self.send(&request, &caller, peer, link).await,
+            END_TRANSACTION => self.end_transaction(&request, &caller).await,
             CONSUMER_SEND_MSG_BACK => self.send_back(&request, &caller).await,
             PULL_MESSAGE => self.pull(&request, &caller).await,
             QUERY_CONSUMER_OFFSET => self.query_offset(&request, &caller).await,
@@ -298,22 +340,30 @@ async fn read_frame<R: AsyncRead + Unpin>(
     limits: FrameLimits,
 ) -> Result<Option<Frame>, FrameReadError> {
     let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(FrameReadError::Io(e)),
+    match tokio::time::timeout(IDLE, reader.read_exact(&mut len)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Ok(Err(e)) => return Err(FrameReadError::Io(e)),
+        Err(_) => return Err(FrameReadError::Idle),
     }
     let len = u32::from_be_bytes(len) as usize;
     if len > limits.max_frame {
         return Err(FrameReadError::Frame(frame::FrameError::TooLarge(len, limits.max_frame)));
     }
-    let mut bytes = BytesMut::zeroed(len);
-    reader.read_exact(&mut bytes).await.map_err(FrameReadError::Io)?;
-    frame::decode(bytes.freeze(), limits).map(Some).map_err(FrameReadError::Frame)
+    // Grown as the bytes arrive: a client that announces a large frame and sends nothing holds
+    // no more memory than it sent.
+    let mut bytes = Vec::with_capacity(len.min(IO_BUFFER));
+    reader.take(len as u64).read_to_end(&mut bytes).await.map_err(FrameReadError::Io)?;
+    if bytes.len() < len {
+        return Err(FrameReadError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    frame::decode(Bytes::from(bytes), limits).map(Some).map_err(FrameReadError::Frame)
 }
 
 #[derive(Debug, thiserror::Error)]
 enum FrameReadError {
+    #[error("no frame for {} s", IDLE.as_secs())]
+    Idle,
     #[error("{0}")]
     Io(std::io::Error),
     #[error("{0}")]

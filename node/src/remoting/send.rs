@@ -192,7 +192,13 @@ pub fn grpc_message(sent: Sent, topic: &TopicConfig, queue_id: i32, born: (i64, 
 }
 
 impl Remoting {
-    pub(super) async fn send(&self, request: &Frame, caller: &Caller, peer: std::net::SocketAddr) -> Frame {
+    pub(super) async fn send(
+        &self,
+        request: &Frame,
+        caller: &Caller,
+        peer: std::net::SocketAddr,
+        link: &crate::remoting::transaction::ProducerLink,
+    ) -> Frame {
         let header = SendHeader::of(request);
         if let Some(refused) = self.refused(request, caller, &[(Action::Pub, ResourceKind::Topic, &header.topic)]) {
             return refused;
@@ -234,6 +240,18 @@ impl Remoting {
             return Frame::answer(request, code).with_remark(status.message);
         }
         let first = reply.entries.first().map_or(0, |e| e.offset);
+        let sealed = reply.entries.first().map(|e| e.transaction_id.as_str()).filter(|t| !t.is_empty());
+        if let Some(sealed) = sealed {
+            // This connection's producer is asked about the half if it stays open.
+            link.publishes(&topic.name, self.authenticator.pin_of(caller));
+            return Frame::answer(request, SUCCESS)
+                .with("msgId", ids.join(","))
+                .with("queueId", header.queue_id.max(0))
+                .with("queueOffset", first)
+                .with("transactionId", crate::remoting::transaction::transaction_id(&topic.name, sealed))
+                .with("MSG_REGION", "DefaultRegion")
+                .with("TRACE_ON", "true");
+        }
         Frame::answer(request, SUCCESS)
             .with("msgId", ids.join(","))
             .with("queueId", header.queue_id.max(0))

@@ -441,3 +441,19 @@ async fn the_remoting_client_signs_with_its_credentials_and_is_refused_without_t
         assert!(ok, "auth.py --mode {mode} failed:\n{output}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_consumers_of_one_group_on_different_nodes_share_the_queues() {
+    let cluster = Cluster::start(3, Options::default()).await;
+    cluster.create_topic("Shared", 4, TopicKind::Normal).await;
+    cluster.create_group("CID_SPLIT", false, 16).await;
+    let (a, b) = (cluster.remoting_addr(1), cluster.remoting_addr(2));
+    let run = move || {
+        run_remoting_python(
+            "group_split.py",
+            &["--namesrv-a", &a, "--namesrv-b", &b, "--topic", "Shared", "--group", "CID_SPLIT"],
+        )
+    };
+    let (ok, output) = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(ok, "group_split.py failed:\n{output}");
+}

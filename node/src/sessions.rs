@@ -1,5 +1,7 @@
 //! The producers this node holds a Telemetry stream for, by the topics they publish: the leader
-//! asks one of them (here or through a peer) to resolve an orphaned transaction.
+//! asks one of them (here or through a peer) to resolve an orphaned transaction. And the
+//! consumers connected to it over Remoting, which the other nodes ask for when a client of the
+//! same group asks them who its group's members are ([`ConsumerDirectory`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,9 +40,18 @@ struct Candidate {
     revoked: Arc<Notify>,
 }
 
+/// The consumer groups' members connected to this node by a front end that keeps them per node
+/// (Remoting: each client heartbeats to the node it was routed to).
+pub trait ConsumerDirectory: Send + Sync {
+    /// The client ids of `group`'s live members here.
+    fn members(&self, group: &str) -> Vec<String>;
+}
+
 #[derive(Default)]
 pub struct ProducerSessions {
     sessions: Mutex<HashMap<u64, Session>>,
+    /// Set once, when the Remoting listener starts.
+    consumers: std::sync::OnceLock<Arc<dyn ConsumerDirectory>>,
     next_id: AtomicU64,
     /// Spreads questions over the producers of a topic.
     turn: AtomicU64,
@@ -72,6 +83,16 @@ impl Drop for OwnedRegistration {
 }
 
 impl ProducerSessions {
+    /// Where [`Self::consumers`] finds this node's Remoting consumers.
+    pub fn set_consumer_directory(&self, directory: Arc<dyn ConsumerDirectory>) {
+        let _ = self.consumers.set(directory);
+    }
+
+    /// `group`'s members connected to this node over Remoting (none without a listener).
+    pub fn consumers(&self, group: &str) -> Vec<String> {
+        self.consumers.get().map(|d| d.members(group)).unwrap_or_default()
+    }
+
     /// [`Self::register`], for a holder that cannot borrow the table.
     pub fn register_owned(
         self: &Arc<Self>,

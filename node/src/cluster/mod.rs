@@ -67,6 +67,9 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// elections, within a client's timeout.
 const WRITE_HOLD: Duration = Duration::from_secs(2);
 
+/// Most client ids taken from one member's answer about a consumer group.
+pub const MAX_REMOTE_CONSUMERS: usize = 65_536;
+
 #[derive(Clone)]
 pub struct ClusterOptions {
     pub node_id: NodeId,

@@ -12,7 +12,7 @@ use rockraft_proto::rockraft::peer as pb;
 use rockraft_proto::rockraft::peer_service_client::PeerServiceClient;
 use rockraft_proto::rockraft::{
     ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiteDeadLetterRequest, LiveMembersRequest,
-    ReadIndexRequest, WriteRequest,
+    ReadIndexRequest, RemotingConsumersRequest, WriteRequest,
 };
 
 use crate::broker::Reply;
@@ -126,6 +126,13 @@ impl Peers {
     pub async fn clock(&self, addr: &str) -> Result<i64, ClusterError> {
         let reply = within(addr, self.client(addr)?.clock(self.group.address(ClockRequest {}))).await;
         Ok(reply.map_err(|status| no_answer(addr, &status))?.into_inner().now_ms)
+    }
+
+    /// The Remoting consumers of `group` connected to the member at `addr`.
+    pub async fn remoting_consumers(&self, addr: &str, group: &str) -> Result<Vec<String>, ClusterError> {
+        let req = self.group.address(RemotingConsumersRequest { group: group.to_string() });
+        let reply = within(addr, self.client(addr)?.remoting_consumers(req)).await;
+        Ok(reply.map_err(|status| no_answer(addr, &status))?.into_inner().client_ids)
     }
 
     /// The free space of the member at `addr`, judged against its marks.

@@ -19,6 +19,9 @@ pub struct AskProducer {
     pub store_timestamp_ms: i64,
 }
 
+/// How long a consumer list waits for the other members: the clients wait 3 s for it.
+const CONSUMER_LIST_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
+
 impl Cluster {
     /// Asks one live producer of `topic`, wherever it is connected, about the half stored at
     /// `position` in this group; whether one was asked.
@@ -66,6 +69,36 @@ impl Cluster {
         self.sessions().ask(&ask.topic, self.metadata(), |resource| {
             crate::sessions::recover_command(resource, ask.message.clone(), ask.store_timestamp_ms, &ask.transaction_id)
         })
+    }
+
+    /// `group`'s Remoting consumers connected to this node.
+    pub fn remoting_consumers_here(&self, group: &str) -> Vec<String> {
+        self.sessions().consumers(group)
+    }
+
+    /// `group`'s Remoting consumers over the cluster, sorted: this node's, and each other
+    /// member's that answers (one that does not is left out, as its clients are cut off too).
+    pub async fn remoting_consumers(&self, group: &str) -> Vec<String> {
+        let mut all = self.remoting_consumers_here(group);
+        let others: Vec<_> = self.cluster_members().into_iter().filter(|(id, _)| *id != self.id()).collect();
+        let asks = others.iter().map(|(id, node)| async move {
+            match tokio::time::timeout(CONSUMER_LIST_WAIT, self.peers().remoting_consumers(&node.raft_addr, group))
+                .await
+            {
+                Ok(Ok(ids)) => ids,
+                Ok(Err(e)) => {
+                    tracing::debug!(node = id, error = %e, "could not ask a member for its Remoting consumers");
+                    Vec::new()
+                }
+                Err(_) => Vec::new(),
+            }
+        });
+        for ids in futures_util::future::join_all(asks).await {
+            all.extend(ids.into_iter().take(crate::cluster::MAX_REMOTE_CONSUMERS));
+        }
+        all.sort();
+        all.dedup();
+        all
     }
 
     /// The Raft group holding the metadata, which every node runs.

@@ -5,7 +5,7 @@
 use rockraft_proto::rockraft::peer_service_server::PeerService;
 use rockraft_proto::rockraft::{
     ClockRequest, DiskSpaceRequest, FiguresRequest, LeaderRequest, LiteDeadLetterRequest, LiveMembersRequest,
-    ReadIndexRequest, WriteRequest,
+    ReadIndexRequest, RemotingConsumersRequest, WriteRequest,
 };
 use rockraft_proto::rockraft::{log, peer as pb};
 use tonic::{Request, Response, Status};
@@ -87,6 +87,15 @@ impl PeerService for PeerServer {
         let cluster = self.groups.addressed(&req)?;
         let ask: AskProducer = request(req)?;
         Ok(Response::new(pb::AskProducerReply { asked: cluster.ask_producer_here(&ask) }))
+    }
+
+    async fn remoting_consumers(
+        &self,
+        req: Request<RemotingConsumersRequest>,
+    ) -> Result<Response<pb::RemotingConsumersReply>, Status> {
+        let cluster = self.groups.addressed(&req)?;
+        let group = req.into_inner().group;
+        Ok(Response::new(pb::RemotingConsumersReply { client_ids: cluster.remoting_consumers_here(&group) }))
     }
 
     async fn clock(&self, _: Request<ClockRequest>) -> Result<Response<pb::ClockReply>, Status> {

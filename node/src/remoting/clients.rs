@@ -231,6 +231,12 @@ impl Clients {
     }
 }
 
+impl crate::sessions::ConsumerDirectory for Clients {
+    fn members(&self, group: &str) -> Vec<String> {
+        Clients::members(self, group, Instant::now())
+    }
+}
+
 fn expire(groups: &mut HashMap<String, HashMap<String, Member>>, now: Instant) {
     for members in groups.values_mut() {
         members.retain(|_, m| now.duration_since(m.seen) < CLIENT_EXPIRY);

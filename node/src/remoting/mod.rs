@@ -13,7 +13,7 @@
 //!   `offsets`: consumer offsets and queue bounds; `clients`: heartbeats and queue locks;
 //!   `signature`: the ACL signature; `transaction`: END_TRANSACTION and the checks of open halves.
 
-mod clients;
+pub mod clients;
 pub mod codes;
 pub mod frame;
 pub mod message;
@@ -68,7 +68,7 @@ pub struct Remoting {
     proxy: Arc<Proxy>,
     authenticator: Arc<Authenticator>,
     options: RemotingOptions,
-    clients: clients::Clients,
+    clients: Arc<clients::Clients>,
     /// Each open connection's outbox, for requests this node sends its clients.
     connections: std::sync::Mutex<std::collections::HashMap<u64, mpsc::Sender<Bytes>>>,
     next_connection: AtomicU64,
@@ -78,10 +78,13 @@ pub struct Remoting {
 
 impl Remoting {
     pub fn new(proxy: Arc<Proxy>, authenticator: Arc<Authenticator>, options: RemotingOptions) -> Arc<Remoting> {
+        let clients = Arc::new(clients::Clients::new(options.max_clients));
+        // Other nodes ask for this node's consumers of a group (`PeerService.RemotingConsumers`).
+        proxy.sessions().set_consumer_directory(Arc::clone(&clients) as Arc<dyn crate::sessions::ConsumerDirectory>);
         Arc::new(Remoting {
             proxy,
             authenticator,
-            clients: clients::Clients::new(options.max_clients),
+            clients,
             options,
             connections: Default::default(),
             next_connection: AtomicU64::new(1),
@@ -202,7 +205,7 @@ impl Remoting {
             HEART_BEAT => self.heartbeat(&request, &caller, connection),
             UNREGISTER_CLIENT if caller.authenticated().is_ok() => self.unregister(&request, connection),
             UNREGISTER_CLIENT => Frame::answer(&request, NO_PERMISSION),
-            GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&request, &caller),
+            GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&request, &caller).await,
             LOCK_BATCH_MQ => self.lock(&request, &caller, true),
             UNLOCK_BATCH_MQ => self.lock(&request, &caller, false),
             CHECK_CLIENT_CONFIG => Frame::answer(&request, SUCCESS),
@@ -260,7 +263,9 @@ impl Remoting {
         Frame::answer(request, SUCCESS)
     }
 
-    fn consumer_list(&self, request: &Frame, caller: &Caller) -> Frame {
+    /// The group's members over the whole cluster: each client heartbeats to the node its route
+    /// named, and the queues are shared out among all of them.
+    async fn consumer_list(&self, request: &Frame, caller: &Caller) -> Frame {
         let group = request.field("consumerGroup").unwrap_or_default();
         if let Some(refused) = self.refused(
             request,
@@ -269,10 +274,9 @@ impl Remoting {
         ) {
             return refused;
         }
-        let members = self.clients.members(group, Instant::now());
+        let members = self.proxy.groups().metadata().remoting_consumers(group).await;
         if members.is_empty() {
-            return Frame::answer(request, SYSTEM_ERROR)
-                .with_remark(format!("no consumer of group {group} on this node"));
+            return Frame::answer(request, SYSTEM_ERROR).with_remark(format!("no consumer of group {group}"));
         }
         let body = serde_json::json!({ "consumerIdList": members });
         Frame::answer(request, SUCCESS).with_body(serde_json::to_vec(&body).unwrap_or_default())

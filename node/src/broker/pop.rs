@@ -654,6 +654,30 @@ mod tests {
     }
 
     #[test]
+    fn a_pull_consumers_commit_moves_one_queue_and_only_for_a_group_and_topic_that_exist() {
+        let mut c = consumption();
+        c.apply(2, &pop(0, vec![take(0, 5, &[(4, "")], &[])], vec![]));
+        let commit = |group: &str, epoch: u64, queue_id: u32, offset: u64| ConsumeCommand::CommitOffset {
+            group: group.into(),
+            topic: "t".into(),
+            topic_epoch: epoch,
+            queue_id,
+            offset,
+        };
+        assert_eq!(c.apply(3, &commit("g", 1, 1, 7)), ConsumeOutcome::Done);
+        assert_eq!(c.queues.get(&("g".into(), "t".into(), 1)).map(|q| q.position), Some(7));
+        let q0 = c.queues.get(&("g".into(), "t".into(), 0)).unwrap();
+        assert_eq!(q0.inflight.len(), 1, "another queue's deliveries stay");
+        assert_eq!(c.apply(4, &commit("g", 1, 0, 2)), ConsumeOutcome::Done);
+        let q0 = c.queues.get(&("g".into(), "t".into(), 0)).unwrap();
+        assert_eq!((q0.position, q0.inflight.len()), (2, 0), "its own queue's are forgotten");
+        let before = c.clone();
+        assert_eq!(c.apply(5, &commit("nobody", 1, 0, 9)), ConsumeOutcome::GroupNotFound("nobody".into()));
+        assert_eq!(c.apply(6, &commit("g", 99, 0, 9)), ConsumeOutcome::TopicNotFound("t".into()));
+        assert_eq!(c, before, "a refused commit changes nothing");
+    }
+
+    #[test]
     fn a_pop_planned_before_its_topic_was_deleted_or_recreated_changes_nothing() {
         let mut c = consumption();
         c.apply(2, &pop(0, vec![take(0, 3, &[(2, "")], &[])], vec![]));

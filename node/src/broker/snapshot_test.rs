@@ -60,6 +60,13 @@ enum Op {
         group: usize,
         topic: usize,
     },
+    /// A pull consumer's commit of one queue.
+    Commit {
+        group: usize,
+        topic: usize,
+        queue: u32,
+        offset: u64,
+    },
     /// The leader fires the timers due by then.
     Fire {
         later_ms: i64,
@@ -107,6 +114,12 @@ fn op() -> impl Strategy<Value = Op> {
         (0..2usize, 0..4usize, 0..3_000i64).prop_map(|(group, topic, later_ms)| Op::Pop { group, topic, later_ms }),
         (0..2usize, any::<bool>()).prop_map(|(group, change)| Op::Settle { group, change }),
         (0..2usize, 0..4usize).prop_map(|(group, topic)| Op::Reset { group, topic }),
+        (0..2usize, 0..4usize, 0..3u32, 0..6u64).prop_map(|(group, topic, queue, offset)| Op::Commit {
+            group,
+            topic,
+            queue,
+            offset
+        }),
         (0..4_000i64).prop_map(|later_ms| Op::Fire { later_ms }),
         (0..4usize).prop_map(|pick| Op::Recall { pick }),
         (0..4usize, any::<bool>(), any::<bool>()).prop_map(|(pick, commit, operator)| Op::Resolve {
@@ -296,6 +309,17 @@ fn run(n: &mut Node, op: &Op, clock: &mut i64) {
                 topic: TOPICS[*topic].into(),
                 topic_epoch: epoch,
                 positions: vec![(0, 0)],
+            };
+            n.commit(&Command::Consume(command));
+        }
+        Op::Commit { group, topic, queue, offset } => {
+            let Some(epoch) = n.broker.topic_epoch(TOPICS[*topic]) else { return };
+            let command = ConsumeCommand::CommitOffset {
+                group: GROUPS[*group].into(),
+                topic: TOPICS[*topic].into(),
+                topic_epoch: epoch,
+                queue_id: *queue,
+                offset: *offset,
             };
             n.commit(&Command::Consume(command));
         }

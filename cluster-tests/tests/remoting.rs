@@ -310,6 +310,27 @@ async fn with_auth_on_remoting_requests_need_a_valid_signature_and_the_acl() {
         )
         .await;
     assert_eq!(max.field("offset"), Some("1"));
+    // A member of a group may send back only messages of topics it consumes: a commit-log offset
+    // of another topic's message is refused, and copies nothing into its retry topic.
+    cluster.create_group("CID_SNOOP", false, 16).await;
+    let grant = pb::GrantRequest {
+        access_key: "sub".into(),
+        resource: "Group:CID_SNOOP".into(),
+        actions: vec!["SUB".into()],
+        deny: false,
+    };
+    cluster.admin(grant).await;
+    let admin_key = Some((admin.access_key.as_str(), admin.secret.expose()));
+    let pulled = conn.call(pull("Signed", "CID_SNOOP", 0, 0, None), admin_key).await;
+    assert_eq!(pulled.code, SUCCESS, "{}", pulled.remark);
+    let physical = i64::from_be_bytes(pulled.body[28..36].try_into().unwrap());
+    let back = |offset: i64| {
+        request(CONSUMER_SEND_MSG_BACK).with("group", "CID_SNOOP").with("offset", offset).with("delayLevel", 0)
+    };
+    let snooped = conn.call(back(physical), Some(("sub", "sub-secret"))).await;
+    assert_eq!(snooped.code, NO_PERMISSION, "{}", snooped.remark);
+    let made_up = conn.call(back(physical + 1), admin_key).await;
+    assert_eq!(made_up.code, SYSTEM_ERROR, "no message is queued at a made-up offset");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

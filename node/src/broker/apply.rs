@@ -277,6 +277,22 @@ impl Partition {
         {
             return Reply::Consume(ConsumeOutcome::TopicNotFound(pop.topic.clone()));
         }
+        // A pull consumer's commit: a queue this group holds, to a position inside the queue (a
+        // client's number beyond its end would otherwise skip what is stored next).
+        let command = match command {
+            ConsumeCommand::CommitOffset { group, topic, topic_epoch, queue_id, offset } => {
+                match self.topics.get(&topic) {
+                    Some(config) if queue_id >= config.queues || self.misplaced(config, &[queue_id]) => {
+                        return Reply::Consume(ConsumeOutcome::TopicNotFound(topic));
+                    }
+                    _ => {}
+                }
+                let range = self.queues.get(&(topic.clone(), queue_id)).copied().unwrap_or_default();
+                let offset = offset.clamp(range.start, range.next.max(range.start));
+                ConsumeCommand::CommitOffset { group, topic, topic_epoch, queue_id, offset }
+            }
+            other => other,
+        };
         let wakes = command.wakes(&self.consumption).map(str::to_string);
         let outcome = match command.settle_each(index, |r, step| self.settle(r, step, fx)) {
             None => self.consumption.apply(index, &command),

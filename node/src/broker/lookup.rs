@@ -35,6 +35,29 @@ impl Broker {
         Ok(None)
     }
 
+    /// The deliverable message stored at `position` (a message a consumer was handed names it):
+    /// `None` if none is queued there (a pending timer, a half, a message retention took, a
+    /// position that names nothing).
+    pub fn queued_at(&self, position: u64) -> Result<Option<StoredEntry>, BrokerError> {
+        let (index, ordinal) = split_position(position);
+        let Some(batch) = self.batch_at(index)? else { return Ok(None) };
+        let Ok(raw) = crate::broker::message_in(&batch, index, ordinal) else { return Ok(None) };
+        let Ok(id) = crate::broker::message_view::MessageView::parse(raw).map(|m| m.message_id.to_string()) else {
+            return Ok(None);
+        };
+        for Located { position: at, place } in self.inner.message_index.candidates(&id) {
+            let Place::Queued { offset } = place else { continue };
+            if at != position {
+                continue;
+            }
+            let Some((topic, queue_id)) = self.queue_of(position)? else { continue };
+            if self.queue_record(&topic, queue_id, offset)?.is_some_and(|r| r.position == position) {
+                return self.read(&topic, queue_id, offset);
+            }
+        }
+        Ok(None)
+    }
+
     /// A held message (pending timer, or half in any state) with this id.
     pub fn find_held(&self, message_id: &str) -> Result<Option<HeldEntry>, BrokerError> {
         for Located { position, place } in self.inner.message_index.candidates(message_id) {

@@ -20,6 +20,15 @@ pub const LOCK_EXPIRY: Duration = Duration::from_secs(60);
 pub const MAX_SUBSCRIPTIONS: usize = 256;
 /// Longest subscription expression taken.
 pub const MAX_EXPRESSION_BYTES: usize = 4096;
+/// Longest group, topic or client name taken (RocketMQ's topics have at most 127 bytes, groups
+/// 255).
+pub const MAX_NAME_BYTES: usize = 255;
+/// Most bytes one member's registration may hold (names and expressions).
+pub const MAX_MEMBER_BYTES: usize = 64 << 10;
+/// Most bytes all members together may hold.
+pub const MAX_REGISTRY_BYTES: usize = 64 << 20;
+/// Most queue locks one client may hold.
+pub const MAX_LOCKS_PER_CLIENT: usize = 4096;
 
 /// A consumer's subscription to one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,13 +37,19 @@ pub struct SubscriptionData {
     pub expression: String,
 }
 
-/// One consumer group member, as its heartbeats describe it.
+/// One consumer group member, as its heartbeats on one connection describe it.
 #[derive(Debug, Clone)]
 struct Member {
-    connection: u64,
     seen: Instant,
     subscriptions: BTreeMap<String, SubscriptionData>,
+    /// What it holds, for the registry's byte budget.
+    bytes: usize,
 }
+
+/// A member is its client id on one connection: a client speaks only for itself, so another
+/// connection naming the same id (a guess, or the same client reconnected) is another entry,
+/// and nothing one connection sends changes, removes or filters for another's.
+type MemberKey = (String, u64);
 
 /// A heartbeat's consumer groups, read leniently: the C++ clients send enums as numbers, Java
 /// and Go as names; absent lists are empty.
@@ -57,6 +72,14 @@ pub enum BadHeartbeat {
     TooLarge(String),
 }
 
+fn name_ok(name: &str) -> Result<(), BadHeartbeat> {
+    match name.len() {
+        0 => Err(BadHeartbeat::TooLarge("names an empty group or topic".into())),
+        n if n > MAX_NAME_BYTES => Err(BadHeartbeat::TooLarge(format!("names one of {n} bytes"))),
+        _ => Ok(()),
+    }
+}
+
 impl Heartbeat {
     pub fn parse(body: &[u8]) -> Result<Heartbeat, BadHeartbeat> {
         let v: Value = serde_json::from_slice(body).map_err(|e| BadHeartbeat::NotJson(e.to_string()))?;
@@ -64,6 +87,7 @@ impl Heartbeat {
         if client_id.is_empty() {
             return Err(BadHeartbeat::NoClientId);
         }
+        name_ok(&client_id)?;
         let list = |key: &str| v.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
         let producers = list("producerDataSet")
             .iter()
@@ -72,6 +96,7 @@ impl Heartbeat {
         let mut consumers = Vec::new();
         for c in list("consumerDataSet") {
             let Some(group) = c.get("groupName").and_then(Value::as_str) else { continue };
+            name_ok(group)?;
             let subs = c.get("subscriptionDataSet").and_then(Value::as_array).cloned().unwrap_or_default();
             if subs.len() > MAX_SUBSCRIPTIONS {
                 return Err(BadHeartbeat::TooLarge(format!("has {} subscriptions for {group}", subs.len())));
@@ -79,6 +104,7 @@ impl Heartbeat {
             let mut topics = BTreeMap::new();
             for s in subs {
                 let Some(topic) = s.get("topic").and_then(Value::as_str) else { continue };
+                name_ok(topic)?;
                 let expression = s.get("subString").and_then(Value::as_str).unwrap_or("*").to_string();
                 if expression.len() > MAX_EXPRESSION_BYTES {
                     return Err(BadHeartbeat::TooLarge(format!("expression of {} bytes", expression.len())));
@@ -105,8 +131,8 @@ struct Lock {
 /// The registry. Bounded: at most `max_clients` members over all groups.
 pub struct Clients {
     max_clients: usize,
-    /// group → client id → member.
-    groups: Mutex<HashMap<String, HashMap<String, Member>>>,
+    /// group → (client id, connection) → member.
+    groups: Mutex<HashMap<String, HashMap<MemberKey, Member>>>,
     /// (group, topic, queue) → lock.
     locks: Mutex<HashMap<(String, String, u32), Lock>>,
 }
@@ -124,35 +150,47 @@ impl Clients {
     pub fn heartbeat(&self, connection: u64, beat: &Heartbeat, now: Instant) -> Result<Changed, String> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut groups, now);
-        let count: usize = groups.values().map(HashMap::len).sum();
+        let (mut count, mut total) = (0, 0);
+        for m in groups.values().flat_map(HashMap::values) {
+            count += 1;
+            total += m.bytes;
+        }
         let mut changed = Vec::new();
         for (group, subscriptions) in &beat.consumers {
+            let bytes = group.len()
+                + beat.client_id.len()
+                + subscriptions.iter().map(|(t, s)| t.len() + s.expression.len()).sum::<usize>();
+            if bytes > MAX_MEMBER_BYTES {
+                return Err(format!("a registration of {bytes} bytes exceeds {MAX_MEMBER_BYTES}"));
+            }
+            let key = (beat.client_id.clone(), connection);
             let members = groups.entry(group.clone()).or_default();
-            match members.get_mut(&beat.client_id) {
+            match members.get_mut(&key) {
                 Some(m) => {
-                    m.seen = now;
-                    m.connection = connection;
-                    m.subscriptions = subscriptions.clone();
+                    total = total - m.bytes + bytes;
+                    *m = Member { seen: now, subscriptions: subscriptions.clone(), bytes };
                 }
                 None => {
-                    if count + changed.len() >= self.max_clients {
-                        return Err(format!("this node serves {} Remoting consumers, its most", self.max_clients));
+                    if count >= self.max_clients || total + bytes > MAX_REGISTRY_BYTES {
+                        return Err(format!("this node serves {count} Remoting consumers, its most"));
                     }
-                    let m = Member { connection, seen: now, subscriptions: subscriptions.clone() };
-                    members.insert(beat.client_id.clone(), m);
+                    members.insert(key, Member { seen: now, subscriptions: subscriptions.clone(), bytes });
+                    (count, total) = (count + 1, total + bytes);
                     changed.push(group.clone());
                 }
             }
         }
+        groups.retain(|_, m| !m.is_empty());
         Ok(changed)
     }
 
-    /// Removes `client` from `group` (every group if `group` is empty).
-    pub fn unregister(&self, client: &str, group: &str) -> Changed {
+    /// Removes `client` of this `connection` from `group` (every group if `group` is empty).
+    pub fn unregister(&self, connection: u64, client: &str, group: &str) -> Changed {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (client.to_string(), connection);
         let mut changed = Vec::new();
         for (name, members) in groups.iter_mut() {
-            if (group.is_empty() || name == group) && members.remove(client).is_some() {
+            if (group.is_empty() || name == group) && members.remove(&key).is_some() {
                 changed.push(name.clone());
             }
         }
@@ -166,7 +204,7 @@ impl Clients {
         let mut changed = Vec::new();
         for (name, members) in groups.iter_mut() {
             let before = members.len();
-            members.retain(|_, m| m.connection != connection);
+            members.retain(|(_, c), _| *c != connection);
             if members.len() != before {
                 changed.push(name.clone());
             }
@@ -175,32 +213,42 @@ impl Clients {
         changed
     }
 
-    /// The live members of `group`, sorted.
+    /// The live members of `group`, sorted, each id once.
     pub fn members(&self, group: &str, now: Instant) -> Vec<String> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut groups, now);
-        let mut ids: Vec<String> = groups.get(group).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        let mut ids: Vec<String> =
+            groups.get(group).map(|m| m.keys().map(|(id, _)| id.clone()).collect()).unwrap_or_default();
         ids.sort();
+        ids.dedup();
         ids
     }
 
-    /// The connections of `group`'s members other than `except`'s.
+    /// Whether `client` is registered on `connection` (in any group).
+    pub fn registered(&self, connection: u64, client: &str) -> bool {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        groups.values().any(|m| m.keys().any(|(id, c)| *c == connection && id == client))
+    }
+
+    /// The connections of `group`'s members other than `except`.
     pub fn connections(&self, group: &str, except: u64) -> Vec<u64> {
         let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<u64> = groups
-            .get(group)
-            .map(|m| m.values().map(|m| m.connection).filter(|c| *c != except).collect())
-            .unwrap_or_default();
+        let mut out: Vec<u64> =
+            groups.get(group).map(|m| m.keys().map(|(_, c)| *c).filter(|c| *c != except).collect()).unwrap_or_default();
         out.sort_unstable();
         out.dedup();
         out
     }
 
-    /// What a member of `group` registered for `topic`: pulls that carry no subscription (the Go
-    /// and Java clients' default) are filtered with it.
-    pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
+    /// What the client on `connection` registered in `group` for `topic`: its own pulls that
+    /// carry no subscription (the Go and Java clients' default) are filtered with it.
+    pub fn subscription(&self, connection: u64, group: &str, topic: &str) -> Option<SubscriptionData> {
         let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        groups.get(group)?.values().find_map(|m| m.subscriptions.get(topic).cloned())
+        groups
+            .get(group)?
+            .iter()
+            .filter(|((_, c), _)| *c == connection)
+            .find_map(|(_, m)| m.subscriptions.get(topic).cloned())
     }
 
     /// Locks each of `queues` of `group` for `client` that is free, expired or already its own;
@@ -209,10 +257,14 @@ impl Clients {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.retain(|_, l| l.until > now);
         let mut held = Vec::new();
+        let mut holds = locks.values().filter(|l| l.client == client).count();
         for (topic, queue) in queues {
             let key = (group.to_string(), topic.clone(), *queue);
             let mine = locks.get(&key).is_none_or(|l| l.client == client);
-            if mine && (locks.len() < self.max_clients.saturating_mul(64) || locks.contains_key(&key)) {
+            let renewal = locks.contains_key(&key);
+            let room = holds < MAX_LOCKS_PER_CLIENT && locks.len() < self.max_clients.saturating_mul(64);
+            if mine && (renewal || room) {
+                holds += usize::from(!renewal);
                 locks.insert(key, Lock { client: client.to_string(), until: now + LOCK_EXPIRY });
                 held.push((topic.clone(), *queue));
             }
@@ -237,7 +289,7 @@ impl crate::sessions::ConsumerDirectory for Clients {
     }
 }
 
-fn expire(groups: &mut HashMap<String, HashMap<String, Member>>, now: Instant) {
+fn expire(groups: &mut HashMap<String, HashMap<MemberKey, Member>>, now: Instant) {
     for members in groups.values_mut() {
         members.retain(|_, m| now.duration_since(m.seen) < CLIENT_EXPIRY);
     }
@@ -269,21 +321,22 @@ mod tests {
         assert!(matches!(Heartbeat::parse(b"not json"), Err(BadHeartbeat::NotJson(_))));
     }
 
+    fn beat(id: &str) -> Heartbeat {
+        Heartbeat { client_id: id.into(), consumers: vec![("g".into(), BTreeMap::new())], producers: vec![] }
+    }
+
     #[test]
     fn members_are_listed_exactly_until_they_leave_their_connection_closes_or_they_expire() {
         let clients = Clients::new(10);
         let now = Instant::now();
-        let beat = |id: &str| Heartbeat {
-            client_id: id.into(),
-            consumers: vec![("g".into(), BTreeMap::new())],
-            producers: vec![],
-        };
         assert_eq!(clients.heartbeat(1, &beat("b@1"), now).unwrap(), vec!["g".to_string()]);
         assert_eq!(clients.heartbeat(2, &beat("a@2"), now).unwrap(), vec!["g".to_string()]);
         assert!(clients.heartbeat(2, &beat("a@2"), now).unwrap().is_empty(), "a renewal changes nothing");
         assert_eq!(clients.members("g", now), vec!["a@2".to_string(), "b@1".to_string()]);
         assert_eq!(clients.connections("g", 1), vec![2]);
-        assert_eq!(clients.unregister("b@1", ""), vec!["g".to_string()]);
+        assert!(clients.registered(1, "b@1") && !clients.registered(2, "b@1"));
+        assert!(clients.unregister(2, "b@1", "").is_empty(), "only its own connection unregisters a client");
+        assert_eq!(clients.unregister(1, "b@1", ""), vec!["g".to_string()]);
         assert_eq!(clients.members("g", now), vec!["a@2".to_string()]);
         assert_eq!(clients.connection_closed(2), vec!["g".to_string()]);
         assert!(clients.members("g", now).is_empty());
@@ -292,18 +345,38 @@ mod tests {
     }
 
     #[test]
-    fn the_registry_is_bounded() {
+    fn a_connection_cannot_take_over_another_ones_client_or_its_filter() {
+        let clients = Clients::new(10);
+        let now = Instant::now();
+        let with = |expression: &str| {
+            let sub = SubscriptionData { kind: FilterKind::Tag, expression: expression.into() };
+            let consumers = vec![("g".into(), BTreeMap::from([("t".into(), sub)]))];
+            Heartbeat { client_id: "victim".into(), consumers, producers: vec![] }
+        };
+        clients.heartbeat(1, &with("*"), now).unwrap();
+        clients.heartbeat(2, &with("nothing-matches"), now).unwrap();
+        assert_eq!(clients.subscription(1, "g", "t").unwrap().expression, "*", "each pulls with its own");
+        assert_eq!(clients.members("g", now), vec!["victim".to_string()], "one id, listed once");
+        clients.connection_closed(2);
+        assert_eq!(clients.members("g", now), vec!["victim".to_string()], "the first stays");
+    }
+
+    #[test]
+    fn the_registry_is_bounded_in_members_and_bytes() {
         let clients = Clients::new(2);
         let now = Instant::now();
         for id in ["a", "b"] {
-            let beat =
-                Heartbeat { client_id: id.into(), consumers: vec![("g".into(), BTreeMap::new())], producers: vec![] };
-            clients.heartbeat(1, &beat, now).unwrap();
+            clients.heartbeat(1, &beat(id), now).unwrap();
         }
-        let third =
-            Heartbeat { client_id: "c".into(), consumers: vec![("g".into(), BTreeMap::new())], producers: vec![] };
-        assert!(clients.heartbeat(1, &third, now).is_err());
+        assert!(clients.heartbeat(1, &beat("c"), now).is_err());
         assert_eq!(clients.members("g", now).len(), 2);
+        let big: BTreeMap<String, SubscriptionData> = (0..40)
+            .map(|i| (format!("t{i}"), SubscriptionData { kind: FilterKind::Tag, expression: "x".repeat(4000) }))
+            .collect();
+        let huge = Heartbeat { client_id: "a".into(), consumers: vec![("g".into(), big)], producers: vec![] };
+        assert!(clients.heartbeat(1, &huge, now).is_err(), "over a member's byte budget");
+        let long = format!(r#"{{"clientID":"x","consumerDataSet":[{{"groupName":"{}"}}]}}"#, "g".repeat(300));
+        assert!(matches!(Heartbeat::parse(long.as_bytes()), Err(BadHeartbeat::TooLarge(_))));
     }
 
     #[test]

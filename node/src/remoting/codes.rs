@@ -35,7 +35,7 @@ pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
 pub const PULL_OFFSET_MOVED: i32 = 21;
 pub const QUERY_NOT_FOUND: i32 = 22;
 pub const SUBSCRIPTION_PARSE_FAILED: i32 = 23;
-pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 24;
+pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
 
 /// The Remoting code for a gRPC status the shared paths answered with.
 pub fn of_status(status: &rockraft_proto::rocketmq::Status) -> i32 {

@@ -34,19 +34,8 @@ pub const TRAN_MSG: &str = "TRAN_MSG";
 
 /// Properties the broker reads and clients set, stored as a message's fields rather than as
 /// user properties (and written back from them).
-const SYSTEM: [&str; 11] = [
-    TAGS,
-    KEYS,
-    UNIQ_KEY,
-    DELAY,
-    WAIT,
-    TIMER_DELIVER_MS,
-    TIMER_DELAY_SEC,
-    TIMER_DELAY_MS,
-    SHARDING_KEY,
-    TRAN_MSG,
-    "PGROUP",
-];
+const SYSTEM: [&str; 10] =
+    [TAGS, KEYS, UNIQ_KEY, DELAY, WAIT, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, SHARDING_KEY, TRAN_MSG];
 
 /// RocketMQ's 18 delay levels, in seconds (`messageDelayLevel`'s default).
 pub const DELAY_LEVELS_SECS: [u64; 18] =

@@ -56,11 +56,15 @@ pub struct RemotingOptions {
     pub max_requests_per_connection: usize,
 }
 
+/// Most queues one lock request names (the rest are not locked).
+const MAX_LOCKED_PER_REQUEST: usize = 1024;
 /// Most frames waiting to be written to one connection.
 const OUTBOX: usize = 1024;
 /// A connection that sends nothing for this long is closed (RocketMQ's idle time; the clients
 /// send heartbeats every 30 s, and a held pull lasts at most a minute).
 const IDLE: Duration = Duration::from_secs(120);
+/// Longest an answer may wait for the client to take it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a connection is read, and of its answers written, at once.
 const IO_BUFFER: usize = 64 << 10;
 
@@ -119,8 +123,10 @@ impl Remoting {
                 {
                     out.extend_from_slice(&more);
                 }
-                if writer.write_all(&out).await.is_err() {
-                    break;
+                // A client that stops reading is dropped; its requests' answers then go nowhere.
+                match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&out)).await {
+                    Ok(Ok(())) => {}
+                    _ => break,
                 }
                 out.clear();
             }
@@ -162,12 +168,21 @@ impl Remoting {
             if frame.is_response() {
                 continue;
             }
+            if tx.is_closed() {
+                break;
+            }
             let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else { break };
             let (this, tx, link) = (Arc::clone(&self), tx.clone(), Arc::clone(&link));
+            let oneway = frame.flag & frame::ONEWAY != 0;
             tokio::spawn(async move {
                 let answer = this.handle(frame, id, peer, &link).await;
+                // Java's oneway requests want no answer (the C++ client marks none so).
+                if !oneway {
+                    let _ = tx.send(answer.encode()).await;
+                }
+                // Held until the answer is queued: a client that does not read its answers
+                // stops being read, instead of piling up answers.
                 drop(permit);
-                let _ = tx.send(answer.encode()).await;
             });
         }
         self.connections.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
@@ -196,18 +211,17 @@ impl Remoting {
             SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => self.send(&request, &caller, peer, link).await,
             END_TRANSACTION => self.end_transaction(&request, &caller).await,
             CONSUMER_SEND_MSG_BACK => self.send_back(&request, &caller).await,
-            PULL_MESSAGE => self.pull(&request, &caller).await,
+            PULL_MESSAGE => self.pull(&request, &caller, connection).await,
             QUERY_CONSUMER_OFFSET => self.query_offset(&request, &caller).await,
             UPDATE_CONSUMER_OFFSET => self.update_offset(&request, &caller).await,
             GET_MAX_OFFSET | GET_MIN_OFFSET | SEARCH_OFFSET_BY_TIMESTAMP | GET_EARLIEST_MSG_STORETIME => {
                 self.queue_bound(&request, &caller).await
             }
             HEART_BEAT => self.heartbeat(&request, &caller, connection),
-            UNREGISTER_CLIENT if caller.authenticated().is_ok() => self.unregister(&request, connection),
-            UNREGISTER_CLIENT => Frame::answer(&request, NO_PERMISSION),
+            UNREGISTER_CLIENT => self.unregister(&request, connection),
             GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&request, &caller).await,
-            LOCK_BATCH_MQ => self.lock(&request, &caller, true),
-            UNLOCK_BATCH_MQ => self.lock(&request, &caller, false),
+            LOCK_BATCH_MQ => self.lock(&request, &caller, connection, true),
+            UNLOCK_BATCH_MQ => self.lock(&request, &caller, connection, false),
             CHECK_CLIENT_CONFIG => Frame::answer(&request, SUCCESS),
             code => Frame::answer(&request, REQUEST_CODE_NOT_SUPPORTED)
                 .with_remark(format!("request code {code} is not supported")),
@@ -238,8 +252,13 @@ impl Remoting {
             Ok(b) => b,
             Err(e) => return Frame::answer(request, SYSTEM_ERROR).with_remark(e.to_string()),
         };
-        if beat.client_id.len() > crate::proxy::MAX_CLIENT_ID_BYTES {
-            return Frame::answer(request, SYSTEM_ERROR).with_remark("clientID too long");
+        // A consumer joins only the groups its user may consume as.
+        for (group, _) in &beat.consumers {
+            let needs =
+                [(crate::broker::access::Action::Sub, crate::broker::access::ResourceKind::Group, group.as_str())];
+            if let Some(refused) = self.refused(request, caller, &needs) {
+                return refused;
+            }
         }
         match self.clients.heartbeat(connection, &beat, Instant::now()) {
             Ok(changed) => {
@@ -256,7 +275,7 @@ impl Remoting {
         let client = request.field("clientID").unwrap_or_default();
         let group = request.field("consumerGroup").unwrap_or_default();
         if !group.is_empty() {
-            for g in self.clients.unregister(client, group) {
+            for g in self.clients.unregister(connection, client, group) {
                 self.notify_group_changed(&g, connection);
             }
         }
@@ -282,7 +301,9 @@ impl Remoting {
         Frame::answer(request, SUCCESS).with_body(serde_json::to_vec(&body).unwrap_or_default())
     }
 
-    fn lock(&self, request: &Frame, caller: &Caller, lock: bool) -> Frame {
+    /// LOCK_BATCH_MQ and UNLOCK_BATCH_MQ: for a client registered on this connection, on queues
+    /// of topics its user may consume.
+    fn lock(&self, request: &Frame, caller: &Caller, connection: u64, lock: bool) -> Frame {
         let body: serde_json::Value = match serde_json::from_slice(&request.body) {
             Ok(v) => v,
             Err(e) => return Frame::answer(request, SYSTEM_ERROR).with_remark(format!("lock body is not JSON: {e}")),
@@ -299,16 +320,23 @@ impl Remoting {
                         let id = q.get("queueId")?.as_u64().and_then(|n| u32::try_from(n).ok())?;
                         Some((topic, id))
                     })
-                    .take(clients::MAX_SUBSCRIPTIONS * 64)
+                    .filter(|(topic, _)| topic.len() <= clients::MAX_NAME_BYTES)
+                    .take(MAX_LOCKED_PER_REQUEST)
                     .collect()
             })
             .unwrap_or_default();
-        if let Some(refused) = self.refused(
-            request,
-            caller,
-            &[(crate::broker::access::Action::Sub, crate::broker::access::ResourceKind::Group, &group)],
-        ) {
+        let mut needs =
+            vec![(crate::broker::access::Action::Sub, crate::broker::access::ResourceKind::Group, group.as_str())];
+        let topics: std::collections::BTreeSet<&str> = queues.iter().map(|(t, _)| t.as_str()).collect();
+        needs.extend(
+            topics.iter().map(|t| (crate::broker::access::Action::Sub, crate::broker::access::ResourceKind::Topic, *t)),
+        );
+        if let Some(refused) = self.refused(request, caller, &needs) {
             return refused;
+        }
+        if !self.clients.registered(connection, &client) {
+            return Frame::answer(request, SYSTEM_ERROR)
+                .with_remark(format!("client {client} has sent no heartbeat on this connection"));
         }
         if !lock {
             self.clients.unlock(&group, &client, &queues);

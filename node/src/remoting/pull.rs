@@ -79,7 +79,7 @@ enum Found {
 }
 
 impl Remoting {
-    pub(super) async fn pull(&self, request: &Frame, caller: &Caller) -> Frame {
+    pub(super) async fn pull(&self, request: &Frame, caller: &Caller, connection: u64) -> Frame {
         let header = match PullHeader::of(request) {
             Ok(h) => h,
             Err(why) => return Frame::answer(request, SYSTEM_ERROR).with_remark(why),
@@ -118,7 +118,7 @@ impl Remoting {
             Some(s) => s.clone(),
             None => self
                 .clients
-                .subscription(group, topic_name)
+                .subscription(connection, group, topic_name)
                 .map_or((FilterKind::Tag, "*".to_string()), |s| (s.kind, s.expression)),
         };
         let plugins = self.proxy.plugins();

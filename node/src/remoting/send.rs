@@ -19,6 +19,8 @@ use crate::remoting::frame::Frame;
 use crate::remoting::message::{self, *};
 use crate::remoting::{Remoting, flag, number};
 
+/// Most bytes of shared properties a batch's messages hold together (each carries a copy).
+const MAX_BATCH_PROPERTY_BYTES: usize = 16 << 20;
 /// sysFlag bit 0: the body is zlib-compressed (for a batch, the whole batch body).
 const COMPRESSED: i32 = 1;
 
@@ -121,6 +123,10 @@ pub fn messages_of(header: &SendHeader, body: Bytes, max_body: u64) -> Result<Ve
             return Err(BadSend::Truncated(at));
         }
         let props = std::str::from_utf8(&rest.split_to(props_len)).map_err(|_| BadSend::NotUtf8)?.to_string();
+        // The shared properties are copied into each message: bounded together.
+        if header.properties.len().saturating_mul(at + 1) > MAX_BATCH_PROPERTY_BYTES {
+            return Err(BadSend::TooMany(at));
+        }
         let mut properties = shared.clone();
         properties.extend(parse_properties(&props));
         out.push(Sent { properties, body });
@@ -294,11 +300,11 @@ pub fn send_back(
     let dead = delay_level < 0 || reconsumed >= max_reconsume || retry_topic.is_none();
     match (dead, retry_topic) {
         (false, Some(retry)) => {
-            let times = reconsumed + 1;
+            let times = reconsumed.saturating_add(1);
             p.insert(RECONSUME_TIME.into(), times.to_string());
             p.insert(UNIQ_KEY.into(), format!("{origin_id}#{times}"));
             if retry.kind == TopicKind::Delay {
-                let level = if delay_level > 0 { delay_level as u32 } else { 3 + reconsumed };
+                let level = if delay_level > 0 { delay_level as u32 } else { reconsumed.saturating_add(3) };
                 p.insert(DELAY.into(), level.to_string());
             }
             SendBack { topic: retry.name.clone(), properties: p, dead_letter: false }
@@ -328,18 +334,18 @@ impl Remoting {
         let Some((holder, position)) = found.filter(|(h, _)| h.holds_replica()) else {
             return Frame::answer(request, SYSTEM_ERROR).with_remark("no message at that commit-log offset here");
         };
-        let broker = holder.broker();
-        let (index, ordinal) = crate::broker::split_position(position);
-        let original = match broker.batch_at(index) {
-            Ok(Some(batch)) => crate::broker::message_in(&batch, index, ordinal)
-                .ok()
-                .and_then(|raw| <rockraft_proto::rockraft::StoredMessage as prost::Message>::decode(raw.clone()).ok())
-                .map(|m| (batch.topic.clone(), m)),
-            _ => None,
+        // Only a message that was delivered (queued: not a pending timer, not a half), of a topic
+        // the caller consumes, or its group's retries.
+        let original = match holder.broker().queued_at(position) {
+            Ok(Some(entry)) => entry,
+            _ => return Frame::answer(request, SYSTEM_ERROR).with_remark("no message at that commit-log offset here"),
         };
-        let Some((original_topic, stored)) = original else {
-            return Frame::answer(request, SYSTEM_ERROR).with_remark("no message at that commit-log offset here");
-        };
+        if original.topic != retry_topic(&group)
+            && let Some(refused) = self.refused(request, caller, &[(Action::Sub, ResourceKind::Topic, &original.topic)])
+        {
+            return refused;
+        }
+        let (original_topic, stored) = (original.topic, original.message);
         let max_reconsume =
             number::<u32>(request, "maxReconsumeTimes").unwrap_or_else(|| config.max_attempts.saturating_sub(1));
         let retry = self.proxy.topic(&retry_topic(&group)).await;

@@ -77,7 +77,9 @@ impl ProducerLink {
 /// The stored form of a message a question carries (the gRPC form).
 fn stored_of(m: &rockraft_proto::rocketmq::Message) -> StoredMessage {
     let sp = m.system_properties.clone().unwrap_or_default();
-    let ms = |t: Option<prost_types::Timestamp>| t.map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+    let ms = |t: Option<prost_types::Timestamp>| {
+        t.map_or(0, |t| t.seconds.saturating_mul(1000).saturating_add(i64::from(t.nanos) / 1_000_000))
+    };
     StoredMessage {
         message_id: sp.message_id,
         tag: sp.tag.unwrap_or_default(),

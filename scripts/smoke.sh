@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 export ROCKRAFT_DATA="$(mktemp -d)"
 export ROCKRAFT_CLIENT_PORT_BASE=18080 ROCKRAFT_RAFT_PORT_BASE=19080 ROCKRAFT_ADMIN_PORT_BASE=17080 ROCKRAFT_HTTP_PORT_BASE=16080
+export ROCKRAFT_REMOTING_PORT_BASE=19875
 export ROCKRAFT_SEGMENT_SIZE=1048576
 trap 'scripts/cluster.sh stop > /dev/null 2>&1 || true; rm -rf "$ROCKRAFT_DATA"' EXIT
 # ROCKRAFT_BIN: the node binary to run (default: the release build, built by scripts/cluster.sh).

@@ -222,6 +222,7 @@ async fn remoting_frames_of_every_form_are_answered_sql92_filters_pulls_and_comm
         let answer = one.call(send("Sql", 0, &props, body), None).await;
         assert_eq!(answer.code, SUCCESS, "{}", answer.remark);
         assert_eq!(answer.field("queueOffset"), Some(i.to_string().as_str()));
+        assert_eq!(answer.field("queueId"), Some("0"), "the queue the offset belongs to");
     }
     let mut two = Conn::to(&b).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -218,6 +218,19 @@ impl Proxy {
         sender: &str,
         deadline: Option<Duration>,
     ) -> SendMessageResponse {
+        self.send_placed(req, namespace, sender, deadline).await.0
+    }
+
+    /// [`Self::send`], with the queue each message was stored in (by request position; `None`
+    /// for one not stored): the Remoting answer names it, and the queue may not be the one the
+    /// client named (`send::queue_for`).
+    pub(crate) async fn send_placed(
+        &self,
+        req: SendMessageRequest,
+        namespace: &str,
+        sender: &str,
+        deadline: Option<Duration>,
+    ) -> (SendMessageResponse, Vec<Option<u32>>) {
         let arrived = tokio::time::Instant::now();
         let hold = send::hold(deadline);
         let limits = send::Limits {
@@ -242,7 +255,7 @@ impl Proxy {
             |n| self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
         ) {
             Ok(p) => p,
-            Err(Rejection(s)) => return SendMessageResponse { status: Some(s), entries: vec![] },
+            Err(Rejection(s)) => return (SendMessageResponse { status: Some(s), entries: vec![] }, vec![]),
         };
         // A send that is handed a transaction id or recall handle needs a key before anything is
         // stored, so a refused one stores nothing.
@@ -250,7 +263,7 @@ impl Proxy {
             Some(crate::broker::TopicKind::Transaction | crate::broker::TopicKind::Delay) => {
                 match self.handle_keys(&[]).await {
                     Ok(k) => Some(k),
-                    Err(s) => return SendMessageResponse { status: Some(s), entries: vec![] },
+                    Err(s) => return (SendMessageResponse { status: Some(s), entries: vec![] }, vec![]),
                 }
             }
             _ => None,
@@ -270,6 +283,7 @@ impl Proxy {
             futures_util::future::join_all(writes).await
         };
         let mut entries = vec![SendResultEntry::default(); messages];
+        let mut queues = vec![None; messages];
         let topic = known.as_ref().map(|k| k.name.as_str()).unwrap_or_default();
         let mut first_error: Option<rockraft_proto::rocketmq::Status> = None;
         // `here`: the partition that stored them, which transaction ids and recall handles name.
@@ -296,6 +310,7 @@ impl Proxy {
                             }
                             _ => (String::new(), String::new()),
                         };
+                        queues[pos] = Some(o.queue_id);
                         entries[pos] = SendResultEntry {
                             status: Some(ok()),
                             message_id: o.message_id,
@@ -315,7 +330,7 @@ impl Proxy {
                 }
             }
         }
-        SendMessageResponse { status: Some(first_error.unwrap_or_else(ok)), entries }
+        (SendMessageResponse { status: Some(first_error.unwrap_or_else(ok)), entries }, queues)
     }
 
     /// Stores `batch` in the group holding its queue, and names that group's partition. A group

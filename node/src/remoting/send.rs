@@ -238,9 +238,11 @@ impl Remoting {
             .iter()
             .map(|m| m.system_properties.as_ref().map(|p| p.message_id.clone()).unwrap_or_default())
             .collect();
-        let reply = self.proxy.send(SendMessageRequest { messages }, "", &sender, None).await;
+        let (reply, queues) = self.proxy.send_placed(SendMessageRequest { messages }, "", &sender, None).await;
         let status = reply.status.unwrap_or_default();
         let code = of_status(&status);
+        // The queue it was stored in, which the offset belongs to.
+        let queue = queues.first().copied().flatten().map_or(header.queue_id.max(0), |q| q as i32);
         self.proxy.meters().sent(&topic.name, status.code, ids.len() as u64);
         if code != SUCCESS {
             return Frame::answer(request, code).with_remark(status.message);
@@ -252,7 +254,7 @@ impl Remoting {
             link.publishes(&topic.name, self.authenticator.pin_of(caller));
             return Frame::answer(request, SUCCESS)
                 .with("msgId", ids.join(","))
-                .with("queueId", header.queue_id.max(0))
+                .with("queueId", queue)
                 .with("queueOffset", first)
                 .with("transactionId", crate::remoting::transaction::transaction_id(&topic.name, sealed))
                 .with("MSG_REGION", "DefaultRegion")
@@ -260,7 +262,7 @@ impl Remoting {
         }
         Frame::answer(request, SUCCESS)
             .with("msgId", ids.join(","))
-            .with("queueId", header.queue_id.max(0))
+            .with("queueId", queue)
             .with("queueOffset", first)
             .with("MSG_REGION", "DefaultRegion")
             .with("TRACE_ON", "true")

@@ -23,9 +23,10 @@
 #   RESTART_WAIT     seconds after the restart before the next kill (default 5; QUICK: 3)
 #   GAP_WINDOW       sends in flight of the failover probe (default 4)
 #   ROCKRAFT_CLIENT_PORT_BASE / ROCKRAFT_RAFT_PORT_BASE / ROCKRAFT_ADMIN_PORT_BASE /
-#   ROCKRAFT_HTTP_PORT_BASE  RockRaft ports, node N on BASE+N (default 18080 / 19080 / 17080 /
-#                    16080, clear of a demo cluster's). JetStream uses 4222-4224 and 6222-6224, RabbitMQ
-#                    5672-5674 and 25672-25674; these must be free.
+#   ROCKRAFT_HTTP_PORT_BASE / ROCKRAFT_REMOTING_PORT_BASE  RockRaft ports, node N on BASE+N
+#                    (default 18080 / 19080 / 17080 / 16080 / 19875, clear of a demo cluster's).
+#                    JetStream uses 4222-4224 and 6222-6224, RabbitMQ 5672-5674 and 25672-25674;
+#                    these must be free.
 #   SYSTEMS          which systems to run (default "jetstream rabbitmq rockraft")
 set -euo pipefail
 
@@ -48,6 +49,7 @@ export ROCKRAFT_CLIENT_PORT_BASE="${ROCKRAFT_CLIENT_PORT_BASE:-18080}"
 export ROCKRAFT_RAFT_PORT_BASE="${ROCKRAFT_RAFT_PORT_BASE:-19080}"
 export ROCKRAFT_ADMIN_PORT_BASE="${ROCKRAFT_ADMIN_PORT_BASE:-17080}"
 export ROCKRAFT_HTTP_PORT_BASE="${ROCKRAFT_HTTP_PORT_BASE:-16080}"
+export ROCKRAFT_REMOTING_PORT_BASE="${ROCKRAFT_REMOTING_PORT_BASE:-19875}"
 WORK="${WORK:-$(mktemp -d /tmp/rockraft-compare.XXXXXX)}"
 mkdir -p "$WORK/logs"
 OUT="${OUT:-$WORK/compare.md}"

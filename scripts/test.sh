@@ -34,6 +34,6 @@ cargo test --locked -p rockraft-cluster-tests "${features[@]}" -- --test-threads
 ROCKRAFT_TEST_DATA_GROUPS=3 cargo test --locked --no-fail-fast -p rockraft-cluster-tests "${features[@]}" \
   --test consume --test consume_protocol --test crash_points --test produce --test delay_transaction --test plugins \
   --test observability --test protocol --test limits --test node_client --test python_client \
-  --test nemesis --test clock_skew --test retention --test remoting -- --test-threads=1 2>&1 | tee -a "$log"
+  --test nemesis --test clock_skew --test retention -- --test-threads=1 2>&1 | tee -a "$log"
 # One closing line for the whole suite.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

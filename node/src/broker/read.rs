@@ -228,6 +228,12 @@ impl Broker {
         topics.values().cloned().collect()
     }
 
+    /// The offsets (`topic`, `queue_id`) holds on this replica: the first and the next.
+    pub fn queue_range(&self, topic: &str, queue_id: u32) -> (u64, u64) {
+        let r = self.range(topic, queue_id);
+        (r.start, r.next)
+    }
+
     fn range(&self, topic: &str, queue_id: u32) -> QueueRange {
         self.state().data.queues.get(&(topic.to_string(), queue_id)).copied().unwrap_or_default()
     }

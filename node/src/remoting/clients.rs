@@ -58,7 +58,6 @@ pub struct Heartbeat {
     pub client_id: String,
     /// Each consumer group with its subscriptions (topic → subscription).
     pub consumers: Vec<(String, BTreeMap<String, SubscriptionData>)>,
-    pub producers: Vec<String>,
 }
 
 /// Why a heartbeat is refused.
@@ -70,6 +69,15 @@ pub enum BadHeartbeat {
     NoClientId,
     #[error("heartbeat {0}")]
     TooLarge(String),
+}
+
+/// Why a heartbeat's registration is not taken.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RegistryFull {
+    #[error("a registration of {0} bytes exceeds {MAX_MEMBER_BYTES}")]
+    MemberTooLarge(usize),
+    #[error("this node serves {0} Remoting consumers, its most")]
+    Full(usize),
 }
 
 fn name_ok(name: &str) -> Result<(), BadHeartbeat> {
@@ -89,10 +97,6 @@ impl Heartbeat {
         }
         name_ok(&client_id)?;
         let list = |key: &str| v.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
-        let producers = list("producerDataSet")
-            .iter()
-            .filter_map(|p| p.get("groupName").and_then(Value::as_str).map(str::to_string))
-            .collect();
         let mut consumers = Vec::new();
         for c in list("consumerDataSet") {
             let Some(group) = c.get("groupName").and_then(Value::as_str) else { continue };
@@ -117,7 +121,7 @@ impl Heartbeat {
             }
             consumers.push((group.to_string(), topics));
         }
-        Ok(Heartbeat { client_id, consumers, producers })
+        Ok(Heartbeat { client_id, consumers })
     }
 }
 
@@ -147,7 +151,7 @@ impl Clients {
     }
 
     /// Records `beat` from a client on `connection`. `Err` if the registry is full.
-    pub fn heartbeat(&self, connection: u64, beat: &Heartbeat, now: Instant) -> Result<Changed, String> {
+    pub fn heartbeat(&self, connection: u64, beat: &Heartbeat, now: Instant) -> Result<Changed, RegistryFull> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut groups, now);
         let (mut count, mut total) = (0, 0);
@@ -161,7 +165,7 @@ impl Clients {
                 + beat.client_id.len()
                 + subscriptions.iter().map(|(t, s)| t.len() + s.expression.len()).sum::<usize>();
             if bytes > MAX_MEMBER_BYTES {
-                return Err(format!("a registration of {bytes} bytes exceeds {MAX_MEMBER_BYTES}"));
+                return Err(RegistryFull::MemberTooLarge(bytes));
             }
             let key = (beat.client_id.clone(), connection);
             let members = groups.entry(group.clone()).or_default();
@@ -172,7 +176,7 @@ impl Clients {
                 }
                 None => {
                     if count >= self.max_clients || total + bytes > MAX_REGISTRY_BYTES {
-                        return Err(format!("this node serves {count} Remoting consumers, its most"));
+                        return Err(RegistryFull::Full(count));
                     }
                     members.insert(key, Member { seen: now, subscriptions: subscriptions.clone(), bytes });
                     (count, total) = (count + 1, total + bytes);
@@ -316,13 +320,13 @@ mod tests {
         let beat = Heartbeat::parse(go.as_bytes()).unwrap();
         assert_eq!(beat.consumers[0].1["t"].kind, FilterKind::Sql92);
         let producer = r#"{"clientID":"30599-127.0.0.1@DEFAULT","producerDataSet":[{"groupName":"PID_TEST"}]}"#;
-        assert_eq!(Heartbeat::parse(producer.as_bytes()).unwrap().producers, vec!["PID_TEST".to_string()]);
+        assert!(Heartbeat::parse(producer.as_bytes()).unwrap().consumers.is_empty(), "a producer joins no group");
         assert!(matches!(Heartbeat::parse(b"{}"), Err(BadHeartbeat::NoClientId)));
         assert!(matches!(Heartbeat::parse(b"not json"), Err(BadHeartbeat::NotJson(_))));
     }
 
     fn beat(id: &str) -> Heartbeat {
-        Heartbeat { client_id: id.into(), consumers: vec![("g".into(), BTreeMap::new())], producers: vec![] }
+        Heartbeat { client_id: id.into(), consumers: vec![("g".into(), BTreeMap::new())] }
     }
 
     #[test]
@@ -351,7 +355,7 @@ mod tests {
         let with = |expression: &str| {
             let sub = SubscriptionData { kind: FilterKind::Tag, expression: expression.into() };
             let consumers = vec![("g".into(), BTreeMap::from([("t".into(), sub)]))];
-            Heartbeat { client_id: "victim".into(), consumers, producers: vec![] }
+            Heartbeat { client_id: "victim".into(), consumers }
         };
         clients.heartbeat(1, &with("*"), now).unwrap();
         clients.heartbeat(2, &with("nothing-matches"), now).unwrap();
@@ -373,7 +377,7 @@ mod tests {
         let big: BTreeMap<String, SubscriptionData> = (0..40)
             .map(|i| (format!("t{i}"), SubscriptionData { kind: FilterKind::Tag, expression: "x".repeat(4000) }))
             .collect();
-        let huge = Heartbeat { client_id: "a".into(), consumers: vec![("g".into(), big)], producers: vec![] };
+        let huge = Heartbeat { client_id: "a".into(), consumers: vec![("g".into(), big)] };
         assert!(clients.heartbeat(1, &huge, now).is_err(), "over a member's byte budget");
         let long = format!(r#"{{"clientID":"x","consumerDataSet":[{{"groupName":"{}"}}]}}"#, "g".repeat(300));
         assert!(matches!(Heartbeat::parse(long.as_bytes()), Err(BadHeartbeat::TooLarge(_))));

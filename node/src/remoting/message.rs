@@ -23,7 +23,6 @@ pub const WAIT: &str = "WAIT";
 pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
 pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
 pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
-pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
 /// RocketMQ 5's delays for 4.x producers: an absolute due time, or one relative to the send.
 pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
 pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
@@ -32,8 +31,9 @@ pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
 pub const SHARDING_KEY: &str = "__SHARDINGKEY";
 pub const TRAN_MSG: &str = "TRAN_MSG";
 
-/// Properties the broker reads and clients set, stored as a message's fields rather than as
-/// user properties (and written back from them).
+/// Properties the broker reads rather than keeps as user properties: the tag, keys and id become
+/// the message's fields (and are written back from them); the delay and transaction markers are
+/// what its type and due time say; `WAIT` is the client's own.
 const SYSTEM: [&str; 10] =
     [TAGS, KEYS, UNIQ_KEY, DELAY, WAIT, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, SHARDING_KEY, TRAN_MSG];
 

@@ -267,7 +267,7 @@ impl Remoting {
                 }
                 Frame::answer(request, SUCCESS)
             }
-            Err(why) => Frame::answer(request, SYSTEM_BUSY).with_remark(why),
+            Err(why) => Frame::answer(request, SYSTEM_BUSY).with_remark(why.to_string()),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::broker::pop::{ConsumeCommand, ConsumeOutcome};
 use crate::cluster::Cluster;
 use crate::remoting::codes::*;
 use crate::remoting::frame::Frame;
-use crate::remoting::{Remoting, number, pull};
+use crate::remoting::{Remoting, number};
 
 impl Remoting {
     /// The data group holding (`topic`, `queue`) if the caller may read it, else the answer.
@@ -58,7 +58,7 @@ impl Remoting {
             Some(offset) => Frame::answer(request, SUCCESS).with("offset", offset),
             // RocketMQ's rule: a new group starts at 0 while the queue still begins there (so a
             // consumer started after its producer misses nothing); else where its client says.
-            None if pull::bounds(broker, &topic, queue).0 == 0 => Frame::answer(request, SUCCESS).with("offset", 0),
+            None if broker.queue_range(&topic, queue).0 == 0 => Frame::answer(request, SUCCESS).with("offset", 0),
             None => Frame::answer(request, QUERY_NOT_FOUND).with_remark("no offset stored for this group and queue"),
         }
     }
@@ -119,7 +119,7 @@ impl Remoting {
             Err(answer) => return answer,
         };
         let broker = cluster.broker();
-        let (start, end) = pull::bounds(broker, &topic, queue);
+        let (start, end) = broker.queue_range(&topic, queue);
         match request.code {
             GET_MAX_OFFSET => Frame::answer(request, SUCCESS).with("offset", end),
             GET_MIN_OFFSET => Frame::answer(request, SUCCESS).with("offset", start),

@@ -10,7 +10,7 @@ use bytes::BytesMut;
 
 use crate::auth::Caller;
 use crate::broker::access::{Action, ResourceKind};
-use crate::broker::{Broker, MessageFilter, StoredEntry};
+use crate::broker::{Broker, BrokerError, MessageFilter, StoredEntry};
 use crate::plugin::subscription::{FilterKind, Subscription};
 use crate::remoting::codes::*;
 use crate::remoting::frame::Frame;
@@ -45,7 +45,7 @@ pub struct PullHeader {
 }
 
 impl PullHeader {
-    pub fn of(request: &Frame) -> Result<PullHeader, String> {
+    pub fn of(request: &Frame) -> Result<PullHeader, &'static str> {
         let text = |k: &str| request.field(k).unwrap_or_default().to_string();
         let sys_flag = number(request, "sysFlag").unwrap_or(0);
         let kind = match request.field("expressionType") {
@@ -141,7 +141,7 @@ impl Remoting {
             // Watched before looking, so a message stored in between wakes the wait.
             let mut changes = broker.watch(topic_name);
             let found = self.look(broker, &header, &filter);
-            let (start, end) = bounds(broker, topic_name, header.queue_id);
+            let (start, end) = broker.queue_range(topic_name, header.queue_id);
             let answer = |code: i32, next: u64| {
                 Frame::answer(request, code)
                     .with("nextBeginOffset", next)
@@ -158,7 +158,7 @@ impl Remoting {
                     if self.log_limit.allow() {
                         tracing::warn!(topic = topic_name, queue = header.queue_id, error = %e, "Remoting pull could not read");
                     }
-                    return Frame::answer(request, SYSTEM_ERROR).with_remark(e);
+                    return Frame::answer(request, SYSTEM_ERROR).with_remark(e.to_string());
                 }
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -169,9 +169,9 @@ impl Remoting {
     }
 
     /// Reads what the pull may take now: matching messages up to its count and byte bounds.
-    fn look(&self, broker: &Broker, header: &PullHeader, filter: &Subscription) -> Result<Found, String> {
+    fn look(&self, broker: &Broker, header: &PullHeader, filter: &Subscription) -> Result<Found, BrokerError> {
         let (topic, queue) = (header.topic.as_str(), header.queue_id);
-        let (start, end) = bounds(broker, topic, queue);
+        let (start, end) = broker.queue_range(topic, queue);
         if header.offset < start || header.offset > end {
             return Ok(Found::Moved { to: if header.offset < start { start } else { end } });
         }
@@ -185,19 +185,18 @@ impl Remoting {
         while next < stop && candidates.len() < header.max && bytes < MAX_PULL_BYTES {
             let at = next;
             next += 1;
-            let Some(record) = broker.queue_record(topic, queue, at).map_err(|e| e.to_string())? else { continue };
+            let Some(record) = broker.queue_record(topic, queue, at)? else { continue };
             if !filter.may_match(record.tag_hash) {
                 continue;
             }
-            let Some(entry) = broker.entry_of(topic, queue, at, &record).map_err(|e| e.to_string())? else { continue };
+            let Some(entry) = broker.entry_of(topic, queue, at, &record)? else { continue };
             bytes += entry.size as usize;
             candidates.push((entry, record.position));
         }
         let passed = match filter.reads_messages() {
             false => vec![true; candidates.len()],
             true => {
-                let views = candidates.iter().map(|(e, _)| e.view()).collect::<Result<Vec<_>, _>>();
-                let views = views.map_err(|e| e.to_string())?;
+                let views = candidates.iter().map(|(e, _)| e.view()).collect::<Result<Vec<_>, _>>()?;
                 crate::plugin::blocking(|| filter.passes(&views, crate::cluster::now_ms()))
             }
         };
@@ -223,11 +222,6 @@ impl Remoting {
             _ => Found::Messages { body, next },
         })
     }
-}
-
-/// The queue's first and next offsets on this replica.
-pub fn bounds(broker: &Broker, topic: &str, queue: u32) -> (u64, u64) {
-    broker.queue_status(topic).get(queue as usize).map_or((0, 0), |s| (s.start, s.next))
 }
 
 #[cfg(test)]

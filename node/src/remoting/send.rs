@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::io::Read as _;
 
 use bytes::{Buf, Bytes};
-use prost_types::Timestamp;
 use rockraft_proto::rocketmq::{Message, MessageType, Resource, SendMessageRequest, SystemProperties};
 
 use crate::auth::Caller;
@@ -18,6 +17,7 @@ use crate::remoting::codes::*;
 use crate::remoting::frame::Frame;
 use crate::remoting::message::{self, *};
 use crate::remoting::{Remoting, flag, number};
+use crate::sessions::timestamp;
 
 /// Most bytes of shared properties a batch's messages hold together (each carries a copy).
 const MAX_BATCH_PROPERTY_BYTES: usize = 16 << 20;
@@ -140,10 +140,6 @@ fn fresh_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{:016X}{:08X}{:08X}", crate::cluster::now_ms(), std::process::id(), n as u32)
-}
-
-fn timestamp(ms: i64) -> Timestamp {
-    Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
 /// The gRPC message a Remoting message is stored as, for `topic`. `now_ms` dates delays.

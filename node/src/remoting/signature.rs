@@ -4,6 +4,7 @@
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use subtle::ConstantTimeEq as _;
 
 use crate::auth::signature::Refusal;
 use crate::remoting::frame::Frame;
@@ -31,7 +32,7 @@ pub fn verify(request: &Frame, credential: impl Fn(&str) -> Option<(String, bool
     }
     let given = request.field("Signature").ok_or(Refusal::Malformed("no Signature"))?;
     let (secret, admin) = credential(access_key).ok_or(Refusal::UnknownAccessKey)?;
-    let matches = |expected: &str| constant_time_eq(expected.as_bytes(), given.as_bytes());
+    let matches = |expected: &str| bool::from(expected.as_bytes().ct_eq(given.as_bytes()));
     if matches(&sign(request, &secret)) {
         return Ok((access_key.to_string(), admin));
     }
@@ -43,10 +44,6 @@ pub fn verify(request: &Frame, credential: impl Fn(&str) -> Option<(String, bool
         }
     }
     Err(Refusal::BadSignature)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 #[cfg(test)]
